@@ -1,0 +1,115 @@
+"""patternkit.rewrite / partition against TVM's rewrite_call / FuseOpsByPattern.
+
+Runs both engines side by side, in one process, on the batch-norm chain
+(:mod:`bn_chain`), checks that the results are identical (structurally equal after
+``CanonicalizeBindings``) and prints the ratios recorded in ``benchmarks/README.md``.
+
+    python benchmarks/bench_rewrite.py                 # N = 1000, 4000 and 16000
+    python benchmarks/bench_rewrite.py --sizes 250 1000 --skip-tvm-above 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import is_const as tvm_is_const
+from tvm.relax.dpl import is_op as tvm_is_op
+from tvm.relax.dpl import rewrite_call
+from tvm.relax.dpl import wildcard as tvm_wildcard
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import patternkit as pk  # noqa: E402
+from bn_chain import batch_norm_replacement, bn_chain  # noqa: E402
+
+
+class ChainBatchnorm(pk.DFPatternCallback):
+    name = "bench.batchnorm"
+
+    def __init__(self):
+        super().__init__()
+        self.x, self.gamma, self.beta, self.mean, self.var = (pk.wildcard() for _ in range(5))
+        self.eps = pk.is_constant()
+        self.pattern = (self.gamma * (self.x - self.mean) / pk.is_op("sqrt")(self.var + self.eps)
+                        + self.beta)
+
+    def callback(self, pre, post, node_map):
+        get = lambda p: node_map[p][0]  # noqa: E731
+        return batch_norm_replacement(get(self.x), get(self.gamma), get(self.beta),
+                                      get(self.mean), get(self.var), get(self.eps))
+
+
+def tvm_rewrite(mod: tvm.IRModule) -> relax.Function:
+    x, gamma, beta, mean, var = (tvm_wildcard() for _ in range(5))
+    eps = tvm_is_const()
+    sub = tvm_is_op("relax.subtract")(x, mean)
+    mul = tvm_is_op("relax.multiply")(gamma, sub)
+    sqrt = tvm_is_op("relax.sqrt")(tvm_is_op("relax.add")(var, eps))
+    pattern = tvm_is_op("relax.add")(tvm_is_op("relax.divide")(mul, sqrt), beta)
+
+    def rewriter(_expr, m):
+        return batch_norm_replacement(m[x], m[gamma], m[beta], m[mean], m[var], m[eps])
+
+    return rewrite_call(pattern, rewriter, mod["main"])
+
+
+def timed(fn, *args):
+    start = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - start, out
+
+
+def canonical(func: relax.Function) -> relax.Function:
+    mod = tvm.IRModule({"main": func})
+    return relax.transform.CanonicalizeBindings()(mod)["main"]
+
+
+def bn_pattern():
+    x, gamma, beta, mean, var = (pk.wildcard() for _ in range(5))
+    return gamma * (x - mean) / pk.is_op("sqrt")(var + pk.is_constant()) + beta
+
+
+def run(sizes: list[int], skip_tvm_above: int) -> list[dict]:
+    rows = []
+    for n in sizes:
+        mod = bn_chain(n)
+        row: dict = {"N": n}
+        row["patternkit_rewrite_s"], ours = timed(pk.rewrite, ChainBatchnorm(), mod)
+        if n <= skip_tvm_above:
+            row["tvm_rewrite_call_s"], theirs = timed(tvm_rewrite, mod)
+            row["rewrite_speedup"] = row["tvm_rewrite_call_s"] / row["patternkit_rewrite_s"]
+            row["identical"] = bool(tvm_ffi.structural_equal(canonical(ours["main"]),
+                                                             canonical(theirs)))
+        pattern = bn_pattern()
+        row["patternkit_partition_s"], _ = timed(pk.partition, pattern, mod)
+        fuse = relax.transform.FuseOpsByPattern([("bench.bn", pattern.to_dpl())],
+                                                bind_constants=True)
+        row["tvm_fuse_ops_by_pattern_s"], _ = timed(fuse, mod)
+        row["partition_ratio"] = row["patternkit_partition_s"] / row["tvm_fuse_ops_by_pattern_s"]
+        rows.append(row)
+        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
+              flush=True)
+    by_n = {r["N"]: r for r in rows}
+    if 1000 in by_n and 4000 in by_n:
+        scale = by_n[4000]["patternkit_rewrite_s"] / by_n[1000]["patternkit_rewrite_s"]
+        print(json.dumps({"rewrite_time_4000_over_1000": round(scale, 2)}))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000])
+    parser.add_argument("--skip-tvm-above", type=int, default=4000,
+                        help="do not run rewrite_call above this N (it is quadratic)")
+    args = parser.parse_args()
+    run(args.sizes, args.skip_tvm_above)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""An index of one Relax function's bindings, built in a single linear pass.
+
+Both the rewrite driver and ``partition`` need the same facts about a function: which
+value each Var is bound to (per block, since the matcher only looks through bindings of
+the block it is matching in), who uses each Var, which bindings call which operator, and
+which bindings are live.  Building them once per pass, in plain Python dicts, is what
+keeps the engine linear: nothing here crosses the FFI with a function-sized container.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import tvm
+from tvm import relax
+
+from . import _compat as C
+from ._compat import handle
+from .matcher import is_pure_value
+
+#: Marker user for a Var that escapes its block (block output or function result).
+ESCAPES = "<escapes>"
+
+# Leaves that read no Relax Var (prim values and DataType immediates are Constants in 0.27).
+_NO_VARS = (tvm.ir.Constant, tvm.ir.Op, tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc,
+            tvm.ir.StringImm)
+
+
+_VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})
+_LEAF_TYPES = frozenset({tvm.ir.GenericConst, tvm.tirx.IntImm, tvm.tirx.FloatImm, tvm.ir.Op,
+                         tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc, tvm.ir.StringImm})
+
+
+def used_vars(expr: Any, call_args: dict[int, list] | None = None) -> list:
+    """Relax Vars an expression reads (with repeats), without descending into bindings.
+
+    Dispatches on exact types first: this runs on every binding of every pass, and
+    ``isinstance`` against TVM's class hierarchy is several times slower.  With
+    ``call_args``, the argument list of a top-level call is stored there (keyed by the
+    call's handle) so the matcher does not fetch it across the FFI again.
+    """
+    found = []
+    if call_args is not None and type(expr) is relax.Call:
+        args = C.array_items(expr.args)
+        call_args[handle(expr)] = args
+        op = expr.op
+        if type(op) in _VAR_TYPES:
+            found.append(op)
+        elif type(op) not in _LEAF_TYPES:
+            found.extend(used_vars(op))
+        stack = list(args)
+    else:
+        stack = [expr]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in _VAR_TYPES:
+            found.append(node)
+        elif kind is relax.Call:
+            op = node.op
+            op_kind = type(op)
+            if op_kind in _VAR_TYPES:
+                found.append(op)
+            elif op_kind not in _LEAF_TYPES:
+                stack.append(op)
+            stack.extend(C.array_items(node.args))
+        elif kind in _LEAF_TYPES:
+            continue
+        elif kind is relax.Tuple:
+            stack.extend(C.array_items(node.fields))
+        elif kind is relax.TupleGetItem:
+            stack.append(node.tuple_value)
+        elif isinstance(node, relax.Var):
+            found.append(node)
+        elif isinstance(node, _NO_VARS):
+            continue
+        else:  # functions, If, SeqExpr: rare, let TVM compute their free variables
+            found.extend(relax.analysis.free_vars(node))
+    return found
+
+
+def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
+    """Cheap pre-scan: does any binding of ``func`` have one of ``keys``?
+
+    Lets a pass skip the full index for functions the pattern's root cannot occur in
+    (for instance the final round of a rewrite, once every match is gone).
+    """
+    if keys is None:
+        return True
+    for block in C.array_items(func.body.blocks):
+        for binding in C.array_items(block.bindings):
+            if binding_key(binding.value) in keys:
+                return True
+    return False
+
+
+def binding_key(value: Any) -> str:
+    """Key under which a binding is indexed: the operator name, or the node kind."""
+    name = C.op_name(value)
+    if name is not None:
+        return name
+    if isinstance(value, relax.TupleGetItem):
+        return "<TupleGetItem>"
+    if isinstance(value, relax.Tuple):
+        return "<Tuple>"
+    return "<" + type(value).__name__ + ">"
+
+
+@dataclass
+class FunctionIndex:
+    """Bindings of one function, indexed.
+
+    Attributes
+    ----------
+    All per-Var tables are keyed by :func:`patternkit._compat.handle`.
+
+    blocks : list of list of Binding
+    position : dict handle -> (block index, binding index)
+    values : list of dict handle -> Expr, per block, for the pure VarBindings the matcher
+        may look through.
+    users : dict handle -> list of user Vars (or :data:`ESCAPES`).
+    by_key : dict str -> list of (block index, binding index), in program order.
+    reads : dict handle -> list of handles of the Vars its bound value reads.
+    call_args : dict handle of a bound Call -> its argument list (read once, reused).
+    """
+
+    func: relax.Function
+    blocks: list = field(default_factory=list)
+    position: dict = field(default_factory=dict)
+    values: list = field(default_factory=list)
+    users: dict = field(default_factory=dict)
+    by_key: dict = field(default_factory=dict)
+    reads: dict = field(default_factory=dict)
+    call_args: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, func: relax.Function) -> "FunctionIndex":
+        index = cls(func)
+        seq = func.body
+        for bi, block in enumerate(C.array_items(seq.blocks)):
+            bindings = list(C.array_items(block.bindings))
+            index.blocks.append(bindings)
+            table: dict[Any, Any] = {}
+            is_dataflow = isinstance(block, relax.DataflowBlock)
+            for j, binding in enumerate(bindings):
+                var, value = binding.var, binding.value
+                key = handle(var)
+                index.position[key] = (bi, j)
+                if isinstance(binding, relax.VarBinding):
+                    if is_pure_value(value):
+                        table[key] = value
+                    index.by_key.setdefault(binding_key(value), []).append((bi, j))
+                reads = [handle(v) for v in used_vars(value, index.call_args)]
+                index.reads[key] = reads
+                for used in reads:
+                    index.users.setdefault(used, []).append(var)
+                if is_dataflow and type(var) is not relax.DataflowVar:
+                    index.users.setdefault(key, []).append(ESCAPES)
+            index.values.append(table)
+        for used in used_vars(seq.body):
+            index.users.setdefault(handle(used), []).append(ESCAPES)
+        return index
+
+    def lookup_in_block(self, block_index: int):
+        """``lookup(var)`` for the matcher: the pure value bound to ``var`` in that block."""
+        get = self.values[block_index].get
+        return lambda var: get(handle(var))
+
+    def position_of(self, var: Any) -> tuple[int, int]:
+        return self.position[handle(var)]
+
+    def candidates(self, keys: Iterable[str] | None) -> list[tuple[int, int]]:
+        """Binding positions whose key is in ``keys`` (all VarBindings if ``None``)."""
+        if keys is None:
+            found = [pos for positions in self.by_key.values() for pos in positions]
+        else:
+            found = [pos for key in keys for pos in self.by_key.get(key, ())]
+        found.sort()
+        return found
+
+    def binding_at(self, position: tuple[int, int]):
+        bi, j = position
+        return self.blocks[bi][j]
+
+
+def live_vars(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
+    """Handles of the Vars whose bindings are needed, with ``replaced`` values substituted.
+
+    One reverse pass: the function result, block outputs and impure bindings are live;
+    a live binding makes every Var its (new) value reads live.
+    """
+    live = {handle(v) for v in used_vars(index.func.body.body)}
+    for block in reversed(index.blocks):
+        for binding in reversed(block):
+            var = binding.var
+            key = handle(var)
+            if key in replaced:
+                value = replaced[key]
+                reads = [handle(v) for v in used_vars(value, index.call_args)]
+            else:
+                value = binding.value
+                reads = index.reads[key]
+            # Non-dataflow Vars are user-visible (block outputs, plain-block bindings):
+            # a rewrite never deletes them, even when nothing reads them any more.
+            keep = (key in live or type(var) is not relax.DataflowVar
+                    or not isinstance(binding, relax.VarBinding) or not is_pure_value(value))
+            if keep:
+                live.add(key)
+                live.update(reads)
+    return live
+
+
+def describe_binding(func_name: str, binding: Any, limit: int = 160) -> str:
+    """``"main: lv5 = R.add(lv4, beta)"``, shortened for error messages."""
+    try:
+        value = str(binding.value)
+    except Exception:  # printing must never hide the real error
+        value = type(binding.value).__name__
+    value = " ".join(value.split())
+    if len(value) > limit:
+        value = value[:limit] + "..."
+    return f"{func_name}: {C.var_name(binding.var)} = {value}"

@@ -1,0 +1,42 @@
+"""The exceptions patternkit raises.
+
+Every error names what was expected, what was found and, where there is one, the rule
+(pattern or callback) and the binding involved, so a failure in a long pass pipeline can
+be traced back without a debugger.  The input module is never modified when one of these
+is raised: patternkit builds new IR and only returns it on success.
+"""
+
+from __future__ import annotations
+
+
+class PatternkitError(Exception):
+    """Base class of every error raised by patternkit."""
+
+
+class PatternError(PatternkitError, TypeError):
+    """Something that should be a pattern is not one, or a pattern is malformed."""
+
+
+class CallbackError(PatternkitError):
+    """A rewrite callback raised, or returned something that cannot replace the match.
+
+    Attributes
+    ----------
+    callback : str
+        Name of the callback (its rule name when it has one).
+    binding : str
+        The binding being rewritten, as ``"function:var = value"``.
+    """
+
+    def __init__(self, message: str, callback: str = "", binding: str = ""):
+        super().__init__(message)
+        self.callback = callback
+        self.binding = binding
+
+
+class RewriteDidNotConverge(PatternkitError):
+    """A set of callbacks kept changing the graph after the maximum number of passes."""
+
+
+class MalformedIRError(PatternkitError, ValueError):
+    """The input IR is not well formed, or a transformation would make it ill formed."""

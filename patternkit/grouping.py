@@ -1,0 +1,144 @@
+"""Find the non-overlapping matches of a pattern in a function (Relay's PatternGrouper).
+
+Relay's rewriter and partitioner both start by *grouping* matches: roots are tried from
+the function's result back towards its inputs, each match claims its interior nodes,
+and a later root whose match would reuse a claimed node is skipped.  A match is also
+skipped when one of its interior results is read outside the match (rewriting it would
+leave that reader without a value).  This module reproduces those rules on Relax
+bindings, with the reason for every skipped match recorded for reports and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tvm import relax
+
+from . import _compat as C
+from .bindings import ESCAPES, FunctionIndex
+from .matcher import Match, Matcher
+from .pattern import DFPattern, root_op_names
+
+
+@dataclass
+class Group:
+    """One accepted match rooted at a binding.
+
+    ``gid`` numbers groups in discovery order, from the function's result backwards, as
+    Relay did (the outermost batch norm of a chain is group 0).
+    """
+
+    position: tuple[int, int]
+    binding: Any
+    match: Match
+    gid: int = 0
+
+    @property
+    def root_var(self) -> relax.Var:
+        return self.binding.var
+
+    @property
+    def interior(self) -> list:
+        """Vars of the bindings the match replaces, root last."""
+        return [*self.match.internal, self.binding.var]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A match that was found but not used, and why."""
+
+    root: str
+    reason: str
+
+
+class CheckFailed:
+    """A falsy check result that carries the reason (see :func:`reject`)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"reject({self.reason!r})"
+
+
+def reject(reason: str) -> CheckFailed:
+    """Return this from a ``check`` to veto a match and say why."""
+    return CheckFailed(reason)
+
+
+def check_reason(result: Any) -> str | None:
+    """``None`` if a check's result accepts the match, else the reason it gave."""
+    if isinstance(result, CheckFailed):
+        return result.reason
+    if result:
+        return None
+    return "check returned False"
+
+
+def find_groups(index: FunctionIndex, pattern: DFPattern,
+                check: Callable[[Group], Any] | None = None,
+                allow_escaping_intermediates: bool = False,
+                ) -> tuple[list[Group], list[Skipped]]:
+    """Accepted groups (in program order) and the matches that were skipped.
+
+    Parameters
+    ----------
+    check : callable, optional
+        Called with each candidate :class:`Group`; a falsy result (or :func:`reject`)
+        vetoes it.  Exceptions propagate to the caller, which names the rule.
+    allow_escaping_intermediates : bool
+        Accept matches whose interior results are also read outside the match (their
+        bindings are then kept alongside the rewrite, as ``rewrite_call`` does).
+    """
+    claimed: set[int] = set()  # handles of Vars already inside an accepted match
+    groups: list[Group] = []
+    skipped: list[Skipped] = []
+    lookups = [index.lookup_in_block(bi) for bi in range(len(index.blocks))]
+    matchers = [Matcher(lookup, index.call_args) for lookup in lookups]
+    for position in reversed(index.candidates(root_op_names(pattern))):
+        binding = index.binding_at(position)
+        var = binding.var
+        if C.handle(var) in claimed:
+            continue
+        found = matchers[position[0]].match(pattern, binding.value)
+        if found is None:
+            continue
+        name = C.var_name(var)
+        overlap = next((v for v in found.internal if C.handle(v) in claimed), None)
+        if overlap is not None:
+            skipped.append(Skipped(name, f"overlaps a match that already claimed "
+                                         f"'{C.var_name(overlap)}'"))
+            continue
+        group = Group(position, binding, found, gid=len(groups))
+        if not allow_escaping_intermediates:
+            escape = _escaping_use(index, group)
+            if escape is not None:
+                skipped.append(Skipped(name, escape))
+                continue
+        if check is not None:
+            reason = check_reason(check(group))
+            if reason is not None:
+                skipped.append(Skipped(name, reason))
+                continue
+        claimed.add(C.handle(var))
+        claimed.update(C.handle(v) for v in found.internal)
+        groups.append(group)
+    groups.reverse()
+    return groups, skipped
+
+
+def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
+    members = {C.handle(v) for v in group.interior}
+    for var in group.match.internal:
+        for user in index.users.get(C.handle(var), ()):
+            if user is ESCAPES:
+                return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
+                        f"the function")
+            if C.handle(user) not in members:
+                return (f"intermediate '{C.var_name(var)}' is also used by "
+                        f"'{C.var_name(user)}' outside the match")
+    return None

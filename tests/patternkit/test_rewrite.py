@@ -1,0 +1,264 @@
+"""DFPatternCallback + rewrite: Relay's rewrite semantics on Relax.
+
+The toy rules here (exp(exp(w)) -> sigmoid(w), ...) are chosen to make the driver's
+decisions easy to follow; they do not preserve numerics, so the numeric checks of the
+engine live with the real rules in tests/patterns/.
+"""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+import patternkit as pk
+
+
+class ExpToSigmoid(pk.DFPatternCallback):
+    """exp(exp(w)) -> sigmoid(w): small enough to follow by hand."""
+
+    name = "test.exp_exp"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.w = pk.wildcard()
+        self.inner = pk.is_op("exp")(self.w)
+        self.pattern = pk.is_op("exp")(self.inner)
+        self.calls = []
+
+    def callback(self, pre, post, node_map):
+        self.calls.append((pre, post, node_map))
+        return relax.op.sigmoid(node_map[self.w][0])
+
+
+class ReluGrows(pk.DFPatternCallback):
+    """relu(x) -> relu(relu(x)): its output always matches again."""
+
+    name = "test.relu_grows"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op("nn.relu")(self.x)
+
+    def callback(self, pre, post, node_map):
+        return relax.op.nn.relu(relax.op.nn.relu(node_map[self.x][0]))
+
+
+def exp_chain(length: int) -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    expr = x
+    for _ in range(length):
+        expr = relax.op.exp(expr)
+    return pk.from_expr(expr)
+
+
+def ops_of(func: relax.Function) -> list[str]:
+    return [b.value.op.name for block in func.body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+
+
+def test_callback_receives_relay_style_node_map():
+    rule = ExpToSigmoid()
+    mod = exp_chain(2)
+    pk.rewrite(rule, mod)
+    assert len(rule.calls) == 1
+    pre, post, node_map = rule.calls[0]
+    assert pre.same_as(post) and pre.op.name == "relax.exp"
+    (w,) = node_map[rule.w]
+    assert w.same_as(mod["main"].params[0])               # leaves: the argument as written
+    (inner,) = node_map[rule.inner]
+    assert isinstance(inner, relax.Call) and inner.op.name == "relax.exp"   # calls: the value
+    assert isinstance(node_map.var(rule.inner), relax.Var)
+    with pytest.raises(KeyError, match="not part of this match"):
+        node_map[pk.wildcard()]
+
+
+def test_outermost_match_wins_and_rounds_continue_until_stable():
+    mod = exp_chain(5)
+    log = pk.RewriteLog()
+    out = pk.rewrite(ExpToSigmoid(), mod, log=log)
+    # Relay groups from the output back: exp5(exp4) and exp3(exp2) in round one, exp1 is
+    # left; round two finds no exp(exp(.)) any more.
+    assert ops_of(out["main"]) == ["relax.exp", "relax.sigmoid", "relax.sigmoid"]
+    assert log.count("test.exp_exp") == 2 and log.rounds == 2
+
+
+def test_rewrite_accepts_module_function_and_bare_expression():
+    mod = exp_chain(2)
+    rule = ExpToSigmoid()
+    assert isinstance(pk.rewrite(rule, mod), tvm.IRModule)
+    func = pk.rewrite(rule, mod["main"])
+    assert isinstance(func, relax.Function) and ops_of(func) == ["relax.sigmoid"]
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    expr = pk.rewrite(rule, relax.op.exp(relax.op.exp(x)))
+    assert isinstance(expr, relax.Call) and expr.op.name == "relax.sigmoid"
+    assert expr.args[0].same_as(x)
+
+
+def test_rewrite_never_modifies_its_input():
+    mod = exp_chain(3)
+    text, main = mod.script(), mod["main"]
+    out = pk.rewrite(ExpToSigmoid(), mod)
+    assert mod.script() == text and mod["main"].same_as(main)
+    assert out.script() != text
+
+
+def test_no_match_returns_an_equal_module():
+    mod = exp_chain(1)
+    out = pk.rewrite(ExpToSigmoid(), mod)
+    tvm.ir.assert_structural_equal(out, mod)
+
+
+def test_non_converging_rules_stop_with_an_error_naming_them():
+    x = relax.Var("x", relax.TensorType((4,), "float32"))
+    mod = pk.from_expr(relax.op.nn.relu(x))
+    with pytest.raises(pk.RewriteDidNotConverge, match=r"after 7 passes.*test\.relu_grows"):
+        pk.rewrite(ReluGrows(), mod, max_passes=7)
+
+
+def test_rewrite_once_applies_a_rule_in_one_pass_only():
+    x = relax.Var("x", relax.TensorType((4,), "float32"))
+    mod = pk.from_expr(relax.op.nn.relu(x))
+    out = pk.rewrite(ReluGrows(rewrite_once=True), mod)
+    assert ops_of(out["main"]) == ["relax.nn.relu", "relax.nn.relu"]
+
+
+def test_several_callbacks_apply_in_order_until_nothing_changes():
+    class SigmoidToTanh(pk.DFPatternCallback):
+        name = "test.sigmoid_tanh"
+
+        def __init__(self):
+            super().__init__()
+            self.x = pk.wildcard()
+            self.pattern = pk.is_op("sigmoid")(self.x)
+
+        def callback(self, pre, post, node_map):
+            return relax.op.tanh(node_map[self.x][0])
+
+    log = pk.RewriteLog()
+    out = pk.rewrite([SigmoidToTanh(), ExpToSigmoid()], exp_chain(4), log=log)
+    assert ops_of(out["main"]) == ["relax.tanh", "relax.tanh"]
+    assert log.counts() == {"test.exp_exp": 2, "test.sigmoid_tanh": 2}
+
+
+def test_intermediate_used_outside_the_match_is_not_rewritten_by_default():
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    inner = relax.op.exp(x)
+    mod = pk.from_expr(relax.Tuple([relax.op.exp(inner), relax.op.nn.relu(inner)]))
+    log = pk.RewriteLog()
+    out = pk.rewrite(ExpToSigmoid(), mod, log=log)
+    tvm.ir.assert_structural_equal(out, mod)
+    assert log.reasons() == ["intermediate 'lv' is also used by 'lv2' outside the match"]
+    allowed = pk.rewrite(ExpToSigmoid(), mod, allow_escaping_intermediates=True)
+    assert sorted(ops_of(allowed["main"])) == ["relax.exp", "relax.nn.relu", "relax.sigmoid"]
+
+
+def test_dead_code_that_was_already_there_is_kept():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((2, 3), "float32")) -> R.Tensor((2, 3), "float32"):
+            with R.dataflow():
+                unused = R.nn.relu(x)
+                a = R.exp(x)
+                b = R.exp(a)
+                R.output(b)
+            return b
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((2, 3), "float32")) -> R.Tensor((2, 3), "float32"):
+            with R.dataflow():
+                unused = R.nn.relu(x)
+                b = R.sigmoid(x)
+                R.output(b)
+            return b
+
+    tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), Before), Expected)
+
+
+def test_check_can_veto_with_a_reason():
+    class Picky(ExpToSigmoid):
+        def check(self, pre, node_map):
+            return pk.reject("not today")
+
+    log = pk.RewriteLog()
+    mod = exp_chain(2)
+    tvm.ir.assert_structural_equal(pk.rewrite(Picky(), mod, log=log), mod)
+    assert log.reasons("test.exp_exp") == ["not today"]
+
+
+def test_callback_that_raises_names_the_rule_and_the_binding():
+    class Broken(ExpToSigmoid):
+        def callback(self, pre, post, node_map):
+            raise ValueError("boom")
+
+    mod = exp_chain(2)
+    with pytest.raises(pk.CallbackError, match=r"test\.exp_exp.*ValueError: boom.*main: gv = R.exp") as info:
+        pk.rewrite(Broken(), mod)
+    assert info.value.callback == "test.exp_exp"
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_callback_returning_a_non_expression_is_an_error():
+    class ReturnsNumber(ExpToSigmoid):
+        def callback(self, pre, post, node_map):
+            return 3
+
+    with pytest.raises(pk.CallbackError, match="returned int"):
+        pk.rewrite(ReturnsNumber(), exp_chain(2))
+
+
+def test_callback_returning_the_wrong_type_is_an_error():
+    class WrongShape(ExpToSigmoid):
+        def callback(self, pre, post, node_map):
+            return relax.op.sum(node_map[self.w][0], axis=[1])
+
+    mod = exp_chain(2)
+    with pytest.raises(pk.CallbackError, match=r"keep the binding's type"):
+        pk.rewrite(WrongShape(), mod)
+
+
+def test_rules_without_a_patternkit_pattern_are_rejected():
+    class NoPattern(pk.DFPatternCallback):
+        pass
+
+    class TvmPattern(pk.DFPatternCallback):
+        def __init__(self):
+            super().__init__()
+            self.pattern = relax.dpl.is_op("relax.exp")(relax.dpl.wildcard())
+
+    with pytest.raises(pk.PatternError, match="NoPattern.pattern must be a patternkit pattern"):
+        pk.rewrite(NoPattern(), exp_chain(1))
+    with pytest.raises(pk.PatternError, match="tvm.relax.dpl"):
+        pk.rewrite(TvmPattern(), exp_chain(1))
+    with pytest.raises(pk.PatternError, match="expected a DFPatternCallback"):
+        pk.rewrite([object()], exp_chain(1))
+
+
+def test_rewrite_pass_composes_in_a_sequential_with_instruments():
+    @tvm.instrument.pass_instrument
+    class Names:
+        def __init__(self):
+            self.seen = []
+
+        def run_before_pass(self, mod, info):
+            self.seen.append(info.name)
+
+    names = Names()
+    seq = tvm.transform.Sequential([pk.Rewrite(ExpToSigmoid()), relax.transform.Normalize()])
+    with tvm.transform.PassContext(opt_level=3, instruments=[names]):
+        out = seq(exp_chain(2))
+    assert ops_of(out["main"]) == ["relax.sigmoid"]
+    assert "patternkit.Rewrite(test.exp_exp)" in names.seen
+
+
+def test_fused_functions_are_left_alone():
+    mod = exp_chain(2)
+    fused = mod["main"].with_attr("Primitive", True)
+    mod2 = tvm.IRModule({"main": fused})
+    tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), mod2), mod2)
