@@ -17,6 +17,7 @@ from .pattern import (AltPattern, AttrPattern, CallPattern, ConstantPattern, Dat
                       has_type, is_const, is_constant, is_expr, is_op, is_tuple,
                       is_tuple_get_item, is_var, wildcard)
 from .rewrite import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
+from .viz import DotUnavailable, VizError, VizGraph, viz_diff, viz_expr
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,8 @@ __all__ = [
     "RewriteRecord", "SkippedMatch", "partition",
     # expressions and numerics
     "from_expr", "to_expr", "compare", "assert_same_numerics", "Comparison",
+    # visualiser
+    "viz_expr", "viz_diff", "VizGraph", "VizError", "DotUnavailable",
     # errors
     "PatternkitError", "PatternError", "CallbackError", "RewriteDidNotConverge",
     "MalformedIRError",

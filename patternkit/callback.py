@@ -93,6 +93,20 @@ class DFPatternCallback:
         """Return the replacement for ``post`` (return ``post`` itself to leave it)."""
         raise NotImplementedError(f"{self.rule_name} must implement callback()")
 
+    def match_bindings(self, func: Any) -> list[dict[str, Any]]:
+        """Every match of this rule's pattern in ``func``, roles named after attributes.
+
+        ``viz_expr(mod, highlight=BatchnormCallback())`` labels nodes ``x``, ``gamma``...
+        """
+        from .grouping import match_bindings
+
+        return match_bindings(self.pattern, func, self.roles())
+
+    def roles(self) -> dict[str, DFPattern]:
+        """Named sub-patterns (``x``, ``gamma``...): by default the pattern attributes."""
+        return {name: value for name, value in vars(self).items()
+                if isinstance(value, DFPattern) and name != "pattern"}
+
     def rewrite(self, expr: Any) -> Any:
         """Relay's ``DFPatternCallback.rewrite``: ``patternkit.rewrite(self, expr)``."""
         from .rewrite import rewrite

@@ -142,3 +142,41 @@ def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
                 return (f"intermediate '{C.var_name(var)}' is also used by "
                         f"'{C.var_name(user)}' outside the match")
     return None
+
+
+def match_bindings(pattern: DFPattern, func: relax.Function,
+                   roles: dict[str, DFPattern] | None = None) -> list[dict[str, Any]]:
+    """Every match of ``pattern`` in ``func`` as a ``{role: Var or Expr}`` dict.
+
+    The format the visualiser's ``highlight=`` takes.  ``roles`` names the patterns to
+    report (a rule's attributes, say); without it the root is ``"root"``, each input is
+    ``"input<i>"`` and each interior binding is named after its operator.  Matches are
+    grouped as for a rewrite, but intermediates read elsewhere do not hide a match.
+    """
+    from .bindings import FunctionIndex
+
+    if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+        return []
+    index = FunctionIndex.build(func)
+    groups, _ = find_groups(index, pattern, allow_escaping_intermediates=True)
+    found = []
+    for group in groups:
+        m = group.match
+        entry: dict[str, Any] = {"root": group.root_var}
+        if roles:
+            for role, pat in roles.items():
+                if pat in m.captures:
+                    entry[role] = m.bound_vars.get(pat, m.captures[pat])
+        else:
+            for i, expr in enumerate(m.inputs):
+                entry[f"input{i}"] = expr
+        for var in m.internal:  # interior bindings, so the whole match is outlined
+            value = index.binding_at(index.position_of(var)).value
+            name = (C.op_name(value) or type(value).__name__).removeprefix("relax.")
+            role, k = name, 1
+            while role in entry:
+                k += 1
+                role = f"{name}#{k}"
+            entry[role] = var
+        found.append(entry)
+    return found

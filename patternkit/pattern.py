@@ -114,6 +114,12 @@ class DFPattern:
 
         return partition(self, expr, attrs=attrs, check=check)
 
+    def match_bindings(self, func: Any) -> list[dict[str, Any]]:
+        """Every match in ``func`` as ``{role: Var}`` (for ``viz_expr(highlight=...)``)."""
+        from .grouping import match_bindings
+
+        return match_bindings(self, func)
+
     def to_dpl(self):
         """The equivalent ``tvm.relax.dpl`` pattern, for TVM passes such as FuseOpsByPattern."""
         return _to_dpl(self, {})

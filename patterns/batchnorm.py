@@ -68,6 +68,10 @@ class BatchnormCallback(DFPatternCallback):
         gamma, beta, mean, var = (self.params[r].pattern for r in _ROLES)
         self.pattern = gamma * (self.x - mean) / is_op("sqrt")(var + self.eps) + beta
 
+    def roles(self) -> dict[str, DFPattern]:
+        return {"x": self.x, "eps": self.eps,
+                **{role: param.source for role, param in self.params.items()}}
+
     # -- check -----------------------------------------------------------------------------
     def check(self, pre: Any, node_map: NodeMap) -> Any:
         try:

@@ -1,0 +1,216 @@
+"""batchnorm.collapse: every accepted spelling collapses, the numbers stay, others are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+import patternkit as pk
+from patternkit.patterns.batchnorm import BatchnormCallback
+
+RULE = "batchnorm.collapse"
+SPELLINGS = {
+    "relay": lambda x, g, b, m, v, s: g * (x - m) / s + b,
+    "operands_swapped": lambda x, g, b, m, v, s: b + (x - m) * g / s,
+    "gamma_over_sqrt_first": lambda x, g, b, m, v, s: g / s * (x - m) + b,
+    "normalised_then_scaled": lambda x, g, b, m, v, s: (x - m) / s * g + b,
+}
+PARAM_LAYOUTS = {  # parameter shape, x shape, expected axis
+    "C": ((3,), (2, 4, 4, 3), 3),
+    "C11": ((3, 1, 1), (2, 3, 4, 4), 1),
+    "1C11": ((1, 3, 1, 1), (2, 3, 4, 4), 1),
+}
+
+
+def build(spelling: str, layout: str, eps=1e-5, eps_dtype="float32") -> tvm.IRModule:
+    param_shape, x_shape, _ = PARAM_LAYOUTS[layout]
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    g, b, m, v = (relax.Var(n, relax.TensorType(param_shape, "float32"))
+                  for n in ("gamma", "beta", "mean", "var"))
+    eps_expr = relax.const(eps, eps_dtype) if not isinstance(eps, relax.Expr) else eps
+    sqrt = relax.op.sqrt(v + eps_expr)
+    return pk.from_expr(SPELLINGS[spelling](x, g, b, m, v, sqrt))
+
+
+def batch_norm_calls(mod: tvm.IRModule) -> list:
+    return [b.value for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.batch_norm"]
+
+
+def collapse(mod, **kwargs):
+    log = pk.RewriteLog()
+    return pk.rewrite(BatchnormCallback(), mod, log=log, **kwargs), log
+
+
+def test_batchnorm_collapse_gives_the_expected_module():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
+                 beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
+                 var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+            with R.dataflow():
+                a = R.subtract(x, mean)
+                b = R.multiply(gamma, a)
+                c = R.add(var, R.const(1e-5, "float32"))
+                d = R.sqrt(c)
+                e = R.divide(b, d)
+                out = R.add(e, beta)
+                R.output(out)
+            return out
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
+                 beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
+                 var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+            with R.dataflow():
+                g = R.reshape(gamma, R.shape([3]))
+                b = R.reshape(beta, R.shape([3]))
+                m = R.reshape(mean, R.shape([3]))
+                v = R.reshape(var, R.shape([3]))
+                bn = R.nn.batch_norm(x, g, b, m, v, axis=1, epsilon=float(np.float32(1e-5)),
+                                     training=False)
+                out = bn[0]
+                R.output(out)
+            return out
+
+    after, log = collapse(Before)
+    tvm.ir.assert_structural_equal(after, Expected)
+    assert log.count(RULE) == 1
+    pk.assert_same_numerics(Before, after, positive=("var",), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", sorted(PARAM_LAYOUTS))
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_batchnorm_collapse_handles_every_spelling_and_layout(spelling, layout):
+    before = build(spelling, layout)
+    after, log = collapse(before)
+    (bn,) = batch_norm_calls(after)
+    assert int(bn.attrs.axis) == PARAM_LAYOUTS[layout][2]
+    assert not bool(bn.attrs.training)
+    assert abs(float(bn.attrs.epsilon) - 1e-5) < 1e-10
+    assert log.count(RULE) == 1
+    assert relax.analysis.check_well_formed(after)
+    pk.assert_same_numerics(before, after, positive=("var",), rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_collapse_undoes_decompose_ops_for_inference():
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
+    params = [relax.const(rng.uniform(0.5, 1.5, 3).astype("float32")) for _ in range(4)]
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            bn = bb.emit(relax.op.nn.batch_norm(x, *params, axis=1, training=False))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    original = bb.get()
+    decomposed = relax.transform.DecomposeOpsForInference()(original)
+    assert not batch_norm_calls(decomposed)
+    after, _ = collapse(decomposed)
+    (bn,) = batch_norm_calls(after)
+    # expand_dims of the (C,) parameters is looked through: the constants are used as is.
+    assert all(arg.same_as(p) for arg, p in zip(bn.args[1:], params))
+    ops = {b.value.op.name for b in after["main"].body.blocks[0].bindings
+           if isinstance(b.value, relax.Call)}
+    assert ops == {"relax.nn.batch_norm"}
+    pk.assert_same_numerics(original, after, rtol=1e-5, atol=1e-5)
+
+
+def test_seed_single_and_double_batchnorm(bn_vars, make_bn):
+    x, gamma, beta, mean, var = bn_vars
+    single = make_bn(x, gamma, beta, mean, var)
+    double = make_bn(single, gamma, beta, mean, var)
+    for expr, count in ((single, 1), (double, 2)):
+        mod = pk.from_expr(expr)
+        after, log = collapse(mod)
+        assert len(batch_norm_calls(after)) == count and log.count(RULE) == count
+        pk.assert_same_numerics(mod, after, positive=("var",), rtol=1e-5, atol=1e-5)
+    # The Relay way: a bare expression in, a bare expression out.
+    out = BatchnormCallback().rewrite(single)
+    assert isinstance(out, relax.TupleGetItem) and out.tuple_value.op.name == "relax.nn.batch_norm"
+
+
+def test_constant_parameters_are_folded_to_per_channel_constants():
+    rng = np.random.default_rng(1)
+    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
+    g, b, m = (relax.const(rng.standard_normal((3, 1, 1)).astype("float32")) for _ in range(3))
+    v = relax.const(rng.uniform(0.5, 1.5, (3, 1, 1)).astype("float32"))
+    mod = pk.from_expr(g * (x - m) / relax.op.sqrt(v + relax.const(1e-3, "float32")) + b)
+    after, _ = collapse(mod)
+    (bn,) = batch_norm_calls(after)
+    assert all(isinstance(a, tvm.ir.GenericConst) and a.value.shape == (3,) for a in bn.args[1:])
+    pk.assert_same_numerics(mod, after, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("full_gamma", "gamma has shape (2, 3, 4, 4): a per-channel parameter varies along exactly one axis"),
+    ("vector_eps", "epsilon must be a scalar constant"),
+    ("axes_disagree", "parameters broadcast along different axes"),
+    ("scalar_gamma", "gamma has shape (1, 1, 1): a per-channel parameter varies along exactly"),
+])
+def test_batchnorm_collapse_refuses_non_batchnorms_and_says_why(case, reason):
+    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
+    shapes = {"gamma": (3, 1, 1), "beta": (3, 1, 1), "mean": (3, 1, 1), "var": (3, 1, 1)}
+    eps = relax.const(1e-5, "float32")
+    if case == "full_gamma":
+        shapes["gamma"] = (2, 3, 4, 4)
+    elif case == "vector_eps":
+        eps = relax.const(np.full((3, 1, 1), 1e-5, "float32"))
+    elif case == "axes_disagree":
+        x = relax.Var("x", relax.TensorType((2, 3, 4, 3), "float32"))
+        shapes["beta"] = (3,)
+    elif case == "scalar_gamma":
+        shapes["gamma"] = (1, 1, 1)
+    g, b, m, v = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in shapes.items())
+    mod = pk.from_expr(g * (x - m) / relax.op.sqrt(v + eps) + b)
+    after, log = collapse(mod)
+    assert not batch_norm_calls(after)
+    tvm.ir.assert_structural_equal(after, mod)
+    assert any(reason in r for r in log.reasons(RULE)), log.reasons(RULE)
+
+
+def test_batchnorm_collapse_does_not_fire_on_minus_beta_or_variable_epsilon():
+    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
+    g, b, m, v = (relax.Var(n, relax.TensorType((3, 1, 1), "float32"))
+                  for n in ("gamma", "beta", "mean", "var"))
+    eps_var = relax.Var("eps", relax.TensorType((), "float32"))
+    minus_beta = g * (x - m) / relax.op.sqrt(v + relax.const(1e-5, "float32")) - b
+    variable_eps = g * (x - m) / relax.op.sqrt(v + eps_var) + b
+    for expr in (minus_beta, variable_eps):
+        mod = pk.from_expr(expr)
+        after, log = collapse(mod)
+        tvm.ir.assert_structural_equal(after, mod)
+        assert log.count() == 0
+
+
+def test_collapsed_module_prints_and_reparses():
+    after, _ = collapse(build("relay", "C11"))
+    reparsed = tvm.script.from_source(after.script())
+    tvm.ir.assert_structural_equal(reparsed, after)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(channels=st.integers(2, 6), spelling=st.sampled_from(sorted(SPELLINGS)),
+       layout=st.sampled_from(["C11", "1C11"]), eps=st.sampled_from([1e-5, 1e-3, 0.1]),
+       batch=st.integers(1, 3))
+def test_every_generated_batchnorm_collapses_with_the_same_numbers(channels, spelling, layout,
+                                                                   eps, batch):
+    shape = (channels, 1, 1) if layout == "C11" else (1, channels, 1, 1)
+    x = relax.Var("x", relax.TensorType((batch, channels, 3, 2), "float32"))
+    g, b, m, v = (relax.Var(n, relax.TensorType(shape, "float32"))
+                  for n in ("gamma", "beta", "mean", "var"))
+    sqrt = relax.op.sqrt(v + relax.const(eps, "float32"))
+    mod = pk.from_expr(SPELLINGS[spelling](x, g, b, m, v, sqrt))
+    after, log = collapse(mod)
+    assert log.count(RULE) == 1 and len(batch_norm_calls(after)) == 1
+    pk.assert_same_numerics(mod, after, positive=("var",), rtol=1e-5, atol=1e-5)
