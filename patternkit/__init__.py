@@ -6,6 +6,7 @@ This module only re-exports the public API; see the submodules for the code.
 from .callback import DFPatternCallback, NodeMap
 from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
                      RewriteDidNotConverge)
+from .explain import explain
 from .exprs import from_expr, to_expr
 from .grouping import reject
 from .matcher import Match, find_match, match
@@ -28,7 +29,7 @@ __all__ = [
     "TypePattern", "DataTypePattern", "ShapePattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
-    "match", "find_match", "Match",
+    "match", "find_match", "Match", "explain",
     # rewriting and partitioning
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition",

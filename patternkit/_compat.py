@@ -108,11 +108,25 @@ def const_to_numpy(expr: Any) -> np.ndarray:
     raise TypeError(f"expected a constant, found {type(expr).__name__}")
 
 
+_OP_NAMES: dict[int, str] = {}  # Op handle -> name; operators live as long as TVM
+
+
 def op_name(expr: Any) -> str | None:
-    """``"relax.add"`` for a call to an operator, ``None`` for anything else."""
-    if isinstance(expr, Call) and isinstance(expr.op, Op):
-        return expr.op.name
-    return None
+    """``"relax.add"`` for a call to an operator, ``None`` for anything else.
+
+    Exact type checks and a per-operator cache: this runs on every binding of every
+    pass, and TVM's classes use ``ABCMeta``, which makes ``isinstance`` slow.
+    """
+    if type(expr) is not Call:
+        return None
+    op = expr.op
+    if type(op) is not Op:
+        return None
+    key = op.__chandle__()
+    name = _OP_NAMES.get(key)
+    if name is None:
+        name = _OP_NAMES[key] = op.name
+    return name
 
 
 def static_shape(ty: Any) -> tuple | None:

@@ -123,6 +123,8 @@ class FunctionIndex:
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
+    keys : list of list of (handle, removable), per block, parallel to ``blocks``;
+        ``removable`` marks pure dataflow bindings a rewrite may delete once unused.
     """
 
     func: relax.Function
@@ -133,6 +135,7 @@ class FunctionIndex:
     by_key: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     call_args: dict = field(default_factory=dict)
+    keys: list = field(default_factory=list)
 
     @classmethod
     def build(cls, func: relax.Function) -> "FunctionIndex":
@@ -142,15 +145,19 @@ class FunctionIndex:
             bindings = list(C.array_items(block.bindings))
             index.blocks.append(bindings)
             table: dict[Any, Any] = {}
-            is_dataflow = isinstance(block, relax.DataflowBlock)
+            keys = []
+            is_dataflow = type(block) is relax.DataflowBlock
             for j, binding in enumerate(bindings):
                 var, value = binding.var, binding.value
                 key = handle(var)
                 index.position[key] = (bi, j)
-                if isinstance(binding, relax.VarBinding):
-                    if is_pure_value(value):
+                pure = False
+                if type(binding) is relax.VarBinding:
+                    pure = is_pure_value(value)
+                    if pure:
                         table[key] = value
                     index.by_key.setdefault(binding_key(value), []).append((bi, j))
+                keys.append((key, pure and type(var) is relax.DataflowVar))
                 reads = [handle(v) for v in used_vars(value, index.call_args)]
                 index.reads[key] = reads
                 for used in reads:
@@ -158,6 +165,7 @@ class FunctionIndex:
                 if is_dataflow and type(var) is not relax.DataflowVar:
                     index.users.setdefault(key, []).append(ESCAPES)
             index.values.append(table)
+            index.keys.append(keys)
         for used in used_vars(seq.body):
             index.users.setdefault(handle(used), []).append(ESCAPES)
         return index
@@ -185,27 +193,23 @@ class FunctionIndex:
 
 
 def live_vars(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
-    """Handles of the Vars whose bindings are needed, with ``replaced`` values substituted.
+    """Handles of the Vars whose bindings are kept, with ``replaced`` values substituted.
 
-    One reverse pass: the function result, block outputs and impure bindings are live;
-    a live binding makes every Var its (new) value reads live.
+    One reverse pass: the function result, block outputs, impure bindings and bindings
+    nobody read in the first place (dead code that was already there is not ours to
+    delete) are kept; a kept binding keeps every Var its (new) value reads.
     """
+    users, reads_of = index.users, index.reads
     live = {handle(v) for v in used_vars(index.func.body.body)}
-    for block in reversed(index.blocks):
-        for binding in reversed(block):
-            var = binding.var
-            key = handle(var)
+    for keys in reversed(index.keys):
+        for key, removable in reversed(keys):
             if key in replaced:
                 value = replaced[key]
-                reads = [handle(v) for v in used_vars(value, index.call_args)]
+                reads = [handle(v) for v in used_vars(value)]
+                removable = removable and is_pure_value(value)
             else:
-                value = binding.value
-                reads = index.reads[key]
-            # Non-dataflow Vars are user-visible (block outputs, plain-block bindings):
-            # a rewrite never deletes them, even when nothing reads them any more.
-            keep = (key in live or type(var) is not relax.DataflowVar
-                    or not isinstance(binding, relax.VarBinding) or not is_pure_value(value))
-            if keep:
+                reads = reads_of[key]
+            if key in live or not removable or key not in users:
                 live.add(key)
                 live.update(reads)
     return live

@@ -157,43 +157,53 @@ class Matcher:
         return True
 
     def _dispatch(self, pattern: DFPattern, expr: Any) -> tuple[bool, Any, Any]:
-        if isinstance(pattern, WildcardPattern):
+        handler = _HANDLERS.get(type(pattern))
+        if handler is None:  # a user subclass of a pattern class
+            handler = next((h for cls, h in _HANDLERS.items() if isinstance(pattern, cls)), None)
+            if handler is None:
+                raise PatternError(f"unsupported pattern node {type(pattern).__name__}")
+        return handler(self, pattern, expr)
+
+    def _on_wildcard(self, pattern: WildcardPattern, expr: Any):
+        self._add_input(expr)
+        return True, expr, None
+
+    def _on_var(self, pattern: VarPattern, expr: Any):
+        ok = (isinstance(expr, relax.Var) and self._lookup(expr) is None
+              and (not pattern.name or C.var_name(expr) == pattern.name))
+        if ok:
             self._add_input(expr)
-            return True, expr, None
-        if isinstance(pattern, VarPattern):
-            ok = (isinstance(expr, relax.Var) and self._lookup(expr) is None
-                  and (not pattern.name or C.var_name(expr) == pattern.name))
-            if ok:
-                self._add_input(expr)
-            return ok, expr, None
-        if isinstance(pattern, ExprPattern):
-            return self._match_expr(pattern, expr)
-        if isinstance(pattern, ConstantPattern):
-            value, via = self._resolve(expr)
-            ok = C.is_constant(value)
-            return ok, (expr if via is None else value), via
-        if isinstance(pattern, CallPattern):
-            value, via = self._resolve(expr)
-            return self._match_call(pattern, value), value, via
-        if isinstance(pattern, TuplePattern):
-            value, via = self._resolve(expr)
-            return self._match_tuple(pattern, value), value, via
-        if isinstance(pattern, TupleGetItemPattern):
-            value, via = self._resolve(expr)
-            return self._match_tuple_get_item(pattern, value), value, via
-        if isinstance(pattern, AltPattern):
-            mark = self._mark()
-            if self._visit(pattern.left, expr):
-                return True, self._memo[pattern.left], self._via.get(pattern.left)
-            self._rollback(mark)
-            ok = self._visit(pattern.right, expr)
-            return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
-        if isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
-            if not self._visit(pattern.pattern, expr):
-                return False, None, None
-            inner = self._memo[pattern.pattern]
-            return self._check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
-        raise PatternError(f"unsupported pattern node {type(pattern).__name__}")
+        return ok, expr, None
+
+    def _on_constant(self, pattern: ConstantPattern, expr: Any):
+        value, via = self._resolve(expr)
+        return C.is_constant(value), (expr if via is None else value), via
+
+    def _on_call(self, pattern: CallPattern, expr: Any):
+        value, via = self._resolve(expr)
+        return self._match_call(pattern, value), value, via
+
+    def _on_tuple(self, pattern: TuplePattern, expr: Any):
+        value, via = self._resolve(expr)
+        return self._match_tuple(pattern, value), value, via
+
+    def _on_tuple_get_item(self, pattern: TupleGetItemPattern, expr: Any):
+        value, via = self._resolve(expr)
+        return self._match_tuple_get_item(pattern, value), value, via
+
+    def _on_alt(self, pattern: AltPattern, expr: Any):
+        mark = self._mark()
+        if self._visit(pattern.left, expr):
+            return True, self._memo[pattern.left], self._via.get(pattern.left)
+        self._rollback(mark)
+        ok = self._visit(pattern.right, expr)
+        return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
+
+    def _on_constraint(self, pattern: DFPattern, expr: Any):
+        if not self._visit(pattern.pattern, expr):
+            return False, None, None
+        inner = self._memo[pattern.pattern]
+        return self._check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
 
     def _add_input(self, expr: Any) -> None:
         if isinstance(expr, tvm.ir.Op):
@@ -332,6 +342,22 @@ class Matcher:
         return False
 
 
+_HANDLERS = {
+    WildcardPattern: Matcher._on_wildcard,
+    VarPattern: Matcher._on_var,
+    ExprPattern: Matcher._match_expr,
+    ConstantPattern: Matcher._on_constant,
+    CallPattern: Matcher._on_call,
+    TuplePattern: Matcher._on_tuple,
+    TupleGetItemPattern: Matcher._on_tuple_get_item,
+    AltPattern: Matcher._on_alt,
+    AttrPattern: Matcher._on_constraint,
+    TypePattern: Matcher._on_constraint,
+    DataTypePattern: Matcher._on_constraint,
+    ShapePattern: Matcher._on_constraint,
+}
+
+
 def _op_of(pattern: CallPattern) -> str | None:
     op = pattern.op
     if isinstance(op, ExprPattern) and isinstance(op.expr, tvm.ir.Op):
@@ -450,9 +476,9 @@ _PURITY: dict[int, bool] = {}  # Op handle -> FPurity; operators live as long as
 
 def is_pure_value(value: Any) -> bool:
     """Values the matcher may look through: anything but calls with side effects."""
-    if isinstance(value, relax.Call):
+    if type(value) is relax.Call:
         op = value.op
-        if isinstance(op, tvm.ir.Op):
+        if type(op) is tvm.ir.Op:
             key = C.handle(op)
             if key not in _PURITY:
                 try:

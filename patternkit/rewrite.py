@@ -288,24 +288,23 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
     Each replacement is normalised where it stands, so nested calls in it become new
     bindings right before it; everything else is re-emitted as it was.
     """
-    live_before = live_vars(index, {})
-    live_after = live_vars(index, replacements)
+    kept = live_vars(index, replacements)
     bb = relax.BlockBuilder()
     blocks = []
-    for block, bindings in zip(C.array_items(func.body.blocks), index.blocks):
-        is_dataflow = isinstance(block, relax.DataflowBlock)
-        kept = []
-        for binding in bindings:
-            key = C.handle(binding.var)
-            if key in live_before and key not in live_after:
+    for block, bindings, keys in zip(C.array_items(func.body.blocks), index.blocks, index.keys):
+        is_dataflow = type(block) is relax.DataflowBlock
+        emitted = []
+        for binding, (key, _) in zip(bindings, keys):
+            if key not in kept:
                 continue
             if key in replacements:
-                kept.extend(_replacement_bindings(bb, binding, replacements[key], is_dataflow,
-                                                  rule_name, func_name))
+                emitted.extend(_replacement_bindings(bb, binding, replacements[key], is_dataflow,
+                                                     rule_name, func_name))
             else:
-                kept.append(binding)
-        if kept:
-            blocks.append(relax.DataflowBlock(kept) if is_dataflow else relax.BindingBlock(kept))
+                emitted.append(binding)
+        if emitted:
+            blocks.append(relax.DataflowBlock(emitted) if is_dataflow
+                          else relax.BindingBlock(emitted))
     body = relax.SeqExpr(blocks, func.body.body)
     new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
     # One linear C++ call that gives the new SeqExpr its type (bindings are already normal).

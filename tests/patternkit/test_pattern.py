@@ -169,3 +169,17 @@ def test_to_dpl_gives_an_equivalent_tvm_pattern(make_var):
     assert not dpl.match(relax.op.nn.gelu(conv))
     with pytest.raises(pk.PatternError, match="no tvm.relax.dpl equivalent"):
         pk.is_tuple(None).to_dpl()
+
+
+def test_explain_points_at_the_deepest_mismatch(make_var, make_bn):
+    x = make_var("x", (2, 3, 4, 4))
+    g, b, m, v = (make_var(n, (3, 1, 1)) for n in ("gamma", "beta", "mean", "var"))
+    minus_beta = g * (x - m) / relax.op.sqrt(v + relax.const(1e-5, "float32")) - b
+    pattern = (pk.wildcard() * (pk.wildcard() - pk.wildcard())
+               / pk.is_op("sqrt")(pk.wildcard() + pk.is_constant()) + pk.wildcard())
+    assert pk.explain(pattern, make_bn(x, g, b, m, v)) == "matched"
+    why = pk.explain(pattern, minus_beta)
+    assert why.startswith("no match: add") and "R.subtract" in why
+    eps_var = make_var("eps", ())
+    variable_eps = g * (x - m) / relax.op.sqrt(v + eps_var) + b
+    assert "const (depth" in pk.explain(pattern, variable_eps)
