@@ -45,7 +45,7 @@ from tvm import relax
 
 from . import _compat as C
 from .composite import COMPOSITE, PatternTable, PatternTableError, merge_composite
-from .errors import PatternkitError
+from .errors import MalformedIRError, PatternkitError
 from .exprs import rewritable_functions
 from .opnames import relax_op_name, relay_short_name
 from .pattern import is_op, wildcard
@@ -53,6 +53,7 @@ from .pattern import is_op, wildcard
 logger = logging.getLogger(__name__)
 
 CODEGEN = "Codegen"
+HELD = "patternkit.HeldComposite"
 COMPILER = "Compiler"
 
 
@@ -135,26 +136,56 @@ def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = No
         Merge adjacent composites of one compiler into one function (never creating a
         cycle); otherwise one external function per composite.
     """
-    if isinstance(compiler, str):
-        compilers = {_compiler_name(compiler, "PartitionGraph")}
-    elif compiler is None:
-        compilers = None
-    else:
-        compilers = {_compiler_name(c, "PartitionGraph") for c in compiler}
+    compilers = _compilers(compiler)
     with C.gc_paused():
         lifted, order = _lift_composites(mod, compilers, wrap=not merge)
         if not order:
             return mod
         if merge:
             lifted = relax.transform.MergeCompositeFunctions()(lifted)
+            lifted = _inline_other_codegens(lifted, set(order))
         return _name_external_functions(lifted, mod)
+
+
+def _compilers(compiler) -> set[str] | None:
+    if compiler is None:
+        return None
+    if isinstance(compiler, str) or not isinstance(compiler, Iterable):
+        return {_compiler_name(compiler, "PartitionGraph")}
+    return {_compiler_name(c, "PartitionGraph") for c in compiler}
+
+
+def _inline_other_codegens(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModule:
+    """Undo the external functions ``MergeCompositeFunctions`` made for other compilers.
+
+    Their composites come back as local functions, as ``MergeComposite`` made them.
+    """
+    from .defuse import defuse
+
+    held, functions = False, {}
+    for gv, func in mod.functions.items():
+        codegen = C.function_attr(func, CODEGEN)
+        if codegen is not None and str(codegen) in selected:
+            func = func.without_attr(CODEGEN).with_attr(HELD, str(codegen))
+        elif codegen is not None:
+            held = True
+        functions[gv] = func
+    if not held:
+        return mod
+    out = defuse(C.copy_module(mod, functions), "codegen")
+    functions = {}
+    for gv, func in out.functions.items():
+        codegen = C.function_attr(func, HELD)
+        if codegen is not None:
+            func = func.without_attr(HELD).with_attr(CODEGEN, str(codegen))
+        functions[gv] = func
+    return C.copy_module(out, functions)
 
 
 def PartitionGraph(compiler: str | Iterable[str] | None = None, *,  # noqa: N802 (TVM style)
                    merge: bool = True) -> tvm.transform.Pass:
     """:func:`partition_graph` as a module pass (Relay's ``PartitionGraph``)."""
-    if isinstance(compiler, str):
-        _compiler_name(compiler, "PartitionGraph")
+    _compilers(compiler)
 
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return partition_graph(mod, compiler, merge=merge)
@@ -206,13 +237,28 @@ def _lift_in_function(bb, func_name, func, compilers, wrap, order):
                     locals_[C.handle(binding.var)] = (value, codegen)
                     changed = True
                     continue
+                if not wrap and C.function_attr(value, COMPOSITE) is not None:
+                    # MergeCompositeFunctions cannot walk local functions, so the other
+                    # compilers' composites go global too; they are inlined back after.
+                    locals_[C.handle(binding.var)] = (value, None)
+                    changed = True
+                    continue
+                if not wrap:
+                    raise MalformedIRError(
+                        f"PartitionGraph: function '{func_name}' binds a local function "
+                        f"'{C.var_name(binding.var)}' that is not a composite; lift it "
+                        f"(relax.transform.LambdaLift) or inline it (DefuseOps) first")
             if (isinstance(value, relax.Call) and isinstance(value.op, relax.Var)
                     and C.handle(value.op) in locals_):
                 composite, codegen = locals_[C.handle(value.op)]
-                gv = (_wrap_external(bb, composite, codegen, func_name, len(order)) if wrap
-                      else bb.add_func(composite.with_attr("Primitive", True),
-                                       f"{func_name}_{C.var_name(binding.var)}_composite"))
-                order.append(codegen)
+                if codegen is None:
+                    gv = bb.add_func(composite.with_attr("Primitive", True),
+                                     f"{func_name}_{C.var_name(binding.var)}_other")
+                else:
+                    gv = (_wrap_external(bb, composite, codegen, func_name, len(order)) if wrap
+                          else bb.add_func(composite.with_attr("Primitive", True),
+                                           f"{func_name}_{C.var_name(binding.var)}_composite"))
+                    order.append(codegen)
                 call = _normalized_call(bb, gv, list(C.array_items(value.args)),
                                         isinstance(block, relax.DataflowBlock))
                 kept.append(relax.VarBinding(binding.var, call))

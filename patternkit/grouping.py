@@ -102,13 +102,15 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     for position in reversed(index.candidates(root_op_names(pattern))):
         binding = index.binding_at(position)
         var = binding.var
-        if C.handle(var) in claimed:
+        root_key = C.handle(var)
+        if root_key in claimed:
             continue
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue
         name = C.var_name(var)
-        overlap = next((v for v in found.internal if C.handle(v) in claimed), None)
+        overlap = next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
+                       None)
         if overlap is not None:
             skipped.append(Skipped(name, f"overlaps a match that already claimed "
                                          f"'{C.var_name(overlap)}'"))
@@ -124,17 +126,18 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
             if reason is not None:
                 skipped.append(Skipped(name, reason))
                 continue
-        claimed.add(C.handle(var))
-        claimed.update(C.handle(v) for v in found.internal)
+        claimed.add(root_key)
+        claimed.update(found.internal_keys)
         groups.append(group)
     groups.reverse()
     return groups, skipped
 
 
 def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
-    members = {C.handle(v) for v in group.interior}
-    for var in group.match.internal:
-        for user in index.users.get(C.handle(var), ()):
+    members = set(group.match.internal_keys)
+    members.add(C.handle(group.root_var))
+    for var, key in zip(group.match.internal, group.match.internal_keys):
+        for user in index.users.get(key, ()):
             if user is ESCAPES:
                 return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                         f"the function")

@@ -60,6 +60,8 @@ class Match:
     inputs : list
         Expressions captured by wildcards and variable patterns, de-duplicated, in
         pattern order: the match's inputs.
+    internal_keys : list
+        Handles of ``internal`` (:func:`patternkit._compat.handle`), same order.
     """
 
     root: Any
@@ -67,6 +69,7 @@ class Match:
     bound_vars: dict = field(default_factory=dict)
     internal: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
+    internal_keys: list = field(default_factory=list)
 
 
 class Matcher:
@@ -101,7 +104,8 @@ class Matcher:
             return None
         captures = dict(self._memo)
         return Match(root=expr, captures=captures, bound_vars=dict(self._via),
-                     internal=list(self._internal.values()), inputs=list(self._inputs.values()))
+                     internal=list(self._internal.values()), inputs=list(self._inputs.values()),
+                     internal_keys=list(self._internal))
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _mark(self) -> int:
@@ -143,17 +147,26 @@ class Matcher:
 
     # -- dispatch ------------------------------------------------------------------------
     def _visit(self, pattern: DFPattern, expr: Any) -> bool:
-        if pattern in self._memo:
-            return self._same(self._memo[pattern], expr)
-        mark = self._mark()
-        matched, value, via = self._dispatch(pattern, expr)
+        # The hot path of every rewrite: kept flat on purpose (no helper calls for the
+        # memo, the trail mark or the dispatch).
+        memo = self._memo
+        if pattern in memo:
+            return self._same(memo[pattern], expr)
+        trail = self._trail
+        mark = len(trail)
+        handler = _HANDLERS.get(type(pattern))
+        if handler is None:
+            matched, value, via = self._dispatch(pattern, expr)
+        else:
+            matched, value, via = handler(self, pattern, expr)
         if not matched:
-            self._rollback(mark)
+            if len(trail) > mark:
+                self._rollback(mark)
             return False
-        self._memo[pattern] = value
+        memo[pattern] = value
         if via is not None:
             self._via[pattern] = via
-        self._trail.append(("memo", pattern))
+        trail.append(("memo", pattern))
         return True
 
     def _dispatch(self, pattern: DFPattern, expr: Any) -> tuple[bool, Any, Any]:
@@ -263,7 +276,11 @@ class Matcher:
         return False
 
     def _match_args(self, patterns: list[DFPattern], args: list[Any]) -> bool:
-        return all(self._visit(p, a) for p, a in zip(patterns, args))
+        visit = self._visit
+        for p, a in zip(patterns, args):
+            if not visit(p, a):
+                return False
+        return True
 
     def _match_associated(self, pattern: CallPattern, call: relax.Call) -> bool:
         """Relay's divide/multiply re-association (see the module docstring)."""

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import tvm
-from tvm import relax
 
 from . import _compat as C
 from .composite import CompositeLog, PatternTable, composite_counts, merge_composite

@@ -265,7 +265,7 @@ def _call_rule(rule: DFPatternCallback, func_name: str, group: Group) -> Any:
             rule.rule_name, describe_binding(func_name, group.binding))
     if result.same_as(pre) or result.same_as(group.root_var):
         return None
-    if C.structural_equal(result, pre):
+    if type(result) is type(pre) and C.structural_equal(result, pre):
         return None
     return result
 

@@ -1,0 +1,98 @@
+"""MergeComposite vs TVM's FuseOpsByPattern on a ResNet-style chain (16, 50, 160 blocks).
+
+Run ``python benchmarks/bench_composite.py`` (``--blocks 16 50 160``, ``--repeat 5``).
+The chain is ``conv2d -> batch_norm -> relu`` blocks with a residual ``add`` every second
+block (the shape of ResNet's basic blocks), built with constant weights; batch norms are
+folded into conv + bias first with :class:`patterns.conv.BatchnormFoldIntoConv` (not
+timed, as Relay's ``prerequisite_optimize``).  Then, on the same module and the same
+pattern table (``conv2d -> optional add -> optional relu`` and a residual ``add -> relu``):
+
+* ``MergeComposite(table)``  (patternkit, local composite functions, Relay semantics);
+* ``FuseOpsByPattern(table.to_fusion_patterns())``  (TVM, private global functions).
+
+Reported: best-of-``repeat`` seconds for each, the ratio, and microseconds per block
+(flat across sizes means linear).  Target: ratio <= 2 and linear growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from tvm import relax
+
+import patternkit as pk
+from patternkit.composite import MergeComposite, PatternTable, composite_counts
+from patternkit.pattern import is_op, wildcard
+from patternkit.patterns.conv import BatchnormFoldIntoConv, conv2d_add_relu
+
+
+def resnet_chain(blocks: int, channels: int = 8, size: int = 8, seed: int = 0):
+    """``blocks`` x (conv3x3 -> BN -> relu), residual add + relu after every second one."""
+    rng = np.random.default_rng(seed)
+
+    def const(*shape, low=None):
+        arr = rng.uniform(0.5, 1.5, shape) if low else rng.standard_normal(shape) * 0.1
+        return relax.const(arr.astype("float32"))
+
+    x = relax.Var("x", relax.TensorType((1, channels, size, size), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            v = skip = x
+            for i in range(blocks):
+                c = bb.emit(relax.op.nn.conv2d(v, const(channels, channels, 3, 3), padding=1))
+                bn = bb.emit(relax.op.nn.batch_norm(c, const(channels, low=True), const(channels),
+                                                    const(channels), const(channels, low=True),
+                                                    axis=1, training=False))
+                y = bb.emit(relax.TupleGetItem(bn, 0))
+                if i % 2 == 1:
+                    y = bb.emit(relax.op.add(y, skip))
+                v = bb.emit(relax.op.nn.relu(y))
+                if i % 2 == 1:
+                    skip = v
+            out = bb.emit_output(v)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def table() -> PatternTable:
+    return PatternTable([
+        ("ccompiler.conv_add_relu", conv2d_add_relu()),
+        ("ccompiler.add_relu", is_op("nn.relu")(is_op("add")(wildcard(), wildcard()))),
+    ])
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, nargs="+", default=[16, 50, 160])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    tab = table()
+    merge = MergeComposite(tab)
+    fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
+    print(f"{'blocks':>6} {'bindings':>8} {'MergeComposite s':>16} {'FuseOpsByPattern s':>18} "
+          f"{'ratio':>6} {'us/block (MC)':>13}  composites")
+    for n in args.blocks:
+        mod = pk.rewrite([BatchnormFoldIntoConv()], resnet_chain(n))
+        bindings = sum(len(b.bindings) for b in mod["main"].body.blocks)
+        t_mc, out_mc = best(lambda: merge(mod), args.repeat)
+        t_fu, out_fu = best(lambda: fuse(mod), args.repeat)
+        counts_mc, counts_fu = composite_counts(out_mc), composite_counts(out_fu)
+        assert counts_mc == counts_fu, (counts_mc, counts_fu)
+        print(f"{n:>6} {bindings:>8} {t_mc:>16.4f} {t_fu:>18.4f} {t_mc / t_fu:>6.2f} "
+              f"{1e6 * t_mc / n:>13.0f}  {counts_mc}")
+
+
+if __name__ == "__main__":
+    main()

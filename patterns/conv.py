@@ -1,0 +1,246 @@
+"""Convolutions for external compilers: ``conv2d -> [bias add] -> [relu]`` composites,
+and the batch-norm folding that has to run first.
+
+Recognises
+
+* :func:`conv2d_add_relu` / :class:`ConvAddReluComposite`: ``nn.conv2d`` followed by an
+  optional ``add`` and an optional ``nn.relu``, Relay's ``make_conv_add_relu_pattern``.
+  The composite's ``PartitionedFromPattern`` is ``"nn.conv2d_add_nn.relu_"``,
+  ``"nn.conv2d_add_"``, ``"nn.conv2d_nn.relu_"`` or ``"nn.conv2d_"``.  The bias may be a
+  constant or a variable shaped as real frontends produce it: ``(1, C, 1, 1)`` (torch's
+  ``reshape`` of the conv bias, folded or not, and ``FoldBatchnormToConv2D``),
+  ``(C, 1, 1)`` (Relay's ``prerequisite_optimize``), or ``(C,)`` for ``NHWC`` outputs.
+  :class:`ConvAddReluComposite` checks that the added tensor really is a per-channel
+  bias (one non-unit dimension, on the output's channel axis); the Relay-faithful
+  :func:`conv2d_add_relu` pattern, like Relay's, accepts any added tensor.
+* :class:`BatchnormFoldIntoConv`: ``conv2d(x, W) [+ b] -> batch_norm(...)[0]`` with ``W``,
+  ``b`` and the four batch-norm parameters constant and ``training=False``, rewritten to
+  ``conv2d(x, W * s) + ((b - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``:
+  what Relay's ``prerequisite_optimize`` (SimplifyInference + FoldScaleAxis) did before
+  ``MergeComposite``.  Unlike TVM's ``FoldBatchnormToConv2D`` it accepts the conv bias
+  that the torch importer places between the conv and the batch norm (a constant, or a
+  ``reshape`` of one), checks ``training``, and folds the constants itself (no
+  ``FoldConstant`` needed).
+
+Deliberately not covered: ``conv2d_transpose``, 1-D and 3-D convolutions, layouts other
+than ``OIHW`` kernels for the fold, non-constant weights or batch-norm parameters (bind
+them with ``relax.transform.BindParams`` first), activations other than relu (write
+another :class:`ConvAddReluComposite`-like rule; a cross product of variants is not
+kept here), and batch norms in training mode (they normalise with batch statistics, so
+folding would change the numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit import _compat as C
+from patternkit.callback import DFPatternCallback, NodeMap
+from patternkit.grouping import reject
+from patternkit.pattern import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
+
+_OPTIONAL, _REQUIRED, _ABSENT = "optional", "required", "absent"
+_MODES = (_OPTIONAL, _REQUIRED, _ABSENT)
+
+
+def conv2d_add_relu() -> DFPattern:
+    """Relay's ``conv2d -> optional add -> optional relu`` pattern, in patternkit syntax.
+
+    >>> table = [("ccompiler.conv_add_relu", conv2d_add_relu())]
+    """
+    r = is_op("nn.conv2d")(wildcard(), wildcard())
+    r = is_op("add")(r, wildcard()) | r
+    return r.optional(lambda x: is_op("nn.relu")(x))
+
+
+class ConvAddReluComposite:
+    """``conv2d -> [add per-channel bias] -> [relu]`` as a pattern table entry.
+
+    Parameters
+    ----------
+    compiler : str
+        Prefix of the composite name (the codegen that will take it).
+    bias, relu : {"optional", "required", "absent"}
+        Whether the bias add / the relu may, must or must not follow.
+
+    The name is derived: ``"<compiler>.conv2d"`` + ``"_add"`` unless the bias is absent +
+    ``"_relu"`` unless the relu is absent, + ``"_strict"`` when a part is required.
+    """
+
+    def __init__(self, compiler: str = "byoc", bias: str = _OPTIONAL, relu: str = _OPTIONAL):
+        for role, mode in (("bias", bias), ("relu", relu)):
+            if mode not in _MODES:
+                raise ValueError(f"ConvAddReluComposite: {role} must be one of {_MODES}, "
+                                 f"found {mode!r}")
+        self.bias_mode, self.relu_mode = bias, relu
+        self.x, self.weight, self.bias = wildcard(), wildcard(), wildcard()
+        self.conv = is_op("nn.conv2d")(self.x, self.weight)
+        self.add = is_op("add")(self.conv, self.bias)
+        body = {_OPTIONAL: self.add | self.conv, _REQUIRED: self.add, _ABSENT: self.conv}[bias]
+        self.relu = is_op("nn.relu")(body)
+        self.pattern: DFPattern = {_OPTIONAL: self.relu | body, _REQUIRED: self.relu,
+                                   _ABSENT: body}[relu]
+        strict = _REQUIRED in (bias, relu)
+        self.name = (f"{compiler}.conv2d" + ("" if bias == _ABSENT else "_add")
+                     + ("" if relu == _ABSENT else "_relu") + ("_strict" if strict else ""))
+
+    def check(self, pre: Any, node_map: NodeMap) -> Any:
+        """Accept unless the added tensor is not a per-channel (or scalar) bias."""
+        if self.add not in node_map:
+            return True
+        conv = node_map[self.conv][0]
+        out_ty = C.type_of(node_map.var(self.conv))
+        bias_ty = C.type_of(node_map[self.bias][0])
+        out_shape, bias_shape = C.static_shape(out_ty), C.static_shape(bias_ty)
+        if out_shape is None or bias_shape is None:
+            return reject("the conv output or the bias has no static shape")
+        if C.dtype_of(bias_ty) != C.dtype_of(out_ty):
+            return reject(f"bias dtype {C.dtype_of(bias_ty)} differs from the conv output "
+                          f"dtype {C.dtype_of(out_ty)}")
+        if len(bias_shape) > len(out_shape):
+            return reject(f"bias of shape {bias_shape} has more dimensions than the conv "
+                          f"output {out_shape}")
+        channel_axis = str(conv.attrs.out_layout).index("C")
+        padded = (1,) * (len(out_shape) - len(bias_shape)) + tuple(bias_shape)
+        for axis, dim in enumerate(padded):
+            if dim != 1 and (axis != channel_axis or dim != out_shape[axis]):
+                return reject(f"the added tensor of shape {tuple(bias_shape)} is not a "
+                              f"per-channel bias of the conv output {tuple(out_shape)} "
+                              f"(channel axis {channel_axis})")
+        return True
+
+    def entry(self) -> tuple:
+        """``(name, pattern, check)`` for a pattern table."""
+        return (self.name, self.pattern, self.check)
+
+    # -- self-check example (used by tests and benchmarks) ------------------------------------
+    @staticmethod
+    def example(channels: int = 8, size: int = 16, seed: int = 0) -> tvm.IRModule:
+        """ResNet's first block after batch-norm folding, constants seeded.
+
+        ``conv7x7/2 + bias + relu -> max_pool -> conv3x3 + bias + relu -> conv3x3 + bias``,
+        then the residual ``add`` with the pooled value.
+        """
+        rng = np.random.default_rng(seed)
+
+        def const(*shape):
+            return relax.const((rng.standard_normal(shape) * 0.2).astype("float32"))
+
+        x = relax.Var("x", relax.TensorType((1, 3, size, size), "float32"))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                c = bb.emit(relax.op.nn.conv2d(x, const(channels, 3, 7, 7), strides=2, padding=3))
+                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
+                p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1))
+                c = bb.emit(relax.op.nn.conv2d(p, const(channels, channels, 3, 3), padding=1))
+                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
+                c = bb.emit(relax.op.nn.conv2d(r, const(channels, channels, 3, 3), padding=1))
+                a = bb.emit(relax.op.add(c, const(1, channels, 1, 1)))
+                out = bb.emit_output(relax.op.add(a, p))
+            bb.emit_func_output(out)
+        return bb.get()
+
+
+class BatchnormFoldIntoConv(DFPatternCallback):
+    """Fold an inference ``batch_norm`` into the constant weights and bias of a conv2d."""
+
+    name = "conv.fold_batchnorm"
+
+    def __init__(self, require_type: bool = False, rewrite_once: bool = False):
+        super().__init__(require_type=require_type, rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.weight = is_constant()
+        self.conv = is_op("nn.conv2d")(self.x, self.weight)
+        self.conv_bias = is_constant()
+        self.reshaped_bias = is_op("reshape")(self.conv_bias, wildcard())
+        self.biased = is_op("add")(self.conv, self.reshaped_bias | self.conv_bias)
+        self.gamma, self.beta, self.mean, self.var = (is_constant() for _ in range(4))
+        self.bn = is_op("nn.batch_norm")(self.biased | self.conv, self.gamma, self.beta,
+                                         self.mean, self.var)
+        self.pattern = is_tuple_get_item(self.bn, 0)
+
+    def check(self, pre: Any, node_map: NodeMap) -> Any:
+        bn = node_map[self.bn][0]
+        conv = node_map[self.conv][0]
+        if bool(bn.attrs.training):
+            return reject("batch_norm is in training mode (batch statistics); only an "
+                          "inference batch norm can be folded")
+        if str(conv.attrs.kernel_layout) != "OIHW":
+            return reject(f"kernel layout {conv.attrs.kernel_layout} is not OIHW")
+        out_layout = str(conv.attrs.out_layout)
+        if int(bn.attrs.axis) != out_layout.index("C"):
+            return reject(f"batch_norm axis {int(bn.attrs.axis)} is not the channel axis of "
+                          f"the conv output layout {out_layout}")
+        weight = C.const_to_numpy(node_map[self.weight][0])
+        if not weight.dtype.kind == "f":
+            return reject(f"weight dtype {weight.dtype} is not floating point")
+        channels = weight.shape[0]
+        if self.biased in node_map and C.const_to_numpy(node_map[self.conv_bias][0]).size != channels:
+            return reject("the conv bias is not one value per output channel")
+        return True
+
+    def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
+        bn = node_map[self.bn][0]
+        conv = node_map[self.conv][0]
+        weight = C.const_to_numpy(node_map[self.weight][0])
+        channels, dtype = weight.shape[0], weight.dtype
+
+        def per_channel(pattern):
+            return C.const_to_numpy(node_map[pattern][0]).astype("float64").reshape(channels)
+
+        gamma = per_channel(self.gamma) if bool(bn.attrs.scale) else np.ones(channels)
+        beta = per_channel(self.beta) if bool(bn.attrs.center) else np.zeros(channels)
+        mean, var = per_channel(self.mean), per_channel(self.var)
+        scale = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+        bias = per_channel(self.conv_bias) if self.biased in node_map else np.zeros(channels)
+        new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
+        new_bias = ((bias - mean) * scale + beta).astype(dtype)
+        out_layout = str(conv.attrs.out_layout)
+        bias_shape = [channels if axis == "C" else 1 for axis in out_layout]
+        x = node_map[self.x][0]
+        new_conv = relax.Call(conv.op, [x, relax.const(new_weight)], conv.attrs)
+        return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
+
+    # -- self-check example (used by tests) ----------------------------------------------------
+    @staticmethod
+    def example(conv_bias: bool = False, training: bool = False, channels: int = 4,
+                seed: int = 0) -> tvm.IRModule:
+        """``conv2d [+ reshape(bias)] -> batch_norm[0] -> relu`` with seeded constants.
+
+        ``conv_bias=True`` spells the bias as the torch importer does (``reshape`` of a
+        ``(C,)`` constant, then ``add``).
+        """
+        rng = np.random.default_rng(seed)
+
+        def const(values):
+            return relax.const(np.asarray(values, dtype="float32"))
+
+        x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit(relax.op.nn.conv2d(x, const(rng.standard_normal((channels, 3, 3, 3))),
+                                               padding=1))
+                if conv_bias:
+                    b = bb.emit(relax.op.reshape(const(rng.standard_normal(channels)),
+                                                 (1, channels, 1, 1)))
+                    y = bb.emit(relax.op.add(y, b))
+                bn = bb.emit(relax.op.nn.batch_norm(
+                    y, const(rng.uniform(0.5, 1.5, channels)), const(rng.standard_normal(channels)),
+                    const(rng.standard_normal(channels)), const(rng.uniform(0.5, 2.0, channels)),
+                    axis=1, training=training))
+                out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+            bb.emit_func_output(out)
+        return bb.get()
+
+
+#: The rewrite rules of this file (composite rules are table entries, not rewrites).
+RULES = (BatchnormFoldIntoConv,)
+
+#: Pattern table entries of this file, for ``PatternTable`` / ``MergeComposite``.
+COMPOSITES = (ConvAddReluComposite,)
