@@ -30,6 +30,7 @@ Constant = tvm.ir.Constant
 GenericConst = tvm.ir.GenericConst
 TensorType = relax.TensorType
 TupleType = relax.TupleType
+from tvm.sym import Analyzer  # noqa: E402,F401  (re-exported; tvm.arith before 0.27)
 
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
@@ -109,6 +110,20 @@ def const_to_numpy(expr: Any) -> np.ndarray:
 
 
 _OP_NAMES: dict[int, str] = {}  # Op handle -> name; operators live as long as TVM
+_OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure)
+
+
+def op_info(op: Any) -> tuple[str, bool]:
+    """``(name, pure)`` of an operator, cached: pure means no side effects (FPurity)."""
+    key = op.__chandle__()
+    info = _OP_INFO.get(key)
+    if info is None:
+        try:
+            pure = bool(op.get_attr("FPurity"))
+        except (tvm.error.TVMError, AttributeError, ValueError):
+            pure = False
+        info = _OP_INFO[key] = (op.name, pure)
+    return info
 
 
 def op_name(expr: Any) -> str | None:

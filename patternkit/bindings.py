@@ -10,7 +10,7 @@ keeps the engine linear: nothing here crosses the FFI with a function-sized cont
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import tvm
 from tvm import relax
@@ -95,6 +95,15 @@ def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
     return False
 
 
+def binding_kind(value: Any) -> tuple[str, bool]:
+    """``(binding_key(value), is_pure_value(value))``, reading a call's operator once."""
+    if type(value) is relax.Call:
+        op = value.op
+        if type(op) is tvm.ir.Op:
+            return C.op_info(op)
+    return binding_key(value), is_pure_value(value)
+
+
 def binding_key(value: Any) -> str:
     """Key under which a binding is indexed: the operator name, or the node kind."""
     name = C.op_name(value)
@@ -152,13 +161,23 @@ class FunctionIndex:
                 key = handle(var)
                 index.position[key] = (bi, j)
                 pure = False
+                reads = None
                 if type(binding) is relax.VarBinding:
-                    pure = is_pure_value(value)
+                    if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
+                        # The common case, read once: an operator call on leaves.
+                        kind, pure = C.op_info(value.op)
+                        args = C.array_items(value.args)
+                        index.call_args[handle(value)] = args
+                        if all(type(a) in _VAR_TYPES or type(a) in _LEAF_TYPES for a in args):
+                            reads = [handle(a) for a in args if type(a) in _VAR_TYPES]
+                    else:
+                        kind, pure = binding_kind(value)
                     if pure:
                         table[key] = value
-                    index.by_key.setdefault(binding_key(value), []).append((bi, j))
+                    index.by_key.setdefault(kind, []).append((bi, j))
                 keys.append((key, pure and type(var) is relax.DataflowVar))
-                reads = [handle(v) for v in used_vars(value, index.call_args)]
+                if reads is None:
+                    reads = [handle(v) for v in used_vars(value, index.call_args)]
                 index.reads[key] = reads
                 for used in reads:
                     index.users.setdefault(used, []).append(var)
@@ -192,27 +211,43 @@ class FunctionIndex:
         return self.blocks[bi][j]
 
 
-def live_vars(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
-    """Handles of the Vars whose bindings are kept, with ``replaced`` values substituted.
+def dead_after(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
+    """Handles of the bindings that ``replaced`` leaves without readers.
 
-    One reverse pass: the function result, block outputs, impure bindings and bindings
-    nobody read in the first place (dead code that was already there is not ours to
-    delete) are kept; a kept binding keeps every Var its (new) value reads.
+    A worklist from the replaced bindings only: each one stops reading some Vars (its
+    old reads minus the Vars its new value reads); a removable binding whose last reader
+    went away is dead, and stops reading its own Vars in turn.  Cost is proportional to
+    the bindings the rewrite touched, not to the function.  Removable means a pure
+    dataflow binding that had readers: dead code that was already there stays.
     """
-    users, reads_of = index.users, index.reads
-    live = {handle(v) for v in used_vars(index.func.body.body)}
-    for keys in reversed(index.keys):
-        for key, removable in reversed(keys):
-            if key in replaced:
-                value = replaced[key]
-                reads = [handle(v) for v in used_vars(value)]
-                removable = removable and is_pure_value(value)
-            else:
-                reads = reads_of[key]
-            if key in live or not removable or key not in users:
-                live.add(key)
-                live.update(reads)
-    return live
+    users = index.users
+    remaining: dict[int, int] = {}  # handle -> readers left, from index.users on first use
+    dead: set[int] = set()
+    work: list[int] = []
+    for key, value in replaced.items():
+        # The new value's reads count as readers first.  Each distinct Var counts once
+        # (one C++ call instead of a Python walk); that can only keep a Var alive
+        # longer, never remove one that is still read, since it is read at least once.
+        for var in C.array_items(relax.analysis.free_vars(value)):
+            read = handle(var)
+            if read not in remaining:
+                remaining[read] = len(users.get(read, ()))
+            remaining[read] += 1
+        work.extend(index.reads[key])  # then the old value stops reading its Vars
+    position, keys = index.position, index.keys
+    while work:
+        key = work.pop()
+        if key not in remaining:
+            remaining[key] = len(users.get(key, ()))
+        remaining[key] -= 1
+        if remaining[key] == 0 and key in position and key not in dead:
+            bi, j = position[key]
+            if not keys[bi][j][1]:  # not removable
+                continue
+            dead.add(key)
+            if key not in replaced:
+                work.extend(index.reads[key])
+    return dead
 
 
 def describe_binding(func_name: str, binding: Any, limit: int = 160) -> str:

@@ -35,7 +35,6 @@ them, :func:`patternkit.defuse.DefuseOps` inlines them back, and
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -48,7 +47,7 @@ from .bindings import FunctionIndex, describe_binding, has_candidates
 from .callback import NodeMap
 from .errors import CallbackError, PatternkitError
 from .exprs import apply_to_target, rewritable_functions
-from .grouping import Group, check_reason, find_groups, reject
+from .grouping import Group, adapt_check, check_reason, find_groups, reject
 from .matcher import Match, Matcher
 from .partition import _lifted_inputs, build_group_function
 from .pattern import DFPattern, root_op_names
@@ -162,7 +161,7 @@ class PatternTable(Sequence):
         for e in self._entries:
             check = None
             if e.check is not None:
-                user_check = _adapt_check(e.check)
+                user_check = adapt_check(e.check)
                 check = (lambda ctx, _c=user_check: bool(_c(ctx.matched_expr,
                                                           NodeMap(Match(ctx.matched_expr)))))
             out.append(relax.transform.FusionPattern(e.name, e.pattern.to_dpl(), {}, check))
@@ -198,16 +197,6 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
 def pattern_table(entries: Iterable[Any], compiler: str | None = None) -> PatternTable:
     """Validate ``entries`` into a :class:`PatternTable` (a no-op copy for a table)."""
     return PatternTable(entries, compiler)
-
-
-def _adapt_check(check: Callable) -> Callable[[Any, NodeMap], Any]:
-    try:
-        params = [p for p in inspect.signature(check).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        wants_node_map = len(params) >= 2
-    except (TypeError, ValueError):
-        wants_node_map = False
-    return check if wants_node_map else (lambda pre, _node_map: check(pre))
 
 
 # -- the log -------------------------------------------------------------------------------
@@ -328,7 +317,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
-        check = _adapt_check(entry.check) if entry.check is not None else None
+        check = adapt_check(entry.check) if entry.check is not None else None
         vetoes: list[SkippedComposite] = []
 
         def group_check(group: Group, entry=entry, check=check, vetoes=vetoes):

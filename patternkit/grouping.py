@@ -10,6 +10,7 @@ bindings, with the reason for every skipped match recorded for reports and tests
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -70,6 +71,17 @@ def reject(reason: str) -> CheckFailed:
     return CheckFailed(reason)
 
 
+def adapt_check(check: Callable) -> Callable[[Any, Any], Any]:
+    """Call a Relay-style ``check(pre)`` or a ``check(pre, node_map)`` the same way."""
+    try:
+        params = [p for p in inspect.signature(check).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        wants_node_map = len(params) >= 2
+    except (TypeError, ValueError):  # builtins and C callables: assume check(pre)
+        wants_node_map = False
+    return check if wants_node_map else (lambda pre, _node_map: check(pre))
+
+
 def check_reason(result: Any) -> str | None:
     """``None`` if a check's result accepts the match, else the reason it gave."""
     if isinstance(result, CheckFailed):
@@ -97,8 +109,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     claimed: set[int] = set()  # handles of Vars already inside an accepted match
     groups: list[Group] = []
     skipped: list[Skipped] = []
-    lookups = [index.lookup_in_block(bi) for bi in range(len(index.blocks))]
-    matchers = [Matcher(lookup, index.call_args) for lookup in lookups]
+    matchers = [Matcher(call_args=index.call_args, table=table) for table in index.values]
     for position in reversed(index.candidates(root_op_names(pattern))):
         binding = index.binding_at(position)
         var = binding.var

@@ -36,6 +36,7 @@ from .pattern import (
 )
 
 Lookup = Callable[[Any], Any]
+_VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})
 
 _LEAF_INPUT_PATTERNS = (WildcardPattern, VarPattern)
 
@@ -82,8 +83,14 @@ class Matcher:
         it, else ``None``.  Without it the matcher sees only the expression given.
     """
 
-    def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None):
-        self._lookup = lookup or (lambda var: None)
+    def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
+                 table: dict[int, Any] | None = None):
+        if table is not None:  # handle -> value: the fast path used by the rewrite driver
+            get = table.get
+            self._lookup_key = lambda var, key: get(key)
+        else:
+            lookup = lookup or (lambda var: None)
+            self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
 
     def _args_of(self, call: relax.Call) -> list:
@@ -122,14 +129,17 @@ class Matcher:
             else:
                 self._inputs.pop(key, None)
 
+    def _lookup(self, var: Any) -> Any:
+        return self._lookup_key(var, var.__chandle__())
+
     def _resolve(self, expr: Any) -> tuple[Any, Any]:
         """Follow bindings from a Var to its value; returns (value, last var looked through)."""
         via = None
-        while isinstance(expr, relax.Var):
-            value = self._lookup(expr)
+        while type(expr) in _VAR_TYPES:
+            key = expr.__chandle__()
+            value = self._lookup_key(expr, key)
             if value is None:
                 break
-            key = C.handle(expr)
             if key not in self._internal:
                 self._internal[key] = expr
                 self._trail.append(("internal", key))
@@ -230,7 +240,7 @@ class Matcher:
     # -- node kinds ----------------------------------------------------------------------
     def _match_expr(self, pattern: ExprPattern, expr: Any) -> tuple[bool, Any, Any]:
         target = pattern.expr
-        if expr.same_as(target):
+        if expr.__chandle__() == pattern.handle:
             return True, expr, None
         if isinstance(target, tvm.ir.Op) or isinstance(expr, tvm.ir.Op):
             return False, None, None
@@ -242,7 +252,7 @@ class Matcher:
         return C.structural_equal(value, target), value, via
 
     def _match_call(self, pattern: CallPattern, call: Any) -> bool:
-        if not isinstance(call, relax.Call):
+        if type(call) is not relax.Call:
             return False
         mark = self._mark()
         if self._match_call_exact(pattern, call):
@@ -264,12 +274,11 @@ class Matcher:
             args = args[:len(pargs)]
         elif len(args) != len(pargs):
             return False
-        op = C.op_name(call)
         mark = self._mark()
         if self._match_args(pargs, args):
             return True
         self._rollback(mark)
-        if op in COMMUTATIVE_OPS and len(args) == 2:
+        if len(args) == 2 and C.op_name(call) in COMMUTATIVE_OPS:
             if self._match_args(pargs, args[::-1]):
                 return True
             self._rollback(mark)

@@ -24,7 +24,6 @@ inlines them back.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import tvm
@@ -35,7 +34,7 @@ from .bindings import FunctionIndex, describe_binding, has_candidates
 from .callback import NodeMap
 from .errors import CallbackError, PatternError
 from .exprs import apply_to_target, from_expr, rewritable_functions
-from .grouping import Group, Skipped, find_groups
+from .grouping import Group, Skipped, adapt_check, find_groups
 from .opnames import relay_short_name
 from .pattern import DFPattern, as_pattern, root_op_names
 from .rewrite import emit_function
@@ -92,15 +91,7 @@ def _adapt_check(check: Callable | None) -> Callable[[Any, NodeMap], Any] | None
         return None
     if not callable(check):
         raise PatternError(f"check must be callable, found {type(check).__name__}")
-    try:
-        params = [p for p in inspect.signature(check).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        wants_node_map = len(params) >= 2
-    except (TypeError, ValueError):
-        wants_node_map = False
-    if wants_node_map:
-        return check
-    return lambda pre, _node_map: check(pre)
+    return adapt_check(check)
 
 
 def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function,

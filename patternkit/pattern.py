@@ -141,6 +141,8 @@ class ExprPattern(DFPattern):
 
     def __init__(self, expr: Any):
         self.expr = expr
+        # Compared by handle first: cheaper than an FFI same_as per candidate.
+        self.handle = expr.__chandle__() if hasattr(expr, "__chandle__") else None
 
 
 class ConstantPattern(DFPattern):

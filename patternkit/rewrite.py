@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import tvm
 from tvm import relax
 
 from . import _compat as C
-from .bindings import FunctionIndex, describe_binding, has_candidates, live_vars
+from .bindings import FunctionIndex, dead_after, describe_binding, has_candidates
 from .callback import DFPatternCallback, NodeMap
 from .errors import CallbackError, PatternError, RewriteDidNotConverge
 from .exprs import apply_to_target, rewritable_functions
@@ -230,7 +230,9 @@ def _rewrite_function(rule: DFPatternCallback, func_name: str, func: relax.Funct
         except Exception as err:
             raise _callback_error(rule, "check", func_name, group, err) from err
 
-    groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
+    has_check = type(rule).check is not DFPatternCallback.check  # the default accepts all
+    groups, skipped = find_groups(index, rule.pattern, check if has_check else None,
+                                  allow_escaping)
     for s in skipped:
         log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason))
     replacements: dict[Any, Any] = {}
@@ -288,18 +290,19 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
     Each replacement is normalised where it stands, so nested calls in it become new
     bindings right before it; everything else is re-emitted as it was.
     """
-    kept = live_vars(index, replacements)
-    bb = relax.BlockBuilder()
+    dead = dead_after(index, replacements)
     blocks = []
     for block, bindings, keys in zip(C.array_items(func.body.blocks), index.blocks, index.keys):
         is_dataflow = type(block) is relax.DataflowBlock
+        replaced = [(binding, replacements[key]) for binding, (key, _) in zip(bindings, keys)
+                    if key in replacements and key not in dead]
+        segments = _normalize_replacements(replaced, is_dataflow, rule_name, func_name)
         emitted = []
         for binding, (key, _) in zip(bindings, keys):
-            if key not in kept:
+            if key in dead:
                 continue
             if key in replacements:
-                emitted.extend(_replacement_bindings(bb, binding, replacements[key], is_dataflow,
-                                                     rule_name, func_name))
+                emitted.extend(segments[key])
             else:
                 emitted.append(binding)
         if emitted:
@@ -311,31 +314,46 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
     return relax.BlockBuilder().normalize(new_func)
 
 
-def _replacement_bindings(bb: relax.BlockBuilder, binding: Any, value: Any, is_dataflow: bool,
-                          rule_name: str, func_name: str) -> list:
-    """The bindings that replace ``binding``: the nested calls of ``value``, then the Var.
+def _normalize_replacements(replaced: list, is_dataflow: bool, rule_name: str,
+                            func_name: str) -> dict[int, list]:
+    """Var handle -> the bindings replacing it: the value's nested calls, then the Var.
 
-    ``value`` is normalised in a scratch block of ``bb``, so nested calls become their
-    own bindings, emitted just before the replaced one.
+    All replacements of one block are normalised in one scratch block of a BlockBuilder
+    (nested calls become bindings emitted just before the replaced Var), and the result
+    is cut at each replaced Var: one FFI round trip per replacement, not four.
     """
+    if not replaced:
+        return {}
+    bb = relax.BlockBuilder()
     if is_dataflow:
         bb._begin_dataflow_block()
     else:
         bb._begin_binding_block()
-    try:
-        normalized = bb.normalize(value)
-    except Exception as err:
-        bb._end_block()
-        where = describe_binding(func_name, binding)
-        raise CallbackError(f"rule {rule_name}: the replacement for '{where}' is not a valid "
-                            f"Relax expression: {err}", rule_name, where) from err
-    expected = binding.var.ty
-    actual = C.type_of(normalized)
-    if not C.structural_equal(actual, expected) and not type_matches(actual, expected):
-        where = describe_binding(func_name, binding)
-        raise CallbackError(
-            f"rule {rule_name}: the replacement has type {actual} but binding '{where}' has "
-            f"type {expected}; a rewrite must keep the binding's type (did the callback "
-            f"forget a reshape or a [0] on a tuple?)", rule_name, where)
-    nested = list(C.array_items(bb._end_block().bindings))
-    return [*nested, relax.VarBinding(binding.var, normalized)]
+    for binding, value in replaced:
+        try:
+            normalized = bb.normalize(value)
+        except Exception as err:
+            bb._end_block()
+            where = describe_binding(func_name, binding)
+            raise CallbackError(f"rule {rule_name}: the replacement for '{where}' is not a "
+                                f"valid Relax expression: {err}", rule_name, where) from err
+        expected = binding.var.ty
+        actual = C.type_of(normalized)
+        if not C.structural_equal(actual, expected) and not type_matches(actual, expected):
+            bb._end_block()
+            where = describe_binding(func_name, binding)
+            raise CallbackError(
+                f"rule {rule_name}: the replacement has type {actual} but binding '{where}' "
+                f"has type {expected}; a rewrite must keep the binding's type (did the "
+                f"callback forget a reshape or a [0] on a tuple?)", rule_name, where)
+        bb.emit_normalized(relax.VarBinding(binding.var, normalized))
+    out = C.array_items(bb._end_block().bindings)
+    segments: dict[int, list] = {}
+    start = 0
+    targets = {C.handle(binding.var) for binding, _ in replaced}
+    for i, new_binding in enumerate(out):
+        key = C.handle(new_binding.var)
+        if key in targets:
+            segments[key] = out[start:i + 1]
+            start = i + 1
+    return segments

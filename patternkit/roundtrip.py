@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import tvm
 from tvm import relax
-from tvm.sym import Analyzer  # tvm.arith in releases before 0.27
+from ._compat import Analyzer
 
 from . import _compat as C
 from .defuse import DefuseOps, _leaf_vars, _substitute

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import tvm
 from tvm import relax
 

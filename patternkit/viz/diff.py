@@ -31,7 +31,7 @@ from .build import build_model
 from .graph import VizGraph
 from .model import Cluster, Edge, GraphModel, Node, gc_paused
 from .options import VizError, make_options
-from .shape import restrict, shape_model
+from .shape import neighbourhood, restrict, shape_model
 
 __all__ = ["viz_diff"]
 
@@ -383,19 +383,6 @@ def _restrict_to_changes(model: GraphModel, hops: int) -> None:
         model.messages.append("no changes: before and after align node for node")
         restrict(model, set())
         return
-    adj: dict[str, set[str]] = {}
-    for e in model.edges:
-        adj.setdefault(e.src, set()).add(e.dst)
-        adj.setdefault(e.dst, set()).add(e.src)
-    keep = set(changed)
-    frontier = deque((c, 0) for c in sorted(set(changed)))
-    while frontier:
-        nid, d = frontier.popleft()
-        if d >= hops:
-            continue
-        for other in sorted(adj.get(nid, ())):
-            if other not in keep:
-                keep.add(other)
-                frontier.append((other, d + 1))
+    keep = neighbourhood(model, changed, hops)
     restrict(model, keep)
     model.messages.append(f"showing changes with {hops} hop(s) of context")

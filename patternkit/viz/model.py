@@ -12,31 +12,14 @@ across runs and readable in tests.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._compat import gc_paused  # re-exported: the viz modules pause GC while walking
+
 __all__ = ["Cluster", "Edge", "GraphModel", "Node", "OFFLOAD_KINDS", "gc_paused"]
 
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a model is built or written.
-
-    The walk allocates one small object per binding and creates no reference cycles;
-    on a 24,000-binding function the collector's repeated full scans otherwise cost
-    about as much as the walk itself.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 # Cluster kinds whose operators run outside the host (external compiler or composite).
 OFFLOAD_KINDS = frozenset({"codegen", "composite"})

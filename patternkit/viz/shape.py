@@ -126,22 +126,27 @@ def _find_focus(model: GraphModel, focus: Any) -> list[str]:
 def apply_focus(model: GraphModel, focus: Any, radius: int) -> None:
     """Keep the nodes within ``radius`` hops (either direction) of the focus node(s)."""
     seeds = _find_focus(model, focus)
+    restrict(model, neighbourhood(model, seeds, radius))
+    model.messages.append(f"focus on {', '.join(seeds)} (radius {radius})")
+
+
+def neighbourhood(model: GraphModel, seeds, hops: int) -> set[str]:
+    """Node ids within ``hops`` edges (either direction) of ``seeds``."""
     adj: dict[str, set[str]] = {}
     for e in model.edges:
         adj.setdefault(e.src, set()).add(e.dst)
         adj.setdefault(e.dst, set()).add(e.src)
     keep = set(seeds)
-    frontier = deque((s, 0) for s in seeds)
+    frontier = deque((s, 0) for s in sorted(set(seeds)))
     while frontier:
         nid, d = frontier.popleft()
-        if d >= radius:
+        if d >= hops:
             continue
         for other in sorted(adj.get(nid, ())):
             if other not in keep:
                 keep.add(other)
                 frontier.append((other, d + 1))
-    restrict(model, keep)
-    model.messages.append(f"focus on {', '.join(seeds)} (radius {radius})")
+    return keep
 
 
 def restrict(model: GraphModel, keep: set[str]) -> None:
