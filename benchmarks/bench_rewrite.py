@@ -1,7 +1,7 @@
 """patternkit.rewrite / partition against TVM's rewrite_call / FuseOpsByPattern.
 
-Runs both engines side by side, in one process, on the batch-norm chain
-(:mod:`bn_chain`), checks that the results are identical (structurally equal after
+Runs both engines side by side on the batch-norm chain (:mod:`bn_chain`), one fresh
+process per size, checks that the results are identical (structurally equal after
 ``CanonicalizeBindings``) and prints the ratios recorded in ``benchmarks/README.md``.
 
     python benchmarks/bench_rewrite.py                 # N = 1000, 4000 and 16000
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,23 +76,46 @@ def bn_pattern():
     return gamma * (x - mean) / pk.is_op("sqrt")(var + pk.is_constant()) + beta
 
 
-def run(sizes: list[int], skip_tvm_above: int) -> list[dict]:
+def measure(n: int, run_tvm: bool, repeat: int = 3) -> dict:
+    """All timings for one N, in this process (best of ``repeat`` for the fast ones)."""
+    mod = bn_chain(n)
+    row: dict = {"N": n}
+
+    def best(fn, *args):
+        times, out = [], None
+        for _ in range(repeat):
+            seconds, out = timed(fn, *args)
+            times.append(seconds)
+        return min(times), out
+
+    row["patternkit_rewrite_s"], ours = best(lambda m: pk.rewrite(ChainBatchnorm(), m), mod)
+    pattern = bn_pattern()
+    row["patternkit_partition_s"], _ = best(pk.partition, pattern, mod)
+    fuse = relax.transform.FuseOpsByPattern([("bench.bn", pattern.to_dpl())], bind_constants=True)
+    row["tvm_fuse_ops_by_pattern_s"], _ = best(fuse, mod)
+    row["partition_ratio"] = row["patternkit_partition_s"] / row["tvm_fuse_ops_by_pattern_s"]
+    if run_tvm:  # once: it takes minutes at N = 4000
+        row["tvm_rewrite_call_s"], theirs = timed(tvm_rewrite, mod)
+        row["rewrite_speedup"] = row["tvm_rewrite_call_s"] / row["patternkit_rewrite_s"]
+        row["identical"] = bool(tvm_ffi.structural_equal(canonical(ours["main"]),
+                                                         canonical(theirs)))
+    return row
+
+
+def run(sizes: list[int], skip_tvm_above: int, repeat: int = 3) -> list[dict]:
+    """Measure every size in a fresh process, one after the other.
+
+    A process that has already built a 16000-unit module, or run rewrite_call for
+    minutes, makes everything after it slower (allocator and cache state); a fresh
+    process per size keeps the sizes comparable.
+    """
     rows = []
     for n in sizes:
-        mod = bn_chain(n)
-        row: dict = {"N": n}
-        row["patternkit_rewrite_s"], ours = timed(pk.rewrite, ChainBatchnorm(), mod)
+        cmd = [sys.executable, __file__, "--single", str(n), "--repeat", str(repeat)]
         if n <= skip_tvm_above:
-            row["tvm_rewrite_call_s"], theirs = timed(tvm_rewrite, mod)
-            row["rewrite_speedup"] = row["tvm_rewrite_call_s"] / row["patternkit_rewrite_s"]
-            row["identical"] = bool(tvm_ffi.structural_equal(canonical(ours["main"]),
-                                                             canonical(theirs)))
-        pattern = bn_pattern()
-        row["patternkit_partition_s"], _ = timed(pk.partition, pattern, mod)
-        fuse = relax.transform.FuseOpsByPattern([("bench.bn", pattern.to_dpl())],
-                                                bind_constants=True)
-        row["tvm_fuse_ops_by_pattern_s"], _ = timed(fuse, mod)
-        row["partition_ratio"] = row["patternkit_partition_s"] / row["tvm_fuse_ops_by_pattern_s"]
+            cmd.append("--with-tvm")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        row = json.loads(out.strip().splitlines()[-1])
         rows.append(row)
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
               flush=True)
@@ -107,8 +131,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000])
     parser.add_argument("--skip-tvm-above", type=int, default=4000,
                         help="do not run rewrite_call above this N (it is quadratic)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="best of this many runs for patternkit and FuseOpsByPattern")
+    parser.add_argument("--single", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--with-tvm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    run(args.sizes, args.skip_tvm_above)
+    if args.single is not None:
+        print(json.dumps(measure(args.single, args.with_tvm, args.repeat)))
+    else:
+        run(args.sizes, args.skip_tvm_above, args.repeat)
 
 
 if __name__ == "__main__":

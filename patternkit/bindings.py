@@ -128,7 +128,8 @@ class FunctionIndex:
     position : dict handle -> (block index, binding index)
     values : list of dict handle -> Expr, per block, for the pure VarBindings the matcher
         may look through.
-    users : dict handle -> list of user Vars (or :data:`ESCAPES`).
+    users : dict handle -> list of the handles of its readers (or :data:`ESCAPES`);
+        :meth:`var_of` turns a handle back into its Var.
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
@@ -180,7 +181,7 @@ class FunctionIndex:
                     reads = [handle(v) for v in used_vars(value, index.call_args)]
                 index.reads[key] = reads
                 for used in reads:
-                    index.users.setdefault(used, []).append(var)
+                    index.users.setdefault(used, []).append(key)
                 if is_dataflow and type(var) is not relax.DataflowVar:
                     index.users.setdefault(key, []).append(ESCAPES)
             index.values.append(table)
@@ -189,10 +190,10 @@ class FunctionIndex:
             index.users.setdefault(handle(used), []).append(ESCAPES)
         return index
 
-    def lookup_in_block(self, block_index: int):
-        """``lookup(var)`` for the matcher: the pure value bound to ``var`` in that block."""
-        get = self.values[block_index].get
-        return lambda var: get(handle(var))
+    def var_of(self, key: int) -> Any:
+        """The bound Var whose handle is ``key``."""
+        bi, j = self.position[key]
+        return self.blocks[bi][j].var
 
     def position_of(self, var: Any) -> tuple[int, int]:
         return self.position[handle(var)]

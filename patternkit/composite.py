@@ -375,14 +375,13 @@ def _classify_skip(index: FunctionIndex, entry: CompositeEntry, func_name: str,
     """A grouping skip (escape or same-entry overlap) with the bindings it covered."""
     kind = "overlap" if skipped.reason.startswith("overlaps") else "escape"
     vars_: tuple[str, ...] = (skipped.root,)
-    for bi, bindings in enumerate(index.blocks):
-        for binding in bindings:
-            if C.var_name(binding.var) == skipped.root:
-                found = Matcher(index.lookup_in_block(bi), index.call_args).match(
-                    entry.pattern, binding.value)
-                if found is not None:
-                    vars_ = (*_names(found.internal), skipped.root)
-                break
+    if skipped.position is not None:
+        binding = index.binding_at(skipped.position)
+        table = index.values[skipped.position[0]]
+        found = Matcher(call_args=index.call_args, table=table).match(entry.pattern,
+                                                                       binding.value)
+        if found is not None:
+            vars_ = (*_names(found.internal), skipped.root)
     by = entry.name if kind == "overlap" else None
     return SkippedComposite(entry.name, func_name, skipped.root, vars_, kind, skipped.reason, by)
 

@@ -51,6 +51,7 @@ class Skipped:
 
     root: str
     reason: str
+    position: tuple[int, int] | None = None  # of the root binding, in the function index
 
 
 class CheckFailed:
@@ -119,23 +120,22 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue
-        name = C.var_name(var)
         overlap = next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
                        None)
         if overlap is not None:
-            skipped.append(Skipped(name, f"overlaps a match that already claimed "
-                                         f"'{C.var_name(overlap)}'"))
+            skipped.append(Skipped(C.var_name(var), f"overlaps a match that already claimed "
+                                                   f"'{C.var_name(overlap)}'", position))
             continue
         group = Group(position, binding, found, gid=len(groups))
         if not allow_escaping_intermediates:
             escape = _escaping_use(index, group)
             if escape is not None:
-                skipped.append(Skipped(name, escape))
+                skipped.append(Skipped(C.var_name(var), escape, position))
                 continue
         if check is not None:
             reason = check_reason(check(group))
             if reason is not None:
-                skipped.append(Skipped(name, reason))
+                skipped.append(Skipped(C.var_name(var), reason, position))
                 continue
         claimed.add(root_key)
         claimed.update(found.internal_keys)
@@ -152,9 +152,9 @@ def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
             if user is ESCAPES:
                 return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                         f"the function")
-            if C.handle(user) not in members:
+            if user not in members:
                 return (f"intermediate '{C.var_name(var)}' is also used by "
-                        f"'{C.var_name(user)}' outside the match")
+                        f"'{C.var_name(index.var_of(user))}' outside the match")
     return None
 
 
@@ -164,7 +164,8 @@ def match_bindings(pattern: DFPattern, func: relax.Function,
 
     The format the visualiser's ``highlight=`` takes.  ``roles`` names the patterns to
     report (a rule's attributes, say); without it the root is ``"root"``, each input is
-    ``"input<i>"`` and each interior binding is named after its operator.  Matches are
+    ``"input<i>"`` and each interior binding is named after its operator.  Constants are
+    left out: drawings fold them into their consumer.  Matches are
     grouped as for a rewrite, but intermediates read elsewhere do not hide a match.
     """
     from .bindings import FunctionIndex
@@ -179,11 +180,13 @@ def match_bindings(pattern: DFPattern, func: relax.Function,
         entry: dict[str, Any] = {"root": group.root_var}
         if roles:
             for role, pat in roles.items():
-                if pat in m.captures:
+                # Constants are drawn folded into their consumer, so they have no node.
+                if pat in m.captures and not C.is_constant(m.captures[pat]):
                     entry[role] = m.bound_vars.get(pat, m.captures[pat])
         else:
             for i, expr in enumerate(m.inputs):
-                entry[f"input{i}"] = expr
+                if not C.is_constant(expr):
+                    entry[f"input{i}"] = expr
         for var in m.internal:  # interior bindings, so the whole match is outlined
             value = index.binding_at(index.position_of(var)).value
             name = (C.op_name(value) or type(value).__name__).removeprefix("relax.")

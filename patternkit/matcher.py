@@ -229,7 +229,7 @@ class Matcher:
         return self._check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
 
     def _add_input(self, expr: Any) -> None:
-        if isinstance(expr, tvm.ir.Op):
+        if type(expr) is tvm.ir.Op:
             return
         key = C.handle(expr)
         if key in self._inputs:
@@ -254,15 +254,26 @@ class Matcher:
     def _match_call(self, pattern: CallPattern, call: Any) -> bool:
         if type(call) is not relax.Call:
             return False
-        mark = self._mark()
+        trail = self._trail
+        mark = len(trail)
         if self._match_call_exact(pattern, call):
             return True
-        self._rollback(mark)
+        if len(trail) > mark:
+            self._rollback(mark)
         return self._match_associated(pattern, call)
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
         """The call's operator and arguments match as written (or with swapped operands)."""
-        if not self._visit(pattern.op, call.op):
+        op_pattern = pattern.op
+        if (type(op_pattern) is ExprPattern and op_pattern.is_operator
+                and op_pattern not in self._memo):
+            # The usual is_op(...) callee: compare handles, no generic dispatch.
+            op = call.op
+            if op.__chandle__() != op_pattern.handle:
+                return False
+            self._memo[op_pattern] = op
+            self._trail.append(("memo", op_pattern))
+        elif not self._visit(op_pattern, call.op):
             return False
         if pattern.args is None:
             return True

@@ -143,6 +143,7 @@ class ExprPattern(DFPattern):
         self.expr = expr
         # Compared by handle first: cheaper than an FFI same_as per candidate.
         self.handle = expr.__chandle__() if hasattr(expr, "__chandle__") else None
+        self.is_operator = isinstance(expr, tvm.ir.Op)
 
 
 class ConstantPattern(DFPattern):

@@ -179,7 +179,7 @@ def _run_rounds(rules: list[DFPatternCallback], mod: tvm.IRModule, max_passes: i
                 allow_escaping: bool, log: RewriteLog) -> tvm.IRModule:
     active = list(rules)
     for round_index in range(max_passes):
-        firing: list[tuple[str, str]] = []
+        firing: list[tuple[str, tuple]] = []
         for rule in active:
             mod, fired = _apply_rule(rule, mod, allow_escaping, log, round_index)
             if fired:
@@ -189,18 +189,23 @@ def _run_rounds(rules: list[DFPatternCallback], mod: tvm.IRModule, max_passes: i
         if not firing or not active:
             return mod
     names = ", ".join(sorted({name for name, _ in firing}))
+    last = describe_binding(*firing[-1][1])
     raise RewriteDidNotConverge(
         f"rewrite did not converge after {max_passes} passes; rules still changing the "
-        f"graph: {names} (last rewrite at {firing[-1][1]}). A rule whose replacement "
+        f"graph: {names} (last rewrite at {last}). A rule whose replacement "
         f"matches its own pattern, or two rules undoing each other, never settle; set "
         f"rewrite_once=True or change the pattern")
 
 
 def _apply_rule(rule: DFPatternCallback, mod: tvm.IRModule, allow_escaping: bool,
-                log: RewriteLog, round_index: int) -> tuple[tvm.IRModule, str]:
-    """One pass of one rule over every function; returns the module and the last change."""
+                log: RewriteLog, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
+    """One pass of one rule over every function.
+
+    Returns the module and ``(function name, binding)`` of the last rewrite (``None`` if
+    nothing changed), formatted only if it ends up in an error message.
+    """
     updates: dict[tvm.ir.GlobalVar, relax.Function] = {}
-    last = ""
+    last = None
     for gv, func in rewritable_functions(mod):
         new_func, changed = _rewrite_function(rule, gv.name_hint, func, allow_escaping, log,
                                               round_index)
@@ -208,7 +213,7 @@ def _apply_rule(rule: DFPatternCallback, mod: tvm.IRModule, allow_escaping: bool
             updates[gv] = new_func
             last = changed
     if not updates:
-        return mod, ""
+        return mod, None
     functions = dict(mod.functions.items())
     functions.update(updates)
     return C.copy_module(mod, functions), last
@@ -216,11 +221,11 @@ def _apply_rule(rule: DFPatternCallback, mod: tvm.IRModule, allow_escaping: bool
 
 def _rewrite_function(rule: DFPatternCallback, func_name: str, func: relax.Function,
                       allow_escaping: bool, log: RewriteLog,
-                      round_index: int) -> tuple[relax.Function, str]:
+                      round_index: int) -> tuple[relax.Function, tuple | None]:
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
-        return func, ""
+        return func, None
     if not has_candidates(func, root_op_names(rule.pattern)):
-        return func, ""
+        return func, None
     index = FunctionIndex.build(func)
 
     def check(group: Group):
@@ -244,15 +249,15 @@ def _rewrite_function(rule: DFPatternCallback, func_name: str, func: relax.Funct
         log.records.append(RewriteRecord(rule.rule_name, func_name, group.root_var,
                                          tuple(group.interior), round_index))
     if not replacements:
-        return func, ""
+        return func, None
     new_func = emit_function(func, index, replacements, rule.rule_name, func_name)
     last_group = next(g for g in reversed(groups) if C.handle(g.root_var) in replacements)
-    return new_func, describe_binding(func_name, last_group.binding)
+    return new_func, (func_name, last_group.binding)
 
 
 def _call_rule(rule: DFPatternCallback, func_name: str, group: Group) -> Any:
     """Run the callback; ``None`` means "leave this binding as it is"."""
-    pre = group.binding.value
+    pre = group.match.root  # the binding's value, as the matcher saw it
     try:
         result = rule.callback(pre, pre, NodeMap(group.match))
     except Exception as err:
@@ -265,7 +270,8 @@ def _call_rule(rule: DFPatternCallback, func_name: str, group: Group) -> Any:
             f"where a Relax expression was expected, at binding "
             f"'{describe_binding(func_name, group.binding)}'",
             rule.rule_name, describe_binding(func_name, group.binding))
-    if result.same_as(pre) or result.same_as(group.root_var):
+    key = result.__chandle__()
+    if key == pre.__chandle__() or key == group.root_var.__chandle__():
         return None
     if type(result) is type(pre) and C.structural_equal(result, pre):
         return None

@@ -424,7 +424,9 @@ class _Builder:
             cname = callee_name
         attrs = {str(k): str(callee.attrs[k]) for k in callee.attrs.keys()} if callee.attrs is not None else {}
         label = f"{kind}: {cname}" if kind != "function" else f"call {callee_name}"
-        if kind in ("composite", "codegen", "partition") and callee_name != cname:
+        if kind == "composite" and "PartitionedFromPattern" in attrs:
+            label += f"\n{attrs['PartitionedFromPattern']}"  # which optional parts matched
+        elif kind in ("composite", "codegen", "partition") and callee_name != cname:
             label += f"\n{callee_name}"
         cid = self._new_cluster(kind, cname, label, ctx.cluster, ctx.function, attrs)
         self.model.clusters[cid].attrs.setdefault("function", callee_name)

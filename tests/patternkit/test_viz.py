@@ -662,3 +662,15 @@ def test_a_callee_met_before_its_caller_is_drawn_only_inside_the_caller():
     assert {n.function for n in g.model.nodes.values()} == {"b_caller"}
     (callee,) = [c for c in g.model.clusters.values() if c.name == "a_helper"]
     assert [g.model.nodes[i].label for i in nodes_in(g, callee.id)] == ["exp"]
+
+
+def test_highlight_takes_a_rule_and_labels_its_roles():
+    from patternkit.patterns.batchnorm import BatchnormCallback
+
+    mod = BatchnormCallback.example()
+    graph = viz_expr(mod, highlight=BatchnormCallback())
+    source = graph.source
+    assert "cluster_match_0" in source
+    for role in ("x", "gamma", "beta", "mean", "var", "root"):
+        assert f'xlabel="{role}"' in source, role
+    assert "not drawn" not in source  # every role value is a node of the graph
