@@ -19,9 +19,6 @@ from . import _compat as C
 from ._compat import handle
 from .matcher import is_pure_value
 
-#: Marker user for a Var that escapes its block (block output or function result).
-ESCAPES = "<escapes>"
-
 # Leaves that read no Relax Var (prim values and DataType immediates are Constants in 0.27).
 _NO_VARS = (tvm.ir.Constant, tvm.ir.Op, tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc,
             tvm.ir.StringImm)
@@ -128,8 +125,10 @@ class FunctionIndex:
     position : dict handle -> (block index, binding index)
     values : list of dict handle -> Expr, per block, for the pure VarBindings the matcher
         may look through.
-    users : dict handle -> list of the handles of its readers (or :data:`ESCAPES`);
-        :meth:`var_of` turns a handle back into its Var.
+    readers : dict handle -> how many reads of the Var the function's bindings make.
+    escaping : set of handles of Vars visible outside their block (block outputs, the
+        function result); :meth:`users_of` lists who reads a Var, :meth:`var_of` turns a
+        handle back into its Var.
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
@@ -141,7 +140,9 @@ class FunctionIndex:
     blocks: list = field(default_factory=list)
     position: dict = field(default_factory=dict)
     values: list = field(default_factory=list)
-    users: dict = field(default_factory=dict)
+    readers: dict = field(default_factory=dict)
+    escaping: set = field(default_factory=set)
+    _users: dict | None = None
     by_key: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     call_args: dict = field(default_factory=dict)
@@ -180,15 +181,28 @@ class FunctionIndex:
                 if reads is None:
                     reads = [handle(v) for v in used_vars(value, index.call_args)]
                 index.reads[key] = reads
+                readers = index.readers
                 for used in reads:
-                    index.users.setdefault(used, []).append(key)
+                    readers[used] = readers.get(used, 0) + 1
                 if is_dataflow and type(var) is not relax.DataflowVar:
-                    index.users.setdefault(key, []).append(ESCAPES)
+                    index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)
         for used in used_vars(seq.body):
-            index.users.setdefault(handle(used), []).append(ESCAPES)
+            index.escaping.add(handle(used))
         return index
+
+    def users_of(self, key: int) -> list[int]:
+        """Handles of the bindings that read the Var ``key`` (built on first use).
+
+        Only error messages need the readers themselves; the hot paths use counts.
+        """
+        if self._users is None:
+            self._users = {}
+            for reader, reads in self.reads.items():
+                for read in reads:
+                    self._users.setdefault(read, []).append(reader)
+        return self._users.get(key, [])
 
     def var_of(self, key: int) -> Any:
         """The bound Var whose handle is ``key``."""
@@ -221,8 +235,8 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
     the bindings the rewrite touched, not to the function.  Removable means a pure
     dataflow binding that had readers: dead code that was already there stays.
     """
-    users = index.users
-    remaining: dict[int, int] = {}  # handle -> readers left, from index.users on first use
+    readers, escaping = index.readers, index.escaping
+    remaining: dict[int, int] = {}  # handle -> readers left, from index.readers on first use
     dead: set[int] = set()
     work: list[int] = []
     for key, value in replaced.items():
@@ -232,16 +246,16 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
         for var in C.array_items(relax.analysis.free_vars(value)):
             read = handle(var)
             if read not in remaining:
-                remaining[read] = len(users.get(read, ()))
+                remaining[read] = readers.get(read, 0)
             remaining[read] += 1
         work.extend(index.reads[key])  # then the old value stops reading its Vars
     position, keys = index.position, index.keys
     while work:
         key = work.pop()
         if key not in remaining:
-            remaining[key] = len(users.get(key, ()))
+            remaining[key] = readers.get(key, 0)
         remaining[key] -= 1
-        if remaining[key] == 0 and key in position and key not in dead:
+        if remaining[key] == 0 and key in position and key not in dead and key not in escaping:
             bi, j = position[key]
             if not keys[bi][j][1]:  # not removable
                 continue

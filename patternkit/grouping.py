@@ -17,7 +17,7 @@ from typing import Any, Callable
 from tvm import relax
 
 from . import _compat as C
-from .bindings import ESCAPES, FunctionIndex
+from .bindings import FunctionIndex
 from .matcher import Match, Matcher
 from .pattern import DFPattern, root_op_names
 
@@ -145,16 +145,26 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
 
 
 def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
-    members = set(group.match.internal_keys)
-    members.add(C.handle(group.root_var))
-    for var, key in zip(group.match.internal, group.match.internal_keys):
-        for user in index.users.get(key, ()):
-            if user is ESCAPES:
-                return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
-                        f"the function")
-            if user not in members:
-                return (f"intermediate '{C.var_name(var)}' is also used by "
-                        f"'{C.var_name(index.var_of(user))}' outside the match")
+    """Why an interior result of ``group`` is needed outside it, or ``None``.
+
+    Counts suffice on the hot path: an interior Var escapes when the match's own
+    bindings read it fewer times than the whole function does.
+    """
+    internal = group.match.internal_keys
+    members = [*internal, C.handle(group.root_var)]
+    inside: dict[int, int] = {}
+    for member in members:
+        for read in index.reads[member]:
+            inside[read] = inside.get(read, 0) + 1
+    for var, key in zip(group.match.internal, internal):
+        if key in index.escaping:
+            return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
+                    f"the function")
+        if inside.get(key, 0) < index.readers.get(key, 0):
+            member_set = set(members)
+            outside = next(u for u in index.users_of(key) if u not in member_set)
+            return (f"intermediate '{C.var_name(var)}' is also used by "
+                    f"'{C.var_name(index.var_of(outside))}' outside the match")
     return None
 
 
