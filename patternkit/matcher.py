@@ -296,9 +296,18 @@ class Matcher:
         return False
 
     def _match_args(self, patterns: list[DFPattern], args: list[Any]) -> bool:
-        visit = self._visit
+        visit, memo, trail, inputs = self._visit, self._memo, self._trail, self._inputs
         for p, a in zip(patterns, args):
-            if not visit(p, a):
+            if type(p) is WildcardPattern and p not in memo:
+                # Inlined _visit + _on_wildcard: most pattern leaves are fresh wildcards.
+                memo[p] = a
+                if type(a) is not tvm.ir.Op:
+                    key = a.__chandle__()
+                    if key not in inputs:
+                        inputs[key] = a
+                        trail.append(("input", key))
+                trail.append(("memo", p))
+            elif not visit(p, a):
                 return False
         return True
 

@@ -214,3 +214,17 @@ def test_every_generated_batchnorm_collapses_with_the_same_numbers(channels, spe
     after, log = collapse(mod)
     assert log.count(RULE) == 1 and len(batch_norm_calls(after)) == 1
     pk.assert_same_numerics(mod, after, positive=("var",), rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_collapse_with_a_symbolic_batch_dimension():
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 3, 4, 4), "float32"))
+    g, b, m, v = (relax.Var(k, relax.TensorType((3, 1, 1), "float32"))
+                  for k in ("gamma", "beta", "mean", "var"))
+    mod = pk.from_expr(g * (x - m) / relax.op.sqrt(v + relax.const(1e-5, "float32")) + b)
+    after, log = collapse(mod)
+    (bn,) = batch_norm_calls(after)
+    assert int(bn.attrs.axis) == 1 and log.count(RULE) == 1
+    assert relax.analysis.check_well_formed(after)
+    pk.assert_same_numerics(mod, after, positive=("var",), shape_vars={"n": 2},
+                            rtol=1e-5, atol=1e-5)
