@@ -52,7 +52,6 @@ per callee binding.  See ``benchmarks/README.md`` for measurements.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Iterable
 
@@ -775,13 +774,8 @@ def defuse(mod: tvm.IRModule, kinds: Iterable[str] | str | None = None, *,
     selected = _normalize_kinds(kinds)
     # The walk allocates many short-lived FFI wrappers; generational GC sweeps over the
     # growing set of live ones made the pass visibly superlinear, so pause it.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with C.gc_paused():
         return _defuse(mod, selected, check_well_formed, max_depth)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _defuse(mod, selected, check_well_formed, max_depth):
