@@ -109,8 +109,8 @@ def const_to_numpy(expr: Any) -> np.ndarray:
     raise TypeError(f"expected a constant, found {type(expr).__name__}")
 
 
-_OP_NAMES: dict[int, str] = {}  # Op handle -> name; operators live as long as TVM
-_OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure)
+_OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure); ops live as long as TVM
+VAR_TYPES = frozenset({Var, DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
 
 
 def op_info(op: Any) -> tuple[str, bool]:
@@ -137,11 +137,7 @@ def op_name(expr: Any) -> str | None:
     op = expr.op
     if type(op) is not Op:
         return None
-    key = op.__chandle__()
-    name = _OP_NAMES.get(key)
-    if name is None:
-        name = _OP_NAMES[key] = op.name
-    return name
+    return op_info(op)[0]
 
 
 def static_shape(ty: Any) -> tuple | None:

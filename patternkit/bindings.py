@@ -24,31 +24,19 @@ _NO_VARS = (tvm.ir.Constant, tvm.ir.Op, tvm.ir.GlobalVar, relax.ShapeExpr, relax
             tvm.ir.StringImm)
 
 
-_VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})
+_VAR_TYPES = C.VAR_TYPES
 _LEAF_TYPES = frozenset({tvm.ir.GenericConst, tvm.tirx.IntImm, tvm.tirx.FloatImm, tvm.ir.Op,
                          tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc, tvm.ir.StringImm})
 
 
-def used_vars(expr: Any, call_args: dict[int, list] | None = None) -> list:
+def used_vars(expr: Any) -> list:
     """Relax Vars an expression reads (with repeats), without descending into bindings.
 
     Dispatches on exact types first: this runs on every binding of every pass, and
-    ``isinstance`` against TVM's class hierarchy is several times slower.  With
-    ``call_args``, the argument list of a top-level call is stored there (keyed by the
-    call's handle) so the matcher does not fetch it across the FFI again.
+    ``isinstance`` against TVM's class hierarchy is several times slower.
     """
     found = []
-    if call_args is not None and type(expr) is relax.Call:
-        args = C.array_items(expr.args)
-        call_args[handle(expr)] = args
-        op = expr.op
-        if type(op) in _VAR_TYPES:
-            found.append(op)
-        elif type(op) not in _LEAF_TYPES:
-            found.extend(used_vars(op))
-        stack = list(args)
-    else:
-        stack = [expr]
+    stack = [expr]
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -179,7 +167,7 @@ class FunctionIndex:
                     index.by_key.setdefault(kind, []).append((bi, j))
                 keys.append((key, pure and type(var) is relax.DataflowVar))
                 if reads is None:
-                    reads = [handle(v) for v in used_vars(value, index.call_args)]
+                    reads = [handle(v) for v in used_vars(value)]
                 index.reads[key] = reads
                 readers = index.readers
                 for used in reads:

@@ -36,9 +36,7 @@ from .pattern import (
 )
 
 Lookup = Callable[[Any], Any]
-_VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})
-
-_LEAF_INPUT_PATTERNS = (WildcardPattern, VarPattern)
+_VAR_TYPES = C.VAR_TYPES
 
 
 @dataclass
@@ -517,21 +515,12 @@ def function_lookup(func: relax.Function) -> Lookup:
     return table.get
 
 
-_PURITY: dict[int, bool] = {}  # Op handle -> FPurity; operators live as long as TVM
-
-
 def is_pure_value(value: Any) -> bool:
     """Values the matcher may look through: anything but calls with side effects."""
     if type(value) is relax.Call:
         op = value.op
         if type(op) is tvm.ir.Op:
-            key = C.handle(op)
-            if key not in _PURITY:
-                try:
-                    _PURITY[key] = bool(op.get_attr("FPurity"))
-                except (tvm.error.TVMError, AttributeError, ValueError):
-                    _PURITY[key] = False
-            return _PURITY[key]
+            return C.op_info(op)[1]
         return not isinstance(op, relax.ExternFunc)
     return not isinstance(value, (relax.Function, relax.If))
 
