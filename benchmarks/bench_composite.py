@@ -23,8 +23,8 @@ import numpy as np
 from tvm import relax
 
 import patternkit as pk
-from patternkit.composite import MergeComposite, PatternTable, composite_counts
-from patternkit.pattern import is_op, wildcard
+from patternkit.byoc import MergeComposite, PatternTable, composite_counts
+from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import BatchnormFoldIntoConv, conv2d_add_relu
 
 

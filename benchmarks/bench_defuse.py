@@ -28,7 +28,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.transform import FuseOpsByPattern
 
-from patternkit.defuse import DefuseOps
+from patternkit.fusion import DefuseOps
 from patternkit.testing import batchnorm_chain, batchnorm_pattern
 
 

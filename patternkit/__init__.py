@@ -1,33 +1,38 @@
 """patternkit: Relay-style dataflow-pattern rewriting, partitioning and fusion on TVM Relax.
 
-This module only re-exports the public API; see the submodules for the code.
+This module only re-exports the public API.  The package is layered, each layer
+importing only the ones below it (a test enforces it):
+
+* :mod:`patternkit.ir`: access to TVM's Relax IR (the only layer touching private TVM API);
+* :mod:`patternkit.dpl`: the pattern language and the matcher;
+* :mod:`patternkit.engine`: the linear rewrite engine (index, proposals, emission),
+  rewrite rules, ``rewrite`` and ``partition``; :mod:`patternkit.fusion`: ``DefuseOps``;
+* :mod:`patternkit.verification`: numeric checks on llvm and fuse/defuse round trips;
+* :mod:`patternkit.byoc`: pattern tables, composites and external compilers;
+  :mod:`patternkit.viz`: the Graphviz visualiser;
+* :mod:`patternkit.testing` (test helpers) and :mod:`patternkit.patterns` (the library);
+* :mod:`patternkit.app`: the main job, the command line and the built-in models.
 """
 
-from .byoc import (AnnotateTarget, PartitionGraph, external_functions, inline_external,
-                   partition_graph)
-from .callback import DFPatternCallback, NodeMap
-from .composite import (CompositeLog, MergeComposite, PatternTable, PatternTableError,
-                        composite_counts, composite_functions, merge_composite, pattern_table)
-from .defuse import DefuseOps, defuse
+from .app.job import JobReport, run, verify
+from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
+                   OffloadReport, PartitionGraph, PatternTable, PatternTableError,
+                   composite_counts, composite_functions, external_functions, graph_split,
+                   inline_external, merge_composite, offload_report, partition_graph,
+                   pattern_table, run_split)
+from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
+                  DFPattern, ExprPattern, Match, ShapePattern, TupleGetItemPattern, TuplePattern,
+                  TypePattern, VarPattern, WildcardPattern, explain, find_match, has_attr,
+                  has_dtype, has_shape, has_type, is_const, is_constant, is_expr, is_op,
+                  is_tuple, is_tuple_get_item, is_var, match, wildcard)
+from .engine import (DFPatternCallback, NodeMap, Rewrite, RewriteLog, RewriteRecord, SkippedMatch,
+                     partition, reject, rewrite)
 from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
                      RewriteDidNotConverge)
-from .explain import explain
-from .exprs import from_expr, to_expr
-from .graph_split import GraphSplitError, graph_split, run_split
-from .grouping import reject
-from .job import JobReport, verify
-from .job import run as run
-from .matcher import Match, find_match, match
-from .numeric import Comparison, assert_same_numerics, compare
-from .offload import HostOp, OffloadReport, offload_report
-from .partition import partition
-from .pattern import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                      DFPattern, ExprPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
-                      TypePattern, VarPattern, WildcardPattern, has_attr, has_dtype, has_shape,
-                      has_type, is_const, is_constant, is_expr, is_op, is_tuple,
-                      is_tuple_get_item, is_var, wildcard)
-from .rewrite import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
-from .roundtrip import RoundTripError, RoundTripResult, check_roundtrip
+from .fusion import DefuseOps, defuse
+from .ir import from_expr, to_expr
+from .verification import (Comparison, RoundTripError, RoundTripResult, assert_same_numerics,
+                           check_roundtrip, compare)
 from .viz import DotUnavailable, VizError, VizGraph, viz_diff, viz_expr
 
 __version__ = "0.1.0"

@@ -27,10 +27,9 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from patternkit import _compat as C
-from patternkit.callback import DFPatternCallback, NodeMap
-from patternkit.grouping import reject
-from patternkit.pattern import DFPattern, is_constant, is_op, wildcard
+from patternkit.engine import DFPatternCallback, NodeMap, reject
+from patternkit.ir import compat as C
+from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
 
 _ROLES = ("gamma", "beta", "mean", "var")
 
@@ -127,7 +126,7 @@ class BatchnormCallback(DFPatternCallback):
     @staticmethod
     def example(channels: int = 3, param_shape: str = "C11") -> tvm.IRModule:
         """``gamma * (x - mean) / sqrt(var + eps) + beta`` on ``x: (2, C, 4, 4)``."""
-        from patternkit.exprs import from_expr
+        from patternkit.ir import from_expr
 
         shape = {"C": (channels,), "C11": (channels, 1, 1), "1C11": (1, channels, 1, 1)}[param_shape]
         x = relax.Var("x", relax.TensorType((2, channels, 4, 4), "float32"))

@@ -38,10 +38,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit import _compat as C
-from patternkit.callback import DFPatternCallback, NodeMap
-from patternkit.grouping import reject
-from patternkit.pattern import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
+from patternkit.engine import DFPatternCallback, NodeMap, reject
+from patternkit.ir import compat as C
+from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
 
 _OPTIONAL, _REQUIRED, _ABSENT = "optional", "required", "absent"
 _MODES = (_OPTIONAL, _REQUIRED, _ABSENT)

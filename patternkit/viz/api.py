@@ -63,8 +63,9 @@ def viz_expr(obj: Any, **options: Any) -> VizGraph:
     functions : str or list of str, optional
         Only draw these functions of a module.
     highlight : list of dict, optional
-        Match results ``[{role: relax.Var or Expr}, ...]`` (or an object with
-        ``match_bindings(func)``): each match is outlined, its roles labelled.
+        Match results ``[{role: relax.Var or Expr}, ...]``, a pattern, a rule (roles named
+        after its ``roles()``), or an object with ``match_bindings(func)``: each match is
+        outlined, its roles labelled.
     max_attrs : int
         Attributes shown in a label (the rest are in the tooltip); default 3.
     legend, header : bool

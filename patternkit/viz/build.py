@@ -26,12 +26,13 @@ import tvm_ffi
 from tvm import relax
 from tvm_ffi import _ffi_api as _ffi_container
 
-from .._compat import Call, Function, GlobalVar, Op, Var, type_of
+from ..ir.compat import Call, Function, GlobalVar, Op, Var, type_of
+from ..ir.kinds import cluster_kind
 from .labels import call_attributes, compact_type, key_attributes, literal_text, short_op_name
 from .model import Cluster, Edge, GraphModel, Node
 from .options import VizError, VizOptions
 
-__all__ = ["build_model", "function_cluster_kind"]
+__all__ = ["build_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,27 +95,6 @@ class _Folded(str):
 
 class _Bundle(list):
     """The fields of a tuple: a bundle of references, never a node."""
-
-
-def function_cluster_kind(func: Any) -> tuple[str, str]:
-    """``(kind, name)`` of the cluster drawn for ``func`` from its attributes.
-
-    ``Codegen``/``Compiler`` -> ``codegen``; ``Composite`` -> ``composite`` (named by the
-    pattern); ``PartitionedFromPattern`` -> ``partition``; ``Primitive`` -> ``primitive``;
-    anything else -> ``function``.
-    """
-    attrs = func.attrs if func.attrs is not None else {}
-    keys = set(attrs.keys()) if attrs is not None else set()
-    for key in ("Codegen", "Compiler"):
-        if key in keys:
-            return "codegen", str(attrs[key])
-    if "Composite" in keys:
-        return "composite", str(attrs["Composite"])
-    if "PartitionedFromPattern" in keys:
-        return "partition", str(attrs["PartitionedFromPattern"])
-    if "Primitive" in keys:
-        return "primitive", ""
-    return "function", ""
 
 
 class _Scope:
@@ -419,7 +399,7 @@ class _Builder:
         return (node.id, "")
 
     def _inline(self, callee: Function, callee_name: str, call: Any, ctx: "_Ctx", base: str, var: Any) -> Any:
-        kind, cname = function_cluster_kind(callee)
+        kind, cname = cluster_kind(callee)
         if not cname:
             cname = callee_name
         attrs = {str(k): str(callee.attrs[k]) for k in callee.attrs.keys()} if callee.attrs is not None else {}
@@ -445,7 +425,7 @@ class _Builder:
 
     def _draw_once(self, name: str, callee: Function, call_node: Node) -> None:
         if name not in self.once_results:
-            kind, cname = function_cluster_kind(callee)
+            kind, cname = cluster_kind(callee)
             attrs = {str(k): str(callee.attrs[k]) for k in callee.attrs.keys()} if callee.attrs is not None else {}
             attrs.setdefault("function", name)
             label = f"{kind}: {cname or name}"

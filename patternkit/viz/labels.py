@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._compat import Constant, GenericConst, TensorType, TupleType
+from ..ir.compat import Constant, GenericConst, TensorType, TupleType
 
 __all__ = [
     "OP_NAME_STYLES",

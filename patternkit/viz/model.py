@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._compat import gc_paused  # re-exported: the viz modules pause GC while walking
+from ..ir.compat import gc_paused  # re-exported: the viz modules pause GC while walking
 
 __all__ = ["Cluster", "Edge", "GraphModel", "Node", "OFFLOAD_KINDS", "gc_paused"]
 

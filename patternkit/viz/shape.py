@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from ..dpl.pattern import DFPattern
+from ..engine.proposal import match_bindings
 from .model import Cluster, Edge, GraphModel, Node
 from .options import VizError, VizOptions
 
@@ -39,19 +41,25 @@ def shape_model(model: GraphModel, options: VizOptions, functions: Any = None) -
 def _match_list(highlight: Any, functions: Any) -> list:
     if isinstance(highlight, Mapping):
         return [highlight]
-    if hasattr(highlight, "match_bindings"):
+    if hasattr(highlight, "match_bindings"):  # a user's own matcher
+        find = highlight.match_bindings
+    elif isinstance(highlight, DFPattern) or isinstance(getattr(highlight, "pattern", None),
+                                                       DFPattern):
+        def find(func):
+            return match_bindings(highlight, func)
+    else:
+        find = None
+    if find is not None:
         if not functions:
             raise VizError("highlight= with a pattern needs a Relax function or module to match in")
-        found = []
-        for func in functions:
-            found.extend(highlight.match_bindings(func))
-        return found
+        return [m for func in functions for m in find(func)]
     try:
         matches = list(highlight)
     except TypeError:
         raise VizError(
-            "highlight= expects match results (a list of {role: relax.Var or Expr} dicts) or an "
-            f"object with .match_bindings(func); found {type(highlight).__name__}"
+            "highlight= expects match results (a list of {role: relax.Var or Expr} dicts), a "
+            f"pattern, a rule, or an object with .match_bindings(func); found "
+            f"{type(highlight).__name__}"
         ) from None
     return matches
 
@@ -60,8 +68,8 @@ def apply_highlight(model: GraphModel, highlight: Any, functions: Any = None) ->
     """Outline each match and label its nodes with their role names.
 
     ``highlight`` is a list of ``{role: relax.Var or Expr}`` dicts (the pattern engine's
-    match results), one dict, or an object with ``match_bindings(func)`` returning such
-    dicts.  A match whose nodes share one cluster gets a dashed box of its own.
+    match results), one dict, a pattern, a rule (its matches, labelled with its roles), or
+    an object with ``match_bindings(func)`` returning such dicts.  A match whose nodes share one cluster gets a dashed box of its own.
     """
     matches = _match_list(highlight, functions)
     missing = 0

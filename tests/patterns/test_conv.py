@@ -8,8 +8,8 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit import _compat as C
-from patternkit.composite import CompositeLog, composite_functions, merge_composite
+from patternkit import ir as C
+from patternkit.byoc import CompositeLog, composite_functions, merge_composite
 from patternkit.patterns import all_rules
 from patternkit.patterns.conv import (COMPOSITES, RULES, BatchnormFoldIntoConv,
                                       ConvAddReluComposite, conv2d_add_relu)

@@ -1,0 +1,121 @@
+"""The ``patternkit`` command line: ``run``, ``list``, ``viz`` and ``verify``.
+
+Each command is a thin shell over :mod:`patternkit.app.job` (or the visualiser), so
+everything is also one Python call away.  Exit codes: 0 success, 1 a check failed,
+2 bad input (a one-line error; ``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from ..errors import PatternkitError
+
+
+def _progress(args: argparse.Namespace):
+    if getattr(args, "quiet", False):
+        return None
+    return lambda message: print(message, file=sys.stderr, flush=True)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .job import run
+
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else None
+    report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
+                 seed=args.seed, draw=not args.no_draw, progress=_progress(args))
+    if not args.quiet:
+        composites = sum(report.composites.values())
+        print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
+              f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
+              f"{len(report.host_ops)} op(s) on the host; numeric max abs error "
+              f"{report.numeric['max_abs_error']:.3g}; round trips "
+              f"{'ok' if all(r['ok'] for r in report.roundtrip.values()) else 'FAILED'}; "
+              f"report in {args.out}/report.md")
+    return 0 if report.ok else 1
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from patternkit.patterns import catalog
+
+    entries = catalog()
+    width = max(len(e.name) for e in entries)
+    for e in entries:
+        print(f"{e.name:<{width}}  {e.kind:<9}  {e.summary}")
+    return 0
+
+
+def _cmd_viz(args: argparse.Namespace) -> int:
+    from .job import load_model
+    from ..viz import viz_expr
+
+    mod, _ = load_model(args.model)
+    target = Path(args.output)
+    fmt = target.suffix.lstrip(".") or "svg"
+    path = viz_expr(mod).render(target, format=fmt)
+    if not args.quiet:
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .job import verify
+
+    results = verify(progress=_progress(args))
+    for name, ok, detail in results:
+        print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
+    return 0 if all(ok for _, ok, _ in results) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="patternkit",
+                                     description="Relay-style pattern rewriting on TVM Relax")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="rewrite, partition and verify a model")
+    run.add_argument("model", nargs="?", default=None,
+                     help="built-in model name (default resnet18), a .py file defining an "
+                          "IRModule, or an .onnx file")
+    run.add_argument("--patterns", help="comma-separated library names (default: all)")
+    run.add_argument("--compiler", default="ccompiler", help="external compiler name")
+    run.add_argument("--out", default="patternkit-out", help="output folder")
+    run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
+    run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")
+    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    run.set_defaults(handler=_cmd_run)
+
+    lst = sub.add_parser("list", help="the pattern library: names, kinds, one-line docs")
+    lst.set_defaults(handler=_cmd_list)
+
+    viz = sub.add_parser("viz", help="draw a model")
+    viz.add_argument("model", help="built-in model name, .py or .onnx file")
+    viz.add_argument("-o", "--output", default="graph.svg", help="output file (svg, png, pdf)")
+    viz.add_argument("--quiet", action="store_true")
+    viz.set_defaults(handler=_cmd_viz)
+
+    ver = sub.add_parser("verify", help="numeric check of every pattern in the library")
+    ver.add_argument("--quiet", action="store_true")
+    ver.set_defaults(handler=_cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except (PatternkitError, OSError) as err:
+        if args.debug:
+            raise
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"patternkit: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

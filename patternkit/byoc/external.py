@@ -1,0 +1,368 @@
+"""``AnnotateTarget`` and ``PartitionGraph``: hand composites to an external compiler.
+
+Relay's BYOC flow was ``MergeComposite`` -> ``AnnotateTarget`` -> ``MergeCompilerRegions``
+-> ``PartitionGraph``.  Relax 0.27 has pattern-only BYOC (``FuseOpsByPattern`` +
+``MergeCompositeFunctions`` + ``RunCodegen``) and no annotation pass.  This module keeps
+the Relay workflow on Relax::
+
+    seq = tvm.transform.Sequential([
+        MergeComposite([("ccompiler.conv_add_relu", conv2d_add_relu())]),
+        AnnotateTarget("ccompiler", ops={"nn.max_pool2d": True}),   # optional
+        PartitionGraph("ccompiler"),
+    ])
+
+:func:`AnnotateTarget` ``(compiler, ops)``
+    Relay's per-op ``target.<compiler>`` predicates become a table: every call of a
+    listed op that no composite took is wrapped in a single-op composite named
+    ``"<compiler>.<op>"`` (``"ccompiler.nn.max_pool2d"``).  A predicate is ``True`` or a
+    ``check(pre)`` returning ``True`` / ``False`` / :func:`patternkit.reject`.
+:func:`PartitionGraph` ``(compiler)``
+    Every composite whose name starts with ``"<compiler>."`` is lifted out of its
+    function.  With ``merge=True`` (the default, Relay's ``MergeCompilerRegions`` +
+    ``PartitionGraph``) adjacent composites of one compiler are merged into one external
+    function with TVM's ``MergeCompositeFunctions``, which never merges two regions when
+    that would create a cycle through host code; with ``merge=False`` each composite
+    gets its own external function.  External functions are public, named
+    ``"<compiler>_main_<i>"`` in program order (Relay's ``tvmgen_default_<compiler>_main_<i>``
+    without the module-name mangling) and carry ``Codegen`` (what ``relax.transform.RunCodegen``
+    reads), ``Compiler`` (Relay's name of it), ``global_symbol`` and ``Primitive``; the
+    composites stay inside them as local functions, as ``MergeCompositeFunctions``
+    produces them.
+
+Building for ``llvm``: external functions need their codegen (``RunCodegen``).  To run
+a partitioned module on the host instead (tests, numeric checks), inline everything back
+with :func:`patternkit.DefuseOps`, which undoes ``Codegen`` and ``Composite``
+functions; :func:`inline_external` does exactly that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import tvm
+from tvm import relax
+
+from ..dpl.pattern import is_op, wildcard
+from ..errors import MalformedIRError, PatternkitError
+from ..fusion import defuse
+from ..ir import compat as C
+from ..ir.kinds import CODEGEN, COMPILER, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
+from ..ir.opnames import relax_op_name, relay_short_name
+from ..ir.targets import rewritable_functions
+from .merge import merge_composite
+from .table import PatternTable, PatternTableError
+
+#: Marks, while ``MergeCompositeFunctions`` runs, the external functions of the compilers
+#: being partitioned for, so that those of other compilers can be told apart and undone.
+HELD = "patternkit.HeldComposite"
+
+
+def _compiler_name(compiler: Any, where: str) -> str:
+    if not isinstance(compiler, str) or not compiler or "." in compiler:
+        raise PatternTableError(f"{where}: the compiler must be a non-empty name without "
+                                f"dots (the prefix of composite names), found {compiler!r}")
+    return compiler
+
+
+# -- AnnotateTarget --------------------------------------------------------------------------
+def annotation_table(compiler: str, ops: Mapping[str, bool | Callable]) -> PatternTable:
+    """The single-op pattern table for ``AnnotateTarget(compiler, ops)``.
+
+    Entry names are ``"<compiler>.<Relay op name>"``; an op mapped to ``False`` is left out.
+    """
+    compiler = _compiler_name(compiler, "AnnotateTarget")
+    entries = []
+    for name, predicate in ops.items():
+        try:
+            full = relax_op_name(name)
+        except PatternkitError as err:
+            raise PatternTableError(f"AnnotateTarget('{compiler}'): op entry {name!r}: {err}") from err
+        if predicate is False:
+            continue
+        check = None if predicate is True else predicate
+        if check is not None and not callable(check):
+            raise PatternTableError(f"AnnotateTarget('{compiler}'): the predicate of op "
+                                    f"{name!r} must be True, False or callable, found "
+                                    f"{type(predicate).__name__}")
+        entry_name = f"{compiler}.{relay_short_name(full)}"
+        pattern = _single_op_pattern(full)
+        entries.append((entry_name, pattern, check) if check else (entry_name, pattern))
+    return PatternTable(entries, compiler)
+
+
+def _single_op_pattern(full_name: str):
+    """``op(w, ..., w)`` with one wildcard per input, so the inputs become parameters."""
+    arity = int(tvm.ir.Op.get(full_name).num_inputs)
+    arities = [arity] if arity >= 0 else range(1, 9)
+    pattern = None
+    for n in arities:
+        p = is_op(full_name)(*[wildcard() for _ in range(n)])
+        pattern = p if pattern is None else pattern | p
+    return pattern
+
+
+def AnnotateTarget(compiler: str, ops: Mapping[str, bool | Callable] | None = None,  # noqa: N802
+                   ) -> tvm.transform.Pass:
+    """Mark single ops supported by ``compiler`` as one-op composites; see the module doc.
+
+    Parameters
+    ----------
+    compiler : str
+    ops : mapping of op name (Relay or Relax spelling) to ``True``/``False``/``check``
+        Relay's ``@tvm.ir.register_op_attr(op, "target.<compiler>")`` table.  Ops already
+        inside a composite are never annotated again.
+    """
+    table = annotation_table(compiler, ops or {})
+
+    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return merge_composite(mod, table) if len(table) else mod
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.AnnotateTarget")
+
+
+# -- PartitionGraph --------------------------------------------------------------------------
+def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = None, *,
+                    merge: bool = True) -> tvm.IRModule:
+    """Lift the composites of ``compiler`` into external functions; see the module doc.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Never modified.
+    compiler : str, iterable of str or None
+        The codegen(s) to partition for; ``None`` takes every composite whose name has a
+        ``"<compiler>."`` prefix.
+    merge : bool
+        Merge adjacent composites of one compiler into one function (never creating a
+        cycle); otherwise one external function per composite.
+    """
+    compilers = _compilers(compiler)
+    with C.gc_paused():
+        lifted, order = _lift_composites(mod, compilers, wrap=not merge)
+        if not order:
+            return mod
+        if merge:
+            lifted = relax.transform.MergeCompositeFunctions()(lifted)
+            lifted = _inline_other_codegens(lifted, set(order))
+        return _name_external_functions(lifted, mod)
+
+
+def _compilers(compiler) -> set[str] | None:
+    if compiler is None:
+        return None
+    if isinstance(compiler, str) or not isinstance(compiler, Iterable):
+        return {_compiler_name(compiler, "PartitionGraph")}
+    return {_compiler_name(c, "PartitionGraph") for c in compiler}
+
+
+def _inline_other_codegens(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModule:
+    """Undo the external functions ``MergeCompositeFunctions`` made for other compilers.
+
+    Their composites come back as local functions, as ``MergeComposite`` made them.
+    """
+    held, functions = False, {}
+    for gv, func in mod.functions.items():
+        codegen = attr(func, CODEGEN)
+        if codegen is not None and str(codegen) in selected:
+            func = func.without_attr(CODEGEN).with_attr(HELD, str(codegen))
+        elif codegen is not None:
+            held = True
+        functions[gv] = func
+    if not held:
+        return mod
+    out = defuse(C.copy_module(mod, functions), "codegen")
+    functions = {}
+    for gv, func in out.functions.items():
+        codegen = attr(func, HELD)
+        if codegen is not None:
+            func = func.without_attr(HELD).with_attr(CODEGEN, str(codegen))
+        functions[gv] = func
+    return C.copy_module(out, functions)
+
+
+def PartitionGraph(compiler: str | Iterable[str] | None = None, *,  # noqa: N802 (TVM style)
+                   merge: bool = True) -> tvm.transform.Pass:
+    """:func:`partition_graph` as a module pass (Relay's ``PartitionGraph``)."""
+    _compilers(compiler)
+
+    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return partition_graph(mod, compiler, merge=merge)
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.PartitionGraph")
+
+
+def _codegen_of(func: relax.Function, compilers: set[str] | None) -> str | None:
+    name = attr(func, COMPOSITE)
+    if name is None or "." not in str(name):
+        return None
+    prefix = str(name).split(".", 1)[0]
+    return prefix if compilers is None or prefix in compilers else None
+
+
+def _lift_composites(mod: tvm.IRModule, compilers: set[str] | None, wrap: bool):
+    """Move selected local composites to globals; returns (module, codegens in order).
+
+    ``wrap=False``: FuseOpsByPattern's form (private ``Composite`` + ``Primitive``
+    globals), ready for ``MergeCompositeFunctions``.  ``wrap=True``: each call site gets
+    a public ``Codegen`` function holding the composite as a local function, the form of
+    ``FuseOpsByPattern(annotate_codegen=True)``.
+    """
+    bb = relax.BlockBuilder(C.copy_module(mod))
+    order: list[str] = []
+    updates = {}
+    for gv, func in rewritable_functions(mod):
+        new_func = _lift_in_function(bb, gv.name_hint, func, compilers, wrap, order)
+        if new_func is not None:
+            updates[gv] = new_func
+    for gv, func in updates.items():
+        bb.update_func(gv, func)
+    return bb.get(), order
+
+
+def _lift_in_function(bb, func_name, func, compilers, wrap, order):
+    if not isinstance(func.body, relax.SeqExpr):
+        return None
+    locals_: dict[int, tuple[relax.Function, str]] = {}
+    changed = False
+    blocks = []
+    for block in C.array_items(func.body.blocks):
+        kept = []
+        for binding in C.array_items(block.bindings):
+            value = binding.value
+            if isinstance(value, relax.Function):
+                codegen = _codegen_of(value, compilers)
+                if codegen is not None:
+                    locals_[C.handle(binding.var)] = (value, codegen)
+                    changed = True
+                    continue
+                if not wrap and attr(value, COMPOSITE) is not None:
+                    # MergeCompositeFunctions cannot walk local functions, so the other
+                    # compilers' composites go global too; they are inlined back after.
+                    locals_[C.handle(binding.var)] = (value, None)
+                    changed = True
+                    continue
+                if not wrap:
+                    raise MalformedIRError(
+                        f"PartitionGraph: function '{func_name}' binds a local function "
+                        f"'{C.var_name(binding.var)}' that is not a composite; lift it "
+                        f"(relax.transform.LambdaLift) or inline it (DefuseOps) first")
+            if (isinstance(value, relax.Call) and isinstance(value.op, relax.Var)
+                    and C.handle(value.op) in locals_):
+                composite, codegen = locals_[C.handle(value.op)]
+                if codegen is None:
+                    gv = bb.add_func(composite.with_attr(PRIMITIVE, True),
+                                     f"{func_name}_{C.var_name(binding.var)}_other")
+                else:
+                    gv = (_wrap_external(bb, composite, codegen, func_name, len(order)) if wrap
+                          else bb.add_func(composite.with_attr(PRIMITIVE, True),
+                                           f"{func_name}_{C.var_name(binding.var)}_composite"))
+                    order.append(codegen)
+                call = _normalized_call(bb, gv, list(C.array_items(value.args)),
+                                        isinstance(block, relax.DataflowBlock))
+                kept.append(relax.VarBinding(binding.var, call))
+                continue
+            kept.append(binding)
+        if kept:
+            blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
+                          else relax.BindingBlock(kept))
+    if not changed:
+        return None
+    body = relax.SeqExpr(blocks, func.body.body)
+    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    return relax.BlockBuilder().normalize(new_func)
+
+
+def _normalized_call(bb: relax.BlockBuilder, gv, args: list, dataflow: bool):
+    with C.scratch_block(bb, dataflow=dataflow):
+        return bb.normalize(relax.Call(gv, args))
+
+
+def _wrap_external(bb, composite: relax.Function, codegen: str, func_name: str, i: int):
+    params = [relax.Var(f"param_{k}", p.ty) for k, p in enumerate(composite.params)]
+    name = f"{func_name}_{codegen}_external_{i}"
+    with bb.function(name, params, private=False):
+        inner = bb.emit(composite)
+        out = bb.emit(relax.Call(inner, params))
+        gv = bb.emit_func_output(out)
+    func = bb.get()[gv]
+    bb.update_func(gv, func.with_attr(CODEGEN, codegen))
+    return gv
+
+
+def _name_external_functions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
+    """Rename new ``Codegen`` functions ``<compiler>_main_<i>`` and add Relay's attrs."""
+    existing = {gv.name_hint for gv in original.get_global_vars()}
+    callers = [(gv, f) for gv, f in rewritable_functions(mod)]
+    # Program order of first call, so that names read top to bottom like Relay's.
+    first_call: dict[str, int] = {}
+    for _, func in callers:
+        for block in C.array_items(func.body.blocks):
+            for binding in C.array_items(block.bindings):
+                value = binding.value
+                if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+                    first_call.setdefault(value.op.name_hint, len(first_call))
+    externals = [gv for gv, f in mod.functions.items()
+                 if isinstance(f, relax.Function) and attr(f, CODEGEN) is not None
+                 and gv.name_hint not in existing]
+    externals.sort(key=lambda gv: (first_call.get(gv.name_hint, len(first_call)), gv.name_hint))
+    counters: dict[str, int] = {}
+    renamed = {}
+    for gv in externals:
+        func = mod[gv]
+        codegen = str(func.attrs[CODEGEN])
+        k = counters.get(codegen, 0)
+        counters[codegen] = k + 1
+        name = f"{codegen}_main_{k}"
+        while name in existing:
+            name = "_" + name
+        func = (func.with_attr(GLOBAL_SYMBOL, name).with_attr(COMPILER, codegen)
+                .with_attr(PRIMITIVE, True))
+        renamed[gv.name_hint] = (name, func)
+    new_bb = relax.BlockBuilder(tvm.IRModule())
+    new_gvs = {old: new_bb.add_func(func, name) for old, (name, func) in renamed.items()}
+    functions = dict(new_bb.get().functions.items())
+    caller_names = {g.name_hint for g, _ in callers}
+    for gv, func in mod.functions.items():
+        if gv.name_hint in renamed:
+            continue
+        if gv.name_hint in caller_names:
+            func = _retarget_calls(func, new_gvs)
+        functions[gv] = func
+    return tvm.IRModule(functions, attrs=original.attrs, global_infos=original.global_infos)
+
+
+def _retarget_calls(func: relax.Function, new_gvs: dict) -> relax.Function:
+    bb = relax.BlockBuilder()
+    blocks = []
+    for block in C.array_items(func.body.blocks):
+        kept = []
+        for binding in C.array_items(block.bindings):
+            value = binding.value
+            if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)
+                    and value.op.name_hint in new_gvs):
+                call = _normalized_call(bb, new_gvs[value.op.name_hint],
+                                        list(C.array_items(value.args)),
+                                        isinstance(block, relax.DataflowBlock))
+                binding = relax.VarBinding(binding.var, call)
+            kept.append(binding)
+        blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(kept))
+    body = relax.SeqExpr(blocks, func.body.body)
+    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    return relax.BlockBuilder().normalize(new_func)
+
+
+def external_functions(mod: tvm.IRModule, compiler: str | None = None) -> dict[str, relax.Function]:
+    """``{name: function}`` of the functions carrying ``Codegen`` (optionally of one compiler)."""
+    return {gv.name_hint: f for gv, f in mod.functions.items()
+            if isinstance(f, relax.Function) and attr(f, CODEGEN) is not None
+            and (compiler is None or str(f.attrs[CODEGEN]) == compiler)}
+
+
+def inline_external(mod: tvm.IRModule) -> tvm.IRModule:
+    """Inline external functions and composites back, so that ``mod`` builds for llvm."""
+    return defuse(mod, ("codegen", "composite", "partition"))
+
+
+__all__ = ["AnnotateTarget", "PartitionGraph", "annotation_table", "partition_graph",
+           "external_functions", "inline_external"]

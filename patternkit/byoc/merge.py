@@ -1,0 +1,328 @@
+"""Pattern tables and ``MergeComposite``: mark the subgraphs an external compiler takes.
+
+Relay's external-compiler flow started with ``relay.transform.MergeComposite(table)``: a
+list of ``(name, pattern[, check])`` entries, earlier entries winning, each match
+wrapped in a function tagged ``Composite=<name>`` and ``PartitionedFromPattern=<ops>``.
+This module brings that pass to Relax:
+
+* :class:`~patternkit.byoc.table.PatternTable` validates a table once;
+* :func:`merge_composite` / :func:`MergeComposite` (a ``tvm.transform.Pass``) wrap every
+  accepted match in a *local* function bound where the match was, exactly as
+  :func:`patternkit.partition` does, with ``Composite`` and ``PartitionedFromPattern``
+  (``"nn.conv2d_add_nn.relu_"``, ``"nn.conv2d_add_"`` when an optional relu is absent);
+* :class:`CompositeLog` records what was formed and, for every match left alone, why.
+
+Algorithm
+---------
+Each function is indexed once.  Entries are then tried in table order; entry ``k`` finds
+its non-overlapping matches with Relay's grouping rules (roots from the result back to
+the inputs, a match may not reuse a binding claimed by the same entry, and a match whose
+intermediate result is read outside it is skipped).  A match that would take a binding
+already claimed by an earlier (higher-priority) entry is vetoed before it can claim
+anything, which is what running Relay's ``partition`` entry after entry gives: the
+earlier entry's ops are hidden inside its composite.  Then the entry's ``check`` runs.
+Finally the function is emitted once with every accepted match replaced by a call to its
+composite.  Cost: one index plus one linear grouping walk per entry, one emission.
+
+Differences from TVM's ``FuseOpsByPattern``: composites are local functions (one per
+match, never shared), a wildcard-matched constant becomes a parameter (Relay's rule),
+and matches with escaping intermediates are left alone instead of exported as tuples.
+``relax.build`` needs them lifted or inlined: :func:`patternkit.verification.numeric.build` lifts
+them, :func:`patternkit.DefuseOps` inlines them back, and :func:`patternkit.PartitionGraph`
+turns them into external functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import tvm
+from tvm import relax
+
+from ..dpl.matcher import Matcher
+from ..dpl.pattern import root_op_names
+from ..engine.emit import emit_function
+from ..engine.index import FunctionIndex, describe_binding, has_candidates
+from ..engine.outline import build_group_function, lifted_inputs
+from ..engine.proposal import Group, adapt_check, check_reason, find_groups, reject
+from ..engine.rule import NodeMap
+from ..errors import CallbackError
+from ..ir import compat as C
+from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
+from ..ir.targets import apply_to_target, rewritable_functions
+from .table import CompositeEntry, PatternTable
+
+logger = logging.getLogger(__name__)
+
+
+# -- the log -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FormedComposite:
+    """A composite that was formed: its entry, the function it is in, the ops it took."""
+
+    entry: str
+    function: str
+    root: str
+    vars: tuple[str, ...]
+    partitioned_from: str
+
+
+@dataclass(frozen=True)
+class SkippedComposite:
+    """A match that did not become a composite.
+
+    ``kind`` is ``"check"`` (the entry's check vetoed it), ``"overlap"`` (a binding was
+    already taken, ``by`` names the entry that took it), or ``"escape"`` (an
+    intermediate result is read outside the match).
+    """
+
+    entry: str
+    function: str
+    root: str
+    vars: tuple[str, ...]
+    kind: str
+    reason: str
+    by: str | None = None
+
+
+@dataclass
+class CompositeLog:
+    """What :func:`merge_composite` did; pass one in to collect it."""
+
+    formed: list[FormedComposite] = field(default_factory=list)
+    skipped: list[SkippedComposite] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.formed:
+            out[f.entry] = out.get(f.entry, 0) + 1
+        return out
+
+
+# -- the pass ------------------------------------------------------------------------------
+def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
+                    log: CompositeLog | None = None) -> Any:
+    """Wrap every accepted match of every table entry in a ``Composite`` function.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule, relax.Function or expression
+        Never modified; the same kind is returned.
+    table : PatternTable or list of entries
+        Earlier entries have higher priority (Relay's rule).
+    compiler : str, optional
+        Require every entry name to start with ``"<compiler>."``.
+    log : CompositeLog, optional
+        Receives the composites formed and the matches skipped, with reasons.
+
+    Raises
+    ------
+    PatternTableError
+        The table is malformed.
+    CallbackError
+        A check raised; the message names the entry and the binding.
+    """
+    table = PatternTable(table, compiler)
+
+    def transform(module: tvm.IRModule) -> tvm.IRModule:
+        with C.gc_paused():
+            functions = dict(module.functions.items())
+            changed = False
+            for gv, func in rewritable_functions(module):
+                new_func = _merge_function(table, gv.name_hint, func, log)
+                if new_func is not func:
+                    functions[gv] = new_func
+                    changed = True
+            return C.copy_module(module, functions) if changed else module
+
+    return apply_to_target(mod, transform)
+
+
+def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TVM pass style)
+                   log: CompositeLog | None = None) -> tvm.transform.Pass:
+    """:func:`merge_composite` as a module pass, like ``relay.transform.MergeComposite``.
+
+    The table is validated when the pass is created, so a bad table fails before any
+    pipeline runs.
+
+    Examples
+    --------
+    >>> table = [("ccompiler.conv_add_relu", conv2d_add_relu())]          # doctest: +SKIP
+    >>> seq = tvm.transform.Sequential([MergeComposite(table), PartitionGraph("ccompiler")])
+    """
+    table = PatternTable(table, compiler)
+
+    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return merge_composite(mod, table, log=log)
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.MergeComposite")
+
+
+def _names(vars_: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(C.var_name(v) for v in vars_)
+
+
+def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
+                    log: CompositeLog | None) -> relax.Function:
+    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+        return func
+    live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
+    if not live_entries:
+        return func
+    index = FunctionIndex.build(func)
+    claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
+    accepted: list[tuple[CompositeEntry, Group]] = []
+    for entry in live_entries:
+        check = adapt_check(entry.check) if entry.check is not None else None
+        vetoes: list[SkippedComposite] = []
+
+        def group_check(group: Group, entry=entry, check=check, vetoes=vetoes):
+            taken = next((v for v in group.interior if C.handle(v) in claimed), None)
+            if taken is not None:
+                by = claimed[C.handle(taken)]
+                reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
+                vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
+                                               _names(group.interior), "overlap", reason, by))
+                return reject(reason)
+            if check is None:
+                return True
+            try:
+                result = check(group.binding.value, NodeMap(group.match))
+            except Exception as err:
+                where = describe_binding(func_name, group.binding)
+                raise CallbackError(
+                    f"MergeComposite: the check of pattern table entry '{entry.name}' raised "
+                    f"{type(err).__name__}: {err} (while checking binding '{where}')",
+                    entry.name, where) from err
+            reason = check_reason(result)
+            if reason is not None:
+                vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
+                                               _names(group.interior), "check", reason))
+            return result
+
+        groups, skips = find_groups(index, entry.pattern, group_check)
+        for group in groups:
+            for v in group.interior:
+                claimed[C.handle(v)] = entry.name
+            accepted.append((entry, group))
+        if log is not None:
+            log.skipped.extend(vetoes)
+            vetoed_roots = {s.root for s in vetoes}
+            for s in skips:
+                if s.root in vetoed_roots:
+                    continue
+                log.skipped.append(_classify_skip(index, entry, func_name, s))
+    if not accepted:
+        return func
+    replacements = {}
+    for entry, group in accepted:
+        local = build_group_function(index, group, {COMPOSITE: entry.name})
+        replacements[C.handle(group.root_var)] = relax.Call(local, lifted_inputs(group))
+        if log is not None:
+            log.formed.append(FormedComposite(entry.name, func_name, C.var_name(group.root_var),
+                                              _names(group.interior),
+                                              str(local.attrs[PARTITIONED_FROM_PATTERN])))
+    logger.debug("MergeComposite: %d composite(s) in %s", len(accepted), func_name)
+    return emit_function(func, index, replacements, "MergeComposite", func_name)
+
+
+def _classify_skip(index: FunctionIndex, entry: CompositeEntry, func_name: str,
+                   skipped: Any) -> SkippedComposite:
+    """A grouping skip (escape or same-entry overlap) with the bindings it covered."""
+    kind = "overlap" if skipped.reason.startswith("overlaps") else "escape"
+    vars_: tuple[str, ...] = (skipped.root,)
+    if skipped.position is not None:
+        binding = index.binding_at(skipped.position)
+        table = index.values[skipped.position[0]]
+        found = Matcher(call_args=index.call_args, table=table).match(entry.pattern,
+                                                                       binding.value)
+        if found is not None:
+            vars_ = (*_names(found.internal), skipped.root)
+    by = entry.name if kind == "overlap" else None
+    return SkippedComposite(entry.name, func_name, skipped.root, vars_, kind, skipped.reason, by)
+
+
+def composite_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:
+    """Every function carrying ``Composite`` in ``mod``, global or local, with its name.
+
+    Local composites nested in ``Codegen`` functions (``MergeCompositeFunctions`` output)
+    are included, so the list describes a module at any stage of the BYOC flow.
+    """
+    found: list[tuple[str, relax.Function]] = []
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        if attr(func, COMPOSITE) is not None:
+            found.append((gv.name_hint, func))
+            continue
+
+        def visit(expr, owner=gv.name_hint):
+            if isinstance(expr, relax.Function) and attr(expr, COMPOSITE) is not None:
+                found.append((owner, expr))
+
+        relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+def composite_counts(mod: tvm.IRModule) -> dict[str, int]:
+    """``{composite name: number of composite calls executed}`` in ``mod``.
+
+    Works at any stage of the BYOC flow.  Calls are counted through the call graph from
+    every ordinary function, because ``FuseOpsByPattern`` and ``MergeCompositeFunctions``
+    share one function between identical matches (an external function called twice
+    counts its composites twice).
+    """
+    globals_ = {gv.name_hint: f for gv, f in mod.functions.items()}
+    memo: dict[str, dict[str, int]] = {}
+
+    def composite_of(func) -> str | None:
+        name = attr(func, COMPOSITE)
+        return None if name is None else str(name)
+
+    def add(into: dict, other: dict) -> None:
+        for k, n in other.items():
+            into[k] = into.get(k, 0) + n
+
+    def of_global(name: str) -> dict[str, int]:
+        if name not in memo:
+            memo[name] = {}  # a recursive call counts nothing more
+            func = globals_.get(name)
+            memo[name] = walk(func) if isinstance(func, relax.Function) else {}
+        return memo[name]
+
+    def walk(func: relax.Function) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if not isinstance(func.body, relax.SeqExpr):
+            return out
+        local: dict[int, Any] = {}
+        for block in C.array_items(func.body.blocks):
+            for binding in C.array_items(block.bindings):
+                value = binding.value
+                if isinstance(value, relax.Function):
+                    local[C.handle(binding.var)] = value
+                elif isinstance(value, relax.Call):
+                    op = value.op
+                    if isinstance(op, relax.Var) and C.handle(op) in local:
+                        callee = local[C.handle(op)]
+                        name = composite_of(callee)
+                        add(out, {name: 1} if name is not None else walk(callee))
+                    elif isinstance(op, tvm.ir.GlobalVar):
+                        callee = globals_.get(op.name_hint)
+                        name = composite_of(callee)
+                        add(out, {name: 1} if name is not None else of_global(op.name_hint))
+        return out
+
+    total: dict[str, int] = {}
+    called = {gv.name_hint for f in globals_.values() if isinstance(f, relax.Function)
+              for gv in relax.analysis.all_global_vars(f)}
+    for name, func in globals_.items():
+        if (isinstance(func, relax.Function) and composite_of(func) is None
+                and name not in called):
+            add(total, of_global(name))
+    return total
+
+
+__all__ = ["CompositeLog", "FormedComposite", "SkippedComposite", "merge_composite",
+           "MergeComposite", "composite_functions", "composite_counts"]

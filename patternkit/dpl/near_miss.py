@@ -1,0 +1,65 @@
+"""Why did a pattern not match?  The deepest point where matching failed.
+
+When a rule does not fire, the question is which part of the pattern disagreed with the
+graph.  :func:`explain` re-runs the matcher while recording, for every pattern node that
+failed, how deep in the pattern it was; the deepest failure is the best near-miss: the
+matcher got that far before the graph and the pattern parted ways.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from ..ir import compat as C
+from .matcher import Matcher, function_lookup
+from .pattern import DFPattern, as_pattern, pattern_to_text
+
+
+class _TracingMatcher(Matcher):
+    def __init__(self, lookup=None):
+        super().__init__(lookup)
+        self.depth = 0
+        self.deepest: tuple[int, DFPattern, Any] | None = None
+
+    def _visit(self, pattern: DFPattern, expr: Any) -> bool:
+        self.depth += 1
+        try:
+            ok = super()._visit(pattern, expr)
+        finally:
+            self.depth -= 1
+        # An operator mismatch is reported at its call, which shows the arguments too.
+        if isinstance(expr, tvm.ir.Op):
+            return ok
+        if not ok and (self.deepest is None or self.depth + 1 > self.deepest[0]):
+            self.deepest = (self.depth + 1, pattern, expr)
+        return ok
+
+
+def _describe(expr: Any, lookup) -> str:
+    value = lookup(expr) if isinstance(expr, relax.Var) and lookup else None
+    if value is not None:
+        return f"'{C.var_name(expr)}' = {_short(value)}"
+    return _short(expr)
+
+
+def _short(expr: Any, limit: int = 100) -> str:
+    text = " ".join(str(expr).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -> str:
+    """``"matched"``, or a one-line account of the deepest mismatch.
+
+    >>> explain(wildcard() + wildcard(), relax.op.subtract(x, y))   # doctest: +SKIP
+    'no match: add(*, *) (depth 1) vs R.subtract(x, y)'
+    """
+    lookup = function_lookup(func) if func is not None else None
+    matcher = _TracingMatcher(lookup)
+    if matcher.match(as_pattern(pattern), expr) is not None:
+        return "matched"
+    depth, failed, where = matcher.deepest
+    return (f"no match: {pattern_to_text(failed)} (depth {depth}) vs "
+            f"{_describe(where, lookup)}")

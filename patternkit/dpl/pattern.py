@@ -1,0 +1,448 @@
+"""The pattern language: Relay's dataflow-pattern API, on Relax.
+
+Patterns are plain Python objects that describe a dataflow graph.  They keep Relay's
+names and behaviour (``wildcard``, ``is_op("nn.conv2d")``, ``is_constant``,
+``is_tuple(None)``, ``p.optional(f)``, ``a * b + c``) where ``tvm.relax.dpl`` lacks them,
+and they compile to ``tvm.relax.dpl`` patterns with :meth:`DFPattern.to_dpl` for TVM's own
+passes such as ``FuseOpsByPattern``.
+
+Matching is done by :mod:`patternkit.dpl.matcher`, which looks through Relax bindings so
+that a pattern written for Relay's nested graphs matches A-normal-form Relax code.
+
+Identity matters: using the same pattern object twice in a pattern means "the same
+expression" (a diamond), exactly as in Relay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import tvm
+from tvm import relax
+
+from ..errors import PatternError, PatternkitError
+from ..ir.opnames import get_op
+
+__all__ = [
+    "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "VarPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
+    "TypePattern", "DataTypePattern", "ShapePattern",
+    "wildcard", "is_op", "is_constant", "is_const", "is_var", "is_expr", "is_tuple",
+    "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
+]
+
+#: Operators whose two arguments may be swapped when matching, as in Relay.
+COMMUTATIVE_OPS = frozenset({"relax.add", "relax.multiply"})
+
+#: The functions behind Relay's sugar methods ``p.match(...)`` and ``p.partition(...)``.
+#: The matcher and the partitioner are built on this module (they import it), so it may
+#: not import them back; each plugs its function in with :func:`provide_sugar` when its
+#: own module loads (:mod:`patternkit.dpl.matcher`, :mod:`patternkit.engine.partitioning`),
+#: and ``import patternkit`` always loads both.
+_RELAY_SUGAR: dict[str, Callable] = {}
+
+
+def provide_sugar(method: str, function: Callable) -> None:
+    """Install the implementation of the pattern method ``method`` (``"match"``...)."""
+    _RELAY_SUGAR[method] = function
+
+
+def _sugar(method: str) -> Callable:
+    try:
+        return _RELAY_SUGAR[method]
+    except KeyError:
+        raise PatternkitError(f"DFPattern.{method} is provided by patternkit's engine; "
+                              f"'import patternkit' loads it") from None
+
+
+class DFPattern:
+    """Base class of every pattern.
+
+    Operators: ``p(*args)`` builds a call pattern with ``p`` as the callee; ``p | q``
+    matches either; ``p + q``, ``p - q``, ``p * q`` and ``p / q`` build calls to
+    ``relax.add`` / ``subtract`` / ``multiply`` / ``divide``.  A non-pattern operand of an
+    arithmetic operator (a Relax expression or a Python number) is wrapped with
+    :func:`is_expr` / a scalar constant.
+    """
+
+    # Patterns are compared by identity (a diamond reuses the same object).
+    __hash__ = object.__hash__
+
+    def __call__(self, *args: Any, varg_default_wildcard: bool = False) -> "CallPattern":
+        if len(args) == 1 and args[0] is None:  # Relay's "any arguments": wildcard()(None)
+            return CallPattern(self, None)
+        return CallPattern(self, [as_pattern(a) for a in args], varg_default_wildcard)
+
+    def __or__(self, other: "DFPattern") -> "AltPattern":
+        return AltPattern(self, as_pattern(other))
+
+    def __add__(self, other):
+        return _binary("add", self, other)
+
+    def __radd__(self, other):
+        return _binary("add", other, self)
+
+    def __sub__(self, other):
+        return _binary("subtract", self, other)
+
+    def __rsub__(self, other):
+        return _binary("subtract", other, self)
+
+    def __mul__(self, other):
+        return _binary("multiply", self, other)
+
+    def __rmul__(self, other):
+        return _binary("multiply", other, self)
+
+    def __truediv__(self, other):
+        return _binary("divide", self, other)
+
+    def __rtruediv__(self, other):
+        return _binary("divide", other, self)
+
+    # -- constraints -------------------------------------------------------------------
+    def has_attr(self, attrs: dict[str, Any]) -> "AttrPattern":
+        """Require call (or operator, or function) attributes; string dtypes are accepted."""
+        return AttrPattern(self, attrs)
+
+    def has_type(self, ty: Any) -> "TypePattern":
+        return TypePattern(self, ty)
+
+    has_ty = has_type
+
+    def has_dtype(self, dtype: str) -> "DataTypePattern":
+        return DataTypePattern(self, dtype)
+
+    def has_shape(self, shape: Sequence[Any]) -> "ShapePattern":
+        return ShapePattern(self, shape)
+
+    def optional(self, option_constructor: Callable[["DFPattern"], "DFPattern"]) -> "AltPattern":
+        """``self | option_constructor(self)``: e.g. ``conv.optional(is_op("nn.relu"))``."""
+        return self | as_pattern(option_constructor(self))
+
+    # -- using the pattern ---------------------------------------------------------------
+    def match(self, expr: Any, func: Any = None) -> bool:
+        """True if the pattern matches ``expr``; see :func:`patternkit.match`."""
+        return _sugar("match")(self, expr, func)
+
+    def partition(self, expr: Any, attrs: dict[str, Any] | None = None,
+                  check: Callable | None = None):
+        """Wrap every match in its own function; see :func:`patternkit.partition`."""
+        return _sugar("partition")(self, expr, attrs=attrs, check=check)
+
+    def to_dpl(self):
+        """The equivalent ``tvm.relax.dpl`` pattern, for TVM passes such as FuseOpsByPattern."""
+        return _to_dpl(self, {})
+
+    # -- structure -----------------------------------------------------------------------
+    def children(self) -> tuple["DFPattern", ...]:
+        return ()
+
+    def __repr__(self) -> str:
+        return pattern_to_text(self)
+
+
+class WildcardPattern(DFPattern):
+    """Matches any expression."""
+
+
+class ExprPattern(DFPattern):
+    """Matches one given Relax expression (structural equality) or one operator."""
+
+    def __init__(self, expr: Any):
+        self.expr = expr
+        # Compared by handle first: cheaper than an FFI same_as per candidate.
+        self.handle = expr.__chandle__() if hasattr(expr, "__chandle__") else None
+        self.is_operator = isinstance(expr, tvm.ir.Op)
+
+
+class ConstantPattern(DFPattern):
+    """Matches a tensor constant (``relax.const``) or a prim-value immediate."""
+
+
+class VarPattern(DFPattern):
+    """Matches a free variable (a function parameter), optionally by name.
+
+    Relay's graphs had no variables for intermediate results; Relax binds every
+    intermediate to a Var.  To keep Relay's meaning, a ``VarPattern`` never matches a Var
+    that is bound to a value the matcher can look through.
+    """
+
+    def __init__(self, name: str = ""):
+        self.name = name or ""
+
+
+class CallPattern(DFPattern):
+    """A call of ``op`` (usually an operator pattern) with argument patterns.
+
+    ``args=None`` matches any number of arguments (Relay's ``p(None)``); with
+    ``varg_default_wildcard=True`` the given args are a prefix and the rest is free.
+    """
+
+    def __init__(self, op: DFPattern, args: list[DFPattern] | None,
+                 varg_default_wildcard: bool = False):
+        self.op = op
+        self.args = args
+        self.varg_default_wildcard = varg_default_wildcard
+
+    def children(self):
+        return (self.op, *(self.args or ()))
+
+
+class TuplePattern(DFPattern):
+    """A tuple of patterns; ``fields=None`` matches a tuple of any arity."""
+
+    def __init__(self, fields: Sequence[DFPattern] | None):
+        self.fields = None if fields is None else [as_pattern(f) for f in fields]
+
+    def children(self):
+        return tuple(self.fields or ())
+
+
+class TupleGetItemPattern(DFPattern):
+    """``tuple[index]``; ``index=None`` matches any index."""
+
+    def __init__(self, tuple_value: DFPattern, index: int | None = None):
+        self.tuple = as_pattern(tuple_value)
+        self.index = index
+
+    def children(self):
+        return (self.tuple,)
+
+
+class AltPattern(DFPattern):
+    """Either ``left`` or ``right`` (left is tried first)."""
+
+    def __init__(self, left: DFPattern, right: DFPattern):
+        self.left = left
+        self.right = right
+
+    def children(self):
+        return (self.left, self.right)
+
+
+class _Constraint(DFPattern):
+    def __init__(self, pattern: DFPattern):
+        self.pattern = as_pattern(pattern)
+
+    def children(self):
+        return (self.pattern,)
+
+
+class AttrPattern(_Constraint):
+    """``pattern`` whose call/operator/function attributes include ``attrs``."""
+
+    def __init__(self, pattern: DFPattern, attrs: dict[str, Any]):
+        super().__init__(pattern)
+        if not isinstance(attrs, dict):
+            raise PatternError(f"has_attr expects a dict of attributes, got {type(attrs).__name__}")
+        self.attrs = dict(attrs)
+
+
+class TypePattern(_Constraint):
+    """``pattern`` whose Relax type fits ``ty`` (unknown shape/dtype/ndim in ``ty`` match all)."""
+
+    def __init__(self, pattern: DFPattern, ty: Any):
+        super().__init__(pattern)
+        self.ty = ty
+
+
+class DataTypePattern(_Constraint):
+    def __init__(self, pattern: DFPattern, dtype: Any):
+        super().__init__(pattern)
+        self.dtype = str(dtype)
+
+
+class ShapePattern(_Constraint):
+    def __init__(self, pattern: DFPattern, shape: Sequence[Any]):
+        super().__init__(pattern)
+        self.shape = list(shape)
+
+
+# -- constructors (Relay's names) -------------------------------------------------------
+def wildcard() -> WildcardPattern:
+    return WildcardPattern()
+
+
+def is_op(name: str) -> ExprPattern:
+    """An operator, by Relay name (``"nn.conv2d"``, ``"add"``) or Relax name."""
+    return ExprPattern(get_op(name))
+
+
+def is_constant() -> ConstantPattern:
+    return ConstantPattern()
+
+
+is_const = is_constant
+
+
+def is_var(name: str = "") -> VarPattern:
+    return VarPattern(name)
+
+
+def is_expr(expr: Any) -> ExprPattern:
+    return ExprPattern(expr)
+
+
+def is_tuple(fields: Sequence[Any] | None) -> TuplePattern:
+    return TuplePattern(fields)
+
+
+def is_tuple_get_item(tuple_value: Any, index: int | None = None) -> TupleGetItemPattern:
+    return TupleGetItemPattern(tuple_value, index)
+
+
+def has_attr(attrs: dict[str, Any], pattern: DFPattern | None = None) -> AttrPattern:
+    return AttrPattern(pattern if pattern is not None else wildcard(), attrs)
+
+
+def has_dtype(dtype: Any, pattern: DFPattern | None = None) -> DataTypePattern:
+    return DataTypePattern(pattern if pattern is not None else wildcard(), dtype)
+
+
+def has_shape(shape: Sequence[Any], pattern: DFPattern | None = None) -> ShapePattern:
+    return ShapePattern(pattern if pattern is not None else wildcard(), shape)
+
+
+def has_type(ty: Any, pattern: DFPattern | None = None) -> TypePattern:
+    return TypePattern(pattern if pattern is not None else wildcard(), ty)
+
+
+def as_pattern(obj: Any) -> DFPattern:
+    """Coerce ``obj`` to a pattern; Relax expressions become :class:`ExprPattern`."""
+    if isinstance(obj, DFPattern):
+        return obj
+    if isinstance(obj, (tvm.ir.Expr, tvm.ir.Op)):
+        return ExprPattern(obj)
+    if isinstance(obj, relax.dpl.DFPattern):
+        raise PatternError(
+            "a tvm.relax.dpl pattern was given where a patternkit pattern is expected; build "
+            "it with patternkit's constructors (wildcard, is_op, ...) instead")
+    raise PatternError(f"expected a pattern, found {type(obj).__name__}: {obj!r}")
+
+
+def _binary(op_name: str, lhs: Any, rhs: Any) -> CallPattern:
+    def operand(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return ExprPattern(relax.const(float(value), "float32"))
+        return as_pattern(value)
+
+    return CallPattern(is_op(op_name), [operand(lhs), operand(rhs)])
+
+
+# -- walking ---------------------------------------------------------------------------
+def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
+    """Names of the operators a match's root can call, or ``None`` if it can be anything.
+
+    The rewrite driver indexes bindings by operator, so only bindings that can possibly
+    match are handed to the matcher.
+    """
+    if isinstance(pattern, CallPattern):
+        return _op_names_of(pattern.op)
+    if isinstance(pattern, AltPattern):
+        left, right = root_op_names(pattern.left), root_op_names(pattern.right)
+        if left is None or right is None:
+            return None
+        return left | right
+    if isinstance(pattern, _Constraint):
+        return root_op_names(pattern.pattern)
+    if isinstance(pattern, TupleGetItemPattern):
+        return frozenset({"<TupleGetItem>"})
+    if isinstance(pattern, TuplePattern):
+        return frozenset({"<Tuple>"})
+    return None
+
+
+def _op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
+    if isinstance(op_pattern, ExprPattern) and isinstance(op_pattern.expr, tvm.ir.Op):
+        return frozenset({op_pattern.expr.name})
+    if isinstance(op_pattern, AltPattern):
+        left, right = _op_names_of(op_pattern.left), _op_names_of(op_pattern.right)
+        return None if left is None or right is None else left | right
+    if isinstance(op_pattern, _Constraint):
+        return _op_names_of(op_pattern.pattern)
+    return None
+
+
+def pattern_to_text(pattern: DFPattern) -> str:
+    """A compact, readable rendering: ``add(divide(multiply(*, subtract(*, *)), ...), *)``."""
+    if isinstance(pattern, WildcardPattern):
+        return "*"
+    if isinstance(pattern, ExprPattern):
+        if isinstance(pattern.expr, tvm.ir.Op):
+            return pattern.expr.name.removeprefix("relax.")
+        return "expr"
+    if isinstance(pattern, ConstantPattern):
+        return "const"
+    if isinstance(pattern, VarPattern):
+        return f"var({pattern.name})" if pattern.name else "var"
+    if isinstance(pattern, CallPattern):
+        if pattern.args is None:
+            args = "..."
+        else:
+            args = ", ".join(pattern_to_text(a) for a in pattern.args)
+            if pattern.varg_default_wildcard:
+                args += ", ..."
+        return f"{pattern_to_text(pattern.op)}({args})"
+    if isinstance(pattern, TuplePattern):
+        return "(...)" if pattern.fields is None else \
+            "(" + ", ".join(pattern_to_text(f) for f in pattern.fields) + ")"
+    if isinstance(pattern, TupleGetItemPattern):
+        return f"{pattern_to_text(pattern.tuple)}[{'*' if pattern.index is None else pattern.index}]"
+    if isinstance(pattern, AltPattern):
+        return f"({pattern_to_text(pattern.left)} | {pattern_to_text(pattern.right)})"
+    if isinstance(pattern, AttrPattern):
+        return f"{pattern_to_text(pattern.pattern)}.has_attr({pattern.attrs})"
+    if isinstance(pattern, TypePattern):
+        return f"{pattern_to_text(pattern.pattern)}.has_type(...)"
+    if isinstance(pattern, DataTypePattern):
+        return f"{pattern_to_text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
+    if isinstance(pattern, ShapePattern):
+        return f"{pattern_to_text(pattern.pattern)}.has_shape({pattern.shape})"
+    return type(pattern).__name__
+
+
+# -- conversion to tvm.relax.dpl ----------------------------------------------------------
+def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
+    if id(pattern) in memo:
+        return memo[id(pattern)]
+    dpl = relax.dpl
+    if isinstance(pattern, WildcardPattern):
+        out = dpl.wildcard()
+    elif isinstance(pattern, ExprPattern):
+        out = dpl.ExprPattern(pattern.expr)
+    elif isinstance(pattern, ConstantPattern):
+        out = dpl.is_const()
+    elif isinstance(pattern, VarPattern):
+        out = dpl.is_var(pattern.name)
+    elif isinstance(pattern, CallPattern):
+        op = _to_dpl(pattern.op, memo)
+        if pattern.args is None:
+            out = dpl.CallPattern(op, [], varg_default_wildcard=True)
+        else:
+            out = dpl.CallPattern(op, [_to_dpl(a, memo) for a in pattern.args],
+                                  varg_default_wildcard=pattern.varg_default_wildcard)
+    elif isinstance(pattern, TuplePattern):
+        if pattern.fields is None:
+            raise PatternError("is_tuple(None) (a tuple of any arity) has no tvm.relax.dpl "
+                               "equivalent; list the fields")
+        out = dpl.TuplePattern([_to_dpl(f, memo) for f in pattern.fields])
+    elif isinstance(pattern, TupleGetItemPattern):
+        out = dpl.TupleGetItemPattern(_to_dpl(pattern.tuple, memo),
+                                      -1 if pattern.index is None else pattern.index)
+    elif isinstance(pattern, AltPattern):
+        out = dpl.OrPattern(_to_dpl(pattern.left, memo), _to_dpl(pattern.right, memo))
+    elif isinstance(pattern, AttrPattern):
+        attrs = {k: (tvm.DataType(v) if k.endswith("dtype") and isinstance(v, str) else v)
+                 for k, v in pattern.attrs.items()}
+        out = _to_dpl(pattern.pattern, memo).has_attr(attrs)
+    elif isinstance(pattern, TypePattern):
+        out = _to_dpl(pattern.pattern, memo).has_ty(pattern.ty)
+    elif isinstance(pattern, DataTypePattern):
+        out = _to_dpl(pattern.pattern, memo).has_dtype(pattern.dtype)
+    elif isinstance(pattern, ShapePattern):
+        out = _to_dpl(pattern.pattern, memo).has_shape(pattern.shape)
+    else:
+        raise PatternError(f"cannot convert {type(pattern).__name__} to tvm.relax.dpl")
+    memo[id(pattern)] = out
+    return out

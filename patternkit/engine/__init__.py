@@ -1,0 +1,22 @@
+"""The rewrite engine: index a function, propose matches, apply rules, emit the result.
+
+One linear pipeline serves rewriting, partitioning and composites:
+:mod:`~patternkit.engine.index` indexes a function's bindings in one walk,
+:mod:`~patternkit.engine.proposal` groups the non-overlapping matches of a pattern
+(Relay's rules, with a reason for every match it skips), and
+:mod:`~patternkit.engine.emit` rebuilds the function with the replacements, dropping
+what they left dead.  :mod:`~patternkit.engine.driver` runs rewrite rules to a fixed
+point, :mod:`~patternkit.engine.partitioning` wraps matches in functions
+(:mod:`~patternkit.engine.outline`), and :mod:`~patternkit.engine.rule` is the rule model.
+"""
+
+from .callback import DFPatternCallback
+from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
+from .partitioning import partition
+from .proposal import match_bindings, reject
+from .rule import NodeMap, RewriteRule
+
+__all__ = [
+    "RewriteRule", "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite",
+    "RewriteLog", "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+]

@@ -1,0 +1,109 @@
+"""Outline a match into a function of its own: the common step of partition and composites.
+
+A match (:class:`~patternkit.engine.proposal.Group`) becomes a local function whose
+parameters are the match's inputs and whose body re-binds the match's interior bindings,
+tagged with Relay's ``PartitionedFromPattern`` string.  :func:`patternkit.partition` and
+``MergeComposite`` call the function in place of the match.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from ..ir import compat as C
+from ..ir.kinds import PARTITIONED_FROM_PATTERN
+from ..ir.opnames import relay_short_name
+from .index import FunctionIndex
+from .proposal import Group
+
+
+def lifted_inputs(group: Group) -> list:
+    """Inputs that become parameters: Vars, and constants captured by wildcards."""
+    return [e for e in group.match.inputs
+            if isinstance(e, relax.Var) or isinstance(e, tvm.ir.GenericConst)]
+
+
+def build_group_function(index: FunctionIndex, group: Group,
+                         attrs: dict[str, Any]) -> relax.Function:
+    """The local function computing ``group``, tagged ``PartitionedFromPattern``.
+
+    Parameters are named ``FunctionVar_<group>_<i>`` after the group's number
+    (:attr:`Group.gid`), as Relay named them.
+    """
+    group_id = group.gid
+    inputs = lifted_inputs(group)
+    mapping: dict[Any, Any] = {}
+    params = []
+    for i, expr in enumerate(inputs):
+        param = relax.Var(f"FunctionVar_{group_id}_{i}", C.type_of(expr))
+        params.append(param)
+        mapping[C.handle(expr)] = param
+    interior = sorted(group.interior, key=index.position_of)
+    root = group.root_var
+    bindings = []
+    for var in interior:
+        value = index.binding_at(index.position_of(var)).value
+        new_var = (relax.Var(C.var_name(var), var.ty) if var.same_as(root)
+                   else relax.DataflowVar(C.var_name(var), var.ty))
+        bindings.append(relax.VarBinding(new_var, substitute(value, mapping)))
+        mapping[C.handle(var)] = new_var
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[C.handle(root)])
+    local = relax.Function(params, body, ret_ty=root.ty, is_pure=True)
+    local = local.with_attr(PARTITIONED_FROM_PATTERN, partition_name(index, group))
+    for key, value in attrs.items():
+        local = local.with_attr(key, value)
+    return relax.BlockBuilder().normalize(local)
+
+
+def substitute(expr: Any, mapping: dict[int, Any]) -> Any:
+    """``expr`` with every sub-expression whose handle is in ``mapping`` replaced."""
+    key = C.handle(expr)
+    if key in mapping:
+        return mapping[key]
+    if isinstance(expr, relax.Call):
+        op = expr.op
+        op = mapping.get(C.handle(op), op) if isinstance(op, relax.Var) else op
+        return relax.Call(op, [substitute(a, mapping) for a in expr.args], expr.attrs,
+                          expr.ty_args)
+    if isinstance(expr, relax.Tuple):
+        return relax.Tuple([substitute(f, mapping) for f in expr.fields])
+    if isinstance(expr, relax.TupleGetItem):
+        return relax.TupleGetItem(substitute(expr.tuple_value, mapping), expr.index)
+    return expr
+
+
+def partition_name(index: FunctionIndex, group: Group) -> str:
+    """Relay's ``PartitionedFromPattern`` string: op names in post-order, each + ``_``.
+
+    ``add(divide(multiply(g, subtract(x, m)), sqrt(add(v, eps))), b)`` gives
+    ``"subtract_multiply_add_sqrt_divide_add_"``.
+    """
+    interior = {C.handle(v) for v in group.interior}
+    parts: list[str] = []
+    seen: set[int] = set()
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            key = C.handle(expr)
+            if key in interior and key not in seen:
+                seen.add(key)
+                visit(index.binding_at(index.position[key]).value)
+            return
+        if isinstance(expr, relax.Call):
+            for arg in expr.args:
+                visit(arg)
+            name = C.op_name(expr)
+            parts.append(relay_short_name(name) if name else "Call")
+        elif isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                visit(f)
+            parts.append("Tuple")
+        elif isinstance(expr, relax.TupleGetItem):
+            visit(expr.tuple_value)
+            parts.append(f"TupleGetItem{int(expr.index)}")
+
+    visit(group.binding.value)
+    return "".join(p + "_" for p in parts)

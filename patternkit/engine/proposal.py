@@ -1,0 +1,217 @@
+"""Find the non-overlapping matches of a pattern in a function (Relay's PatternGrouper).
+
+Relay's rewriter and partitioner both start by *grouping* matches: roots are tried from
+the function's result back towards its inputs, each match claims its interior nodes,
+and a later root whose match would reuse a claimed node is skipped.  A match is also
+skipped when one of its interior results is read outside the match (rewriting it would
+leave that reader without a value).  This module reproduces those rules on Relax
+bindings, with the reason for every skipped match recorded for reports and tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tvm import relax
+
+from ..dpl.matcher import Match, Matcher
+from ..dpl.pattern import DFPattern, root_op_names
+from ..ir import compat as C
+from .index import FunctionIndex
+
+
+@dataclass
+class Group:
+    """One accepted match rooted at a binding.
+
+    ``gid`` numbers groups in discovery order, from the function's result backwards, as
+    Relay did (the outermost batch norm of a chain is group 0).
+    """
+
+    position: tuple[int, int]
+    binding: Any
+    match: Match
+    gid: int = 0
+
+    @property
+    def root_var(self) -> relax.Var:
+        return self.binding.var
+
+    @property
+    def interior(self) -> list:
+        """Vars of the bindings the match replaces, root last."""
+        return [*self.match.internal, self.binding.var]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A match that was found but not used, and why."""
+
+    root: str
+    reason: str
+    position: tuple[int, int] | None = None  # of the root binding, in the function index
+
+
+class CheckFailed:
+    """A falsy check result that carries the reason (see :func:`reject`)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"reject({self.reason!r})"
+
+
+def reject(reason: str) -> CheckFailed:
+    """Return this from a ``check`` to veto a match and say why."""
+    return CheckFailed(reason)
+
+
+def adapt_check(check: Callable) -> Callable[[Any, Any], Any]:
+    """Call a Relay-style ``check(pre)`` or a ``check(pre, node_map)`` the same way."""
+    try:
+        params = [p for p in inspect.signature(check).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        wants_node_map = len(params) >= 2
+    except (TypeError, ValueError):  # builtins and C callables: assume check(pre)
+        wants_node_map = False
+    return check if wants_node_map else (lambda pre, _node_map: check(pre))
+
+
+def check_reason(result: Any) -> str | None:
+    """``None`` if a check's result accepts the match, else the reason it gave."""
+    if isinstance(result, CheckFailed):
+        return result.reason
+    if result:
+        return None
+    return "check returned False"
+
+
+def find_groups(index: FunctionIndex, pattern: DFPattern,
+                check: Callable[[Group], Any] | None = None,
+                allow_escaping_intermediates: bool = False,
+                ) -> tuple[list[Group], list[Skipped]]:
+    """Accepted groups (in program order) and the matches that were skipped.
+
+    Parameters
+    ----------
+    check : callable, optional
+        Called with each candidate :class:`Group`; a falsy result (or :func:`reject`)
+        vetoes it.  Exceptions propagate to the caller, which names the rule.
+    allow_escaping_intermediates : bool
+        Accept matches whose interior results are also read outside the match (their
+        bindings are then kept alongside the rewrite, as ``rewrite_call`` does).
+    """
+    claimed: set[int] = set()  # handles of Vars already inside an accepted match
+    groups: list[Group] = []
+    skipped: list[Skipped] = []
+    matchers = [Matcher(call_args=index.call_args, table=table) for table in index.values]
+    for position in reversed(index.candidates(root_op_names(pattern))):
+        binding = index.binding_at(position)
+        var = binding.var
+        root_key = C.handle(var)
+        if root_key in claimed:
+            continue
+        found = matchers[position[0]].match(pattern, binding.value)
+        if found is None:
+            continue
+        overlap = next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
+                       None)
+        if overlap is not None:
+            skipped.append(Skipped(C.var_name(var), f"overlaps a match that already claimed "
+                                                   f"'{C.var_name(overlap)}'", position))
+            continue
+        group = Group(position, binding, found, gid=len(groups))
+        if not allow_escaping_intermediates:
+            escape = _escaping_use(index, group)
+            if escape is not None:
+                skipped.append(Skipped(C.var_name(var), escape, position))
+                continue
+        if check is not None:
+            reason = check_reason(check(group))
+            if reason is not None:
+                skipped.append(Skipped(C.var_name(var), reason, position))
+                continue
+        claimed.add(root_key)
+        claimed.update(found.internal_keys)
+        groups.append(group)
+    groups.reverse()
+    return groups, skipped
+
+
+def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
+    """Why an interior result of ``group`` is needed outside it, or ``None``.
+
+    Counts suffice on the hot path: an interior Var escapes when the match's own
+    bindings read it fewer times than the whole function does.
+    """
+    internal = group.match.internal_keys
+    members = [*internal, C.handle(group.root_var)]
+    inside: dict[int, int] = {}
+    for member in members:
+        for read in index.reads[member]:
+            inside[read] = inside.get(read, 0) + 1
+    for var, key in zip(group.match.internal, internal):
+        if key in index.escaping:
+            return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
+                    f"the function")
+        if inside.get(key, 0) < index.readers.get(key, 0):
+            member_set = set(members)
+            outside = next(u for u in index.users_of(key) if u not in member_set)
+            return (f"intermediate '{C.var_name(var)}' is also used by "
+                    f"'{C.var_name(index.var_of(outside))}' outside the match")
+    return None
+
+
+def match_bindings(target: Any, func: relax.Function,
+                   roles: dict[str, DFPattern] | None = None) -> list[dict[str, Any]]:
+    """Every match of a pattern or a rule in ``func`` as a ``{role: Var or Expr}`` dict.
+
+    The format the visualiser's ``highlight=`` takes.  ``target`` is a pattern, or a rule
+    (anything with a ``pattern`` and ``roles()``, whose role names are then reported).
+    ``roles`` names the patterns to report; without roles the root is ``"root"``, each
+    input is ``"input<i>"`` and each interior binding is named after its operator.
+    Constants are left out: drawings fold them into their consumer.  Matches are
+    grouped as for a rewrite, but intermediates read elsewhere do not hide a match.
+    """
+    if isinstance(target, DFPattern):
+        pattern = target
+    else:
+        pattern = getattr(target, "pattern", None)
+        if not isinstance(pattern, DFPattern):
+            raise TypeError(f"expected a pattern or a rule with a pattern, found "
+                            f"{type(target).__name__}")
+        if roles is None and callable(getattr(target, "roles", None)):
+            roles = target.roles()
+    if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+        return []
+    index = FunctionIndex.build(func)
+    groups, _ = find_groups(index, pattern, allow_escaping_intermediates=True)
+    found = []
+    for group in groups:
+        m = group.match
+        entry: dict[str, Any] = {"root": group.root_var}
+        if roles:
+            for role, pat in roles.items():
+                # Constants are drawn folded into their consumer, so they have no node.
+                if pat in m.captures and not C.is_constant(m.captures[pat]):
+                    entry[role] = m.bound_vars.get(pat, m.captures[pat])
+        else:
+            for i, expr in enumerate(m.inputs):
+                if not C.is_constant(expr):
+                    entry[f"input{i}"] = expr
+        for var in m.internal:  # interior bindings, so the whole match is outlined
+            value = index.binding_at(index.position_of(var)).value
+            name = (C.op_name(value) or type(value).__name__).removeprefix("relax.")
+            role, k = name, 1
+            while role in entry:
+                k += 1
+                role = f"{name}#{k}"
+            entry[role] = var
+        found.append(entry)
+    return found

@@ -1,0 +1,21 @@
+"""IR access: the only layer of patternkit that reads TVM's Relax objects directly.
+
+The public helpers here are the ones rule authors need (``patterns/`` uses nothing
+else from TVM's internals): the type, shape and dtype of an expression, the value of a
+constant, Relay/Relax operator names, and the conversions between bare expressions and
+modules.  :mod:`patternkit.ir.compat` holds private TVM API and is for patternkit's
+own layers only.
+"""
+
+from .compat import const_to_numpy as const_value
+from .compat import dtype_of, is_constant, is_tensor_constant, op_name, static_shape, type_of
+from .compat import var_name
+from .kinds import FunctionKind, function_kinds
+from .opnames import relax_op_name, relay_short_name
+from .targets import from_expr, to_expr
+
+__all__ = [
+    "type_of", "static_shape", "dtype_of", "const_value", "is_constant", "is_tensor_constant",
+    "var_name", "op_name", "relax_op_name", "relay_short_name", "from_expr", "to_expr",
+    "FunctionKind", "function_kinds",
+]

@@ -1,0 +1,148 @@
+"""Numeric checks: build a module for ``llvm``, run it on the Relax VM, compare.
+
+Every rewrite patternkit ships is checked this way; users get the same helpers to check
+their own passes.  Inputs are drawn from a seeded generator so a failure reproduces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..ir import compat as C
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Outcome of comparing two modules on the same random inputs."""
+
+    max_abs_error: float
+    max_rel_error: float
+    outputs: int
+    ok: bool
+
+    def __str__(self) -> str:
+        verdict = "match" if self.ok else "MISMATCH"
+        return (f"{verdict}: {self.outputs} output(s), max abs error {self.max_abs_error:.3g}, "
+                f"max rel error {self.max_rel_error:.3g}")
+
+
+def _needs_lambda_lift(mod: tvm.IRModule) -> bool:
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Function):
+            found.append(expr)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+            if found:
+                return True
+    return False
+
+
+def build(mod: tvm.IRModule, target: str = "llvm") -> relax.VirtualMachine:
+    """Build for ``target`` and return a VM on the CPU.
+
+    Local functions (as produced by :func:`patternkit.partition`) are lifted first with
+    ``LambdaLift``, since the VM lowering rejects them.
+    """
+    if _needs_lambda_lift(mod):
+        mod = relax.transform.LambdaLift()(mod)
+    return relax.VirtualMachine(relax.build(mod, target=target), tvm.cpu())
+
+
+def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[int, ...]:
+    shape = C.static_shape(ty)
+    if shape is None:
+        raise ValueError(f"cannot draw a random input for a parameter of type {ty}")
+    dims = []
+    for d in shape:
+        if isinstance(d, int):
+            dims.append(d)
+        elif tvm.ir.is_prim_var(d):
+            dims.append(int(shape_vars.get(d.name, default_dim)))
+        else:
+            raise ValueError(f"cannot pick a concrete value for the dimension {d}")
+    return tuple(dims)
+
+
+def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int] | None = None,
+                  default_dim: int = 3, low: float = -1.0, high: float = 1.0,
+                  positive: tuple[str, ...] = ()) -> list[np.ndarray]:
+    """Seeded random arrays for every parameter of ``func``.
+
+    Floating parameters are uniform in ``[low, high)``; names listed in ``positive``
+    (variances, say) are drawn from ``[0.5, 1.5)`` so that ``sqrt`` stays defined.
+    Symbolic dimensions take their value from ``shape_vars`` or ``default_dim``.
+    """
+    rng = np.random.default_rng(seed)
+    shape_vars = shape_vars or {}
+    arrays = []
+    for param in func.params:
+        ty = param.ty
+        shape = _concrete_shape(ty, shape_vars, default_dim)
+        dtype = C.dtype_of(ty) or "float32"
+        if dtype.startswith("float"):
+            if any(tag in C.var_name(param) for tag in positive):
+                arr = rng.uniform(0.5, 1.5, size=shape)
+            else:
+                arr = rng.uniform(low, high, size=shape)
+        elif dtype == "bool":
+            arr = rng.integers(0, 2, size=shape)
+        else:
+            arr = rng.integers(0, 8, size=shape)
+        arrays.append(np.asarray(arr).astype(dtype))
+    return arrays
+
+
+def flatten(result) -> list[np.ndarray]:
+    if isinstance(result, tvm.runtime.Tensor):
+        return [result.numpy()]
+    out = []
+    for item in result:
+        out.extend(flatten(item))
+    return out
+
+
+def run(mod: tvm.IRModule, inputs: list[np.ndarray], func_name: str = "main") -> list[np.ndarray]:
+    """Build ``mod`` for llvm, call ``func_name`` with ``inputs``; outputs flattened to numpy."""
+    vm = build(mod)
+    return flatten(vm[func_name](*[C.to_tensor(a) for a in inputs]))
+
+
+def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", seed: int = 0,
+            rtol: float = 1e-5, atol: float = 1e-5, inputs: list[np.ndarray] | None = None,
+            **input_options) -> Comparison:
+    """Run both modules on the same seeded inputs and compare every output."""
+    if inputs is None:
+        inputs = random_inputs(before[func_name], seed=seed, **input_options)
+    ref = run(before, inputs, func_name)
+    got = run(after, inputs, func_name)
+    if len(ref) != len(got):
+        return Comparison(float("inf"), float("inf"), len(ref), False)
+    max_abs = max_rel = 0.0
+    ok = True
+    for r, g in zip(ref, got):
+        if r.shape != g.shape:
+            return Comparison(float("inf"), float("inf"), len(ref), False)
+        r64, g64 = r.astype("float64"), g.astype("float64")
+        same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))  # equal infinities count
+        diff = np.where(same, 0.0, np.abs(r64 - g64))
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / np.maximum(np.abs(r64), 1e-12)).max()))
+        ok = ok and bool(np.allclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True))
+    return Comparison(max_abs, max_rel, len(ref), ok)
+
+
+def assert_same_numerics(before: tvm.IRModule, after: tvm.IRModule, **options) -> Comparison:
+    """:func:`compare`, raising ``AssertionError`` with the error figures on mismatch."""
+    result = compare(before, after, **options)
+    if not result.ok:
+        raise AssertionError(f"numeric check failed: {result}")
+    return result

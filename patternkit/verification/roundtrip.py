@@ -1,0 +1,430 @@
+"""Round-trip checks: fuse, defuse, and compare with the input.
+
+``check_roundtrip(mod)`` applies a fusion (``FuseOps`` after ``LegalizeOps`` +
+``AnnotateTIROpPattern`` by default, or any pass or callable), undoes it with
+:func:`patternkit.defuse.DefuseOps`, and checks that the result is the program it started
+from.  This is Relay's ``DefuseOps(FuseOps(x)) == x`` promise, made checkable for Relax.
+
+Normalisation
+-------------
+Both sides -- the reference (the input, legalised and annotated in the default mode) and
+the restored module -- get exactly the same three steps before they are compared:
+
+1. ``relax.transform.CanonicalizeBindings``.  Fusion may absorb a trailing alias such as
+   ``gv = lv`` into a group, so it is gone after defusion; canonicalising removes such
+   trivial aliases on *both* sides, so neither side is penalised for them.  Applying it to
+   one side only would make unrelated differences appear (``relay-vs-relax.md``,
+   section 3, item 4).
+2. Symbolic shape expressions in types are put in canonical arithmetic form
+   (``tvm.sym.Analyzer.canonical_simplify``), in functions that have symbolic variables.
+   ``FuseOpsByPattern`` gives the caller the composite's *simplified* return type
+   (``n * 4 * 2`` becomes ``n * 8``, also in ``main``'s own return type), so the restored
+   caller cannot spell the type as the input did; the two types are equal for every
+   ``n``, and after this step both sides spell them the same way.
+3. A canonical binding order inside every dataflow block: a post-order depth-first walk
+   from the block's results (the variables used after the block, in order of first use,
+   then the block's remaining outputs and any dead bindings), visiting operands in
+   argument order.  ``FuseOps`` emits a group where its last binding was, so independent
+   bindings legitimately change places; a dataflow block is pure, so any topological order
+   computes the same values.  Ordinary (non-dataflow) blocks may have side effects and keep
+   their order.
+
+Nothing else is normalised: no dead-code elimination, no CSE, no constant folding, since
+each of those could hide a defusion bug (a dropped or duplicated binding).
+Variable names are not normalised because Relax structural equality already ignores the
+names of local variables; global function names *are* compared, so a fused function left
+behind in the restored module is reported.
+
+Comparison is ``tvm_ffi.structural_equal`` on the two normalised modules.  When it fails,
+the first differing binding of the first differing function is located (walking both
+sides in lock step and mapping variables as they are defined) and printed on both sides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+from ..errors import PatternkitError
+from ..fusion.defuser import DefuseOps, _leaf_vars, _substitute
+from ..ir import compat as C
+from ..ir.compat import Analyzer
+from . import numeric as numerics  # a module, not a name: tests replace its compare
+
+__all__ = ["RoundTripError", "RoundTripResult", "check_roundtrip", "normalize_for_comparison",
+           "canonical_binding_order", "canonical_symbolic_types", "first_difference",
+           "default_fusion"]
+
+logger = logging.getLogger(__name__)
+
+
+class RoundTripError(PatternkitError, AssertionError):
+    """Fusing then defusing did not give back the input (or not the same numbers).
+
+    Attributes
+    ----------
+    result : RoundTripResult
+        The modules involved, for inspection in a debugger or a notebook.
+    """
+
+    def __init__(self, message: str, result: RoundTripResult | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class RoundTripResult:
+    """What :func:`check_roundtrip` built and compared.
+
+    Attributes
+    ----------
+    reference : tvm.IRModule
+        The module fusion was applied to (the input, legalised and annotated by default).
+    fused : tvm.IRModule
+        The fusion's output.
+    restored : tvm.IRModule
+        ``DefuseOps`` applied to ``fused``.
+    difference : str or None
+        The first structural difference after normalisation, ``None`` when equal.
+    numeric : patternkit.numeric.Comparison or None
+        The VM comparison of ``reference`` and ``restored`` when requested.
+    """
+
+    reference: tvm.IRModule
+    fused: tvm.IRModule
+    restored: tvm.IRModule
+    difference: str | None = None
+    numeric: object | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.difference is None and (self.numeric is None or self.numeric.ok)
+
+
+def default_fusion() -> tuple[tvm.transform.Pass, tvm.transform.Pass]:
+    """``(prepare, fuse)``: ``LegalizeOps`` + ``AnnotateTIROpPattern``, then ``FuseOps``.
+
+    Relax's ``FuseOps`` only groups ``call_tir`` calls whose PrimFunc carries an
+    ``op_pattern``; on high-level Relax ops it is a no-op, so the round trip would be
+    vacuous without the preparation.
+    """
+    prepare = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                        relax.transform.AnnotateTIROpPattern()])
+    return prepare, relax.transform.FuseOps()
+
+
+# ---------------------------------------------------------------------- normalisation
+def canonical_binding_order(mod: tvm.IRModule) -> tvm.IRModule:
+    """Reorder every dataflow block's bindings into the canonical topological order.
+
+    See the module docstring for the order and why it is sound.  Returns a new module;
+    functions whose order is already canonical are kept as they are.
+    """
+    functions = dict(mod.functions.items())
+    for gv, func in list(functions.items()):
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            new_body = _order_seq(func.body)
+            if new_body is not func.body:
+                new_func = relax.Function(func.params, new_body, func.ret_ty, func.is_pure,
+                                          func.attrs, func.span)
+                # a SeqExpr built from Python has no type until normalised
+                functions[gv] = relax.BlockBuilder().normalize(new_func)
+    return C.copy_module(mod, functions)
+
+
+def _order_seq(seq):
+    blocks = list(seq.blocks)
+    # first use of each var outside the block that defines it (one forward scan)
+    def_block: dict = {}
+    later_use: dict = {}
+
+    def note(value, block_index):
+        leaves: list = []
+        _leaf_vars(value, leaves)
+        for v in leaves:
+            if v in def_block and def_block[v] != block_index and v not in later_use:
+                later_use[v] = len(later_use)
+
+    for index, block in enumerate(blocks):
+        for binding in block.bindings:
+            note(binding.value, index)
+            def_block[binding.var] = index
+    note(seq.body, -1)
+    new_blocks = []
+    changed = False
+    for index, block in enumerate(blocks):
+        if not isinstance(block, relax.DataflowBlock):
+            new_blocks.append(block)
+            continue
+        bindings = list(block.bindings)
+        used_later = sorted((later_use[b.var], i) for i, b in enumerate(bindings)
+                            if b.var in later_use)
+        ordered = _order_block(bindings, [bindings[i].var for _, i in used_later])
+        if all(a.same_as(b) for a, b in zip(ordered, bindings)):
+            new_blocks.append(block)
+        else:
+            changed = True
+            new_blocks.append(relax.DataflowBlock(ordered, block.span))
+    if not changed:
+        return seq
+    return relax.SeqExpr(new_blocks, seq.body, seq.span)
+
+
+def _order_block(bindings: list, later_uses: list) -> list:
+    by_var = {b.var: b for b in bindings}
+    roots = [v for v in later_uses if v in by_var]
+    roots += [b.var for b in bindings if not isinstance(b.var, relax.DataflowVar)]
+    roots += [b.var for b in bindings]
+    done: set = set()
+    order: list = []
+    for root in roots:
+        if root in done:
+            continue
+        # iterative post-order DFS: chains of thousands of bindings are common
+        stack = [(root, False)]
+        while stack:
+            var, expanded = stack.pop()
+            if var in done:
+                continue
+            if expanded:
+                done.add(var)
+                order.append(by_var[var])
+                continue
+            stack.append((var, True))
+            operands: list = []
+            _leaf_vars(by_var[var].value, operands)
+            for operand in reversed(operands):
+                if operand in by_var and operand not in done:
+                    stack.append((operand, False))
+    return order
+
+
+def canonical_symbolic_types(mod: tvm.IRModule) -> tvm.IRModule:
+    """Put every symbolic shape expression in types into canonical arithmetic form.
+
+    Only functions with symbolic variables are rebuilt; static ones are returned as they
+    are.  Covers parameter, binding-variable, call and return types, call type arguments
+    (``call_tir``'s ``out_ty``) and shape literals in top-level bindings.
+    """
+    functions = dict(mod.functions.items())
+    for gv, func in list(functions.items()):
+        if (isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)
+                and relax.analysis.defined_symbolic_vars(func)):
+            functions[gv] = _SymbolicCanon().function(func)
+    return C.copy_module(mod, functions)
+
+
+class _SymbolicCanon:
+    """Rebuilds one function with ``Analyzer.canonical_simplify`` applied to its shapes."""
+
+    def __init__(self):
+        self.analyzer = Analyzer()
+        self.vars: dict = {}
+
+    def dim(self, expr):
+        if isinstance(expr, tvm.tirx.IntImm) or tvm.ir.is_prim_var(expr):
+            return expr
+        return self.analyzer.canonical_simplify(expr)
+
+    def ty(self, ty):
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            values = getattr(ty.shape, "values", None)
+            if values is None:
+                return ty
+            return relax.TensorType([self.dim(d) for d in values], ty.dtype)
+        if isinstance(ty, relax.ShapeType) and ty.values is not None:
+            return relax.ShapeType([self.dim(d) for d in ty.values])
+        if isinstance(ty, relax.TupleType):
+            return relax.TupleType([self.ty(f) for f in ty.fields])
+        return ty
+
+    def var(self, var):
+        cls = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
+        new = cls(var.name, self.ty(var.ty))
+        self.vars[var] = new
+        return new
+
+    def expr(self, expr):
+        if isinstance(expr, relax.Var):
+            return self.vars.get(expr, expr)
+        if isinstance(expr, relax.Call):
+            op = self.expr(expr.op) if isinstance(expr.op, relax.Var) else expr.op
+            return relax.Call(op, [self.expr(a) for a in expr.args], expr.attrs,
+                              [self.ty(t) for t in expr.ty_args], expr.span,
+                              ret_ty=self.ty(expr.ty))
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self.expr(f) for f in expr.fields], expr.span)
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self.expr(expr.tuple_value), expr.index, expr.span)
+        if isinstance(expr, relax.ShapeExpr):
+            return relax.ShapeExpr([self.dim(d) for d in expr.values], expr.span)
+        return _substitute(expr, self.vars)
+
+    def function(self, func):
+        params = [self.var(p) for p in func.params]
+        blocks = []
+        for block in func.body.blocks:
+            bindings = []
+            for b in block.bindings:
+                value = self.expr(b.value)
+                if isinstance(b, relax.MatchCast):
+                    bindings.append(relax.MatchCast(self.var(b.var), value, self.ty(b.ty)))
+                else:
+                    bindings.append(relax.VarBinding(self.var(b.var), value))
+            cls = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) \
+                else relax.BindingBlock
+            blocks.append(cls(bindings, block.span))
+        body = relax.SeqExpr(blocks, self.expr(func.body.body), func.body.span)
+        new = relax.Function(params, body, self.ty(func.ret_ty), func.is_pure, func.attrs,
+                             func.span)
+        return relax.BlockBuilder().normalize(new)
+
+
+def normalize_for_comparison(mod: tvm.IRModule) -> tvm.IRModule:
+    """The normalisation both sides of a round trip get (see the module docstring)."""
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    return canonical_binding_order(canonical_symbolic_types(mod))
+
+
+# ---------------------------------------------------------------------- comparison
+def _flat_bindings(func):
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return []
+    return [(i, b) for i, block in enumerate(body.blocks) for b in block.bindings]
+
+
+def _show(binding) -> str:
+    if binding is None:
+        return "(nothing)"
+    text = str(binding.value)
+    return f"{C.var_name(binding.var)}: {binding.var.ty} = {text}"
+
+
+def first_difference(expected: tvm.IRModule, actual: tvm.IRModule) -> str | None:
+    """A readable description of the first difference between two modules, or ``None``.
+
+    Both modules should already be normalised (:func:`normalize_for_comparison`).
+    """
+    if C.structural_equal(expected, actual):
+        return None
+    exp_funcs = {gv.name_hint: f for gv, f in expected.functions.items()}
+    act_funcs = {gv.name_hint: f for gv, f in actual.functions.items()}
+    missing = sorted(set(exp_funcs) - set(act_funcs))
+    extra = sorted(set(act_funcs) - set(exp_funcs))
+    if missing or extra:
+        return (f"the modules hold different functions: missing after the round trip "
+                f"{missing}, left over {extra}")
+    for name in sorted(exp_funcs):
+        exp_f, act_f = exp_funcs[name], act_funcs[name]
+        if C.structural_equal(exp_f, act_f):
+            continue
+        if not (isinstance(exp_f, relax.Function) and isinstance(act_f, relax.Function)):
+            return f"function '{name}' differs (not a Relax function; compare it directly)"
+        return _function_difference(name, exp_f, act_f)
+    return "the modules differ in their attributes or global infos"
+
+
+def _function_difference(name, exp_f, act_f) -> str:
+    mapping = {}
+    if len(exp_f.params) == len(act_f.params):
+        mapping.update(zip(exp_f.params, act_f.params))
+    exp_b, act_b = _flat_bindings(exp_f), _flat_bindings(act_f)
+    for position in range(max(len(exp_b), len(act_b))):
+        e = exp_b[position] if position < len(exp_b) else None
+        a = act_b[position] if position < len(act_b) else None
+        if e is None or a is None:
+            return (f"function '{name}': binding #{position} exists on one side only\n"
+                    f"  expected: {_show(e and e[1])}\n  restored: {_show(a and a[1])}")
+        (eb_index, eb), (ab_index, ab) = e, a
+        try:
+            renamed = _substitute(eb.value, mapping)
+        except PatternkitError:
+            renamed = eb.value
+        same = (eb_index == ab_index and type(eb) is type(ab)
+                and type(eb.var) is type(ab.var)
+                and C.structural_equal(renamed, ab.value, map_free_vars=False)
+                and C.structural_equal(eb.var.ty, ab.var.ty))
+        if not same:
+            return (f"function '{name}': binding #{position} (block {eb_index} vs "
+                    f"{ab_index}) differs\n  expected: {_show(eb)}\n  restored: {_show(ab)}")
+        mapping[eb.var] = ab.var
+    try:
+        tvm.ir.assert_structural_equal(exp_f, act_f)
+        detail = ""
+    except ValueError as err:  # its message carries the access path of the mismatch
+        lines = [line for line in str(err).splitlines() if "path" in line.lower()]
+        detail = "\n  " + "\n  ".join(lines[:4])
+    return (f"function '{name}': all bindings match but the signature, attributes, types "
+            f"or result differ{detail}\n  expected: {exp_f.ret_ty} "
+            f"{dict(exp_f.attrs or {})}\n  restored: {act_f.ret_ty} {dict(act_f.attrs or {})}")
+
+
+# ---------------------------------------------------------------------- entry point
+def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | None = None, *,
+                    kinds=None, numeric: bool = False, rtol: float = 1e-5, atol: float = 1e-5,
+                    seed: int = 0, func_name: str = "main", numeric_options: dict | None = None,
+                    raise_on_failure: bool = True) -> RoundTripResult:
+    """Fuse ``mod``, defuse it again, and check the result is what fusion started from.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The input module (not modified).
+    fuse : tvm.transform.Pass, callable or None
+        The fusion to undo.  ``None`` means ``LegalizeOps`` + ``AnnotateTIROpPattern``
+        followed by ``FuseOps``; the reference is then the legalised, annotated module
+        (``DefuseOps(FuseOps(x)) == x`` with ``x`` the input ``FuseOps`` really sees).
+        Otherwise the reference is ``mod`` itself and ``fuse(mod)`` must return a module.
+    kinds : iterable of str, optional
+        Forwarded to :func:`patternkit.defuse.DefuseOps`.
+    numeric : bool
+        Also build the reference and the restored module for ``llvm`` and compare them on
+        the VM with seeded random inputs (:func:`patternkit.compare`).
+    rtol, atol : float
+        Tolerances of the numeric comparison.  Defusion must not change the arithmetic,
+        so the defaults are tight.
+    seed : int
+        Seed for the numeric inputs.
+    func_name : str
+        The function to run in the numeric comparison.
+    numeric_options : dict, optional
+        Extra keyword arguments for :func:`patternkit.numeric.random_inputs`
+        (``shape_vars``, ``positive`` ...).
+    raise_on_failure : bool
+        Raise :class:`RoundTripError` on failure (default); otherwise return the result.
+
+    Returns
+    -------
+    RoundTripResult
+    """
+    if fuse is None:
+        prepare, fusion = default_fusion()
+        reference = prepare(mod)
+    else:
+        reference, fusion = mod, fuse
+    fused = fusion(reference)
+    if not isinstance(fused, tvm.IRModule):
+        raise TypeError(f"check_roundtrip: the fusion returned {type(fused).__name__}, "
+                        f"expected an IRModule")
+    restored = DefuseOps(kinds)(fused)
+    result = RoundTripResult(reference, fused, restored)
+    result.difference = first_difference(normalize_for_comparison(reference),
+                                         normalize_for_comparison(restored))
+    if result.difference is not None:
+        logger.debug("round trip failed: %s", result.difference)
+        if raise_on_failure:
+            raise RoundTripError("DefuseOps(fuse(x)) != x after normalisation: "
+                                 + result.difference, result)
+        return result
+    if numeric:
+
+        result.numeric = numerics.compare(reference, restored, func_name=func_name, seed=seed,
+                                 rtol=rtol, atol=atol, **(numeric_options or {}))
+        if not result.numeric.ok and raise_on_failure:
+            raise RoundTripError(f"the restored module computes different values: "
+                                 f"{result.numeric}", result)
+    return result

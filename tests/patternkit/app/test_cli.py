@@ -1,0 +1,113 @@
+"""The command line: the main job, list, viz, verify, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from patternkit.app.cli import main
+
+
+def test_run_on_the_builtin_model_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--out", str(out), "--quiet"]) == 0
+    for name in ("before.py", "after.py", "before.svg", "after.svg", "diff.svg",
+                 "report.md", "report.json"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and report["numeric"]["ok"]
+    assert report["rewrites"] == {"batchnorm.collapse": 20, "conv.fold_batchnorm": 20}
+    assert report["composites"] == {"ccompiler.conv2d_add_relu": 20}
+    assert all(r["ok"] for r in report["roundtrip"].values())
+    assert {"load", "rewrite", "composites", "numeric_check", "roundtrip_fuseops",
+            "write"} <= set(report["seconds"])
+    assert any("max_pool2d: uncovered" in h for h in report["host_ops"])
+    assert "<svg" in (out / "after.svg").read_text()
+    assert "Codegen" in (out / "after.py").read_text()
+    assert capsys.readouterr().out == ""  # --quiet
+
+
+def test_run_a_python_model_with_chosen_patterns(tmp_path, capsys):
+    model = tmp_path / "model.py"
+    model.write_text(
+        "from patternkit.app.models import seed_batchnorm\n"
+        "mod = seed_batchnorm()\n")
+    out = tmp_path / "out"
+    code = main(["run", str(model), "--patterns", "batchnorm.collapse", "--out", str(out),
+                 "--no-draw"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["rewrites"] == {"batchnorm.collapse": 2} and report["composites"] == {}
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_run_an_onnx_model(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), "float32") * 0.1, "W")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], initializer=[w])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-draw"]) == 0
+    assert json.loads((out / "report.json").read_text())["composites"] == {
+        "ccompiler.conv2d_add_relu": 1}
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: ["run", str(d / "missing.py")], "model file not found"),
+    (lambda d: (d / "empty.py").write_text("x = 1\n") and ["run", str(d / "empty.py")],
+     "defines no tvm.IRModule"),
+    (lambda d: (d / "bad.onnx").write_bytes(b"not onnx") and ["run", str(d / "bad.onnx")],
+     "not a loadable ONNX model"),
+    (lambda d: ["run", "--patterns", "batchnorm.colapse"], "did you mean batchnorm.collapse"),
+    (lambda d: ["run", "model.txt"], "unknown model"),
+])
+def test_bad_input_is_a_one_line_error_with_exit_code_2(tmp_path, capsys, setup, message):
+    argv = setup(tmp_path)
+    argv += ["--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_folder(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert main(["run", "seed-batchnorm", "--out", str(locked / "x"), "--quiet"]) == 2
+
+
+def test_unwritable_output_folder_even_as_root(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["run", "seed-batchnorm", "--out", str(blocker / "out"), "--quiet"]) == 2
+    assert "cannot write to the output folder" in capsys.readouterr().err
+
+
+def test_list_shows_names_kinds_and_docs(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "batchnorm.collapse" in out and "rewrite" in out
+    assert "byoc.conv2d_add_relu" in out and "composite" in out
+
+
+def test_viz_writes_an_svg(tmp_path):
+    target = tmp_path / "graph.svg"
+    assert main(["viz", "seed-batchnorm", "-o", str(target), "--quiet"]) == 0
+    assert "<svg" in target.read_text()
+
+
+def test_verify_checks_every_library_entry(capsys):
+    assert main(["verify", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok  ") == 3 and "FAIL" not in out

@@ -1,0 +1,185 @@
+"""The pattern language: Relay's names and matching behaviour on Relax."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.dpl.pattern import pattern_to_text
+
+
+def test_is_op_accepts_relay_and_relax_names():
+    assert pk.is_op("nn.conv2d").expr.same_as(tvm.ir.Op.get("relax.nn.conv2d"))
+    assert pk.is_op("relax.add").expr.same_as(pk.is_op("add").expr)
+    assert pk.is_op("nn.leaky_relu").expr.name == "relax.nn.leakyrelu"
+    assert pk.is_op("concatenate").expr.name == "relax.concat"
+
+
+def test_is_op_rejects_unknown_names_with_a_suggestion():
+    with pytest.raises(pk.PatternError, match="did you mean relax.nn.conv2d"):
+        pk.is_op("nn.conv2dd")
+    with pytest.raises(pk.PatternError, match="no Relax equivalent"):
+        pk.is_op("nn.bias_add")
+
+
+def test_arithmetic_operators_build_calls(make_var):
+    a, b = pk.wildcard(), pk.wildcard()
+    assert pattern_to_text(a * b + a / b - a) == "subtract(add(multiply(*, *), divide(*, *)), *)"
+    x, y = make_var("x", (2, 3)), make_var("y", (2, 3))
+    assert pk.match(a + b, relax.op.add(x, y))
+    assert not pk.match(a + b, relax.op.subtract(x, y))
+
+
+def test_add_and_multiply_are_commutative_subtract_is_not(make_var):
+    x, y = make_var("x", (2, 3)), make_var("y", (2, 3))
+    for op in (relax.op.add, relax.op.multiply):
+        assert pk.match(pk.is_var("x") + pk.is_var("y") if op is relax.op.add
+                        else pk.is_var("x") * pk.is_var("y"), op(y, x))
+    assert pk.match(pk.is_var("x") - pk.is_var("y"), relax.op.subtract(x, y))
+    assert not pk.match(pk.is_var("x") - pk.is_var("y"), relax.op.subtract(y, x))
+
+
+def test_divide_multiply_reassociation_matches_like_relay(make_var):
+    g, s, q = (make_var(n, (3,)) for n in "gsq")
+    pattern = pk.is_var("g") * pk.is_var("s") / pk.is_var("q")
+    assert pk.match(pattern, relax.op.multiply(g, relax.op.divide(s, q)))   # g * (s / q)
+    assert pk.match(pattern, relax.op.multiply(relax.op.divide(g, q), s))   # g / q * s
+    assert not pk.match(pattern, relax.op.divide(g, relax.op.multiply(s, q)))
+    reverse = pk.is_var("g") * (pk.is_var("s") / pk.is_var("q"))
+    assert pk.match(reverse, relax.op.divide(relax.op.multiply(g, s), q))
+
+
+def test_match_looks_through_bindings_of_a_function(make_var):
+    x = make_var("x", (2, 3))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(x))
+            out = bb.emit_output(relax.op.nn.relu(a))
+        bb.emit_func_output(out)
+    func = bb.get()["main"]
+    pattern = pk.is_op("nn.relu")(pk.is_op("exp")(pk.wildcard()))
+    relu_value = func.body.blocks[0].bindings[1].value
+    assert not pk.match(pattern, relu_value)           # without the function: no look-through
+    assert pk.match(pattern, relu_value, func)          # the value of a binding
+    assert pk.match(pattern, out, func)                 # or the bound Var itself
+
+
+def test_diamond_requires_the_same_expression(make_var):
+    x, y = make_var("x", (2, 3)), make_var("y", (2, 3))
+    shared = pk.wildcard()
+    pattern = pk.is_op("add")(shared, shared)
+    assert pk.match(pattern, relax.op.add(x, x))
+    assert not pk.match(pattern, relax.op.add(x, y))
+
+
+def test_optional_and_alternatives(make_var):
+    x, w = make_var("x", (1, 3, 8, 8)), make_var("w", (4, 3, 3, 3))
+    conv = pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard())
+    maybe_relu = conv.optional(lambda p: pk.is_op("nn.relu")(p))
+    c = relax.op.nn.conv2d(x, w)
+    assert pk.match(maybe_relu, c)
+    assert pk.match(maybe_relu, relax.op.nn.relu(c))
+    assert not pk.match(maybe_relu, relax.op.nn.gelu(c))
+    act = pk.is_op("nn.relu") | pk.is_op("nn.gelu")
+    assert pk.match(act(conv), relax.op.nn.gelu(c))
+
+
+def test_constants_variables_and_expressions(make_var):
+    x = make_var("x", (3,))
+    one = relax.const(np.ones(3, "float32"))
+    assert pk.match(pk.wildcard() + pk.is_constant(), relax.op.add(x, one))
+    assert not pk.match(pk.wildcard() + pk.is_constant(), relax.op.add(x, x))
+    assert pk.match(pk.is_var("x") + pk.is_expr(relax.const(np.ones(3, "float32"))),
+                    relax.op.add(x, one))
+    assert not pk.match(pk.is_var("y") + pk.wildcard(), relax.op.add(x, one))
+
+
+def test_is_var_does_not_match_an_intermediate_result(make_var):
+    x = make_var("x", (2, 3))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(x))
+            out = bb.emit_output(relax.op.nn.relu(a))
+        bb.emit_func_output(out)
+    func = bb.get()["main"]
+    assert pk.match(pk.is_op("nn.relu")(pk.wildcard()), out, func)
+    assert not pk.match(pk.is_op("nn.relu")(pk.is_var()), out, func)
+
+
+def test_tuple_patterns_with_any_arity_and_any_index(make_var):
+    a, b, c = (make_var(n, (2,)) for n in "abc")
+    tup = relax.Tuple([a, b, c])
+    assert pk.match(pk.is_tuple(None), tup)
+    assert pk.match(pk.is_tuple([pk.wildcard(), pk.wildcard(), pk.wildcard()]), tup)
+    shared = pk.wildcard()  # one object three times means "the same expression"
+    assert not pk.match(pk.is_tuple([shared, shared, shared]), tup)
+    assert not pk.match(pk.is_tuple([pk.wildcard(), pk.wildcard()]), tup)
+    item = relax.TupleGetItem(tup, 2)
+    assert pk.match(pk.is_tuple_get_item(pk.is_tuple(None)), item)
+    assert pk.match(pk.is_tuple_get_item(pk.wildcard(), -1), item)
+    assert not pk.match(pk.is_tuple_get_item(pk.wildcard(), 0), item)
+    concat = pk.is_op("concatenate")(pk.is_tuple(None))
+    assert pk.match(concat, relax.op.concat([a, b], axis=0))
+
+
+def test_attribute_dtype_shape_and_type_constraints(make_var):
+    x, w = make_var("x", (1, 3, 8, 8)), make_var("w", (4, 3, 3, 3))
+    conv = relax.op.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+    cp = pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard())
+    assert pk.match(cp.has_attr({"data_layout": "NCHW", "padding": [1, 1, 1, 1]}), conv)
+    assert not pk.match(cp.has_attr({"data_layout": "NHWC"}), conv)
+    cast = relax.op.astype(x, "float16")
+    assert pk.match(pk.is_op("cast")(pk.wildcard()).has_attr({"dtype": "float16"}), cast)
+    assert pk.match(pk.has_dtype("float16"), cast)
+    assert not pk.match(pk.has_dtype("float32"), cast)
+    assert pk.match(pk.has_shape([1, 4, 8, 8]), conv)
+    assert not pk.match(pk.has_shape([1, 4, 8, 9]), conv)
+    assert pk.match(pk.has_type(relax.TensorType((1, 4, 8, 8), "float32")), conv)
+    assert pk.match(pk.has_type(relax.TensorType(ndim=4, dtype="float32")), conv)
+    assert not pk.match(pk.has_type(relax.TensorType(ndim=3, dtype="float32")), conv)
+
+
+def test_call_with_any_arguments(make_var):
+    a, b = make_var("a", (2,)), make_var("b", (2,))
+    assert pk.match(pk.is_op("add")(None), relax.op.add(a, b))
+    assert pk.match(pk.wildcard()(None), relax.op.add(a, b))
+    assert pk.match(pk.is_op("add")(pk.is_var("a"), varg_default_wildcard=True),
+                    relax.op.add(a, b))
+
+
+def test_non_patterns_are_rejected_clearly():
+    with pytest.raises(pk.PatternError, match="expected a pattern"):
+        pk.is_op("add")(pk.wildcard(), "x")
+    with pytest.raises(pk.PatternError, match="tvm.relax.dpl pattern"):
+        pk.is_op("add")(pk.wildcard(), relax.dpl.wildcard())
+
+
+def test_to_dpl_gives_an_equivalent_tvm_pattern(make_var):
+    x, w = make_var("x", (1, 3, 8, 8)), make_var("w", (4, 3, 3, 3))
+    conv = relax.op.nn.conv2d(x, w)
+    pattern = pk.is_op("nn.relu")(pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard()))
+    dpl = pattern.to_dpl()
+    assert isinstance(dpl, relax.dpl.DFPattern)
+    assert dpl.match(relax.op.nn.relu(conv))
+    assert not dpl.match(relax.op.nn.gelu(conv))
+    with pytest.raises(pk.PatternError, match="no tvm.relax.dpl equivalent"):
+        pk.is_tuple(None).to_dpl()
+
+
+def test_explain_points_at_the_deepest_mismatch(make_var, make_bn):
+    x = make_var("x", (2, 3, 4, 4))
+    g, b, m, v = (make_var(n, (3, 1, 1)) for n in ("gamma", "beta", "mean", "var"))
+    minus_beta = g * (x - m) / relax.op.sqrt(v + relax.const(1e-5, "float32")) - b
+    pattern = (pk.wildcard() * (pk.wildcard() - pk.wildcard())
+               / pk.is_op("sqrt")(pk.wildcard() + pk.is_constant()) + pk.wildcard())
+    assert pk.explain(pattern, make_bn(x, g, b, m, v)) == "matched"
+    why = pk.explain(pattern, minus_beta)
+    assert why.startswith("no match: add") and "R.subtract" in why
+    eps_var = make_var("eps", ())
+    variable_eps = g * (x - m) / relax.op.sqrt(v + eps_var) + b
+    assert "const (depth" in pk.explain(pattern, variable_eps)

@@ -1,0 +1,180 @@
+"""check_roundtrip: what it normalises, what it reports, and the numeric option."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+from tvm.relax.transform import FuseOpsByPattern
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order, check_roundtrip,
+                                  first_difference, normalize_for_comparison)
+from patternkit.testing import assert_roundtrip
+
+PREPARE = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                    relax.transform.AnnotateTIROpPattern()])
+
+
+@I.ir_module
+class Reordered:
+    """FuseOps emits the exp+add group where its last binding was, after the sum."""
+
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32"), y: R.Tensor((4, 8), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.sum(y, axis=[1])
+            c = R.add(a, x)
+            R.output(b, c)
+        return (b, c)
+
+
+@I.ir_module
+class WithAlias:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            lv = R.nn.relu(x)
+            gv = lv
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class WithoutAlias:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            gv = R.nn.relu(x)
+            R.output(gv)
+        return gv
+
+
+def test_default_round_trip_tolerates_reordered_independent_bindings():
+    result = check_roundtrip(Reordered)
+    # the order really did change, so a plain structural comparison would fail
+    assert not tvm_ffi.structural_equal(result.restored, result.reference)
+    assert result.ok and result.difference is None
+    assert any("Primitive" in (f.attrs or {}) for _, f in result.fused.functions.items())
+
+
+def test_normalisation_removes_trivial_aliases_on_both_sides():
+    assert first_difference(WithAlias, WithoutAlias) is not None
+    assert first_difference(normalize_for_comparison(WithAlias),
+                            normalize_for_comparison(WithoutAlias)) is None
+
+
+def test_canonical_order_is_the_same_for_any_topological_order():
+    @I.ir_module
+    class Other:
+        @R.function
+        def main(x: R.Tensor((4, 8), "float32"), y: R.Tensor((4, 8), "float32")):
+            with R.dataflow():
+                b = R.sum(y, axis=[1])
+                a = R.exp(x)
+                c = R.add(a, x)
+                R.output(b, c)
+            return (b, c)
+
+    assert not tvm_ffi.structural_equal(Other, Reordered)
+    tvm.ir.assert_structural_equal(canonical_binding_order(Other),
+                                   canonical_binding_order(Reordered))
+
+
+def _sigmoid_for_relu(mod):
+    """A deliberately wrong "fusion": FuseOps, then relu's PrimFunc call swapped for exp."""
+    fused = relax.transform.FuseOps()(mod)
+    functions = dict(fused.functions.items())
+    names = {gv.name_hint: gv for gv in functions}
+    for gv, func in list(functions.items()):
+        if not isinstance(func, relax.Function) or "Primitive" not in (func.attrs or {}):
+            continue
+        text_before = func.script()
+        if "relu" not in text_before:
+            continue
+        block = func.body.blocks[0]
+        new_bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            if "relu" in str(value):
+                call_tir_args = list(value.args)
+                call_tir_args[0] = names["tir_exp"]
+                value = relax.Call(value.op, call_tir_args, value.attrs, value.ty_args,
+                                   ret_ty=value.ty)
+            new_bindings.append(relax.VarBinding(binding.var, value))
+        body = relax.SeqExpr([relax.DataflowBlock(new_bindings)], func.body.body)
+        functions[gv] = relax.BlockBuilder().normalize(
+            relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs))
+    return tvm.IRModule(functions)
+
+
+@I.ir_module
+class ExpRelu:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.add(a, x)
+            c = R.nn.relu(b)
+            d = R.exp(c)
+            R.output(d)
+        return d
+
+
+def test_a_broken_fusion_is_reported_with_the_differing_binding_on_both_sides():
+    prepared = PREPARE(ExpRelu)
+    with pytest.raises(RoundTripError) as info:
+        check_roundtrip(prepared, fuse=_sigmoid_for_relu)
+    message = str(info.value)
+    assert "function 'main': binding #2" in message
+    assert "expected: c: " in message and "relu" in message.split("restored:")[0]
+    assert "tir_exp" in message.split("restored:")[1]
+    assert info.value.result is not None and not info.value.result.ok
+    # the same failure as a value instead of an exception
+    result = check_roundtrip(prepared, fuse=_sigmoid_for_relu, raise_on_failure=False)
+    assert result.difference is not None and not result.ok
+
+
+def test_a_function_left_behind_is_reported():
+    def fuse_and_forget(mod):
+        fused = relax.transform.FuseOps()(mod)
+        extra = relax.Function([], relax.SeqExpr([], relax.const(1.0, "float32")),
+                               ret_ty=relax.TensorType((), "float32"))
+        functions = dict(fused.functions.items())
+        functions[tvm.ir.GlobalVar("leftover")] = extra
+        return tvm.IRModule(functions)
+
+    prepared = PREPARE(ExpRelu)
+    with pytest.raises(RoundTripError, match=r"left over \['leftover'\]"):
+        check_roundtrip(prepared, fuse_and_forget)
+
+
+def test_any_pass_or_callable_can_be_the_fusion_and_numerics_are_checked():
+    patterns = [("t.add_relu", is_op("relax.nn.relu")(is_op("relax.add")(wildcard(),
+                                                                         wildcard())))]
+    result = assert_roundtrip(ExpRelu, FuseOpsByPattern(patterns), numeric=True)
+    assert result.numeric is not None and result.numeric.ok
+    assert result.numeric.max_abs_error == 0.0  # same kernels, same order of arithmetic
+    assert any("Composite" in (f.attrs or {}) for _, f in result.fused.functions.items())
+    result = assert_roundtrip(ExpRelu, numeric=True, rtol=1e-6, atol=1e-6)
+    assert result.numeric.ok
+    with pytest.raises(TypeError, match="expected an IRModule"):
+        check_roundtrip(ExpRelu, fuse=lambda m: m["main"])
+
+
+def test_a_numeric_mismatch_raises_with_the_error_figures(monkeypatch):
+    """Equal structure implies equal numbers, so the VM check can only disagree through a
+    miscompiling build; simulate that to check the failure is raised, not swallowed."""
+    import patternkit.verification.numeric as numeric
+
+    def lying_compare(before, after, **options):
+        return numeric.Comparison(max_abs_error=0.5, max_rel_error=0.25, outputs=1, ok=False)
+
+    monkeypatch.setattr(numeric, "compare", lying_compare)
+    with pytest.raises(RoundTripError, match="different values: MISMATCH.*max abs error 0.5"):
+        check_roundtrip(ExpRelu, numeric=True)
+    assert not check_roundtrip(ExpRelu, numeric=True, raise_on_failure=False).ok
