@@ -18,6 +18,7 @@ import os
 import pytest
 from tvm import relax
 
+import patternkit as pk
 from patternkit import ir as pk_ir
 from patternkit.patterns.conv import ConvAddReluComposite
 
@@ -74,6 +75,22 @@ def make_bn():
 def main_ops():
     """``main_ops(mod)`` -> the operator names called in ``mod["main"]``, in order."""
     return op_names
+
+
+def assert_bit_exact(before, after, **options):
+    """``assert_same_numerics`` with no tolerance at all (``rtol=0, atol=0``)."""
+    return pk.assert_same_numerics(before, after, rtol=0, atol=0, **options)
+
+
+@pytest.fixture
+def bit_exact():
+    """``bit_exact(before, after, **input_options)``: the same numbers, to the last bit.
+
+    For transforms that only wrap bindings in functions or cut the graph into pieces
+    (``partition``, ``MergeComposite``, ``PartitionGraph``, ``graph_split``): the VM runs
+    the same kernels on the same values, so any difference is a bug, not rounding.
+    """
+    return assert_bit_exact
 
 
 @pytest.fixture

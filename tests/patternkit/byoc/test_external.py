@@ -15,13 +15,10 @@ from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import conv2d_add_relu
 
 TABLE = [("ccompiler.conv_add_relu", conv2d_add_relu())]
-# Composites and external functions only wrap bindings in functions: the VM runs the
-# same kernels on the same values, so the numbers must be bit-identical.
-EXACT = {"rtol": 0, "atol": 0}
 
 
 def test_partition_graph_lifts_composites_into_external_functions_with_relay_attrs(
-        resnet_block, flow, main_ops):
+        resnet_block, flow, main_ops, bit_exact):
     out = flow(resnet_block, MergeComposite(TABLE), PartitionGraph("ccompiler"))
     externals = external_functions(out, "ccompiler")
     # max_pool2d separates the first conv from the other two, which merge.
@@ -34,14 +31,15 @@ def test_partition_graph_lifts_composites_into_external_functions_with_relay_att
     assert relax.analysis.check_well_formed(out)
     host = main_ops(out)
     assert host.count("relax.nn.max_pool2d") == 1 and host.count("relax.add") == 1
-    pk.assert_same_numerics(resnet_block, inline_external(out), **EXACT)
+    bit_exact(resnet_block, inline_external(out))
 
 
-def test_partition_graph_without_merging_gives_one_function_per_composite(resnet_block, flow):
+def test_partition_graph_without_merging_gives_one_function_per_composite(
+        resnet_block, flow, bit_exact):
     out = flow(resnet_block, MergeComposite(TABLE), PartitionGraph("ccompiler", merge=False))
     assert sorted(external_functions(out)) == [f"ccompiler_main_{i}" for i in range(3)]
     assert relax.analysis.check_well_formed(out)
-    pk.assert_same_numerics(resnet_block, inline_external(out), **EXACT)
+    bit_exact(resnet_block, inline_external(out))
 
 
 def _cycle_module():
@@ -63,19 +61,19 @@ def _cycle_module():
     return bb.get()
 
 
-def test_partition_graph_never_merges_across_host_code_into_a_cycle(flow):
+def test_partition_graph_never_merges_across_host_code_into_a_cycle(flow, bit_exact):
     mod = _cycle_module()
     out = flow(mod, MergeComposite(TABLE), PartitionGraph("ccompiler"))
     assert len(external_functions(out)) == 2
     assert relax.analysis.check_well_formed(out)
-    pk.assert_same_numerics(mod, inline_external(out), **EXACT)
+    bit_exact(mod, inline_external(out))
 
 
-def test_annotate_target_offloads_single_supported_ops(resnet_block, flow):
+def test_annotate_target_offloads_single_supported_ops(resnet_block, flow, bit_exact):
     annotate = AnnotateTarget("ccompiler", {"nn.max_pool2d": True, "add": False})
     out = flow(resnet_block, MergeComposite(TABLE), annotate, PartitionGraph("ccompiler"))
     assert composite_counts(out) == {"ccompiler.conv_add_relu": 3, "ccompiler.nn.max_pool2d": 1}
-    pk.assert_same_numerics(resnet_block, inline_external(out), **EXACT)
+    bit_exact(resnet_block, inline_external(out))
 
 
 def test_annotate_target_predicate_can_veto_with_a_reason(resnet_block):
@@ -86,13 +84,13 @@ def test_annotate_target_predicate_can_veto_with_a_reason(resnet_block):
     assert pool.entry == "ccompiler.nn.max_pool2d"
 
 
-def test_partition_graph_only_takes_its_own_compiler(resnet_block, flow):
+def test_partition_graph_only_takes_its_own_compiler(resnet_block, flow, bit_exact):
     table = [("ccompiler.conv_add_relu", conv2d_add_relu()),
              ("other.pool", is_op("nn.max_pool2d")(wildcard()))]
     out = flow(resnet_block, MergeComposite(table), PartitionGraph("ccompiler"))
     assert set(external_functions(out)) == {"ccompiler_main_0", "ccompiler_main_1"}
     assert composite_counts(out) == {"ccompiler.conv_add_relu": 3, "other.pool": 1}
-    pk.assert_same_numerics(resnet_block, inline_external(out), **EXACT)
+    bit_exact(resnet_block, inline_external(out))
 
 
 @pytest.mark.parametrize("compiler", ["", "a.b", 3])

@@ -15,21 +15,19 @@ from patternkit.errors import CallbackError
 from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import ConvAddReluComposite, conv2d_add_relu
 
-# Composites only wrap bindings in functions: the VM runs the same kernels on the same
-# values, so the numbers must be bit-identical.
-EXACT = {"rtol": 0, "atol": 0}
 
 
 def _pfp(mod):
     return [str(f.attrs["PartitionedFromPattern"]) for _, f in composite_functions(mod)]
 
 
-def test_merge_composite_tags_each_match_with_its_name_and_relay_op_string(resnet_block):
+def test_merge_composite_tags_each_match_with_its_name_and_relay_op_string(resnet_block,
+                                                                           bit_exact):
     out = merge_composite(resnet_block, [("ccompiler.conv_add_relu", conv2d_add_relu())])
     assert composite_counts(out) == {"ccompiler.conv_add_relu": 3}
     assert _pfp(out) == ["nn.conv2d_add_nn.relu_", "nn.conv2d_add_nn.relu_", "nn.conv2d_add_"]
     assert relax.analysis.check_well_formed(out)
-    pk.assert_same_numerics(resnet_block, out, **EXACT)
+    bit_exact(resnet_block, out)
 
 
 def test_single_entry_table_gives_exactly_what_partition_gives(resnet_block):
@@ -44,7 +42,7 @@ def test_merge_composite_defuses_back_to_the_original(resnet_block):
     tvm.ir.assert_structural_equal(defuse(out, "partition"), resnet_block)
 
 
-def test_earlier_entries_win_and_the_loser_is_logged_with_the_winner(resnet_block):
+def test_earlier_entries_win_and_the_loser_is_logged_with_the_winner(resnet_block, bit_exact):
     table = [("c.conv_add", is_op("add")(is_op("nn.conv2d")(wildcard(), wildcard()), wildcard())),
              ("c.add_relu", is_op("nn.relu")(is_op("add")(wildcard(), wildcard())))]
     log = CompositeLog()
@@ -56,7 +54,7 @@ def test_earlier_entries_win_and_the_loser_is_logged_with_the_winner(resnet_bloc
     # Reversed priority: add+relu first, leaving conv alone where relu follows.
     out2 = merge_composite(resnet_block, table[::-1])
     assert composite_counts(out2) == {"c.add_relu": 2, "c.conv_add": 1}
-    pk.assert_same_numerics(resnet_block, out2, **EXACT)
+    bit_exact(resnet_block, out2)
 
 
 def test_a_check_vetoes_a_match_and_its_reason_is_logged(resnet_block):
@@ -123,11 +121,11 @@ def test_merge_composite_composes_with_tvm_passes_contexts_and_instruments(resne
     assert composite_counts(out) == {"ccompiler.conv_add_relu": 3}
 
 
-def test_table_converts_to_fuse_ops_by_pattern_with_the_same_groups(resnet_block):
+def test_table_converts_to_fuse_ops_by_pattern_with_the_same_groups(resnet_block, bit_exact):
     table = PatternTable([("ccompiler.conv_add_relu", conv2d_add_relu())])
     fused = relax.transform.FuseOpsByPattern(table.to_fusion_patterns())(resnet_block)
     assert composite_counts(fused) == composite_counts(merge_composite(resnet_block, table))
-    pk.assert_same_numerics(resnet_block, fused, **EXACT)
+    bit_exact(resnet_block, fused)
 
 
 def test_composites_inside_composites_are_never_entered_again(resnet_block):
