@@ -24,10 +24,9 @@ from patternkit.patterns.conv import ConvAddReluComposite
 
 try:
     from hypothesis import HealthCheck, settings
-except ImportError:  # the property tests skip themselves without hypothesis
-    settings = None
-
-if settings is not None:
+except ImportError:  # hypothesis is in the test extra; only the property tests need it
+    pass
+else:
     _COMMON = dict(deadline=None, print_blob=True,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     settings.register_profile("ci", max_examples=300, derandomize=True, **_COMMON)
