@@ -1,9 +1,37 @@
-"""Shared test helpers: small Relax graphs used across the suite."""
+"""Shared test helpers: small Relax graphs and the hypothesis profiles used across the suite.
+
+Hypothesis profiles (select one with the ``HYPOTHESIS_PROFILE`` environment variable):
+
+``ci`` (default)
+    300 examples per property, derandomised (a fixed seed) so CI failures reproduce;
+``long``
+    5000 examples per property, random seed, for a soak run.
+
+A property that is slower per example takes a stated fraction of the profile's budget
+(``settings.default.max_examples``), so ``long`` scales it too.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from tvm import relax
+
+import patternkit as pk
+from patternkit import ir as pk_ir
+from patternkit.patterns.conv import ConvAddReluComposite
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # hypothesis is in the test extra; only the property tests need it
+    pass
+else:
+    _COMMON = dict(deadline=None, print_blob=True,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("ci", max_examples=300, derandomize=True, **_COMMON)
+    settings.register_profile("long", max_examples=5000, **_COMMON)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def tensor_var(name: str, shape, dtype: str = "float32") -> relax.Var:
@@ -14,6 +42,12 @@ def elementwise_batchnorm(x, gamma, beta, mean, var, eps=None):
     """Relay's spelling: gamma * (x - mean) / sqrt(var + eps) + beta."""
     eps = relax.const(1e-5, "float32") if eps is None else eps
     return gamma * (x - mean) / relax.op.sqrt(var + eps) + beta
+
+
+def op_names(mod, func_name: str = "main") -> list[str]:
+    """Operator names of the calls bound in ``mod[func_name]``, in program order."""
+    return [pk_ir.op_name(b.value) for block in mod[func_name].body.blocks
+            for b in block.bindings if pk_ir.op_name(b.value)]
 
 
 @pytest.fixture
@@ -34,3 +68,35 @@ def make_var():
 def make_bn():
     """``make_bn(x, gamma, beta, mean, var, eps=None)`` -> Relay-style elementwise BN."""
     return elementwise_batchnorm
+
+
+@pytest.fixture
+def main_ops():
+    """``main_ops(mod)`` -> the operator names called in ``mod["main"]``, in order."""
+    return op_names
+
+
+def assert_bit_exact(before, after, **options):
+    """``assert_same_numerics`` with no tolerance at all (``rtol=0, atol=0``)."""
+    return pk.assert_same_numerics(before, after, rtol=0, atol=0, **options)
+
+
+@pytest.fixture
+def bit_exact():
+    """``bit_exact(before, after, **input_options)``: the same numbers, to the last bit.
+
+    For transforms that only wrap bindings in functions or cut the graph into pieces
+    (``partition``, ``MergeComposite``, ``PartitionGraph``, ``graph_split``): the VM runs
+    the same kernels on the same values, so any difference is a bug, not rounding.
+    """
+    return assert_bit_exact
+
+
+@pytest.fixture
+def resnet_block():
+    """ResNet-18's first block after batch-norm folding (``ConvAddReluComposite.example()``).
+
+    conv7x7/2 + bias + relu, max_pool, conv3x3 + bias + relu, conv3x3 + bias, and the
+    residual add: three conv2d -> add [-> relu] chains, the seed's BYOC workload.
+    """
+    return ConvAddReluComposite.example()

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+
+
+def _setup_commands(readme: str) -> list[str]:
+    """The command lines (not comments) of the README's first ``bash`` block."""
+    first_block = re.search(r"```bash\n(.*?)```", readme, flags=re.S).group(1)
+    return [line for line in first_block.splitlines() if line and not line.startswith("#")]
+
+
+def _run_ci(root: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str] | None]:
+    """Run ``root/.ci/run`` with the ``bash`` it calls replaced by a recorder.
+
+    Returns the finished process and the arguments the script passed to ``bash`` (``None``
+    if it never called it), so the test sees what CI would run without running it.
+    """
+    real_bash = shutil.which("bash")
+    stubs, record = tmp_path / "stubs", tmp_path / "bash-args"
+    stubs.mkdir()
+    stub = stubs / "bash"
+    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{record}"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([real_bash, str(root / ".ci" / "run")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    args = record.read_text().splitlines() if record.exists() else None
+    return proc, args
 
 
 def test_readme_python_examples_run():
@@ -20,18 +47,32 @@ def test_readme_python_examples_run():
 
 
 def test_readme_opens_with_the_two_setup_commands():
-    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1)
-    commands = [line for line in first_block.splitlines() if line and not line.startswith("#")]
+    commands = _setup_commands(README)
     assert len(commands) == 2
     assert commands[0].endswith("patternkit run")
     assert "pytest" in commands[1] and "torch==2.13.0" in commands[1]
     assert README.index("```bash") < README.index("patternkit brings")
 
 
-def test_ci_runs_the_readme_test_command():
-    out = subprocess.run(
-        ["bash", "-c", "awk '/^```bash/{inblock=1; next} /^```/{if (inblock) exit} "
-                       "inblock && !/^#/' README.md | sed -n 2p"],
-        cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    assert out.endswith("python -m pytest -q")
-    assert "awk" in (ROOT / ".ci" / "run").read_text()
+def test_ci_runs_the_readme_test_command(tmp_path):
+    proc, args = _run_ci(ROOT, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    test_command = _setup_commands(README)[1]
+    assert args == ["-euo", "pipefail", "-c", test_command]
+    assert test_command.endswith("python -m pytest -q")
+    assert f"+ {test_command}" in proc.stdout
+
+
+def test_ci_refuses_a_readme_whose_second_command_does_not_run_pytest(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", checkout / ".ci" / "run")
+    # only the first bash block counts, so the pytest command of the second is ignored
+    (checkout / "README.md").write_text(
+        "# demo\n\n```bash\n# 1. install\npip install -e .\n# 2. test\necho no tests\n```\n\n"
+        "```bash\npip install -e . && python -m pytest -q\n```\n")
+    proc, args = _run_ci(checkout, tmp_path)
+    assert proc.returncode == 1
+    assert "second set-up command should install and run pytest; found: echo no tests" \
+        in proc.stderr
+    assert args is None

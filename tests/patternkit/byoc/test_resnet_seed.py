@@ -9,24 +9,28 @@ three ``ccompiler.conv_add_relu`` composites: two ``nn.conv2d_add_nn.relu_`` and
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-import tvm
 from tvm import relax
 
 import patternkit as pk
 from patternkit import ir as C
-from patternkit.byoc import PartitionGraph, external_functions, inline_external
-from patternkit.byoc import MergeComposite, composite_counts, composite_functions
-from patternkit.byoc import graph_split, run_split
-from patternkit.verification.numeric import random_inputs, run
-from patternkit.byoc import offload_report
+from patternkit.byoc import (MergeComposite, PartitionGraph, composite_counts,
+                             composite_functions, external_functions, graph_split,
+                             inline_external, offload_report, run_split)
 from patternkit.patterns.conv import BatchnormFoldIntoConv, conv2d_add_relu
+from patternkit.verification.numeric import random_inputs, run
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 TABLE = [("ccompiler.conv_add_relu", conv2d_add_relu())]
-TOL = {"rtol": 1e-4, "atol": 1e-4}
+# Folding batch norm changes the arithmetic: the weights are scaled in float64 and cast
+# back to float32, so each folded conv rounds differently.  Measured on these seeds: max
+# abs error 5e-7 on the first block, 5e-6 through ResNet-18's 20 folded convs; 1e-4
+# leaves a wide margin.  Merging and partitioning only wrap bindings in functions, so
+# they are checked bit-exact against the folded module.
+FOLD_TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def _import(model, shape):
@@ -68,26 +72,21 @@ def first_block():
     return _import(FirstBlock(), (1, 3, 32, 32))
 
 
-def _flow(*passes):
-    with tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(list(passes))
-
-
-def test_first_block_partitions_into_the_three_seed_composites(first_block):
+def test_first_block_partitions_into_the_three_seed_composites(first_block, flow, main_ops,
+                                                               bit_exact):
     prepare = pk.Rewrite([BatchnormFoldIntoConv()])
-    merged = _flow(prepare, MergeComposite(TABLE))(first_block)
+    merged = flow(first_block, prepare, MergeComposite(TABLE))
     names = [str(f.attrs["PartitionedFromPattern"]) for _, f in composite_functions(merged)]
     assert names == ["nn.conv2d_add_nn.relu_", "nn.conv2d_add_nn.relu_", "nn.conv2d_add_"]
     assert composite_counts(merged) == {"ccompiler.conv_add_relu": 3}
-    host = [C.op_name(b.value) for blk in merged["main"].body.blocks for b in blk.bindings
-            if C.op_name(b.value)]
-    assert host == ["relax.nn.max_pool2d", "relax.zeros_like", "relax.add"]
-    pk.assert_same_numerics(first_block, merged, **TOL)
+    assert main_ops(merged) == ["relax.nn.max_pool2d", "relax.zeros_like", "relax.add"]
+    pk.assert_same_numerics(first_block, merged, **FOLD_TOL)
 
-    partitioned = _flow(PartitionGraph("ccompiler"))(merged)
+    partitioned = flow(merged, PartitionGraph("ccompiler"))
     assert sorted(external_functions(partitioned)) == ["ccompiler_main_0", "ccompiler_main_1"]
     assert composite_counts(partitioned) == {"ccompiler.conv_add_relu": 3}
-    pk.assert_same_numerics(first_block, inline_external(partitioned), **TOL)
+    pk.assert_same_numerics(first_block, inline_external(partitioned), **FOLD_TOL)
+    bit_exact(merged, inline_external(partitioned))
 
 
 def test_first_block_offload_report_keeps_pool_and_residual_add_on_the_host(first_block):
@@ -99,7 +98,7 @@ def test_first_block_offload_report_keeps_pool_and_residual_add_on_the_host(firs
         "relax.add": "uncovered"}
 
 
-def test_seed_graph_split_then_partition(first_block):
+def test_seed_graph_split_then_partition(first_block, flow):
     pieces = graph_split(first_block["main"], [{"op_name": "add", "op_index": 0}])
     assert len(pieces) == 1  # the first add is the residual add: the whole block
     conf = [{"op_name": "nn.max_pool2d", "op_index": 0}]
@@ -108,12 +107,14 @@ def test_seed_graph_split_then_partition(first_block):
     inputs = random_inputs(first_block["main"], seed=0)
     got = run_split(pieces, inputs)
     want = run(first_block, inputs)
-    assert all(abs(g - w).max() < 1e-5 for g, w in zip(got, want))
-    second = _flow(pk.Rewrite([BatchnormFoldIntoConv()]), MergeComposite(TABLE))(pieces[1])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):  # the pieces run the same kernels: bit-identical
+        np.testing.assert_array_equal(g, w)
+    second = flow(pieces[1], pk.Rewrite([BatchnormFoldIntoConv()]), MergeComposite(TABLE))
     assert composite_counts(second) == {"ccompiler.conv_add_relu": 2}
 
 
-def test_whole_resnet18_from_transformers_puts_every_conv_in_a_composite():
+def test_whole_resnet18_from_transformers_puts_every_conv_in_a_composite(flow):
     transformers = pytest.importorskip("transformers")
     config = transformers.ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512],
                                        depths=[2, 2, 2, 2], layer_type="basic")
@@ -122,11 +123,11 @@ def test_whole_resnet18_from_transformers_puts_every_conv_in_a_composite():
     convs = sum(C.op_name(b.value) == "relax.nn.conv2d"
                 for blk in mod["main"].body.blocks for b in blk.bindings)
     assert convs == 20
-    out = _flow(pk.Rewrite([BatchnormFoldIntoConv()]), MergeComposite(TABLE),
-                PartitionGraph("ccompiler"))(mod)
+    out = flow(mod, pk.Rewrite([BatchnormFoldIntoConv()]), MergeComposite(TABLE),
+               PartitionGraph("ccompiler"))
     assert composite_counts(out) == {"ccompiler.conv_add_relu": convs}
     host_convs = [b for blk in out["main"].body.blocks for b in blk.bindings
                   if C.op_name(b.value) == "relax.nn.conv2d"]
     assert host_convs == []
     assert relax.analysis.check_well_formed(out)
-    pk.assert_same_numerics(mod, inline_external(out), rtol=1e-3, atol=1e-3)
+    pk.assert_same_numerics(mod, inline_external(out), **FOLD_TOL)

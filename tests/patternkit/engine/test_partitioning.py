@@ -82,11 +82,29 @@ def test_match_with_an_escaping_intermediate_is_not_partitioned(bn_vars, make_bn
     centered = x - mean
     eps = relax.const(1e-5, "float32")
     bn = gamma * centered / relax.op.sqrt(var + eps) + beta
-    mod = pk.from_expr(relax.Tuple([bn, centered]))
+    mod = pk.from_expr(relax.Tuple([bn, centered]))  # gv = (lv5, lv), lv = x - mean
     skipped = []
     out = pk.partition(bn_pattern(), mod, skipped=skipped)
     tvm.ir.assert_structural_equal(out, mod)
-    assert "is an output" in skipped[0].reason or "also used" in skipped[0].reason
+    assert [s.reason for s in skipped] == [
+        "intermediate 'lv' is also used by 'gv' outside the match"]
+
+
+def test_match_with_an_intermediate_returned_by_the_block_is_not_partitioned(bn_vars, make_bn):
+    x, gamma, beta, mean, var = bn_vars
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, gamma, beta, mean, var]):
+        with bb.dataflow():
+            centered = bb.emit_output(relax.op.subtract(x, mean), "centered")
+            eps = relax.const(1e-5, "float32")
+            bn = bb.emit_output(gamma * centered / relax.op.sqrt(var + eps) + beta)
+        bb.emit_func_output(relax.Tuple([bn, centered]))
+    mod = bb.get()
+    skipped = []
+    out = pk.partition(bn_pattern(), mod, skipped=skipped)
+    tvm.ir.assert_structural_equal(out, mod)
+    assert [s.reason for s in skipped] == [
+        "intermediate 'centered' is an output of its block or of the function"]
 
 
 def test_constants_matched_by_wildcards_become_parameters(make_var):

@@ -7,19 +7,22 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax, te, topi
-from tvm.relax.dpl import is_const, is_op, wildcard
+from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
 from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from patternkit.fusion import DEFUSE_KINDS, DefuseOps, defuse, function_kinds
+import patternkit as pk
+from patternkit.byoc import PartitionGraph, merge_composite
 from patternkit.errors import MalformedIRError
-from patternkit.verification.numeric import assert_same_numerics
+from patternkit.fusion import DEFUSE_KINDS, DefuseOps, defuse, function_kinds
 from patternkit.testing import batchnorm_chain, batchnorm_pattern
+from patternkit.verification.numeric import assert_same_numerics
+from patternkit.verification.roundtrip import check_roundtrip, default_fusion
 
-PREPARE = tvm.transform.Sequential([relax.transform.LegalizeOps(),
-                                    relax.transform.AnnotateTIROpPattern()])
+# LegalizeOps + AnnotateTIROpPattern: FuseOps only groups annotated call_tir calls
+PREPARE, FUSE_OPS = default_fusion()
 
 
 def _global_names(mod):
@@ -32,7 +35,7 @@ def _kinds_in(mod):
 
 def _fuse_ops(mod):
     reference = PREPARE(mod)
-    fused = relax.transform.FuseOps()(reference)
+    fused = FUSE_OPS(reference)
     assert _kinds_in(fused) == ["primitive"], "FuseOps should have created groups"
     return reference, fused
 
@@ -174,11 +177,17 @@ class Byoc:
         return r2
 
 
-BYOC_PATTERNS = [
+BYOC_PATTERNS = [  # TVM's pattern language, for TVM's FuseOpsByPattern
     ("cg.conv2d_bias_relu",
-     is_op("relax.nn.relu")(is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()),
-                                               is_const()))),
-    ("cg.softmax", is_op("relax.nn.softmax")(wildcard())),
+     dpl.is_op("relax.nn.relu")(dpl.is_op("relax.add")(
+         dpl.is_op("relax.nn.conv2d")(dpl.wildcard(), dpl.wildcard()), dpl.is_const()))),
+    ("cg.softmax", dpl.is_op("relax.nn.softmax")(dpl.wildcard())),
+]
+PK_BYOC_TABLE = [  # the same two patterns in patternkit's, for MergeComposite
+    ("cg.conv2d_bias_relu",
+     pk.is_op("nn.relu")(pk.is_op("add")(pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard()),
+                                         pk.is_constant()))),
+    ("cg.softmax", pk.is_op("nn.softmax")(pk.wildcard())),
 ]
 
 
@@ -371,7 +380,41 @@ def test_defuse_ops_composes_in_a_sequential_pipeline():
     pipeline = tvm.transform.Sequential([PREPARE, relax.transform.FuseOps(), DefuseOps()])
     tvm.ir.assert_structural_equal(pipeline(ConvChain), PREPARE(ConvChain))
     assert DefuseOps().info.name == "DefuseOps"
-    assert set(DEFUSE_KINDS) == {"primitive", "composite", "codegen", "partition"}
+
+
+def _bn_unit():
+    """One batchnorm_chain unit in patternkit's pattern language, for partition()."""
+    x, mean, var, gamma, beta, eps = (pk.wildcard() for _ in range(6))
+    return pk.is_op("add")(pk.is_op("divide")(pk.is_op("multiply")(gamma, pk.is_op("subtract")(
+        x, mean)), pk.is_op("sqrt")(pk.is_op("add")(var, eps))), beta)
+
+
+# kind -> (the module before, the pass that creates functions of that kind)
+MADE_BY = {
+    "primitive": (lambda: PREPARE(ConvChain), FUSE_OPS),
+    "composite": (lambda: Byoc, FuseOpsByPattern(BYOC_PATTERNS)),
+    "codegen": (lambda: merge_composite(Byoc, PK_BYOC_TABLE), PartitionGraph("cg")),
+    "partition": (lambda: batchnorm_chain(3, shape=(2, 4)),
+                  lambda mod: pk.partition(_bn_unit(), mod)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(set(DEFUSE_KINDS) | set(MADE_BY)))
+def test_each_kind_undoes_exactly_what_its_pass_made(kind):
+    # a kind DefuseOps dropped fails below ("unknown kind"); a new kind fails here
+    if kind not in MADE_BY:
+        pytest.fail(f"DefuseOps kind {kind!r} has no test: add the pass that makes it to MADE_BY")
+    make_before, make = MADE_BY[kind]
+    before = make_before()
+    made = make(before)
+    made_kinds = set()
+    for _, func in made.functions.items():  # global functions and the local ones they bind
+        made_kinds |= function_kinds(func)
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body,
+                                            lambda e: made_kinds.update(function_kinds(e)))
+    assert kind in made_kinds, f"{kind}: the pass made no such function"
+    tvm.ir.assert_structural_equal(DefuseOps(kinds=kind)(made), before)
 
 
 # ---------------------------------------------------------------------- bad input
@@ -436,18 +479,11 @@ def test_errors_keep_their_type_through_the_pass_boundary():
 
 
 def test_patternkits_own_partition_output_round_trips():
-    from patternkit.engine.partitioning import partition
-    from patternkit.dpl.pattern import is_op as pk_is_op
-    from patternkit.dpl.pattern import wildcard as pk_wildcard
-    from patternkit.verification.roundtrip import check_roundtrip
-
-    x, mean, var, gamma, beta, eps = (pk_wildcard() for _ in range(6))
-    unit = pk_is_op("add")(pk_is_op("divide")(pk_is_op("multiply")(gamma, pk_is_op("subtract")(
-        x, mean)), pk_is_op("sqrt")(pk_is_op("add")(var, eps))), beta)
+    unit = _bn_unit()
     mod = batchnorm_chain(3, shape=(2, 4))
-    partitioned = partition(unit, mod, attrs={"Composite": "bn"})
+    partitioned = pk.partition(unit, mod, attrs={"Composite": "bn"})
     assert partitioned["main"].script().count('"PartitionedFromPattern"') == 3
     tvm.ir.assert_structural_equal(DefuseOps(kinds="partition")(partitioned), mod)
-    result = check_roundtrip(mod, lambda m: partition(unit, m), numeric=True,
+    result = check_roundtrip(mod, lambda m: pk.partition(unit, m), numeric=True,
                              numeric_options={"positive": ("var",)}, rtol=1e-6, atol=1e-6)
     assert result.numeric.ok

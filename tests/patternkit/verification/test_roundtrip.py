@@ -6,17 +6,18 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
+from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order, check_roundtrip,
-                                  first_difference, normalize_for_comparison)
 from patternkit.testing import assert_roundtrip
+from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order,
+                                               check_roundtrip, default_fusion, first_difference,
+                                               normalize_for_comparison)
 
-PREPARE = tvm.transform.Sequential([relax.transform.LegalizeOps(),
-                                    relax.transform.AnnotateTIROpPattern()])
+# LegalizeOps + AnnotateTIROpPattern: what check_roundtrip runs before FuseOps
+PREPARE, _ = default_fusion()
 
 
 @I.ir_module
@@ -154,8 +155,8 @@ def test_a_function_left_behind_is_reported():
 
 
 def test_any_pass_or_callable_can_be_the_fusion_and_numerics_are_checked():
-    patterns = [("t.add_relu", is_op("relax.nn.relu")(is_op("relax.add")(wildcard(),
-                                                                         wildcard())))]
+    patterns = [("t.add_relu", dpl.is_op("relax.nn.relu")(dpl.is_op("relax.add")(
+        dpl.wildcard(), dpl.wildcard())))]
     result = assert_roundtrip(ExpRelu, FuseOpsByPattern(patterns), numeric=True)
     assert result.numeric is not None and result.numeric.ok
     assert result.numeric.max_abs_error == 0.0  # same kernels, same order of arithmetic

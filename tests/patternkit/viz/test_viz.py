@@ -421,8 +421,21 @@ def test_empty_module_gives_an_empty_graph_with_a_message():
     g = viz_expr(tvm.IRModule())
     assert not g.model.nodes
     assert "no Relax function" in g.summary
-    assert "digraph" in g.source
-    assert "no Relax function" in g._repr_html_() or "<svg" in g._repr_html_()
+    assert "digraph" in g.source and "the module holds no Relax function" in g.source
+
+
+@needs_dot
+def test_empty_module_is_drawn_with_its_message():
+    html = viz_expr(tvm.IRModule())._repr_html_()
+    assert html.startswith('<div class="patternkit-viz"><svg')
+    assert "the module holds no Relax function" in html
+
+
+def test_empty_module_without_dot_shows_its_message_instead_of_a_drawing(monkeypatch):
+    monkeypatch.setattr(viz_display, "dot_binary", lambda: None)
+    html = viz_expr(tvm.IRModule())._repr_html_()
+    assert "<svg" not in html and "No drawing" in html
+    assert "the module holds no Relax function" in html
 
 
 def test_bad_options_are_named():

@@ -1,0 +1,439 @@
+"""FunctionIndex, used_vars and dead_after: the facts the rewrite engine reads off a function.
+
+The index is built once per function and pass; everything the driver, ``partition`` and
+``MergeComposite`` decide (what the matcher may look through, who reads a Var, what a
+rewrite leaves dead) comes from it.  The property at the end pins the subtlest part,
+dead-binding removal, against TVM's own dead-code elimination.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+import patternkit as pk
+from patternkit import ir as pk_ir
+from patternkit.engine.index import FunctionIndex, dead_after, has_candidates, used_vars
+from patternkit.ir.compat import handle
+from patternkit.testing import relax_graphs
+
+
+@I.ir_module
+class TwoBlocks:
+    """A dataflow block (tuples, a match_cast, two outputs) and an impure binding block."""
+
+    @R.function(pure=False)
+    def main(x: R.Tensor((2, 3), "float32"), y: R.Tensor((2, 3), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.add(a, a)
+            t = (b, y)
+            c = t[0]
+            m = R.match_cast(c, R.Tensor((2, 3), "float32"))
+            o = R.nn.relu(m)
+            R.output(a, o)
+        p = R.print(o, format="{}")
+        q = R.sigmoid(o)
+        return (q, a)
+
+
+def _index(mod):
+    func = mod["main"]
+    index = FunctionIndex.build(func)
+    names = {handle(p): p.name for p in func.params}
+    names.update({handle(b.var): b.var.name for block in index.blocks for b in block})
+    return index, names
+
+
+def _bound(func) -> dict:
+    return {b.var.name: b for block in func.body.blocks for b in block.bindings}
+
+
+# ---------------------------------------------------------------------- FunctionIndex
+def test_position_gives_the_block_and_binding_index_of_every_bound_var():
+    index, names = _index(TwoBlocks)
+    assert {names[k]: pos for k, pos in index.position.items()} == {
+        "a": (0, 0), "b": (0, 1), "t": (0, 2), "c": (0, 3), "m": (0, 4), "o": (0, 5),
+        "p": (1, 0), "q": (1, 1)}
+    bindings = _bound(TwoBlocks["main"])
+    assert index.position_of(bindings["q"].var) == (1, 1)
+    assert index.binding_at((0, 3)).same_as(bindings["c"])
+    assert index.var_of(handle(bindings["o"].var)).same_as(bindings["o"].var)
+
+
+def test_values_hold_per_block_only_the_pure_bindings_the_matcher_may_look_through():
+    index, names = _index(TwoBlocks)
+    # match_cast is not a VarBinding and print is impure: neither may be looked through
+    assert [[names[k] for k in table] for table in index.values] == [
+        ["a", "b", "t", "c", "o"], ["q"]]
+    bindings = _bound(TwoBlocks["main"])
+    assert index.values[0][handle(bindings["b"].var)].same_as(bindings["b"].value)
+
+
+def test_readers_count_every_read_made_by_a_binding():
+    index, names = _index(TwoBlocks)
+    # b reads a twice; the function result reading a and q is not a binding's read
+    assert {names[k]: n for k, n in index.readers.items()} == {
+        "x": 1, "y": 1, "a": 2, "b": 1, "t": 1, "c": 1, "m": 1, "o": 2}
+
+
+def test_block_outputs_and_the_function_result_escape():
+    index, names = _index(TwoBlocks)
+    assert {names[k] for k in index.escaping} == {"a", "o", "q"}
+
+
+def test_reads_list_the_vars_each_bound_value_reads_with_repeats():
+    index, names = _index(TwoBlocks)
+    assert {names[k]: sorted(names[r] for r in reads) for k, reads in index.reads.items()} == {
+        "a": ["x"], "b": ["a", "a"], "t": ["b", "y"], "c": ["t"], "m": ["c"], "o": ["m"],
+        "p": ["o"], "q": ["o"]}
+
+
+def test_users_of_lists_the_bindings_that_read_a_var():
+    index, names = _index(TwoBlocks)
+    bindings = _bound(TwoBlocks["main"])
+    assert sorted(names[u] for u in index.users_of(handle(bindings["o"].var))) == ["p", "q"]
+    assert index.users_of(handle(bindings["q"].var)) == []
+
+
+def test_by_key_lists_var_bindings_by_operator_or_node_kind_in_program_order():
+    index, _ = _index(TwoBlocks)
+    assert index.by_key == {
+        "relax.exp": [(0, 0)], "relax.add": [(0, 1)], "<Tuple>": [(0, 2)],
+        "<TupleGetItem>": [(0, 3)], "relax.nn.relu": [(0, 5)], "relax.print": [(1, 0)],
+        "relax.sigmoid": [(1, 1)]}
+    assert index.candidates(["relax.sigmoid", "relax.exp"]) == [(0, 0), (1, 1)]
+    assert index.candidates(None) == [(0, 0), (0, 1), (0, 2), (0, 3), (0, 5), (1, 0), (1, 1)]
+    assert index.candidates(["relax.nn.conv2d"]) == []
+
+
+def test_only_pure_dataflow_bindings_are_removable():
+    index, names = _index(TwoBlocks)
+    removable = {names[k] for block in index.keys for k, flag in block if flag}
+    # a and o are block outputs, m a match_cast, p impure, q outside any dataflow block
+    assert removable == {"b", "t", "c"}
+
+
+def test_has_candidates_is_a_cheap_prescan_by_key():
+    func = TwoBlocks["main"]
+    assert has_candidates(func, {"relax.sigmoid"}) and has_candidates(func, None)
+    assert not has_candidates(func, {"relax.nn.conv2d", "relax.multiply"})
+
+
+# ---------------------------------------------------------------------- used_vars
+def _names_of(vars_) -> list[str]:
+    return sorted(v.name for v in vars_)
+
+
+def test_used_vars_lists_repeats_and_skips_leaves(make_var):
+    x, y = make_var("x", (2,)), make_var("y", (2,))
+    assert _names_of(used_vars(relax.op.add(x, x))) == ["x", "x"]
+    assert used_vars(relax.const(1.0)) == [] and used_vars(relax.ShapeExpr([2, 3])) == []
+    assert _names_of(used_vars(relax.op.reshape(x, [2, 1]))) == ["x"]  # a shape reads nothing
+    assert _names_of(used_vars(relax.TupleGetItem(relax.Tuple([x, relax.const(2.0), y]), 1))) \
+        == ["x", "y"]
+
+
+def test_used_vars_sees_a_called_local_function_and_the_free_vars_of_a_nested_one(make_var):
+    x, y, z = make_var("x", (2,)), make_var("y", (2,)), make_var("z", (2,))
+    f = relax.Var("f", relax.FuncType([relax.TensorType((2,), "float32")],
+                                      relax.TensorType((2,), "float32")))
+    assert _names_of(used_vars(relax.Call(f, [x]))) == ["f", "x"]
+    nested = relax.Function([z], relax.SeqExpr([], relax.op.add(z, y)),
+                            ret_ty=relax.TensorType((2,), "float32"))
+    assert _names_of(used_vars(nested)) == ["y"]  # its own parameter is not read from outside
+
+
+# ---------------------------------------------------------------------- dead_after
+@I.ir_module
+class Chain:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.exp(a)
+            d = R.add(b, b)
+            c = R.nn.relu(d)
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class DeadReader:
+    """``old`` was dead before any rewrite, and it reads ``a``."""
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.exp(a)
+            old = R.sigmoid(a)
+            c = R.nn.relu(b)
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class OutputRead:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            a = R.exp(x)
+            c = R.nn.relu(a)
+            R.output(a, c)
+        return (a, c)
+
+
+@I.ir_module
+class NoDataflow:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        a = R.exp(x)
+        c = R.nn.relu(a)
+        return c
+
+
+def _dead(mod, **new_values) -> set[str]:
+    """Names of the bindings left dead when the named bindings get ``new_values``."""
+    index, names = _index(mod)
+    bindings = _bound(mod["main"])
+    replaced = {handle(bindings[name].var): value for name, value in new_values.items()}
+    return {names[k] for k in dead_after(index, replaced)}
+
+
+def _var(mod, name):
+    """The parameter or bound Var of ``mod["main"]`` called ``name``."""
+    func = mod["main"]
+    named = {p.name: p for p in func.params}
+    named.update({n: b.var for n, b in _bound(func).items()})
+    return named[name]
+
+
+def test_a_replaced_root_releases_its_whole_chain_even_through_repeated_reads():
+    x = _var(Chain, "x")
+    assert _dead(Chain, c=relax.op.nn.relu(x)) == {"a", "b", "d"}
+
+
+def test_what_the_new_value_reads_stays_alive():
+    assert _dead(Chain, c=relax.op.nn.relu(_var(Chain, "a"))) == {"b", "d"}
+    assert _dead(Chain, c=relax.op.nn.relu(_var(Chain, "b"))) == {"d"}
+    assert _dead(Chain, c=relax.op.nn.relu(_var(Chain, "d"))) == set()
+
+
+def test_a_replaced_binding_nobody_reads_any_more_is_dead_and_released_once():
+    x = _var(Chain, "x")
+    # b gets a new value, then c stops reading the chain: b itself is dead, and a,
+    # read by b's old value only, is released once (not once per replacement)
+    assert _dead(Chain, b=relax.op.exp(x), d=relax.op.add(x, x)) == {"a", "b"}
+    assert _dead(Chain, b=relax.op.exp(x)) == {"a"}
+
+
+def test_dead_code_that_was_already_there_keeps_what_it_reads():
+    assert _dead(DeadReader, c=relax.op.nn.relu(_var(DeadReader, "x"))) == {"b"}
+
+
+@I.ir_module
+class SharedInput:
+    @R.function
+    def main(x: R.Tensor((2, 4), "float32"), y: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            s = R.sum(x, axis=[0])
+            d = R.add(s, s)
+            c = R.add(d, y)
+            R.output(c)
+        return c
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "dead_after counts the reads of every replacement's new value before it knows which "
+    "replaced bindings die, and never takes them back: with d -> s and c -> negative(y), "
+    "d is dropped but s, read only by d's new value, is kept, so pk.rewrite leaves "
+    "'s = R.sum(x)' unused in the output"))
+def test_a_replaced_binding_left_dead_releases_what_its_new_value_reads():
+    y = _var(SharedInput, "y")
+    assert _dead(SharedInput, d=_var(SharedInput, "s"), c=relax.op.negative(y)) == {"d", "s"}
+
+
+def test_block_outputs_and_non_dataflow_bindings_are_never_removed():
+    assert _dead(OutputRead, c=relax.op.nn.relu(_var(OutputRead, "x"))) == set()
+    assert _dead(NoDataflow, c=relax.op.nn.relu(_var(NoDataflow, "x"))) == set()
+
+
+# ---------------------------------------------------------------------- against TVM's DCE
+_BINARY = pk.is_op("add") | pk.is_op("multiply") | pk.is_op("subtract") | pk.is_op("maximum")
+_UNARY = (pk.is_op("nn.relu") | pk.is_op("sigmoid") | pk.is_op("tanh") | pk.is_op("negative")
+          | pk.is_op("abs") | pk.is_op("cos"))
+
+
+class RecordingRule(pk.DFPatternCallback):
+    """Applied in one pass; remembers each replacement by the value it replaced.
+
+    With ``first_only`` it accepts only the first match that changes something (the one
+    nearest the function's result), so the pass makes a single replacement.
+    """
+
+    def __init__(self, first_only: bool = False):
+        super().__init__(rewrite_once=True)
+        self.first_only = first_only
+        self.accepted = 0
+        self.made = {}
+
+    def check(self, pre, node_map):
+        if self.replacement(pre, node_map).same_as(pre):
+            return pk.reject("nothing to change")
+        if self.first_only and self.accepted:
+            return pk.reject("one rewrite per pass")
+        self.accepted += 1
+        return True
+
+    def callback(self, pre, post, node_map):
+        new = self.replacement(pre, node_map)
+        if not new.same_as(pre):  # returning pre leaves the binding as it is
+            self.made[handle(pre)] = new
+        return new
+
+
+class ReplaceWithZeros(RecordingRule):
+    """``f(a[, b]) -> zeros`` for an elementwise ``f`` with a static shape.
+
+    Everything that fed only ``f`` goes, however far up the graph it reaches.
+    """
+
+    name = "test.replace_with_zeros"
+
+    def __init__(self, first_only: bool = False):
+        super().__init__(first_only)
+        self.pattern = _UNARY(pk.wildcard()) | _BINARY(pk.wildcard(), pk.wildcard())
+
+    def replacement(self, pre, node_map):
+        shape = pk_ir.static_shape(pre.ty)
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return pre
+        return relax.const(np.zeros(shape, "float32"))
+
+
+class SkipInnerOp(RecordingRule):
+    """``f(g(a, ...), ...) -> f(a, ...)`` for elementwise unary or binary ``f`` and ``g``.
+
+    The inner binding is the match's interior: it goes (and with it what fed only its
+    other operand) unless it is read outside the match, when the match is skipped.
+    """
+
+    name = "test.skip_inner_op"
+
+    def __init__(self, first_only: bool = False):
+        super().__init__(first_only)
+        self.a, self.other = pk.wildcard(), pk.wildcard()
+        inner = _UNARY(self.a) | _BINARY(self.a, pk.wildcard())
+        self.pattern = _UNARY(inner) | _BINARY(inner, self.other)
+
+    def replacement(self, pre, node_map):
+        rest = [node_map[self.other][0]] if self.other in node_map else []
+        return relax.Call(pre.op, [node_map[self.a][0], *rest])
+
+
+def _binding_names(func) -> set[str]:
+    return set(_bound(func))
+
+
+def _with_bindings(func, blocks, body, ret_ty=None) -> relax.Function:
+    new = relax.Function(func.params, relax.SeqExpr(blocks, body),
+                         func.ret_ty if ret_ty is None else ret_ty, func.is_pure, func.attrs)
+    return relax.BlockBuilder().normalize(new)
+
+
+def _add_dead_code(mod, positions) -> tvm.IRModule:
+    """``deadK = sigmoid(v)`` right after the K-th chosen binding ``v``: unread reads."""
+    func = mod["main"]
+    block = func.body.blocks[0]
+    bindings = list(block.bindings)
+    chosen = sorted({p % len(bindings) for p in positions}, reverse=True)
+    for k, pos in enumerate(chosen):
+        var = bindings[pos].var
+        if not isinstance(var.ty, relax.TensorType):
+            continue
+        value = relax.BlockBuilder().normalize(relax.op.sigmoid(var))
+        bindings.insert(pos + 1, relax.VarBinding(relax.DataflowVar(f"dead{k}", value.ty),
+                                                  value))
+    return tvm.IRModule({"main": _with_bindings(func, [relax.DataflowBlock(bindings)],
+                                                func.body.body)})
+
+
+def _dce_keeping(func, keep: set[str]) -> set[str]:
+    """Bindings TVM's ``remove_all_unused`` keeps in ``func`` when ``keep`` must stay.
+
+    The kept bindings are made live by returning them (through block outputs) next to
+    the function's result, so TVM keeps them and everything they read.
+    """
+    block = func.body.blocks[0]
+    kept = [b.var for b in block.bindings if b.var.name in keep]
+    outputs = [relax.Var(f"keep_{v.name}", v.ty) for v in kept]
+    bindings = list(block.bindings) + [relax.VarBinding(o, v) for o, v in zip(outputs, kept)]
+    body = relax.Tuple([func.body.body, *outputs])
+    ret_ty = relax.TupleType([func.ret_ty, *(v.ty for v in kept)])
+    live = _with_bindings(func, [relax.DataflowBlock(bindings)], body, ret_ty)
+    return _binding_names(relax.analysis.remove_all_unused(live)) - {o.name for o in outputs}
+
+
+def _check_removal_matches_dce(rule, mod) -> bool:
+    """Rewrite ``mod`` once; what went must be exactly what TVM's DCE removes.
+
+    The reference applies the rule's replacements without removing anything, then lets
+    ``remove_all_unused`` decide, with the dead code that was already there held live.
+    Returns whether the rewrite removed a binding.
+    """
+    before = mod["main"]
+    log = pk.RewriteLog()
+    after = pk.rewrite(rule, mod, log=log)["main"]
+    assert relax.analysis.check_well_formed(tvm.IRModule({"main": after}))
+    dce = relax.analysis.remove_all_unused
+    already_dead = _binding_names(before) - _binding_names(dce(before))
+    normalize = relax.BlockBuilder().normalize
+    bindings = before.body.blocks[0].bindings
+    replaced = {b.var.name for b in bindings if handle(b.value) in rule.made}
+    naive = _with_bindings(before, [relax.DataflowBlock([
+        relax.VarBinding(b.var, normalize(rule.made[handle(b.value)])) if b.var.name in replaced
+        else b for b in bindings])], before.body.body)
+    expected = _binding_names(naive) - _dce_keeping(naive, already_dead)
+    # A replaced binding that itself ends up dead still keeps what its new value reads
+    # alive (test_a_replaced_binding_left_dead_releases_what_its_new_value_reads, xfail):
+    # drop this precondition once that test passes.
+    assume(not replaced & expected)
+    removed = _binding_names(before) - _binding_names(after)
+    assert removed == expected
+    assert already_dead <= _binding_names(after), "dead code that was already there was removed"
+    return bool(removed)
+
+
+# rewrite plus two DCE runs per example: cheap, a third of the profile's budget (100 in ci)
+DCE_EXAMPLES = max(1, settings.default.max_examples // 3)
+
+
+def _removal_property(rule_class, first_only: bool) -> None:
+    """The DCE property for ``rule_class``, not vacuous: a fifth of the graphs lost bindings."""
+    removed = []
+
+    @settings(max_examples=DCE_EXAMPLES)
+    @given(relax_graphs(max_ops=12), st.lists(st.integers(0, 64), max_size=3))
+    def removal_matches_dce(mod, dead_positions):
+        rule = rule_class(first_only)
+        removed.append(_check_removal_matches_dce(rule, _add_dead_code(mod, dead_positions)))
+
+    removal_matches_dce()
+    assert sum(removed) >= 0.2 * len(removed), \
+        f"{rule_class.name} removed bindings in only {sum(removed)} of {len(removed)} graphs"
+
+
+def test_one_rewrite_removes_exactly_what_dead_code_elimination_would():
+    _removal_property(ReplaceWithZeros, first_only=True)
+
+
+def test_a_pass_of_rewrites_removes_exactly_what_dead_code_elimination_would():
+    _removal_property(SkipInnerOp, first_only=False)

@@ -1,0 +1,153 @@
+"""Numeric checks: seeded random inputs, and comparisons that report their error figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import patternkit as pk
+from patternkit.verification.numeric import random_inputs
+
+
+@I.ir_module
+class Mixed:
+    @R.function
+    def main(x: R.Tensor(("n", 4), "float32"), h: R.Tensor((2, "m"), "float16"),
+             idx: R.Tensor((3,), "int64"), mask: R.Tensor((2,), "bool"),
+             var: R.Tensor((3,), "float32")):
+        return x
+
+
+# ---------------------------------------------------------------------- random_inputs
+def test_random_inputs_follow_each_parameters_shape_and_dtype():
+    x, h, idx, mask, var = random_inputs(Mixed["main"], shape_vars={"n": 5}, default_dim=2,
+                                         positive=("var",))
+    assert (x.shape, x.dtype) == ((5, 4), np.float32)   # n from shape_vars
+    assert (h.shape, h.dtype) == ((2, 2), np.float16)   # m from default_dim
+    assert (idx.shape, idx.dtype) == ((3,), np.int64) and mask.dtype == np.bool_
+    assert ((-1 <= x) & (x < 1)).all() and ((0.5 <= var) & (var < 1.5)).all()
+    assert ((0 <= idx) & (idx < 8)).all()  # small ints: valid indices into small tensors
+
+
+def test_random_inputs_draw_floats_in_the_requested_range():
+    (x, *_) = random_inputs(Mixed["main"], low=2.0, high=3.0)
+    assert x.shape == (3, 4)  # the default symbolic dimension is 3
+    assert ((2 <= x) & (x < 3)).all()
+
+
+def test_random_inputs_are_reproducible_from_the_seed():
+    first = random_inputs(Mixed["main"], seed=7)
+    again = random_inputs(Mixed["main"], seed=7)
+    other = random_inputs(Mixed["main"], seed=8)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], other[0])
+
+
+def test_a_parameter_without_a_known_shape_is_refused():
+    x = relax.Var("x", relax.TensorType(ndim=2, dtype="float32"))
+    func = relax.Function([x], relax.SeqExpr([], x), ret_ty=x.ty)
+    with pytest.raises(ValueError, match="cannot draw a random input for a parameter"):
+        random_inputs(func)
+
+
+def test_a_dimension_that_is_an_expression_is_refused():
+    n = T.int64()
+    x = relax.Var("x", relax.TensorType([n * 2], "float32"))
+    func = relax.Function([x], relax.SeqExpr([], x), ret_ty=x.ty)
+    with pytest.raises(ValueError, match="cannot pick a concrete value for the dimension"):
+        random_inputs(func)
+
+
+# ---------------------------------------------------------------------- compare
+@I.ir_module
+class Plus:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return R.add(x, R.const(0.0, "float32"))
+
+
+@I.ir_module
+class PlusAnEighth:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return R.add(x, R.const(0.125, "float32"))
+
+
+# exactly representable: every output is off by exactly 0.125, relatively by 0.125 at 1.0
+INPUTS = [np.array([1.0, 2.0, 4.0, 8.0], "float32")]
+
+
+def test_compare_reports_the_largest_absolute_and_relative_errors():
+    result = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0)
+    assert (result.max_abs_error, result.max_rel_error, result.outputs) == (0.125, 0.125, 1)
+    assert not result.ok
+    assert str(result) == ("MISMATCH: 1 output(s), max abs error 0.125, "
+                           "max rel error 0.125")
+
+
+@pytest.mark.parametrize("tolerance", ["atol", "rtol"])
+def test_an_error_exactly_at_the_tolerance_passes_and_just_above_fails(tolerance):
+    other = "rtol" if tolerance == "atol" else "atol"
+    at = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, **{tolerance: 0.125, other: 0})
+    below = pk.compare(Plus, PlusAnEighth, inputs=INPUTS,
+                       **{tolerance: float(np.nextafter(0.125, 0)), other: 0})
+    assert at.ok and not below.ok
+
+
+def test_identical_modules_compare_exactly_on_seeded_random_inputs():
+    result = pk.compare(Plus, Plus, rtol=0, atol=0)
+    assert result.ok and (result.max_abs_error, result.max_rel_error) == (0.0, 0.0)
+
+
+@I.ir_module
+class SqrtAndShift:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return (R.sqrt(x), R.add(x, R.const(1.0, "float32")))
+
+
+def test_every_output_of_a_tuple_is_compared_and_nans_in_the_same_place_agree():
+    negative = [np.array([-1.0, 0.0, 1.0, 4.0], "float32")]  # sqrt(-1) is NaN on both sides
+    result = pk.compare(SqrtAndShift, SqrtAndShift, inputs=negative, rtol=0, atol=0)
+    assert result.ok and result.outputs == 2 and result.max_abs_error == 0.0
+
+
+@I.ir_module
+class Reshaped:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return R.reshape(x, R.shape([2, 2]))
+
+
+@I.ir_module
+class Twice:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return (x, x)
+
+
+@pytest.mark.parametrize("after", [Reshaped, Twice], ids=["other shape", "more outputs"])
+def test_outputs_that_cannot_be_compared_are_an_infinite_mismatch(after):
+    result = pk.compare(Plus, after, rtol=1, atol=1)
+    assert not result.ok and result.max_abs_error == result.max_rel_error == float("inf")
+
+
+def test_assert_same_numerics_raises_with_the_figures_or_returns_the_comparison():
+    with pytest.raises(AssertionError, match=r"numeric check failed: MISMATCH: 1 output\(s\), "
+                                             r"max abs error 0\.125"):
+        pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.1)
+    result = pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.125)
+    assert isinstance(result, pk.Comparison) and result.ok
+
+
+def test_local_functions_from_partition_are_lifted_before_the_build(make_var):
+    x = make_var("x", (4,))
+    mod = pk.from_expr(relax.op.nn.relu(relax.op.exp(x)))
+    partitioned = pk.partition(pk.is_op("nn.relu")(pk.is_op("exp")(pk.wildcard())), mod)
+    assert any(isinstance(b.value, relax.Function)
+               for b in partitioned["main"].body.blocks[0].bindings)
+    assert pk.compare(mod, partitioned, rtol=0, atol=0).ok
