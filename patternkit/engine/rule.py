@@ -10,9 +10,9 @@ A rule is a ``pattern`` with a dotted ``name`` (``"batchnorm.collapse"``) and an
   itself, ``MergeComposite`` wraps each accepted match in a ``Composite`` function named
   ``"<compiler>.<pattern_name>"``.
 
-``check(match)`` decides whether a match is taken.  It returns ``True`` to accept, or any
-other truthy *plan* object (what the check computed, e.g. an axis) which then reaches
-``rewrite`` as ``match.plan``, so nothing is computed twice and nothing is stashed on the
+``check(match)`` decides whether a match is taken.  It returns ``True`` to accept, or a
+*plan* object (what the check computed, e.g. an axis) which then reaches ``rewrite`` as
+``match.plan``, so nothing is computed twice and nothing is stashed on the
 rule between the two calls.  To refuse, it returns :func:`reject` with a reason, or a
 helper deep inside it raises one (a :class:`Reject` is an exception).
 
@@ -38,6 +38,8 @@ import copy
 import sys
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
+
+import numpy as np
 
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
@@ -93,8 +95,9 @@ def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
     """Run ``check(match)``: ``(None, plan)`` if it accepts, ``(refusal, None)`` if not.
 
     A raised :class:`Reject` counts as returned; any other exception propagates, for the
-    caller to name the rule and the binding.  ``True`` accepts with no plan, any other
-    truthy value is the plan, and a falsy value (Relay's ``False``) refuses.
+    caller to name the rule and the binding.  A true bool (or number) accepts with no
+    plan; ``None`` or a false bool (Relay's ``False``, numpy's too) refuses; any other
+    object is the plan, and is never tested for truth (a numpy array is a fine plan).
     """
     try:
         result = check(match)
@@ -104,7 +107,9 @@ def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
         return None, None
     if isinstance(result, Reject):
         return result, None
-    if not result:
+    if result is None or isinstance(result, (bool, int, float, np.bool_, np.number)):
+        if result:
+            return None, None
         refusal = Reject(f"check returned {result!r}")
         refusal.site = None  # the check's own ``return False``, not a reject() call
         return refusal, None
