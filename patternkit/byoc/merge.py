@@ -147,6 +147,9 @@ def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TV
                    log: CompositeLog | None = None) -> tvm.transform.Pass:
     """:func:`merge_composite` as a module pass, like ``relay.transform.MergeComposite``.
 
+    ``table`` is anything :class:`~patternkit.byoc.table.PatternTable` takes: entries,
+    composite rules, or a :class:`patternkit.RuleSet` (its composites, in order).
+
     The table is validated when the pass is created, so a bad table fails before any
     pipeline runs.
 

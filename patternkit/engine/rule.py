@@ -86,9 +86,10 @@ def reject(reason: str, at: Any = None) -> Reject:
     return refusal
 
 
-def _caller_site(depth: int) -> tuple[str, int] | None:
-    frame = sys._getframe(depth)  # pylint: disable=protected-access  (cheap; rejects are rare)
-    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+def _caller_site(depth: int) -> tuple[str, int]:
+    # One frame lookup per refusal (~0.2 us): cheap next to the match that preceded it.
+    frame = sys._getframe(depth)  # pylint: disable=protected-access
+    return frame.f_code.co_filename, frame.f_lineno
 
 
 def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
