@@ -64,7 +64,7 @@ class Skipped:
 
 
 def adapt_check(check: Callable) -> MatchCheck:
-    """A Relay-style ``check(pre)`` or a ``check(pre, node_map)`` as a check on a :class:`RuleMatch`."""
+    """Relay's ``check(pre)`` or ``check(pre, node_map)`` as a check of a :class:`RuleMatch`."""
     try:
         params = [p for p in inspect.signature(check).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -80,7 +80,8 @@ class ConvBiasReluComposite:
             @R.function
             def composite(x1: R.Tensor((1, 3, 8, 8), "float32"),
                           w1: R.Tensor((4, 3, 3, 3), "float32"),
-                          b1: R.Tensor((1, 4, 1, 1), "float32")) -> R.Tensor((1, 4, 8, 8), "float32"):
+                          b1: R.Tensor((1, 4, 1, 1), "float32"),
+                          ) -> R.Tensor((1, 4, 8, 8), "float32"):
                 R.func_attr({"Composite": "byoc.conv2d_add_relu",
                              "PartitionedFromPattern": "nn.conv2d_add_nn.relu_"})
                 with R.dataflow():
