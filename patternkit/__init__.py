@@ -25,7 +25,8 @@ from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTyp
                   TypePattern, VarPattern, WildcardPattern, explain, find_match, has_attr,
                   has_dtype, has_shape, has_type, is_const, is_constant, is_expr, is_op,
                   is_tuple, is_tuple_get_item, is_var, match, wildcard)
-from .engine import (DFPatternCallback, NodeMap, Rewrite, RewriteLog, RewriteRecord, SkippedMatch,
+from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
+                     RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                      partition, reject, rewrite)
 from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
                      RewriteDidNotConverge)
@@ -45,6 +46,8 @@ __all__ = [
     "wildcard", "is_op", "is_constant", "is_const", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
     "match", "find_match", "Match", "explain",
+    # rules and rule sets
+    "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition",

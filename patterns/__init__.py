@@ -2,37 +2,51 @@
 
 One module per family (``batchnorm``, ``conv``).  Each module documents what it
 recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
-(rewrite rules, ``DFPatternCallback`` subclasses) and, where it has them, a
-``COMPOSITES`` tuple (pattern-table entries for external compilers).  Importing a module
-registers nothing anywhere: use :func:`all_rules`, :func:`catalog` or the tuples.
+(rewrite rules) and, where it has them, a ``COMPOSITES`` tuple (composite rules for
+external compilers).  Importing a module registers nothing anywhere.
+
+:data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
+order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
+``pk.MergeComposite(LIBRARY.for_compiler("ccompiler"))`` forms its composites, and
+``LIBRARY.by_prefix("batchnorm.")`` picks a family.  Composites are named for the
+placeholder compiler :data:`COMPOSITE_PREFIX` until renamed with ``for_compiler``.
+Adding a family is one import and one ``|`` term in :data:`LIBRARY`.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
-#: Family modules, in the order their rules are applied by default.
-FAMILIES = ("batchnorm", "conv")
+from patternkit.engine import CompositeRule, RuleSet
+
+from . import batchnorm, conv
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
 
+def _family_rules(module: Any) -> RuleSet:
+    """A family module's rules (``RULES``, then ``COMPOSITES``) as a rule set."""
+    rules = [cls() for cls in module.RULES]
+    rules += [cls(COMPOSITE_PREFIX) for cls in getattr(module, "COMPOSITES", ())]
+    return RuleSet(rules)
 
-def _family_modules() -> list:
-    return [importlib.import_module(f"{__name__}.{family}") for family in FAMILIES]
+
+#: Every rewrite rule and composite of the library, in application order.
+LIBRARY = _family_rules(batchnorm) | _family_rules(conv)
+
+#: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
+FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))
 
 
 def all_rules() -> list:
     """Every rewrite rule class in the library, family by family."""
-    return [rule for module in _family_modules() for rule in module.RULES]
+    return [type(rule) for rule in LIBRARY.rewrite_rules()]
 
 
 def all_composites() -> list:
-    """Every composite (pattern-table entry) class in the library."""
-    return [c for module in _family_modules() for c in getattr(module, "COMPOSITES", ())]
+    """Every composite rule class in the library."""
+    return [type(rule) for rule in LIBRARY.composites()]
 
 
 @dataclass(frozen=True)
@@ -43,12 +57,15 @@ class LibraryEntry:
     kind: str  # "rewrite" or "composite"
     summary: str
     cls: Any
+    rule: Any = None  # the instance in LIBRARY
 
     def make(self, compiler: str | None = None) -> Any:
-        """A rule instance; composites are named for ``compiler`` (default ``byoc``)."""
-        if self.kind == "composite":
-            return self.cls(compiler or COMPOSITE_PREFIX)
-        return self.cls()
+        """The rule; composites are named for ``compiler`` (default ``byoc``)."""
+        rule = self.rule if self.rule is not None else (
+            self.cls(COMPOSITE_PREFIX) if self.kind == "composite" else self.cls())
+        if isinstance(rule, CompositeRule):
+            return rule.for_compiler(compiler or COMPOSITE_PREFIX)
+        return rule
 
 
 def _summary(cls: Any) -> str:
@@ -58,17 +75,13 @@ def _summary(cls: Any) -> str:
 
 def catalog() -> list[LibraryEntry]:
     """Every rewrite rule and composite of the library, in application order."""
-    entries = [LibraryEntry(rule.name, "rewrite", _summary(rule), rule) for rule in all_rules()]
-    for comp in all_composites():
-        entries.append(LibraryEntry(comp().name, "composite", _summary(comp), comp))
-    return entries
+    return [LibraryEntry(rule.rule_name,
+                         "composite" if isinstance(rule, CompositeRule) else "rewrite",
+                         _summary(type(rule)), type(rule), rule)
+            for rule in LIBRARY]
 
 
 def find(name: str) -> LibraryEntry:
     """The library entry called ``name``; ``KeyError`` suggests the closest names."""
-    entries = {e.name: e for e in catalog()}
-    if name in entries:
-        return entries[name]
-    close = difflib.get_close_matches(name, list(entries), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise KeyError(f"unknown pattern {name!r}{hint} (patternkit list shows them all)")
+    rule = LIBRARY.find(name)
+    return next(entry for entry in catalog() if entry.rule is rule)

@@ -6,8 +6,9 @@ commutativity and re-association give (``(x - mean) * gamma / ...``,
 form ``relax.transform.DecomposeOpsForInference`` produces from a real ``batch_norm``
 (parameters passed through ``expand_dims``).
 
-Produces ``R.nn.batch_norm(x, gamma, beta, mean, var, axis, epsilon, training=False)[0]``
-with per-channel ``(C,)`` parameters: an ``expand_dims`` is looked through, a constant is
+:class:`BatchnormCollapse` (``batchnorm.collapse``) produces
+``R.nn.batch_norm(x, gamma, beta, mean, var, axis, epsilon, training=False)[0]`` with
+per-channel ``(C,)`` parameters: an ``expand_dims`` is looked through, a constant is
 reshaped at compile time, any other parameter gets an explicit ``reshape``.
 
 Parameters may be shaped ``(C,)``, ``(C, 1, 1)`` or ``(1, C, 1, 1)`` (any shape with one
@@ -22,14 +23,16 @@ norms to a backend with a native kernel or to fold them into a convolution.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import tvm
 from tvm import relax
 
-from patternkit.engine import DFPatternCallback, NodeMap, reject
-from patternkit.ir import compat as C
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
+from patternkit.engine import DFPatternCallback, NodeMap, reject
+from patternkit.ir import (NotPerChannel, const_value, dtype_of, from_expr, is_tensor_constant,
+                           per_channel_axis, static_shape, type_of)
 
 _ROLES = ("gamma", "beta", "mean", "var")
 
@@ -53,7 +56,16 @@ class _Parameter:
         return node_map[self.source][0]
 
 
-class BatchnormCallback(DFPatternCallback):
+@dataclass(frozen=True)
+class CollapsePlan:
+    """What the check found, for the callback: the channel axis of ``x`` and epsilon."""
+
+    axis: int
+    channels: int
+    epsilon: float
+
+
+class BatchnormCollapse(DFPatternCallback):
     """Collapse elementwise batch norm into ``nn.batch_norm(..., training=False)[0]``."""
 
     name = "batchnorm.collapse"
@@ -70,55 +82,47 @@ class BatchnormCallback(DFPatternCallback):
         return {"x": self.x, "eps": self.eps,
                 **{role: param.source for role, param in self.params.items()}}
 
-    # -- check -----------------------------------------------------------------------------
     def check(self, pre: Any, node_map: NodeMap) -> Any:
-        try:
-            self._plan(node_map)
-        except _NotBatchnorm as why:
-            return reject(str(why))
-        return True
-
-    def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
-        plan = self._plan(node_map)
-        x = node_map[self.x][0]
-        args = [self._per_channel(role, node_map, plan["channels"]) for role in _ROLES]
-        bn = relax.op.nn.batch_norm(x, *args, axis=plan["axis"], epsilon=plan["epsilon"],
-                                    training=False)
-        return relax.TupleGetItem(bn, 0)
-
-    # -- analysis ----------------------------------------------------------------------------
-    def _plan(self, node_map: NodeMap) -> dict[str, Any]:
-        x = node_map[self.x][0]
-        x_ty = C.type_of(x)
-        x_shape = C.static_shape(x_ty)
+        """A :class:`CollapsePlan` when the match is a per-channel batch norm of ``x``."""
+        x_ty = type_of(node_map[self.x][0])
+        x_shape = static_shape(x_ty)
         if x_shape is None:
-            raise _NotBatchnorm("x has no known shape")
-        dtype = C.dtype_of(x_ty)
-        eps_value = C.const_to_numpy(node_map[self.eps][0])
+            return reject("x has no known shape")
+        dtype = dtype_of(x_ty)
+        eps_value = const_value(node_map[self.eps][0])
         if eps_value.size != 1:
-            raise _NotBatchnorm(f"epsilon must be a scalar constant, found shape {eps_value.shape}")
+            return reject(f"epsilon must be a scalar constant, found shape {eps_value.shape}")
         axes = {}
         for role in _ROLES:
-            value = self.params[role].broadcast_value(node_map)
-            ty = C.type_of(value)
-            if C.dtype_of(ty) != dtype:
-                raise _NotBatchnorm(f"{role} has dtype {C.dtype_of(ty)}, x has {dtype}")
-            axes[role] = _channel_axis(role, C.static_shape(ty), x_shape)
+            ty = type_of(self.params[role].broadcast_value(node_map))
+            if dtype_of(ty) != dtype:
+                return reject(f"{role} has dtype {dtype_of(ty)}, x has {dtype}")
+            try:
+                axes[role] = per_channel_axis(static_shape(ty), x_shape, name=role)
+            except NotPerChannel as why:
+                return reject(str(why))
         distinct = set(axes.values())
         if len(distinct) != 1:
-            raise _NotBatchnorm(f"parameters broadcast along different axes of x: {axes}")
+            return reject(f"parameters broadcast along different axes of x: {axes}")
         axis = distinct.pop()
-        return {"axis": axis, "channels": x_shape[axis], "epsilon": float(eps_value.reshape(()))}
+        return CollapsePlan(axis, x_shape[axis], float(eps_value.reshape(())))
+
+    def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
+        plan: CollapsePlan = node_map.plan
+        args = [self._per_channel(role, node_map, plan.channels) for role in _ROLES]
+        bn = relax.op.nn.batch_norm(node_map[self.x][0], *args, axis=plan.axis,
+                                    epsilon=plan.epsilon, training=False)
+        return relax.TupleGetItem(bn, 0)
 
     def _per_channel(self, role: str, node_map: NodeMap, channels: int) -> Any:
         param = self.params[role]
         source = param.channel_source(node_map)
-        if param.expanded in node_map and C.static_shape(C.type_of(source)) == (channels,):
+        if param.expanded in node_map and static_shape(type_of(source)) == (channels,):
             return source
         value = param.broadcast_value(node_map)
-        if C.is_tensor_constant(value):
-            return relax.const(C.const_to_numpy(value).reshape(channels))
-        if C.static_shape(C.type_of(value)) == (channels,):
+        if is_tensor_constant(value):
+            return relax.const(const_value(value).reshape(channels))
+        if static_shape(type_of(value)) == (channels,):
             return value
         return relax.op.reshape(value, (channels,))
 
@@ -126,8 +130,6 @@ class BatchnormCallback(DFPatternCallback):
     @staticmethod
     def example(channels: int = 3, param_shape: str = "C11") -> tvm.IRModule:
         """``gamma * (x - mean) / sqrt(var + eps) + beta`` on ``x: (2, C, 4, 4)``."""
-        from patternkit.ir import from_expr
-
         shape = {"C": (channels,), "C11": (channels, 1, 1), "1C11": (1, channels, 1, 1)}[param_shape]
         x = relax.Var("x", relax.TensorType((2, channels, 4, 4), "float32"))
         gamma, beta, mean, var = (relax.Var(n, relax.TensorType(shape, "float32")) for n in _ROLES)
@@ -137,28 +139,8 @@ class BatchnormCallback(DFPatternCallback):
         return from_expr(gamma * (x - mean) / relax.op.sqrt(var + eps) + beta)
 
 
-class _NotBatchnorm(Exception):
-    """Internal: the match is not a per-channel batch norm (message = the reason)."""
-
-
-def _channel_axis(role: str, shape: tuple | None, x_shape: tuple) -> int:
-    """The axis of ``x`` a parameter of ``shape`` varies along, or raise with the reason."""
-    if shape is None or any(not isinstance(d, int) for d in shape):
-        raise _NotBatchnorm(f"{role} has no static shape")
-    n = len(x_shape)
-    if len(shape) > n:
-        raise _NotBatchnorm(f"{role} has more dimensions ({len(shape)}) than x ({n})")
-    padded = (1,) * (n - len(shape)) + tuple(shape)
-    varying = [i for i, d in enumerate(padded) if d != 1]
-    if len(varying) != 1:
-        raise _NotBatchnorm(f"{role} has shape {tuple(shape)}: a per-channel parameter varies "
-                            f"along exactly one axis of x {tuple(x_shape)}")
-    axis = varying[0]
-    if padded[axis] != x_shape[axis]:
-        raise _NotBatchnorm(f"{role} has {padded[axis]} channels on axis {axis}, "
-                            f"x has {x_shape[axis]}")
-    return axis
-
+#: The rule's name before the rule model (kept: the README and notebooks use it).
+BatchnormCallback = BatchnormCollapse
 
 #: The rules of this file, in priority order.
-RULES = (BatchnormCallback,)
+RULES = (BatchnormCollapse,)

@@ -19,7 +19,9 @@ Recognises
   what Relay's ``prerequisite_optimize`` (SimplifyInference + FoldScaleAxis) did before
   ``MergeComposite``.  Unlike TVM's ``FoldBatchnormToConv2D`` it accepts the conv bias
   that the torch importer places between the conv and the batch norm (a constant, or a
-  ``reshape`` of one), checks ``training``, and folds the constants itself (no
+  ``reshape`` of one), checks ``training`` and that the bias broadcasts along the
+  output's channel axis (a ``(C,)`` bias on an ``NCHW`` output whose width happens to be
+  ``C`` varies along ``W``, and is refused), and folds the constants itself (no
   ``FoldConstant`` needed).
 
 Deliberately not covered: ``conv2d_transpose``, 1-D and 3-D convolutions, layouts other
@@ -32,18 +34,31 @@ folding would change the numbers).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.engine import DFPatternCallback, NodeMap, reject
-from patternkit.ir import compat as C
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
+from patternkit.engine import CompositeRule, DFPatternCallback, NodeMap, RuleMatch, reject
+from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, static_shape,
+                           type_of)
 
-_OPTIONAL, _REQUIRED, _ABSENT = "optional", "required", "absent"
-_MODES = (_OPTIONAL, _REQUIRED, _ABSENT)
+
+class Presence(str, Enum):
+    """Whether a part of a composite may, must or must not follow the conv."""
+
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+    ABSENT = "absent"
+
+    def suffix(self, part: str) -> str:
+        """How the part shows in a derived composite name (distinct for each presence)."""
+        return {Presence.OPTIONAL: f"_{part}", Presence.REQUIRED: f"_{part}_strict",
+                Presence.ABSENT: ""}[self]
 
 
 def conv2d_add_relu() -> DFPattern:
@@ -56,65 +71,74 @@ def conv2d_add_relu() -> DFPattern:
     return r.optional(lambda x: is_op("nn.relu")(x))
 
 
-class ConvAddReluComposite:
+def _single_value(shape: tuple) -> bool:
+    """A tensor of this shape broadcasts one value everywhere."""
+    return all(isinstance(d, int) and d == 1 for d in shape)
+
+
+def _presence(part: str, mode: Presence | str) -> Presence:
+    try:
+        return Presence(mode)
+    except ValueError:
+        raise ValueError(f"ConvAddReluComposite: {part} must be one of "
+                         f"{tuple(m.value for m in Presence)}, found {mode!r}") from None
+
+
+class ConvAddReluComposite(CompositeRule):
     """``conv2d -> [add per-channel bias] -> [relu]`` as a pattern table entry.
 
     Parameters
     ----------
     compiler : str
         Prefix of the composite name (the codegen that will take it).
-    bias, relu : {"optional", "required", "absent"}
+    bias, relu : Presence or {"optional", "required", "absent"}
         Whether the bias add / the relu may, must or must not follow.
 
-    The name is derived: ``"<compiler>.conv2d"`` + ``"_add"`` unless the bias is absent +
-    ``"_relu"`` unless the relu is absent, + ``"_strict"`` when a part is required.
+    The name is derived, one distinct piece per part and presence, so two variants never
+    share a name: ``"<compiler>.conv2d"``, then for the add and the relu ``"_add"`` when
+    it may follow, ``"_add_strict"`` when it must, nothing when it must not
+    (``conv2d_add_relu``, ``conv2d_add_relu_strict``, ``conv2d_add_strict_relu``, ...).
     """
 
-    def __init__(self, compiler: str = "byoc", bias: str = _OPTIONAL, relu: str = _OPTIONAL):
-        for role, mode in (("bias", bias), ("relu", relu)):
-            if mode not in _MODES:
-                raise ValueError(f"ConvAddReluComposite: {role} must be one of {_MODES}, "
-                                 f"found {mode!r}")
+    def __init__(self, compiler: str = "byoc", bias: Presence | str = Presence.OPTIONAL,
+                 relu: Presence | str = Presence.OPTIONAL):
+        super().__init__(compiler)
+        bias, relu = (_presence(part, mode) for part, mode in (("bias", bias), ("relu", relu)))
         self.bias_mode, self.relu_mode = bias, relu
         self.x, self.weight, self.bias = wildcard(), wildcard(), wildcard()
         self.conv = is_op("nn.conv2d")(self.x, self.weight)
         self.add = is_op("add")(self.conv, self.bias)
-        body = {_OPTIONAL: self.add | self.conv, _REQUIRED: self.add, _ABSENT: self.conv}[bias]
+        body = {Presence.OPTIONAL: self.add | self.conv, Presence.REQUIRED: self.add,
+                Presence.ABSENT: self.conv}[bias]
         self.relu = is_op("nn.relu")(body)
-        self.pattern: DFPattern = {_OPTIONAL: self.relu | body, _REQUIRED: self.relu,
-                                   _ABSENT: body}[relu]
-        strict = _REQUIRED in (bias, relu)
-        self.name = (f"{compiler}.conv2d" + ("" if bias == _ABSENT else "_add")
-                     + ("" if relu == _ABSENT else "_relu") + ("_strict" if strict else ""))
+        self.pattern: DFPattern = {Presence.OPTIONAL: self.relu | body,
+                                   Presence.REQUIRED: self.relu, Presence.ABSENT: body}[relu]
+        self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix("relu")
 
-    def check(self, pre: Any, node_map: NodeMap) -> Any:
-        """Accept unless the added tensor is not a per-channel (or scalar) bias."""
-        if self.add not in node_map:
+    def check(self, match: RuleMatch) -> Any:
+        """Accept unless the added tensor is not a per-channel (or single-value) bias."""
+        if "add" not in match:
             return True
-        conv = node_map[self.conv][0]
-        out_ty = C.type_of(node_map.var(self.conv))
-        bias_ty = C.type_of(node_map[self.bias][0])
-        out_shape, bias_shape = C.static_shape(out_ty), C.static_shape(bias_ty)
+        out_ty, bias_ty = type_of(match.var_of("conv")), type_of(match.bias)
+        out_shape, bias_shape = static_shape(out_ty), static_shape(bias_ty)
         if out_shape is None or bias_shape is None:
             return reject("the conv output or the bias has no static shape")
-        if C.dtype_of(bias_ty) != C.dtype_of(out_ty):
-            return reject(f"bias dtype {C.dtype_of(bias_ty)} differs from the conv output "
-                          f"dtype {C.dtype_of(out_ty)}")
-        if len(bias_shape) > len(out_shape):
-            return reject(f"bias of shape {bias_shape} has more dimensions than the conv "
-                          f"output {out_shape}")
-        channel_axis = str(conv.attrs.out_layout).index("C")
-        padded = (1,) * (len(out_shape) - len(bias_shape)) + tuple(bias_shape)
-        for axis, dim in enumerate(padded):
-            if dim != 1 and (axis != channel_axis or dim != out_shape[axis]):
-                return reject(f"the added tensor of shape {tuple(bias_shape)} is not a "
-                              f"per-channel bias of the conv output {tuple(out_shape)} "
-                              f"(channel axis {channel_axis})")
+        if dtype_of(bias_ty) != dtype_of(out_ty):
+            return reject(f"bias dtype {dtype_of(bias_ty)} differs from the conv output "
+                          f"dtype {dtype_of(out_ty)}")
+        if _single_value(bias_shape):
+            return True
+        not_a_bias = (f"the added tensor of shape {tuple(bias_shape)} is not a per-channel "
+                      f"bias of the conv output {tuple(out_shape)}")
+        try:
+            axis = per_channel_axis(bias_shape, out_shape, name="it", of="the conv output")
+        except NotPerChannel as why:
+            return reject(f"{not_a_bias}: {why}")
+        channel_axis = str(match.conv.attrs.out_layout).index("C")
+        if axis != channel_axis:
+            return reject(f"{not_a_bias}: it varies along axis {axis}, the channel axis is "
+                          f"{channel_axis}")
         return True
-
-    def entry(self) -> tuple:
-        """``(name, pattern, check)`` for a pattern table."""
-        return (self.name, self.pattern, self.check)
 
     # -- self-check example (used by tests and benchmarks) ------------------------------------
     @staticmethod
@@ -145,6 +169,14 @@ class ConvAddReluComposite:
         return bb.get()
 
 
+@dataclass(frozen=True)
+class FoldPlan:
+    """What the check found, for the callback: output channels and the channel axis."""
+
+    channels: int
+    channel_axis: int
+
+
 class BatchnormFoldIntoConv(DFPatternCallback):
     """Fold an inference ``batch_norm`` into the constant weights and bias of a conv2d."""
 
@@ -164,6 +196,7 @@ class BatchnormFoldIntoConv(DFPatternCallback):
         self.pattern = is_tuple_get_item(self.bn, 0)
 
     def check(self, pre: Any, node_map: NodeMap) -> Any:
+        """A :class:`FoldPlan` when the batch norm and the conv bias are per-channel."""
         bn = node_map[self.bn][0]
         conv = node_map[self.conv][0]
         if bool(bn.attrs.training):
@@ -172,37 +205,58 @@ class BatchnormFoldIntoConv(DFPatternCallback):
         if str(conv.attrs.kernel_layout) != "OIHW":
             return reject(f"kernel layout {conv.attrs.kernel_layout} is not OIHW")
         out_layout = str(conv.attrs.out_layout)
-        if int(bn.attrs.axis) != out_layout.index("C"):
+        channel_axis = out_layout.index("C")
+        if int(bn.attrs.axis) != channel_axis:
             return reject(f"batch_norm axis {int(bn.attrs.axis)} is not the channel axis of "
                           f"the conv output layout {out_layout}")
-        weight = C.const_to_numpy(node_map[self.weight][0])
-        if not weight.dtype.kind == "f":
-            return reject(f"weight dtype {weight.dtype} is not floating point")
-        channels = weight.shape[0]
-        if self.biased in node_map and C.const_to_numpy(node_map[self.conv_bias][0]).size != channels:
-            return reject("the conv bias is not one value per output channel")
-        return True
+        weight_ty = type_of(node_map[self.weight][0])
+        if not str(dtype_of(weight_ty)).startswith("float"):
+            return reject(f"weight dtype {dtype_of(weight_ty)} is not floating point")
+        channels = static_shape(weight_ty)[0]
+        if self.biased in node_map:
+            # The bias as it is added: a (C,) constant broadcasts along the last axis, so
+            # its element count alone does not make it per-channel.
+            added = (node_map.var(self.reshaped_bias) if self.reshaped_bias in node_map
+                     else node_map[self.conv_bias][0])
+            bias_shape = static_shape(type_of(added))
+            out_shape = static_shape(type_of(node_map.var(self.conv)))
+            if not _single_value(bias_shape):
+                try:
+                    axis = per_channel_axis(bias_shape, out_shape, name="the conv bias",
+                                            of="the conv output")
+                except NotPerChannel as why:
+                    return reject(str(why))
+                if axis != channel_axis:
+                    return reject(f"the conv bias varies along axis {axis} of the conv output "
+                                  f"{tuple(out_shape)}, not along its channel axis "
+                                  f"{channel_axis}: folding it as a per-channel bias would "
+                                  f"change the numbers")
+        return FoldPlan(channels, channel_axis)
 
     def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
+        plan: FoldPlan = node_map.plan
         bn = node_map[self.bn][0]
         conv = node_map[self.conv][0]
-        weight = C.const_to_numpy(node_map[self.weight][0])
-        channels, dtype = weight.shape[0], weight.dtype
+        weight = const_value(node_map[self.weight][0])
+        channels, dtype = plan.channels, weight.dtype
 
         def per_channel(pattern):
-            return C.const_to_numpy(node_map[pattern][0]).astype("float64").reshape(channels)
+            return const_value(node_map[pattern][0]).astype("float64").reshape(channels)
 
         gamma = per_channel(self.gamma) if bool(bn.attrs.scale) else np.ones(channels)
         beta = per_channel(self.beta) if bool(bn.attrs.center) else np.zeros(channels)
         mean, var = per_channel(self.mean), per_channel(self.var)
         scale = gamma / np.sqrt(var + float(bn.attrs.epsilon))
-        bias = per_channel(self.conv_bias) if self.biased in node_map else np.zeros(channels)
+        bias = np.zeros(channels)
+        if self.biased in node_map:  # per-channel, or one value for every channel
+            values = const_value(node_map[self.conv_bias][0]).astype("float64").reshape(-1)
+            bias = np.broadcast_to(values, (channels,))
         new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
         new_bias = ((bias - mean) * scale + beta).astype(dtype)
-        out_layout = str(conv.attrs.out_layout)
-        bias_shape = [channels if axis == "C" else 1 for axis in out_layout]
-        x = node_map[self.x][0]
-        new_conv = relax.Call(conv.op, [x, relax.const(new_weight)], conv.attrs)
+        ndim = len(str(conv.attrs.out_layout))
+        bias_shape = [channels if axis == plan.channel_axis else 1 for axis in range(ndim)]
+        new_conv = relax.Call(conv.op, [node_map[self.x][0], relax.const(new_weight)],
+                              conv.attrs)
         return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
 
     # -- self-check example (used by tests) ----------------------------------------------------

@@ -33,6 +33,8 @@ from ..byoc.external import inline_external, partition_graph
 from ..byoc.merge import CompositeLog, merge_composite
 from ..byoc.offload import offload_report
 from ..engine.driver import RewriteLog, rewrite
+from ..engine.rule import CompositeRule
+from ..engine.ruleset import RuleSet
 from ..errors import PatternkitError
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
@@ -120,20 +122,19 @@ def _load_onnx(path: Path) -> tvm.IRModule:
 
 
 # -- pattern selection -------------------------------------------------------------------------
-def select_patterns(names: Sequence[str] | None, compiler: str) -> tuple[list, list]:
-    """``(rewrite rules, composite entries)`` for ``names`` (default: the whole library)."""
-    from patternkit.patterns import catalog, find
+def select_patterns(names: Sequence[str] | None, compiler: str) -> tuple[RuleSet, RuleSet]:
+    """``(rewrite rules, composites named for compiler)`` of the library.
 
-    if names:
-        try:
-            entries = [find(name) for name in names]
-        except KeyError as err:
-            raise JobError(err.args[0]) from None
-    else:
-        entries = catalog()
-    rules = [e.make() for e in entries if e.kind == "rewrite"]
-    composites = [e.make(compiler) for e in entries if e.kind == "composite"]
-    return rules, composites
+    ``names`` are library rule names (``"batchnorm.collapse"``, ``"byoc.conv2d_add_relu"``),
+    applied in the order given; by default the whole :data:`patternkit.patterns.LIBRARY`.
+    """
+    from patternkit.patterns import LIBRARY
+
+    try:
+        chosen = LIBRARY.select(names) if names else LIBRARY
+    except KeyError as err:
+        raise JobError(err.args[0]) from None
+    return chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
 
 
 # -- the job ---------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
         rewritten = step("rewrite", rewrite, rules, before, log=log)
         report.rewrites = log.counts()
 
-    table = [c.entry() for c in composites]
+    table = composites
     after = rewritten
     if table:
         say(f"forming composites for {compiler} ...")
@@ -268,30 +269,34 @@ def report_markdown(report: JobReport) -> str:
 
 
 def verify(progress: Callable[[str], None] | None = None) -> list[tuple[str, bool, str]]:
-    """Build every library entry's own example before and after; ``(name, ok, detail)``."""
-    from patternkit.patterns import catalog
+    """Build every library rule's own example before and after; ``(name, ok, detail)``.
+
+    Rewrites are compared within 1e-4 (they change arithmetic); composites, which only
+    wrap bindings in functions, must give bit-identical results.
+    """
+    from patternkit.patterns import LIBRARY
 
     say = progress or (lambda message: None)
     results = []
-    for entry in catalog():
-        example = getattr(entry.cls, "example", None)
-        if example is None:
-            results.append((entry.name, False, "no example() to verify"))
+    for rule in LIBRARY:
+        before = rule.example()
+        if before is None:
+            results.append((rule.rule_name, False, "no example() to verify"))
             continue
-        say(f"verifying {entry.name} ...")
-        before = example()
-        if entry.kind == "rewrite":
-            log = RewriteLog()
-            after = rewrite(entry.make(), before, log=log)
-            fired = log.count() > 0
-        else:
+        say(f"verifying {rule.rule_name} ...")
+        if isinstance(rule, CompositeRule):
             log = CompositeLog()
             after = inline_external(partition_graph(
-                merge_composite(before, [entry.make(DEFAULT_COMPILER).entry()], log=log),
+                merge_composite(before, [rule.for_compiler(DEFAULT_COMPILER)], log=log),
                 DEFAULT_COMPILER))
-            fired = bool(log.formed)
-        comparison = numeric.compare(before, after, rtol=1e-4, atol=1e-4, positive=("var",))
+            fired, tolerance = bool(log.formed), 0.0
+        else:
+            rewrite_log = RewriteLog()
+            after = rewrite(rule, before, log=rewrite_log)
+            fired, tolerance = rewrite_log.count() > 0, 1e-4
+        comparison = numeric.compare(before, after, rtol=tolerance, atol=tolerance,
+                                     positive=("var",))
         ok = fired and comparison.ok
         detail = str(comparison) if fired else "the rule did not fire on its own example"
-        results.append((entry.name, ok, detail))
+        results.append((rule.rule_name, ok, detail))
     return results

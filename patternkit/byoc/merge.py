@@ -46,8 +46,8 @@ from ..dpl.pattern import root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
-from ..engine.proposal import Group, adapt_check, check_reason, find_groups, reject
-from ..engine.rule import NodeMap
+from ..engine.proposal import Group, find_groups, group_check
+from ..engine.rule import Reject, judge, reject
 from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
@@ -73,9 +73,10 @@ class FormedComposite:
 class SkippedComposite:
     """A match that did not become a composite.
 
-    ``kind`` is ``"check"`` (the entry's check vetoed it), ``"overlap"`` (a binding was
-    already taken, ``by`` names the entry that took it), or ``"escape"`` (an
-    intermediate result is read outside the match).
+    ``kind`` is ``"check"`` (the entry's check vetoed it, ``rejection`` is its
+    :class:`~patternkit.engine.rule.Reject`), ``"overlap"`` (a binding was already
+    taken, ``by`` names the entry that took it), or ``"escape"`` (an intermediate
+    result is read outside the match).
     """
 
     entry: str
@@ -85,6 +86,7 @@ class SkippedComposite:
     kind: str
     reason: str
     by: str | None = None
+    rejection: Reject | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -110,8 +112,9 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
     ----------
     mod : tvm.IRModule, relax.Function or expression
         Never modified; the same kind is returned.
-    table : PatternTable or list of entries
-        Earlier entries have higher priority (Relay's rule).
+    table : PatternTable, list of entries or RuleSet
+        Earlier entries have higher priority (Relay's rule); of a
+        :class:`patternkit.RuleSet`, the composite rules are the table.
     compiler : str, optional
         Require every entry name to start with ``"<compiler>."``.
     log : CompositeLog, optional
@@ -144,6 +147,9 @@ def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TV
                    log: CompositeLog | None = None) -> tvm.transform.Pass:
     """:func:`merge_composite` as a module pass, like ``relay.transform.MergeComposite``.
 
+    ``table`` is anything :class:`~patternkit.byoc.table.PatternTable` takes: entries,
+    composite rules, or a :class:`patternkit.RuleSet` (its composites, in order).
+
     The table is validated when the pass is created, so a bad table fails before any
     pipeline runs.
 
@@ -175,10 +181,12 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
-        check = adapt_check(entry.check) if entry.check is not None else None
         vetoes: list[SkippedComposite] = []
+        entry_check = None if entry.accept is None else group_check(
+            entry.accept, entry.roles,
+            lambda group, err, entry=entry: _check_error(entry, func_name, group, err))
 
-        def group_check(group: Group, entry=entry, check=check, vetoes=vetoes):
+        def veto(group: Group, entry=entry, entry_check=entry_check, vetoes=vetoes):
             taken = next((v for v in group.interior if C.handle(v) in claimed), None)
             if taken is not None:
                 by = claimed[C.handle(taken)]
@@ -186,23 +194,17 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
                                                _names(group.interior), "overlap", reason, by))
                 return reject(reason)
-            if check is None:
+            if entry_check is None:
                 return True
-            try:
-                result = check(group.binding.value, NodeMap(group.match))
-            except Exception as err:
-                where = describe_binding(func_name, group.binding)
-                raise CallbackError(
-                    f"MergeComposite: the check of pattern table entry '{entry.name}' raised "
-                    f"{type(err).__name__}: {err} (while checking binding '{where}')",
-                    entry.name, where) from err
-            reason = check_reason(result)
-            if reason is not None:
-                vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                               _names(group.interior), "check", reason))
-            return result
+            refusal, _ = judge(entry_check, group)
+            if refusal is None:
+                return True
+            vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
+                                           _names(group.interior), "check", refusal.reason,
+                                           rejection=refusal))
+            return refusal
 
-        groups, skips = find_groups(index, entry.pattern, group_check)
+        groups, skips = find_groups(index, entry.pattern, veto)
         for group in groups:
             for v in group.interior:
                 claimed[C.handle(v)] = entry.name
@@ -226,6 +228,14 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                                               str(local.attrs[PARTITIONED_FROM_PATTERN])))
     logger.debug("MergeComposite: %d composite(s) in %s", len(accepted), func_name)
     return emit_function(func, index, replacements, "MergeComposite", func_name)
+
+
+def _check_error(entry: CompositeEntry, func_name: str, group: Group,
+                 err: Exception) -> CallbackError:
+    where = describe_binding(func_name, group.binding)
+    return CallbackError(f"MergeComposite: the check of pattern table entry '{entry.name}' "
+                         f"raised {type(err).__name__}: {err} (while checking binding "
+                         f"'{where}')", entry.name, where)
 
 
 def _classify_skip(index: FunctionIndex, entry: CompositeEntry, func_name: str,

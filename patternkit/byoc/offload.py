@@ -86,7 +86,7 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
     ----------
     mod : tvm.IRModule
         The module before ``MergeComposite``; never modified.
-    table : PatternTable or list of entries
+    table : PatternTable, list of entries, or RuleSet (its composites)
     compiler : str, optional
         Require table names to start with ``"<compiler>."``; needed with ``ops``.
     ops : mapping, optional

@@ -3,21 +3,28 @@
 Relay's ``MergeComposite(table)`` took a list of ``(name, pattern[, check])`` entries,
 earlier entries winning.  :class:`PatternTable` validates such a list once (unique,
 dotted names; patterns; callable checks), keeps its order as the priority, and can hand
-it to TVM's own ``FuseOpsByPattern`` (:meth:`PatternTable.to_fusion_patterns`).
+it to TVM's own ``FuseOpsByPattern`` (:meth:`PatternTable.to_fusion_patterns`).  Rules
+(:class:`patternkit.CompositeRule`) and rule sets are entries too: a rule brings its
+check and its named roles.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tvm import relax
 
-from ..dpl.matcher import Match
+from ..dpl.matcher import Matcher
 from ..dpl.pattern import DFPattern
 from ..engine.proposal import adapt_check
-from ..engine.rule import NodeMap
-from ..errors import PatternkitError
+from ..engine.rule import MatchCheck, Rule, RuleMatch, judge
+from ..engine.ruleset import RuleSet
+from ..errors import CallbackError, PatternkitError
+from ..ir import compat as C
+
+logger = logging.getLogger(__name__)
 
 
 class PatternTableError(PatternkitError, ValueError):
@@ -36,15 +43,34 @@ class CompositeEntry:
     pattern : DFPattern
     check : callable or None
         ``check(pre)`` or ``check(pre, node_map)``; return ``True`` to accept,
-        ``False`` or :func:`patternkit.reject` (with a reason) to veto.
+        ``False`` or :func:`patternkit.reject` (with a reason) to veto.  For an entry
+        made from a rule, the rule's own check.
     priority : int
         Position in the table; ``0`` wins over everything else.
+    rule : Rule or None
+        The rule the entry was made from (it gives the check its named roles).
+    accept : callable or None
+        The check as the passes call it, on a :class:`patternkit.RuleMatch`; derived.
+    roles : mapping
+        The rule's named sub-patterns (empty for a tuple entry); derived.
     """
 
     name: str
     pattern: DFPattern
     check: Callable | None = None
     priority: int = 0
+    rule: Rule | None = None
+    accept: MatchCheck | None = field(init=False, repr=False, compare=False)
+    roles: Mapping[str, DFPattern] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.rule is not None:
+            accept, roles = self.rule.checker(), self.rule.roles()
+        else:
+            accept = adapt_check(self.check) if self.check is not None else None
+            roles = {}
+        object.__setattr__(self, "accept", accept)  # frozen: derived once, here
+        object.__setattr__(self, "roles", roles)
 
     @property
     def compiler(self) -> str | None:
@@ -57,10 +83,12 @@ class PatternTable(Sequence):
 
     Parameters
     ----------
-    entries : iterable
+    entries : iterable or RuleSet
         ``(name, pattern)`` or ``(name, pattern, check)`` tuples, :class:`CompositeEntry`
-        objects, or rule objects with ``name``/``pattern`` (and optionally ``check``)
-        attributes such as :class:`patterns.conv.ConvAddReluComposite`.
+        objects, rules (:class:`patternkit.CompositeRule` such as
+        :class:`patterns.conv.ConvAddReluComposite`, or any object with
+        ``name``/``pattern`` and optionally ``check`` attributes), or a
+        :class:`patternkit.RuleSet`, whose composites become the table.
     compiler : str, optional
         When given, every name must start with ``"<compiler>."``.
 
@@ -75,6 +103,8 @@ class PatternTable(Sequence):
     def __init__(self, entries: Iterable[Any], compiler: str | None = None):
         if isinstance(entries, PatternTable):
             entries = list(entries)
+        elif isinstance(entries, RuleSet):
+            entries = list(entries.composites())
         if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
             raise PatternTableError("a pattern table is a list of (name, pattern[, check]) "
                                     f"entries, found {type(entries).__name__}")
@@ -116,23 +146,49 @@ class PatternTable(Sequence):
     def to_fusion_patterns(self) -> list:
         """The table as ``relax.transform.FusionPattern`` objects for ``FuseOpsByPattern``.
 
-        Checks see ``ctx.matched_expr`` as ``pre`` (no node map).  Used by the benchmark
-        and by users who want TVM's sharing, exporting semantics instead.
+        For users who want TVM's semantics (identical matches share one function,
+        escaping intermediates are exported) and for the benchmark.  Checks see what
+        ``MergeComposite`` shows them: ``pre`` is ``ctx.matched_expr``, and the node map
+        (or a rule's roles) comes from matching the entry's pattern again, with
+        patternkit's matcher, through the bindings ``FuseOpsByPattern`` is about to fuse
+        (``ctx.matched_bindings``).  A refused match is not fused; a check that raises
+        stops the pass with a :class:`patternkit.CallbackError` naming the entry.
         """
-        out = []
-        for e in self._entries:
-            check = None
-            if e.check is not None:
-                user_check = adapt_check(e.check)
-                check = (lambda ctx, _c=user_check: bool(_c(ctx.matched_expr,
-                                                          NodeMap(Match(ctx.matched_expr)))))
-            out.append(relax.transform.FusionPattern(e.name, e.pattern.to_dpl(), {}, check))
-        return out
+        return [relax.transform.FusionPattern(e.name, e.pattern.to_dpl(), {}, _fusion_check(e))
+                for e in self._entries]
+
+
+def _fusion_check(entry: CompositeEntry) -> Callable[[Any], bool] | None:
+    """``entry``'s check as ``FuseOpsByPattern`` calls it, on a ``PatternCheckContext``."""
+    accept = entry.accept
+    if accept is None:
+        return None
+
+    def check(ctx: Any) -> bool:
+        values = {C.handle(var): value for var, value in ctx.matched_bindings.items()}
+        found = Matcher(table=values).match(entry.pattern, ctx.matched_expr)
+        if found is None:  # TVM's matcher took something patternkit's does not: not unchecked
+            logger.debug("FuseOpsByPattern: '%s' matched %s, which patternkit's matcher "
+                         "does not; not fused", entry.name, ctx.matched_expr)
+            return False
+        try:
+            refusal, _ = judge(accept, RuleMatch(found, entry.roles))
+        except Exception as err:
+            raise CallbackError(f"FuseOpsByPattern: the check of pattern table entry "
+                                f"'{entry.name}' raised {type(err).__name__}: {err}",
+                                entry.name, "") from err
+        return refusal is None
+
+    return check
 
 
 def _as_entry(raw: Any, i: int) -> CompositeEntry:
+    rule = None
     if isinstance(raw, CompositeEntry):
-        name, pattern, check = raw.name, raw.pattern, raw.check
+        name, pattern, check, rule = raw.name, raw.pattern, raw.check, raw.rule
+    elif isinstance(raw, Rule):
+        name, pattern, rule = raw.rule_name, raw.pattern, raw
+        check = raw.check if raw.checker() is not None else None
     elif isinstance(raw, (tuple, list)):
         if len(raw) not in (2, 3):
             raise PatternTableError(f"pattern table entry {i} must be (name, pattern) or "
@@ -153,7 +209,7 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
     if check is not None and not callable(check):
         raise PatternTableError(f"pattern table entry {i} ('{name}'): check must be callable, "
                                 f"found {type(check).__name__}")
-    return CompositeEntry(name, pattern, check, i)
+    return CompositeEntry(name, pattern, check, i, rule)
 
 
 def pattern_table(entries: Iterable[Any], compiler: str | None = None) -> PatternTable:

@@ -25,11 +25,14 @@ class _TracingMatcher(Matcher):
         self.deepest: tuple[int, DFPattern, Any] | None = None
 
     def _visit(self, pattern: DFPattern, expr: Any) -> bool:
+        before = self.deepest
         self.depth += 1
         try:
             ok = super()._visit(pattern, expr)
         finally:
             self.depth -= 1
+        if ok:  # failures beneath a match (an alternative's other branch) are no near miss
+            self.deepest = before
         # An operator mismatch is reported at its call, which shows the arguments too.
         if isinstance(expr, tvm.ir.Op):
             return ok

@@ -7,16 +7,21 @@ One linear pipeline serves rewriting, partitioning and composites:
 :mod:`~patternkit.engine.emit` rebuilds the function with the replacements, dropping
 what they left dead.  :mod:`~patternkit.engine.driver` runs rewrite rules to a fixed
 point, :mod:`~patternkit.engine.partitioning` wraps matches in functions
-(:mod:`~patternkit.engine.outline`), and :mod:`~patternkit.engine.rule` is the rule model.
+(:mod:`~patternkit.engine.outline`).  :mod:`~patternkit.engine.rule` is the rule model
+(``Rule`` and its two kinds, ``RewriteRule`` and ``CompositeRule``; ``DFPatternCallback``
+in :mod:`~patternkit.engine.callback` is the Relay face of ``RewriteRule``), and
+:mod:`~patternkit.engine.ruleset` makes rules values that compose (``RuleSet``).
 """
 
 from .callback import DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .partitioning import partition
-from .proposal import match_bindings, reject
-from .rule import NodeMap, RewriteRule
+from .proposal import match_bindings
+from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
+from .ruleset import RuleSet
 
 __all__ = [
-    "RewriteRule", "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite",
-    "RewriteLog", "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+    "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
+    "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
+    "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
 ]

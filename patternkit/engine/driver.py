@@ -8,8 +8,9 @@ Algorithm (one *pass* = one callback over every function of the module):
    are only the bindings that call the pattern's root operator, tried from the result
    back to the inputs; a match claims its interior bindings, and a match that would
    reuse a claimed binding, or whose interior result is read outside it, is skipped.
-3. Call the rule's ``check`` and ``callback`` for every group, and validate the result:
-   it must be a Relax expression whose type fits the replaced binding.
+3. Call the rule's ``check`` for every group, then its rewrite with what the check
+   returned (the *plan*), and validate the result: it must be a Relax expression whose
+   type fits the replaced binding.
 4. Emit the function once: unchanged bindings as they were, each replacement normalised
    in place (nested calls become new bindings just before it), and bindings that the
    rewrite made dead dropped (one reverse liveness pass; dead code that was already
@@ -39,8 +40,9 @@ from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding, has_candidates
-from .proposal import Group, find_groups
-from .rule import NodeMap, RewriteRule
+from .proposal import Group, find_groups, group_check
+from .rule import Reject, RewriteRule, RuleMatch
+from .ruleset import RuleSet
 
 DEFAULT_MAX_PASSES = 100
 
@@ -70,12 +72,18 @@ class RewriteRecord:
 
 @dataclass(frozen=True)
 class SkippedMatch:
-    """A match a rule found but did not rewrite, and why."""
+    """A match a rule found but did not rewrite, and why.
+
+    ``rejection`` is the :class:`~patternkit.engine.rule.Reject` the rule's check gave
+    (``None`` when the match was skipped for overlapping or escaping); its ``site``
+    names the guard that refused.
+    """
 
     rule: str
     function: str
     root: str
     reason: str
+    rejection: Reject | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -99,15 +107,16 @@ class RewriteLog:
         return [s.reason for s in self.skipped if rule is None or s.rule == rule]
 
 
-def rewrite(callbacks: RewriteRule | Sequence[RewriteRule], target: Any, *,
+def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: Any, *,
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
             log: RewriteLog | None = None) -> Any:
     """Apply rewrite rules until nothing changes; Relay's ``rewrite``.
 
     Parameters
     ----------
-    callbacks : RewriteRule or sequence of them
-        Applied in order, one full pass each per round.
+    callbacks : RewriteRule (or DFPatternCallback), a sequence of them, or a RuleSet
+        Applied in order, one full pass each per round.  Of a :class:`RuleSet`, the
+        rewrite rules are applied (its composites are for ``MergeComposite``).
     target : tvm.IRModule, relax.Function or Relax expression
         Returned as the same kind; never modified.  In a module, every Relax function
         is rewritten except those created by fusion or partitioning (``Primitive``,
@@ -141,7 +150,7 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule], target: Any, *,
     return apply_to_target(target, transform)
 
 
-def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule], *,
+def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
             name: str | None = None) -> tvm.transform.Pass:
     """:func:`rewrite` as a ``tvm.transform.Pass`` for ``tvm.transform.Sequential``."""
@@ -157,6 +166,12 @@ def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule], *,
 
 # -- rounds ------------------------------------------------------------------------------
 def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
+    if isinstance(callbacks, RuleSet):
+        rules = list(callbacks.rewrite_rules())
+        if not rules:
+            raise PatternError(f"rewrite needs at least one rule; {callbacks!r} has no "
+                               f"rewrite rules (its composites are for MergeComposite)")
+        return _as_rule_list(rules)
     rules = [callbacks] if isinstance(callbacks, RewriteRule) else list(callbacks)
     if not rules:
         raise PatternError("rewrite needs at least one rule (a DFPatternCallback)")
@@ -176,10 +191,12 @@ def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
 def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
                 allow_escaping: bool, log: RewriteLog) -> tvm.IRModule:
     active = list(rules)
+    roles = {id(rule): rule.roles() for rule in rules}
     for round_index in range(max_passes):
         firing: list[tuple[str, tuple]] = []
         for rule in active:
-            mod, fired = _apply_rule(rule, mod, allow_escaping, log, round_index)
+            mod, fired = _apply_rule(rule, roles[id(rule)], mod, allow_escaping, log,
+                                     round_index)
             if fired:
                 firing.append((rule.rule_name, fired))
         log.rounds = round_index + 1
@@ -195,7 +212,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
         f"rewrite_once=True or change the pattern")
 
 
-def _apply_rule(rule: RewriteRule, mod: tvm.IRModule, allow_escaping: bool,
+def _apply_rule(rule: RewriteRule, roles: dict, mod: tvm.IRModule, allow_escaping: bool,
                 log: RewriteLog, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
     """One pass of one rule over every function.
 
@@ -205,8 +222,8 @@ def _apply_rule(rule: RewriteRule, mod: tvm.IRModule, allow_escaping: bool,
     updates: dict[tvm.ir.GlobalVar, relax.Function] = {}
     last = None
     for gv, func in rewritable_functions(mod):
-        new_func, changed = _rewrite_function(rule, gv.name_hint, func, allow_escaping, log,
-                                              round_index)
+        new_func, changed = _rewrite_function(rule, roles, gv.name_hint, func, allow_escaping,
+                                              log, round_index)
         if changed:
             updates[gv] = new_func
             last = changed
@@ -217,7 +234,7 @@ def _apply_rule(rule: RewriteRule, mod: tvm.IRModule, allow_escaping: bool,
     return C.copy_module(mod, functions), last
 
 
-def _rewrite_function(rule: RewriteRule, func_name: str, func: relax.Function,
+def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: relax.Function,
                       allow_escaping: bool, log: RewriteLog,
                       round_index: int) -> tuple[relax.Function, tuple | None]:
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
@@ -225,22 +242,16 @@ def _rewrite_function(rule: RewriteRule, func_name: str, func: relax.Function,
     if not has_candidates(func, root_op_names(rule.pattern)):
         return func, None
     index = FunctionIndex.build(func)
-
-    def check(group: Group):
-        node_map = NodeMap(group.match)
-        try:
-            return rule.check(group.binding.value, node_map)
-        except Exception as err:
-            raise _callback_error(rule, "check", func_name, group, err) from err
-
-    has_check = type(rule).check is not RewriteRule.check  # the default accepts all
-    groups, skipped = find_groups(index, rule.pattern, check if has_check else None,
-                                  allow_escaping)
+    checker = rule.checker()  # None: the rule accepts every match, skip the calls
+    check = None if checker is None else group_check(
+        checker, roles, lambda group, err: _callback_error(rule, "check", func_name, group, err))
+    groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
     for s in skipped:
-        log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason))
+        log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason,
+                                        s.rejection))
     replacements: dict[Any, Any] = {}
     for group in groups:
-        new_value = _call_rule(rule, func_name, group)
+        new_value = _call_rule(rule, roles, func_name, group)
         if new_value is None:
             continue
         replacements[C.handle(group.root_var)] = new_value
@@ -253,11 +264,11 @@ def _rewrite_function(rule: RewriteRule, func_name: str, func: relax.Function,
     return new_func, (func_name, last_group.binding)
 
 
-def _call_rule(rule: RewriteRule, func_name: str, group: Group) -> Any:
-    """Run the callback; ``None`` means "leave this binding as it is"."""
+def _call_rule(rule: RewriteRule, roles: dict, func_name: str, group: Group) -> Any:
+    """Run the rewrite; ``None`` means "leave this binding as it is"."""
     pre = group.match.root  # the binding's value, as the matcher saw it
     try:
-        result = rule.callback(pre, pre, NodeMap(group.match))
+        result = rule.replacement(RuleMatch(group.match, roles, group.plan))
     except Exception as err:
         raise _callback_error(rule, "callback", func_name, group, err) from err
     if result is None:
@@ -268,8 +279,8 @@ def _call_rule(rule: RewriteRule, func_name: str, group: Group) -> Any:
             f"where a Relax expression was expected, at binding "
             f"'{describe_binding(func_name, group.binding)}'",
             rule.rule_name, describe_binding(func_name, group.binding))
-    key = result.__chandle__()
-    if key == pre.__chandle__() or key == group.root_var.__chandle__():
+    key = C.handle(result)
+    if key == C.handle(pre) or key == C.handle(group.root_var):
         return None
     if type(result) is type(pre) and C.structural_equal(result, pre):
         return None

@@ -37,8 +37,8 @@ from ..ir.targets import apply_to_target, from_expr, rewritable_functions
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding, has_candidates
 from .outline import build_group_function, lifted_inputs
-from .proposal import Group, adapt_check, find_groups
-from .rule import NodeMap
+from .proposal import Group, adapt_check, find_groups, group_check
+from .rule import MatchCheck
 
 
 def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None,
@@ -55,8 +55,9 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
     attrs : dict, optional
         Extra function attributes (e.g. ``{"Composite": "ccompiler.conv_add_relu"}``).
     check : callable, optional
-        ``check(pre)`` or ``check(pre, node_map)``; a falsy result vetoes the match.
-        ``pre`` is the root binding's value (a Call whose arguments are Vars).
+        ``check(pre)`` or ``check(pre, node_map)``; a falsy result or
+        :func:`patternkit.reject` (returned or raised) vetoes the match.  ``pre`` is the
+        root binding's value (a Call whose arguments are Vars).
     skipped : list, optional
         Receives a :class:`~patternkit.engine.proposal.Skipped` for every match left alone.
     """
@@ -85,7 +86,7 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
     return apply_to_target(expr, transform)
 
 
-def _adapt_check(check: Callable | None) -> Callable[[Any, NodeMap], Any] | None:
+def _adapt_check(check: Callable | None) -> MatchCheck | None:
     if check is None:
         return None
     if not callable(check):
@@ -101,17 +102,13 @@ def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function
         return func
     index = FunctionIndex.build(func)
 
-    def group_check(group: Group):
-        if check is None:
-            return True
-        try:
-            return check(group.binding.value, NodeMap(group.match))
-        except Exception as err:
-            where = describe_binding(func_name, group.binding)
-            raise CallbackError(f"partition check raised {type(err).__name__}: {err} "
-                                f"(while checking binding '{where}')", "check", where) from err
+    def check_error(group: Group, err: Exception) -> CallbackError:
+        where = describe_binding(func_name, group.binding)
+        return CallbackError(f"partition check raised {type(err).__name__}: {err} "
+                             f"(while checking binding '{where}')", "check", where)
 
-    groups, skips = find_groups(index, pattern, group_check)
+    checked = None if check is None else group_check(check, {}, check_error)
+    groups, skips = find_groups(index, pattern, checked)
     if skipped is not None:
         skipped.extend(skips)
     if not groups:

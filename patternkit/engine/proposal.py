@@ -11,7 +11,8 @@ bindings, with the reason for every skipped match recorded for reports and tests
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tvm import relax
@@ -20,6 +21,7 @@ from ..dpl.matcher import Match, Matcher
 from ..dpl.pattern import DFPattern, root_op_names
 from ..ir import compat as C
 from .index import FunctionIndex
+from .rule import MatchCheck, Reject, RuleMatch, judge
 
 
 @dataclass
@@ -27,13 +29,15 @@ class Group:
     """One accepted match rooted at a binding.
 
     ``gid`` numbers groups in discovery order, from the function's result backwards, as
-    Relay did (the outermost batch norm of a chain is group 0).
+    Relay did (the outermost batch norm of a chain is group 0).  ``plan`` is what the
+    check returned when it accepted the match (``None`` for ``True`` or no check).
     """
 
     position: tuple[int, int]
     binding: Any
     match: Match
     gid: int = 0
+    plan: Any = None
 
     @property
     def root_var(self) -> relax.Var:
@@ -47,49 +51,47 @@ class Group:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A match that was found but not used, and why."""
+    """A match that was found but not used, and why.
+
+    ``rejection`` is the check's :class:`~patternkit.engine.rule.Reject` when the check
+    refused the match (``None`` for overlaps and escaping intermediates).
+    """
 
     root: str
     reason: str
     position: tuple[int, int] | None = None  # of the root binding, in the function index
+    rejection: Reject | None = field(default=None, compare=False, repr=False)
 
 
-class CheckFailed:
-    """A falsy check result that carries the reason (see :func:`reject`)."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return f"reject({self.reason!r})"
-
-
-def reject(reason: str) -> CheckFailed:
-    """Return this from a ``check`` to veto a match and say why."""
-    return CheckFailed(reason)
-
-
-def adapt_check(check: Callable) -> Callable[[Any, Any], Any]:
-    """Call a Relay-style ``check(pre)`` or a ``check(pre, node_map)`` the same way."""
+def adapt_check(check: Callable) -> MatchCheck:
+    """Relay's ``check(pre)`` or ``check(pre, node_map)`` as a check of a :class:`RuleMatch`."""
     try:
         params = [p for p in inspect.signature(check).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         wants_node_map = len(params) >= 2
     except (TypeError, ValueError):  # builtins and C callables: assume check(pre)
         wants_node_map = False
-    return check if wants_node_map else (lambda pre, _node_map: check(pre))
+    if wants_node_map:
+        return lambda match: check(match.root, match.node_map)
+    return lambda match: check(match.root)
 
 
-def check_reason(result: Any) -> str | None:
-    """``None`` if a check's result accepts the match, else the reason it gave."""
-    if isinstance(result, CheckFailed):
-        return result.reason
-    if result:
-        return None
-    return "check returned False"
+def group_check(check: MatchCheck, roles: Mapping[str, DFPattern],
+                on_error: Callable[[Group, Exception], Exception]) -> Callable[[Group], Any]:
+    """``check`` as :func:`find_groups` calls it, on each group's :class:`RuleMatch`.
+
+    A :class:`~patternkit.engine.rule.Reject` it raises is a refusal; any other exception
+    becomes ``on_error(group, err)`` (chained), which names the rule and the binding.
+    """
+    def run(group: Group) -> Any:
+        try:
+            return check(RuleMatch(group.match, roles))
+        except Reject:
+            raise
+        except Exception as err:
+            raise on_error(group, err) from err
+
+    return run
 
 
 def find_groups(index: FunctionIndex, pattern: DFPattern,
@@ -101,8 +103,10 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     Parameters
     ----------
     check : callable, optional
-        Called with each candidate :class:`Group`; a falsy result (or :func:`reject`)
-        vetoes it.  Exceptions propagate to the caller, which names the rule.
+        Called with each candidate :class:`Group` (see :func:`group_check`); it accepts,
+        or refuses, as a rule's check does (:func:`~patternkit.engine.rule.judge`).  What
+        it accepts with becomes the group's ``plan``.  Exceptions other than a
+        ``Reject`` propagate to the caller, which names the rule.
     allow_escaping_intermediates : bool
         Accept matches whose interior results are also read outside the match (their
         bindings are then kept alongside the rewrite, as ``rewrite_call`` does).
@@ -133,9 +137,9 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 skipped.append(Skipped(C.var_name(var), escape, position))
                 continue
         if check is not None:
-            reason = check_reason(check(group))
-            if reason is not None:
-                skipped.append(Skipped(C.var_name(var), reason, position))
+            refusal, group.plan = judge(check, group)
+            if refusal is not None:
+                skipped.append(Skipped(C.var_name(var), refusal.reason, position, refusal))
                 continue
         claimed.add(root_key)
         claimed.update(found.internal_keys)

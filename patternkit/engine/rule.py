@@ -1,39 +1,135 @@
-"""Rewrite rules: a pattern, an optional check and a callback, and what they receive.
+"""The rule model: one base for rewrite rules and composite rules, and what they receive.
 
-A rule is a class with a ``pattern`` and a ``callback(pre, post, node_map)`` returning the
-replacement expression, exactly as in Relay.  patternkit adds two things:
+A rule is a ``pattern`` with a dotted ``name`` (``"batchnorm.collapse"``) and an optional
+``check``; it comes in two kinds:
 
-* ``name``: a dotted rule name (``"batchnorm.collapse"``) used in errors, logs and reports;
-* ``check(pre, node_map)``: an optional veto that returns ``True`` or
-  :func:`patternkit.reject` with a reason, so that a rule that does not fire can say why.
+* :class:`RewriteRule`: ``rewrite(match)`` returns the replacement for the matched
+  binding (:class:`patternkit.DFPatternCallback` is the same rule written the Relay
+  way, with ``callback(pre, post, node_map)``);
+* :class:`CompositeRule`: a subgraph an external compiler takes; it replaces nothing
+  itself, ``MergeComposite`` wraps each accepted match in a ``Composite`` function named
+  ``"<compiler>.<pattern_name>"``.
 
-What the callback receives (Relax is in A-normal form, Relay was not):
+``check(match)`` decides whether a match is taken.  It returns ``True`` to accept, or a
+*plan* object (what the check computed, e.g. an axis) which then reaches ``rewrite`` as
+``match.plan``, so nothing is computed twice and nothing is stashed on the
+rule between the two calls.  To refuse, it returns :func:`reject` with a reason, or a
+helper deep inside it raises one (a :class:`Reject` is an exception).
 
-* ``pre`` and ``post`` are the root binding's value, a ``relax.Call`` (or Tuple /
-  TupleGetItem) whose arguments are Vars.  They are the same object: a match's inputs are
-  Vars, and a Var already refers to any rewrite made earlier in the pass, which is what
-  Relay's ``post`` gave.
-* ``node_map[p]`` is a one-element list, as in Relay.  Wildcard, variable and constant
-  patterns map to the argument as written (a Var or a constant); call, tuple and
-  tuple-get-item patterns map to the matched *value* (e.g. the ``relax.Call``, so that
-  ``node_map[conv][0].attrs`` works).  ``node_map.var(p)`` gives the Var that value is
-  bound to.
+What ``check`` and ``rewrite`` receive is a :class:`RuleMatch`: the matched expressions by
+*role*, the rule's named sub-patterns (``match.x``, ``match["gamma"]``, ``"bias" in
+match``), next to Relay's :class:`NodeMap` (``match.node_map[p][0]``).
+
+What an expression of a match is (Relax is in A-normal form, Relay was not):
+
+* the root (``match.root``, Relay's ``pre`` and ``post``) is the root binding's value, a
+  ``relax.Call`` (or Tuple / TupleGetItem) whose arguments are Vars.  ``pre`` and
+  ``post`` are the same object: a match's inputs are Vars, and a Var already refers to
+  any rewrite made earlier in the pass, which is what Relay's ``post`` gave;
+* wildcard, variable and constant patterns map to the argument as written (a Var or a
+  constant); call, tuple and tuple-get-item patterns map to the matched *value* (e.g. the
+  ``relax.Call``, so that ``match.conv.attrs`` works), and ``match.var_of("conv")`` (or
+  ``node_map.var(p)``) gives the Var that value is bound to.
 """
 
 from __future__ import annotations
 
+import copy
+import sys
 from collections.abc import Mapping
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import numpy as np
 
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
 
+#: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
+MatchCheck = Callable[["RuleMatch"], Any]
 
+
+# -- refusing a match ----------------------------------------------------------------------
+class Reject(Exception):
+    """Why a rule does not take a match: return it from ``check``, or raise it from a helper.
+
+    It is falsy, so Relay-style code that tests ``if not check(...)`` keeps working.
+
+    Attributes
+    ----------
+    reason : str
+        One line saying what was expected and what was found.
+    at : Relax expression or None
+        The offending expression, when there is one.
+    site : tuple of (str, int) or None
+        File and line of the :func:`reject` call that made it: logs can point at the
+        guard that fired, and the library's meta-test checks that every guard has a
+        negative test.
+    """
+
+    def __init__(self, reason: str, at: Any = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.at = at
+        self.site = _caller_site(2)
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"reject({self.reason!r})"
+
+
+def reject(reason: str, at: Any = None) -> Reject:
+    """Return (or raise) this from a ``check`` to refuse a match and say why."""
+    refusal = Reject(reason, at)
+    refusal.site = _caller_site(2)
+    return refusal
+
+
+def _caller_site(depth: int) -> tuple[str, int]:
+    # One frame lookup per refusal (~0.2 us): cheap next to the match that preceded it.
+    frame = sys._getframe(depth)  # pylint: disable=protected-access
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
+    """Run ``check(match)``: ``(None, plan)`` if it accepts, ``(refusal, None)`` if not.
+
+    A raised :class:`Reject` counts as returned; any other exception propagates, for the
+    caller to name the rule and the binding.  A true bool (or number) accepts with no
+    plan; ``None`` or a false bool (Relay's ``False``, numpy's too) refuses; any other
+    object is the plan, and is never tested for truth (a numpy array is a fine plan).
+    """
+    try:
+        result = check(match)
+    except Reject as refusal:
+        return refusal, None
+    if result is True:
+        return None, None
+    if isinstance(result, Reject):
+        return result, None
+    if result is None or isinstance(result, (bool, int, float, np.bool_, np.number)):
+        if result:
+            return None, None
+        refusal = Reject(f"check returned {result!r}")
+        refusal.site = None  # the check's own ``return False``, not a reject() call
+        return refusal, None
+    return None, result
+
+
+# -- what a check and a rewrite receive ----------------------------------------------------
 class NodeMap(Mapping):
-    """Pattern -> ``[matched expression]``, Relay's ``node_map``."""
+    """Pattern -> ``[matched expression]``, Relay's ``node_map``.
 
-    def __init__(self, match: Match):
+    Also carries the check's :attr:`plan` (``None`` when the check returned ``True``), so
+    a Relay-style ``callback`` gets what ``check`` computed.
+    """
+
+    __slots__ = ("_match", "plan")
+
+    def __init__(self, match: Match, plan: Any = None):
         self._match = match
+        self.plan = plan
 
     def __getitem__(self, pattern: DFPattern) -> list:
         try:
@@ -60,43 +156,207 @@ class NodeMap(Mapping):
         return self._match
 
 
-class RewriteRule:
-    """Base class of a rewrite rule (:class:`patternkit.DFPatternCallback` is its Relay face).
+class RuleMatch:
+    """One match of a rule's pattern, read by role.
+
+    ``match.gamma`` / ``match["gamma"]`` is the expression the role ``gamma`` matched
+    (``AttributeError`` / ``KeyError`` when it is an alternative that did not match;
+    ``"gamma" in match`` tells), ``match.var_of("conv")`` the Var a call role's value is
+    bound to.  The other attributes are :attr:`root`, :attr:`plan`, :attr:`node_map`,
+    :attr:`roles` and :meth:`var_of`; a role with one of those names is read with
+    ``match[name]``.
 
     Parameters
     ----------
-    require_type : bool
-        Accepted for Relay compatibility; Relax expressions always carry their types.
-    rewrite_once : bool
-        Apply this callback in the first pass only instead of until nothing changes.
-
-    Subclasses set ``self.pattern`` in ``__init__`` and implement :meth:`callback`.
+    match : patternkit.Match
+        What the matcher found.
+    roles : mapping of str to DFPattern
+        The rule's named sub-patterns (:meth:`Rule.roles`).
+    plan : object, optional
+        What the rule's check returned (``None`` for ``True``).
     """
 
-    #: Dotted rule name; defaults to the class name.
+    __slots__ = ("_match", "_roles", "plan", "_node_map")
+
+    def __init__(self, match: Match, roles: Mapping[str, DFPattern], plan: Any = None):
+        self._match = match
+        self._roles = roles
+        self.plan = plan
+        self._node_map: NodeMap | None = None
+
+    @property
+    def root(self) -> Any:
+        """The root binding's value (Relay's ``pre``)."""
+        return self._match.root
+
+    @property
+    def node_map(self) -> NodeMap:
+        """Relay's pattern-keyed view of the same match."""
+        if self._node_map is None:
+            self._node_map = NodeMap(self._match, self.plan)
+        return self._node_map
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The names of the roles that matched."""
+        captures = self._match.captures
+        return tuple(r for r, p in self._roles.items() if p in captures)
+
+    def _pattern(self, key: str | DFPattern) -> DFPattern:
+        if isinstance(key, DFPattern):
+            return key
+        try:
+            return self._roles[key]
+        except KeyError:
+            raise KeyError(f"no role {key!r} in this rule (roles: "
+                           f"{', '.join(self._roles) or 'none'})") from None
+
+    def __getitem__(self, key: str | DFPattern) -> Any:
+        pattern = self._pattern(key)
+        try:
+            return self._match.captures[pattern]
+        except KeyError:
+            raise KeyError(f"role {key!r} is not part of this match (an alternative that "
+                           f"did not match; test with `{key!r} in match`)") from None
+
+    def __contains__(self, key: object) -> bool:
+        pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
+        return pattern is not None and pattern in self._match.captures
+
+    def __getattr__(self, role: str) -> Any:
+        if role.startswith("__"):  # copy, pickle and friends probe for dunders
+            raise AttributeError(role)
+        try:
+            return self[role]
+        except KeyError as err:
+            raise AttributeError(err.args[0]) from None
+
+    def var_of(self, key: str | DFPattern) -> Any:
+        """The Var bound to the value a role matched (the expression itself for leaves)."""
+        pattern = self._pattern(key)
+        return self._match.bound_vars.get(pattern, self[key])
+
+    def __repr__(self) -> str:
+        return f"<RuleMatch {', '.join(self.roles)}>"
+
+
+# -- the rules -----------------------------------------------------------------------------
+class Rule:
+    """A pattern with a dotted name and an optional check; the base of both rule kinds.
+
+    Subclasses set :attr:`pattern` in ``__init__`` (sub-patterns kept as attributes are
+    its roles) and override :meth:`check` to refuse matches, :meth:`example` to give the
+    library's verification a module to run on.
+    """
+
+    #: Dotted rule name (``"<family>.<rule>"``); defaults to the class name.
     name: str = ""
 
-    def __init__(self, require_type: bool = False, rewrite_once: bool = False):
-        self.require_type = require_type
-        self.rewrite_once = rewrite_once
+    def __init__(self) -> None:
         self.pattern: DFPattern | None = None
 
     @property
     def rule_name(self) -> str:
         return self.name or type(self).__name__
 
-    def check(self, pre: Any, node_map: NodeMap) -> Any:
-        """Return ``True`` to accept the match, or :func:`patternkit.reject` with a reason."""
-        return True
-
-    def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
-        """Return the replacement for ``post`` (return ``post`` itself to leave it)."""
-        raise NotImplementedError(f"{self.rule_name} must implement callback()")
-
     def roles(self) -> dict[str, DFPattern]:
         """Named sub-patterns (``x``, ``gamma``...): by default the pattern attributes."""
         return {name: value for name, value in vars(self).items()
                 if isinstance(value, DFPattern) and name != "pattern"}
 
+    def check(self, match: RuleMatch) -> Any:
+        """``True`` or a plan to accept the match, :func:`reject` (returned or raised) to refuse."""
+        return True
+
+    def checker(self) -> MatchCheck | None:
+        """The check as the engines call it, or ``None`` when every match is accepted."""
+        return None if type(self).check is Rule.check else self.check
+
+    @staticmethod
+    def example() -> Any:
+        """A small ``tvm.IRModule`` the rule fires on, for ``patternkit verify``; ``None``: none."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.rule_name}>"
+
+
+class RewriteRule(Rule):
+    """A rule that replaces each accepted match: ``rewrite(match) -> replacement``.
+
+    Parameters
+    ----------
+    rewrite_once : bool
+        Apply the rule in the first round only instead of until nothing changes.
+
+    ``rewrite`` returns a Relax expression whose type fits the root binding, or ``None``
+    (or the root itself) to leave the binding as it is.
+    """
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__()
+        self.rewrite_once = rewrite_once
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned."""
+        raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
+
+    def replacement(self, match: RuleMatch) -> Any:
+        """The rewrite as the driver calls it (the Relay face calls ``callback`` instead)."""
+        return self.rewrite(match)
+
+
+class CompositeRule(Rule):
+    """A subgraph an external compiler takes: a pattern-table entry with a check.
+
+    Parameters
+    ----------
+    compiler : str
+        The codegen that takes the composite; the rule is named
+        ``"<compiler>.<pattern_name>"`` (``"ccompiler.conv2d_add_relu"``).
+
+    Pass the rule itself to :class:`patternkit.PatternTable`, ``MergeComposite`` or
+    ``offload_report`` (a :class:`patternkit.RuleSet` of them works too).
+    """
+
+    #: The composite's name after the compiler prefix; subclasses set it.
+    pattern_name: str = ""
+
+    def __init__(self, compiler: str = "byoc"):
+        super().__init__()
+        self.compiler = _compiler_name(type(self).__name__, compiler)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]  (derived, not a class attribute)
+        return f"{self.compiler}.{self.pattern_name or type(self).__name__}"
+
+    def for_compiler(self, compiler: str) -> CompositeRule:
+        """The same rule named for ``compiler`` (patterns are shared; they are immutable)."""
+        if compiler == self.compiler:
+            return self
+        renamed = copy.copy(self)  # keeps every variant argument the rule was built with
+        renamed.compiler = _compiler_name(type(self).__name__, compiler)
+        return renamed
+
+    def entry(self) -> tuple:
+        """``(name, pattern, check)`` for a hand-built pattern table.
+
+        ``check`` is Relay's ``check(pre, node_map)``; it runs this rule's check on the
+        match.  Passing the rule itself to a table is equivalent.
+        """
+        check = self.checker()
+        if check is None:
+            return (self.name, self.pattern, None)
+        roles = self.roles()
+
+        def relay_check(pre: Any, node_map: NodeMap) -> Any:
+            return check(RuleMatch(node_map.match, roles))
+
+        return (self.name, self.pattern, relay_check)
+
+
+def _compiler_name(rule: str, compiler: Any) -> str:
+    if not isinstance(compiler, str) or not compiler or "." in compiler:
+        raise ValueError(f"{rule}: compiler must be a non-empty name without dots, "
+                         f"found {compiler!r}")
+    return compiler

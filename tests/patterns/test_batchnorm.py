@@ -12,7 +12,8 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import patternkit as pk
-from patternkit.patterns.batchnorm import BatchnormCallback
+from patternkit.patterns.batchnorm import BatchnormCallback, BatchnormCollapse
+from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
 
 RULE = "batchnorm.collapse"
 SPELLINGS = {
@@ -45,43 +46,116 @@ def batch_norm_calls(mod: tvm.IRModule) -> list:
 
 def collapse(mod, **kwargs):
     log = pk.RewriteLog()
-    return pk.rewrite(BatchnormCallback(), mod, log=log, **kwargs), log
+    return pk.rewrite(BatchnormCollapse(), mod, log=log, **kwargs), log
+
+
+@I.ir_module
+class Before:
+    @R.function
+    def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
+             beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
+             var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+        with R.dataflow():
+            a = R.subtract(x, mean)
+            b = R.multiply(gamma, a)
+            c = R.add(var, R.const(1e-5, "float32"))
+            d = R.sqrt(c)
+            e = R.divide(b, d)
+            out = R.add(e, beta)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Expected:
+    @R.function
+    def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
+             beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
+             var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+        with R.dataflow():
+            g = R.reshape(gamma, R.shape([3]))
+            b = R.reshape(beta, R.shape([3]))
+            m = R.reshape(mean, R.shape([3]))
+            v = R.reshape(var, R.shape([3]))
+            bn = R.nn.batch_norm(x, g, b, m, v, axis=1, epsilon=float(np.float32(1e-5)),
+                                 training=False)
+            out = bn[0]
+            R.output(out)
+        return out
+
+
+def elementwise(x_shape=(2, 3, 4, 4), shapes=None, eps=None, x_dtype="float32",
+                param_dtypes=None, minus_beta=False) -> tvm.IRModule:
+    """``gamma * (x - mean) / sqrt(var + eps) + beta`` with (3, 1, 1) parameters by default.
+
+    ``x_shape=None`` gives ``x`` a rank but no shape; a parameter dtype of ``""`` is unknown.
+    """
+    ty = (relax.TensorType(ndim=4, dtype=x_dtype) if x_shape is None
+          else relax.TensorType(x_shape, x_dtype))
+    x = relax.Var("x", ty)
+    shapes = {"gamma": (3, 1, 1), "beta": (3, 1, 1), "mean": (3, 1, 1), "var": (3, 1, 1),
+              **(shapes or {})}
+    dtypes = param_dtypes or {}
+    g, b, m, v = (relax.Var(n, relax.TensorType(s, dtypes.get(n, "float32")))
+                  for n, s in shapes.items())
+    eps = relax.const(1e-5, "float32") if eps is None else eps
+    normalised = g * (x - m) / relax.op.sqrt(v + eps)
+    return pk.from_expr(normalised - b if minus_beta else normalised + b)
+
+
+N = tvm.tirx.Var("n", "int64")
+
+#: Modules that are not per-channel batch norms, and the reason the rule gives for each.
+REFUSED = {
+    "full_gamma": (lambda: elementwise(shapes={"gamma": (2, 3, 4, 4)}),
+                   "gamma has shape (2, 3, 4, 4): a per-channel parameter varies along "
+                   "exactly one axis"),
+    "vector_eps": (lambda: elementwise(eps=relax.const(np.full((3, 1, 1), 1e-5, "float32"))),
+                   "epsilon must be a scalar constant"),
+    "axes_disagree": (lambda: elementwise((2, 3, 4, 3), shapes={"beta": (3,)}),
+                      "parameters broadcast along different axes"),
+    "scalar_gamma": (lambda: elementwise(shapes={"gamma": (1, 1, 1)}),
+                     "gamma has shape (1, 1, 1): a per-channel parameter varies along exactly"),
+    "x_without_shape": (lambda: elementwise(None), "x has no known shape"),
+    "gamma_of_unknown_dtype": (lambda: elementwise(param_dtypes={"gamma": ""}),
+                               "gamma has dtype None, x has float32"),
+    "gamma_with_more_dims": (lambda: elementwise(shapes={"gamma": (1, 1, 3, 1, 1)}),
+                             "gamma has more dimensions (5) than x (4)"),
+    "x_with_one_channel": (lambda: elementwise((2, 1, 4, 4)),
+                           "gamma has 3 channels on axis 1, x has 1"),
+    "symbolic_channels": (lambda: elementwise((2, N, 4, 4)),
+                          "gamma varies along axis 1, where x has the symbolic size n"),
+}
+
+#: Modules the pattern does not match at all, and what ``explain`` says about them.
+NOT_MATCHED = {
+    "minus_beta": (lambda: elementwise(minus_beta=True), "(depth 1) vs R.subtract(lv4, beta)"),
+    "variable_eps": (lambda: elementwise(eps=relax.Var("eps", relax.TensorType((), "float32"))),
+                     "no match: const (depth 5) vs eps"),
+}
+
+CASE = RuleCase(
+    BatchnormCollapse(), Before, Expected,
+    negatives=[Negative(name, make(), reason)
+               for name, (make, reason) in {**REFUSED, **NOT_MATCHED}.items()],
+    # The legalised batch_norm computes (x - mean) * (gamma / sqrt(var + eps)) + beta:
+    # the same float32 operations in another order, a few ulp apart.
+    tolerance=Tolerance(1e-5, 1e-5, "batch_norm legalises to a reordering of the same "
+                                    "float32 arithmetic"),
+    positive=("var",))
+
+
+def test_batchnorm_collapse_meets_the_rule_contract():
+    proof = check_rule(CASE)
+    assert {r.negative.name for r in proof.negatives} == set(REFUSED) | set(NOT_MATCHED)
+
+
+def test_batchnorm_callback_is_the_former_name_of_batchnorm_collapse():
+    assert BatchnormCallback is BatchnormCollapse
+    assert BatchnormCollapse.name == RULE
 
 
 def test_batchnorm_collapse_gives_the_expected_module():
-    @I.ir_module
-    class Before:
-        @R.function
-        def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
-                 beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
-                 var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
-            with R.dataflow():
-                a = R.subtract(x, mean)
-                b = R.multiply(gamma, a)
-                c = R.add(var, R.const(1e-5, "float32"))
-                d = R.sqrt(c)
-                e = R.divide(b, d)
-                out = R.add(e, beta)
-                R.output(out)
-            return out
-
-    @I.ir_module
-    class Expected:
-        @R.function
-        def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3, 1, 1), "float32"),
-                 beta: R.Tensor((3, 1, 1), "float32"), mean: R.Tensor((3, 1, 1), "float32"),
-                 var: R.Tensor((3, 1, 1), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
-            with R.dataflow():
-                g = R.reshape(gamma, R.shape([3]))
-                b = R.reshape(beta, R.shape([3]))
-                m = R.reshape(mean, R.shape([3]))
-                v = R.reshape(var, R.shape([3]))
-                bn = R.nn.batch_norm(x, g, b, m, v, axis=1, epsilon=float(np.float32(1e-5)),
-                                     training=False)
-                out = bn[0]
-                R.output(out)
-            return out
-
     after, log = collapse(Before)
     tvm.ir.assert_structural_equal(after, Expected)
     assert log.count(RULE) == 1
@@ -151,45 +225,25 @@ def test_constant_parameters_are_folded_to_per_channel_constants():
     pk.assert_same_numerics(mod, after, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case, reason", [
-    ("full_gamma", "gamma has shape (2, 3, 4, 4): a per-channel parameter varies along exactly one axis"),
-    ("vector_eps", "epsilon must be a scalar constant"),
-    ("axes_disagree", "parameters broadcast along different axes"),
-    ("scalar_gamma", "gamma has shape (1, 1, 1): a per-channel parameter varies along exactly"),
-])
-def test_batchnorm_collapse_refuses_non_batchnorms_and_says_why(case, reason):
-    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
-    shapes = {"gamma": (3, 1, 1), "beta": (3, 1, 1), "mean": (3, 1, 1), "var": (3, 1, 1)}
-    eps = relax.const(1e-5, "float32")
-    if case == "full_gamma":
-        shapes["gamma"] = (2, 3, 4, 4)
-    elif case == "vector_eps":
-        eps = relax.const(np.full((3, 1, 1), 1e-5, "float32"))
-    elif case == "axes_disagree":
-        x = relax.Var("x", relax.TensorType((2, 3, 4, 3), "float32"))
-        shapes["beta"] = (3,)
-    elif case == "scalar_gamma":
-        shapes["gamma"] = (1, 1, 1)
-    g, b, m, v = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in shapes.items())
-    mod = pk.from_expr(g * (x - m) / relax.op.sqrt(v + eps) + b)
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_batchnorm_collapse_refuses_non_batchnorms_and_says_why(case):
+    make, reason = REFUSED[case]
+    mod = make()
     after, log = collapse(mod)
     assert not batch_norm_calls(after)
     tvm.ir.assert_structural_equal(after, mod)
     assert any(reason in r for r in log.reasons(RULE)), log.reasons(RULE)
 
 
-def test_batchnorm_collapse_does_not_fire_on_minus_beta_or_variable_epsilon():
-    x = relax.Var("x", relax.TensorType((2, 3, 4, 4), "float32"))
-    g, b, m, v = (relax.Var(n, relax.TensorType((3, 1, 1), "float32"))
-                  for n in ("gamma", "beta", "mean", "var"))
-    eps_var = relax.Var("eps", relax.TensorType((), "float32"))
-    minus_beta = g * (x - m) / relax.op.sqrt(v + relax.const(1e-5, "float32")) - b
-    variable_eps = g * (x - m) / relax.op.sqrt(v + eps_var) + b
-    for expr in (minus_beta, variable_eps):
-        mod = pk.from_expr(expr)
-        after, log = collapse(mod)
-        tvm.ir.assert_structural_equal(after, mod)
-        assert log.count() == 0
+@pytest.mark.parametrize("case", sorted(NOT_MATCHED))
+def test_batchnorm_collapse_does_not_match_minus_beta_or_variable_epsilon(case):
+    make, reason = NOT_MATCHED[case]
+    mod = make()
+    after, log = collapse(mod)
+    tvm.ir.assert_structural_equal(after, mod)
+    assert log.count() == 0 and log.reasons() == []  # not even a match to refuse
+    root = mod["main"].body.blocks[0].bindings[-1]
+    assert reason in pk.explain(BatchnormCollapse().pattern, root.value, mod["main"])
 
 
 def test_collapsed_module_prints_and_reparses():

@@ -1,42 +1,150 @@
-"""Every rule in the pattern library is named, documented, tested and verified."""
+"""Every rule of the library is named, documented, and proved four ways by its family's tests.
+
+The contract (``patternkit.testing``): each rule and composite in ``LIBRARY`` has a
+``RuleCase`` in ``tests/patterns/test_<family>.py`` that a test of that file runs with
+``check_rule``; and every ``reject(...)`` in a rule module's source is reached by a
+negative case of that case, which asserts its reason.
+"""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
+import pkgutil
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 import patternkit as pk
-from patternkit.patterns import FAMILIES, all_rules
+import patternkit.patterns as library
+from patternkit.patterns import FAMILIES, LIBRARY
+from patternkit.testing import RuleCase
+from patternkit.testing.contract import prove_reasons
 
 TESTS = Path(__file__).resolve().parent
-RULES = all_rules()
+RULES = list(LIBRARY)
 
 
-def test_rule_names_are_unique_and_dotted():
-    names = [rule.name for rule in RULES]
-    assert len(names) == len(set(names))
+def _family(rule) -> str:
+    return type(rule).__module__.rsplit(".", 1)[-1]
+
+
+def _test_module(family: str):
+    """``tests/patterns/test_<family>.py`` as pytest imports it (its folder is on the path)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    return importlib.import_module(f"test_{family}")
+
+
+def _cases(family: str) -> dict[str, tuple[str, RuleCase]]:
+    """Rule name -> (global name, case) of the cases a family's test module defines."""
+    module = _test_module(family)
+    return {value.name: (name, value) for name, value in vars(module).items()
+            if isinstance(value, RuleCase)}
+
+
+def _case(rule) -> RuleCase:
+    cases = _cases(_family(rule))
+    assert rule.rule_name in cases, (f"tests/patterns/test_{_family(rule)}.py has no RuleCase "
+                                     f"for {rule.rule_name}")
+    return cases[rule.rule_name][1]
+
+
+def test_library_rule_names_are_unique_and_dotted():
+    names = LIBRARY.names
+    assert len(names) == len(set(names)) == len(RULES)
     for name in names:
         assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)+", name), name
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
-def test_rule_is_documented_and_tested(rule):
-    assert rule.__doc__ and rule.__doc__.strip()
-    family = rule.__module__.rsplit(".", 1)[-1]
-    assert family in FAMILIES
-    module_doc = __import__(rule.__module__, fromlist=["x"]).__doc__
+def test_the_library_holds_every_rule_and_composite_of_every_family_module():
+    modules = sorted(info.name for info in pkgutil.iter_modules(library.__path__))
+    assert sorted(FAMILIES) == modules, "a rule module that LIBRARY does not include"
+    expected = [cls for family in FAMILIES
+                for cls in (*getattr(library, family).RULES,
+                            *getattr(getattr(library, family), "COMPOSITES", ()))]
+    assert [type(rule) for rule in LIBRARY] == expected
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
+def test_rule_is_documented_and_has_an_example(rule):
+    assert type(rule).__doc__ and type(rule).__doc__.strip()
+    module_doc = sys.modules[type(rule).__module__].__doc__
     assert module_doc and len(module_doc.strip().splitlines()) > 3
-    test_file = TESTS / f"test_{family}.py"
-    assert test_file.exists() and rule.__name__ in test_file.read_text()
+    assert rule.example() is not None, f"{rule.rule_name} has no example() for verify"
 
 
-@pytest.mark.parametrize("rule", [r for r in RULES if hasattr(r, "example")],
-                         ids=lambda r: r.name)
-def test_rule_example_rewrites_and_keeps_the_numbers(rule):
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
+def test_rule_has_a_contract_case_with_every_proof(rule):
+    case = _case(rule)
+    assert type(case.rule) is type(rule)
+    assert case.before is not None and case.expected is not None  # 1. structure
+    assert case.negatives  # 2. reasons
+    assert case.tolerance.why.strip()  # 4. numerics, with the reason for the tolerance
+    if isinstance(rule, pk.CompositeRule):  # a composite only moves bindings
+        assert case.tolerance.exact, f"{rule.rule_name}: composites are proved bit-exact"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
+def test_the_family_tests_run_the_contract_case(rule):
+    family = _family(rule)
+    global_name, _ = _cases(family)[rule.rule_name]
+    tree = ast.parse((TESTS / f"test_{family}.py").read_text())
+    runs = [fn.name for fn in tree.body
+            if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")
+            for call in ast.walk(fn) if isinstance(call, ast.Call)
+            and getattr(call.func, "id", None) == "check_rule"
+            and [getattr(a, "id", None) for a in call.args] == [global_name]]
+    assert runs, f"no test in test_{family}.py calls check_rule({global_name})"
+
+
+def _reject_sites(module) -> list[tuple[str | None, int, int]]:
+    """``(enclosing class or None, first line, last line)`` of each reject(...) / Reject(...)."""
+    tree = ast.parse(inspect.getsource(module))
+    sites = []
+
+    def visit(node, owner):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.ClassDef) else owner
+            if isinstance(child, ast.Call):
+                func = child.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if name in ("reject", "Reject"):
+                    sites.append((owner, child.lineno, child.end_lineno))
+            visit(child, inner)
+
+    visit(tree, None)
+    return sites
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_reject_in_a_rule_module_has_a_negative_case_asserting_its_reason(family):
+    module = sys.modules[f"patternkit.patterns.{family}"]
+    path = inspect.getsourcefile(module)
+    hit: dict[str, list[int]] = {}
+    for _, case in _cases(family).values():
+        hit[type(case.rule).__name__] = [r.site[1] for r in prove_reasons(case)
+                                         if r.site is not None and r.site[0] == path]
+    everywhere = [line for lines in hit.values() for line in lines]
+    missing = []
+    for owner, first, last in _reject_sites(module):
+        lines = everywhere if owner is None else hit.get(owner, [])
+        if not any(first <= line <= last for line in lines):
+            missing.append(f"{Path(path).name}:{first} ({owner or 'module level'})")
+    assert not missing, ("reject(...) sites that no negative case reaches (add a Negative "
+                         "with the reason to the rule's RuleCase): " + ", ".join(missing))
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
+def test_rule_example_fires_and_keeps_the_numbers(rule):
+    from patternkit.testing import apply_rule
+
     before = rule.example()
-    log = pk.RewriteLog()
-    after = pk.rewrite(rule(), before, log=log)
-    assert log.count(rule.name) >= 1
-    pk.assert_same_numerics(before, after, positive=("var",), rtol=1e-5, atol=1e-5)
+    applied = apply_rule(rule, before)
+    assert applied.fired >= 1
+    # Composites only wrap bindings: bit-exact.  Rewrites change arithmetic order.
+    tol = 0.0 if isinstance(rule, pk.CompositeRule) else 1e-5
+    pk.assert_same_numerics(before, applied.module, positive=("var",), rtol=tol, atol=tol)

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from patternkit.app.cli import main
+from patternkit.patterns import LIBRARY
 
 
 def test_run_on_the_builtin_model_writes_every_output(tmp_path, capsys):
@@ -99,6 +100,8 @@ def test_list_shows_names_kinds_and_docs(capsys):
     out = capsys.readouterr().out
     assert "batchnorm.collapse" in out and "rewrite" in out
     assert "byoc.conv2d_add_relu" in out and "composite" in out
+    lines = out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == list(LIBRARY.names)
 
 
 def test_viz_writes_an_svg(tmp_path):
@@ -109,5 +112,5 @@ def test_viz_writes_an_svg(tmp_path):
 
 def test_verify_checks_every_library_entry(capsys):
     assert main(["verify", "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("ok  ") == 3 and "FAIL" not in out
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[:2] for line in lines] == [["ok", f"{name}:"] for name in LIBRARY.names]

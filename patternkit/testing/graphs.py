@@ -1,4 +1,4 @@
-"""Test helpers: a pytest-friendly round-trip assertion and hypothesis strategies.
+"""Graphs for tests: a pytest-friendly round-trip assertion and hypothesis strategies.
 
 ``assert_roundtrip`` wraps :func:`patternkit.check_roundtrip` so a failing round
 trip reads as a test failure with the first differing binding printed on both sides.
@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from .verification.roundtrip import RoundTripResult, check_roundtrip
+from ..verification.roundtrip import RoundTripResult, check_roundtrip
 
 __all__ = ["assert_roundtrip", "relax_graphs", "batchnorm_chain", "batchnorm_pattern",
            "fusion_patterns"]

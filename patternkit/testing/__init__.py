@@ -1,0 +1,23 @@
+"""Public test helpers: the rule contract, round-trip assertions and graph strategies.
+
+* :mod:`~patternkit.testing.contract`: state a rule's positive case, negative cases
+  with their reasons and its numeric tolerance once (:class:`RuleCase`), and
+  :func:`check_rule` proves it four ways (structure, reasons, round trip, numerics);
+* :mod:`~patternkit.testing.graphs`: ``assert_roundtrip``, the hypothesis strategy
+  ``relax_graphs()``, the benchmark's ``batchnorm_chain`` and ``fusion_patterns``.
+
+hypothesis is only imported when a strategy is requested, so importing this package
+costs nothing beyond patternkit itself.
+"""
+
+from .contract import (EXACT, Negative, NegativeResult, RuleCase, RuleProof, Tolerance,
+                       apply_rule, assert_reparses, check_rule)
+from .graphs import (assert_roundtrip, batchnorm_chain, batchnorm_pattern, fusion_patterns,
+                     relax_graphs)
+
+__all__ = [
+    "RuleCase", "Negative", "Tolerance", "EXACT", "check_rule", "apply_rule",
+    "assert_reparses", "RuleProof", "NegativeResult",
+    "assert_roundtrip", "relax_graphs", "batchnorm_chain", "batchnorm_pattern",
+    "fusion_patterns",
+]

@@ -1,0 +1,87 @@
+"""Pattern tables: rules and rule sets as entries, and checks that survive FuseOpsByPattern."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.byoc import CompositeLog, PatternTable, composite_counts, merge_composite
+from patternkit.patterns.conv import ConvAddReluComposite
+
+
+def _conv_add_relu(bias_shape) -> tvm.IRModule:
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.random((4, 3, 3, 3), "float32")),
+                                           padding=1))
+            a = bb.emit(relax.op.add(c, relax.const(rng.random(bias_shape, "float32"))))
+            out = bb.emit_output(relax.op.nn.relu(a))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fuse(table: PatternTable, mod):
+    return relax.transform.FuseOpsByPattern(table.to_fusion_patterns())(mod)
+
+
+@pytest.mark.parametrize("entry", ["rule", "relay_row"])
+def test_fuse_ops_by_pattern_runs_the_check_with_the_roles_it_reads(entry):
+    rule = ConvAddReluComposite("ccompiler", bias="required")
+    table = PatternTable([rule if entry == "rule" else rule.entry()])
+    full = _conv_add_relu((1, 4, 8, 8))  # a full-tensor add: not a bias
+    assert composite_counts(_fuse(table, full)) == {}
+    assert composite_counts(merge_composite(full, table)) == {}
+    per_channel = _conv_add_relu((1, 4, 1, 1))
+    fused = _fuse(table, per_channel)
+    assert composite_counts(fused) == composite_counts(merge_composite(per_channel, table)) == {
+        "ccompiler.conv2d_add_strict_relu": 1}
+    pk.assert_same_numerics(per_channel, fused, rtol=0, atol=0)
+
+
+def test_fuse_ops_by_pattern_gives_a_relay_check_the_full_node_map():
+    conv = pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard())
+    bias = pk.wildcard()
+    seen = []
+
+    def check(pre, node_map):
+        seen.append(tuple(int(d) for d in node_map[bias][0].ty.shape))
+        return node_map.var(conv) is not None
+
+    table = PatternTable([("c.conv_add", pk.is_op("add")(conv, bias), check)])
+    assert composite_counts(_fuse(table, _conv_add_relu((1, 4, 1, 1)))) == {"c.conv_add": 1}
+    assert seen == [(1, 4, 1, 1)]
+
+
+def test_a_check_that_raises_under_fuse_ops_by_pattern_names_the_entry():
+    def broken(pre):
+        raise ValueError("boom")
+
+    table = PatternTable([("c.conv", pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard()),
+                           broken)])
+    with pytest.raises(pk.CallbackError, match=r"entry 'c.conv' raised ValueError: boom"):
+        _fuse(table, _conv_add_relu((1, 4, 1, 1)))
+
+
+def test_a_rule_set_is_a_table_of_its_composites():
+    from patternkit.patterns import LIBRARY
+
+    rules = LIBRARY.for_compiler("ccompiler")
+    table = PatternTable(rules)
+    assert table.names == ["ccompiler.conv2d_add_relu"]
+    assert table[0].rule is rules.composites()[0]
+
+
+def test_merge_composite_takes_a_rule_set_and_logs_its_rules_reasons():
+    rules = pk.RuleSet([ConvAddReluComposite("ccompiler", bias="required")])
+    log = CompositeLog()
+    out = pk.merge_composite(_conv_add_relu((1, 4, 8, 8)), rules, log=log)
+    assert composite_counts(out) == {}
+    (skip, *_) = log.skipped
+    assert skip.kind == "check" and "is not a per-channel bias" in skip.reason
+    assert skip.rejection is not None and skip.rejection.site[0].endswith("conv.py")
