@@ -268,8 +268,8 @@ def _call_rule(rule: RewriteRule, func_name: str, group: Group) -> Any:
             f"where a Relax expression was expected, at binding "
             f"'{describe_binding(func_name, group.binding)}'",
             rule.rule_name, describe_binding(func_name, group.binding))
-    key = result.__chandle__()
-    if key == pre.__chandle__() or key == group.root_var.__chandle__():
+    key = C.handle(result)
+    if key == C.handle(pre) or key == C.handle(group.root_var):
         return None
     if type(result) is type(pre) and C.structural_equal(result, pre):
         return None

@@ -21,17 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-Var = relax.Var
-Call = relax.Call
-Function = relax.Function
-Op = tvm.ir.Op
-GlobalVar = tvm.ir.GlobalVar
-Constant = tvm.ir.Constant
-GenericConst = tvm.ir.GenericConst
-TensorType = relax.TensorType
-TupleType = relax.TupleType
-from tvm.sym import Analyzer  # noqa: E402,F401  (re-exported; tvm.arith before 0.27)
-
+from tvm.sym import Analyzer  # noqa: F401  (re-exported; tvm.arith before 0.27)
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
@@ -47,19 +37,34 @@ def array_items(array: Any) -> list:
     return [get(array, i) for i in range(_array_size(array))]
 
 
-def handle(obj: Any) -> int:
-    """A stable integer key for a TVM object.
+#: ``handle(obj)``: a stable integer key for a TVM object (its C handle).
+#:
+#: Reading ``call.args[0]`` twice gives two Python wrappers of one node.  They hash
+#: alike, but a dict lookup then falls back to ``Expr.__eq__``, which costs ~2 µs; the
+#: engine's per-binding tables are keyed by this handle instead.  It is the unbound
+#: method itself, not a wrapper around it, so that it costs what ``obj.__chandle__()``
+#: costs: the matcher calls it a few times per pattern node.
+handle = tvm_ffi.core.CObject.__chandle__
 
-    Reading ``call.args[0]`` twice gives two Python wrappers of one node.  They hash
-    alike, but a dict lookup then falls back to ``Expr.__eq__``, which costs ~2 µs; the
-    engine's per-binding tables are keyed by this handle instead.
-    """
-    return obj.__chandle__()
+
+def handle_or_none(obj: Any) -> int | None:
+    """:data:`handle` of a TVM object, ``None`` for anything else (a str, a pattern)."""
+    return obj.__chandle__() if isinstance(obj, tvm_ffi.core.CObject) else None
+
+
+#: The FFI constructors behind ``relax.Call(...)``, ``relax.Tuple(...)`` and
+#: ``relax.DataflowVar(...)``, without the Python ``__init__`` that converts its
+#: arguments: DefuseOps builds a few per inlined binding from values it already holds.
+#: ``new_call(ret_ty, op, args, attrs, ty_args, span)``, ``new_tuple(fields, span)``,
+#: ``new_dataflow_var(name, ty, span)``.
+new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
+new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
+new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
 
 
 def var_name(var: Any) -> str:
     """The user-visible name of a Relax ``Var`` or ``GlobalVar``."""
-    if isinstance(var, GlobalVar):
+    if isinstance(var, tvm.ir.GlobalVar):
         return var.name_hint
     return var.name
 
@@ -109,17 +114,17 @@ def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[lis
 
 
 def is_tensor_constant(expr: Any) -> bool:
-    return isinstance(expr, GenericConst)
+    return isinstance(expr, tvm.ir.GenericConst)
 
 
 def is_constant(expr: Any) -> bool:
     """Tensor constants and prim-value immediates (``relax.prim_value``)."""
-    return isinstance(expr, Constant)
+    return isinstance(expr, tvm.ir.Constant)
 
 
 def const_to_numpy(expr: Any) -> np.ndarray:
     """The payload of a tensor constant or a prim-value immediate as a numpy array."""
-    if isinstance(expr, GenericConst):
+    if isinstance(expr, tvm.ir.GenericConst):
         return expr.value.numpy()
     if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return np.asarray(expr.value)
@@ -127,12 +132,12 @@ def const_to_numpy(expr: Any) -> np.ndarray:
 
 
 _OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure); ops live as long as TVM
-VAR_TYPES = frozenset({Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
+VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
 
 
 def op_info(op: Any) -> tuple[str, bool]:
     """``(name, pure)`` of an operator, cached: pure means no side effects (FPurity)."""
-    key = op.__chandle__()
+    key = handle(op)
     info = _OP_INFO.get(key)
     if info is None:
         try:
@@ -149,10 +154,10 @@ def op_name(expr: Any) -> str | None:
     Exact type checks and a per-operator cache: this runs on every binding of every
     pass, and TVM's classes use ``ABCMeta``, which makes ``isinstance`` slow.
     """
-    if type(expr) is not Call:
+    if type(expr) is not relax.Call:
         return None
     op = expr.op
-    if type(op) is not Op:
+    if type(op) is not tvm.ir.Op:
         return None
     return op_info(op)[0]
 
@@ -163,9 +168,9 @@ def is_pure_value(value: Any) -> bool:
     Everything but calls with side effects (an operator without ``FPurity``, an extern
     function) and the values that are not data (local functions, ``If``).
     """
-    if type(value) is Call:
+    if type(value) is relax.Call:
         op = value.op
-        if type(op) is Op:
+        if type(op) is tvm.ir.Op:
             return op_info(op)[1]
         return not isinstance(op, relax.ExternFunc)
     return not isinstance(value, (relax.Function, relax.If))
@@ -176,7 +181,7 @@ def static_shape(ty: Any) -> tuple | None:
 
     Returns ``None`` when the type is not a tensor or its shape is unknown.
     """
-    if not isinstance(ty, TensorType) or ty.shape is None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return None
     dims = []
     for d in ty.shape.values if hasattr(ty.shape, "values") else ty.shape:
@@ -185,7 +190,7 @@ def static_shape(ty: Any) -> tuple | None:
 
 
 def dtype_of(ty: Any) -> str | None:
-    if not isinstance(ty, TensorType) or ty.dtype is None:
+    if not isinstance(ty, relax.TensorType) or ty.dtype is None:
         return None
     text = str(ty.dtype)
     return text or None

@@ -26,7 +26,9 @@ import tvm_ffi
 from tvm import relax
 from tvm_ffi import _ffi_api as _ffi_container
 
-from ..ir.compat import Call, Function, GlobalVar, Op, Var, type_of
+from ..ir.compat import type_of
+
+Call, Function, GlobalVar, Op, Var = relax.Call, relax.Function, tvm.ir.GlobalVar, tvm.ir.Op, relax.Var
 from ..ir.kinds import cluster_kind
 from .labels import call_attributes, compact_type, key_attributes, literal_text, short_op_name
 from .model import Cluster, Edge, GraphModel, Node

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.compat import Constant, GenericConst, TensorType, TupleType
+Constant, GenericConst, TensorType, TupleType = tvm.ir.Constant, tvm.ir.GenericConst, relax.TensorType, relax.TupleType
 
 __all__ = [
     "OP_NAME_STYLES",
