@@ -62,7 +62,7 @@ def _lookup_attr(expr: Any, key: str) -> tuple[bool, Any]:
     if isinstance(expr, tvm.ir.Op):
         try:
             return True, expr.get_attr(key)
-        except (tvm.error.TVMError, AttributeError, ValueError):
+        except C.TVM_ERRORS:  # the operator has no such attribute
             return False, None
     if isinstance(expr, relax.Call):
         attrs = expr.attrs

@@ -62,12 +62,38 @@ new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
 new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def attr_field_names(attrs: Any) -> tuple[str, ...]:
+    """The fields of an attributes object (``Conv2DAttrs``), base classes' first.
+
+    Read from the FFI type information (``__tvm_ffi_type_info__``), once per class.
+    """
+    cls = type(attrs)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        chain = []
+        info = getattr(cls, "__tvm_ffi_type_info__", None)
+        while info is not None:
+            chain.append(info)
+            info = info.parent_type_info
+        names = _FIELD_NAMES[cls] = tuple(f.name for info in reversed(chain) for f in info.fields)
+    return names
+
+
 def var_name(var: Any) -> str:
     """The user-visible name of a Relax ``Var`` or ``GlobalVar``."""
     if isinstance(var, tvm.ir.GlobalVar):
         return var.name_hint
     return var.name
 
+
+#: What TVM raises through the FFI.  Its C++ errors arrive as Python built-ins (a type
+#: mismatch in ``normalize`` is a ``ValueError``) or as ``RuntimeError`` subclasses such
+#: as ``tvm.error.InternalError`` (a missing operator attribute); 0.27 has no
+#: ``tvm.error.TVMError`` to catch instead.
+TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
 _RELAX_TYPES = (relax.TensorType, relax.TupleType, relax.ShapeType, relax.FuncType,
                 relax.ObjectType, tvm.ir.PrimType)
@@ -89,7 +115,7 @@ def type_of(expr: Any):
     with scratch_block(bb, dataflow=True):
         try:
             ty = getattr(bb.normalize(expr), "ty", None)
-        except tvm.error.TVMError:  # an ill-typed bare expression simply has no type
+        except TVM_ERRORS:  # an ill-typed bare expression simply has no type
             ty = None
     return ty if isinstance(ty, _RELAX_TYPES) else None
 
@@ -142,7 +168,7 @@ def op_info(op: Any) -> tuple[str, bool]:
     if info is None:
         try:
             pure = bool(op.get_attr("FPurity"))
-        except (tvm.error.TVMError, AttributeError, ValueError):
+        except TVM_ERRORS:  # no FPurity registered: not known to be pure
             pure = False
         info = _OP_INFO[key] = (op.name, pure)
     return info
