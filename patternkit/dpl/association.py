@@ -10,7 +10,7 @@ failed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..ir import compat as C
 from .pattern import CallPattern, ExprPattern
@@ -22,7 +22,7 @@ _MULTIPLY = "relax.multiply"
 
 
 def reassociations(pattern: CallPattern, call: Any, args_of: Callable[[Any], list],
-                   peek: Callable[[Any], Any]) -> Iterator[CallPattern]:
+                   peek: Callable[[Any], Any]) -> list[CallPattern]:
     """The re-associated forms of ``pattern`` worth trying against ``call``, in order.
 
     Parameters
@@ -35,27 +35,35 @@ def reassociations(pattern: CallPattern, call: Any, args_of: Callable[[Any], lis
     peek : callable
         ``peek(expr)``: the value behind a Var, looked through without recording it;
         a form is only proposed when the graph has the nested operator it needs.
+
+    Returns
+    -------
+    list of CallPattern
+        Usually empty: this runs whenever a call pattern fails, so the common case
+        (neither a divide nor a multiply) returns before building anything.
     """
     if pattern.args is None:
-        return
+        return []
     pattern_op = _op_name(pattern)
-    if pattern_op is None:
-        return
+    if pattern_op != _DIVIDE and pattern_op != _MULTIPLY:
+        return []
     call_op = C.op_name(call)
+    forms = []
     if pattern_op == _DIVIDE and call_op == _MULTIPLY:
         inner = pattern.args[0]
         if (_is_binary(inner, _MULTIPLY)
                 and any(C.op_name(peek(a)) == _DIVIDE for a in args_of(call))):
             for k in range(2):
                 div = CallPattern(pattern.op, [inner.args[k], pattern.args[1]])
-                yield CallPattern(inner.op, [inner.args[1 - k], div])
+                forms.append(CallPattern(inner.op, [inner.args[1 - k], div]))
     elif pattern_op == _MULTIPLY and call_op == _DIVIDE:
         if C.op_name(peek(args_of(call)[0])) == _MULTIPLY:
             for k in range(2):
                 inner = pattern.args[k]
                 if _is_binary(inner, _DIVIDE):
                     mul = CallPattern(pattern.op, [inner.args[0], pattern.args[1 - k]])
-                    yield CallPattern(inner.op, [mul, inner.args[1]])
+                    forms.append(CallPattern(inner.op, [mul, inner.args[1]]))
+    return forms
 
 
 def _op_name(pattern: CallPattern) -> str | None:
