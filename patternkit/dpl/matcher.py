@@ -76,22 +76,14 @@ class Match:
     internal_keys: list = field(default_factory=list)
 
 
-class Matcher:
-    """Match patterns against expressions.
+class _MatchRecord:
+    """What a match in progress has recorded, and how to take it back.
 
-    Parameters
-    ----------
-    lookup : callable, optional
-        ``lookup(var)`` returns the value bound to ``var`` if the matcher may look through
-        it, else ``None``.  Without it the matcher sees only the expression given.
-    call_args : dict, optional
-        Handle of a call -> its argument list, read once and shared with the caller.
-    table : dict, optional
-        Handle of a Var -> its value: the rewrite engine's index, used instead of
-        ``lookup`` (no Python wrapper of the Var needs hashing).
-
-    Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
-    each step (:func:`patternkit.explain` records the deepest failure that way).
+    ``_memo`` (pattern -> what it matched), ``_via`` (pattern -> the Var looked through
+    to reach it), ``_internal`` (handle -> Var looked through, in first-visit order) and
+    ``_inputs`` (handle -> captured input, in pattern order) only grow; every addition is
+    logged on ``_trail``, so that a failed alternative is undone by :meth:`_rollback` to
+    the trail's length before it (:meth:`_mark`).
     """
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
@@ -104,28 +96,19 @@ class Matcher:
             self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
 
-    def _args_of(self, call: relax.Call) -> list:
-        key = C.handle(call)
-        args = self._call_args.get(key)
-        if args is None:
-            args = self._call_args[key] = C.array_items(call.args)
-        return args
-
-    def match(self, pattern: DFPattern, expr: Any) -> Match | None:
-        pattern = as_pattern(pattern)
+    def _start(self) -> None:
+        """Forget the previous match: one matcher serves many candidates."""
         self._memo: dict[DFPattern, Any] = {}
         self._via: dict[DFPattern, Any] = {}
-        self._internal: dict[int, Any] = {}  # handle -> Var, in first-visit order
-        self._inputs: dict[int, Any] = {}  # handle -> expression, in pattern order
+        self._internal: dict[int, Any] = {}
+        self._inputs: dict[int, Any] = {}
         self._trail: list[tuple[str, Any]] = []
-        if not self.visit(pattern, expr):
-            return None
-        captures = dict(self._memo)
-        return Match(root=expr, captures=captures, bound_vars=dict(self._via),
+
+    def _recorded(self, root: Any) -> Match:
+        return Match(root=root, captures=dict(self._memo), bound_vars=dict(self._via),
                      internal=list(self._internal.values()), inputs=list(self._inputs.values()),
                      internal_keys=list(self._internal))
 
-    # -- bookkeeping ---------------------------------------------------------------------
     def _mark(self) -> int:
         return len(self._trail)
 
@@ -139,6 +122,22 @@ class Matcher:
                 self._internal.pop(key, None)
             else:
                 self._inputs.pop(key, None)
+
+    def _add_input(self, expr: Any) -> None:
+        if type(expr) is tvm.ir.Op:
+            return
+        key = handle(expr)
+        if key in self._inputs:
+            return
+        self._inputs[key] = expr
+        self._trail.append(("input", key))
+
+    def _args_of(self, call: relax.Call) -> list:
+        key = handle(call)
+        args = self._call_args.get(key)
+        if args is None:
+            args = self._call_args[key] = C.array_items(call.args)
+        return args
 
     def _lookup(self, var: Any) -> Any:
         return self._lookup_key(var, handle(var))
@@ -157,6 +156,16 @@ class Matcher:
             via, expr = expr, value
         return expr, via
 
+    def _peek(self, expr: Any) -> Any:
+        """The value behind ``expr`` without recording the look-through."""
+        seen = 0
+        while isinstance(expr, relax.Var) and seen < 64:
+            value = self._lookup(expr)
+            if value is None:
+                break
+            expr, seen = value, seen + 1
+        return expr
+
     def _same(self, a: Any, b: Any) -> bool:
         if a.same_as(b):
             return True
@@ -165,6 +174,32 @@ class Matcher:
         rb, _ = self._resolve(b)
         self._rollback(mark)
         return ra.same_as(rb)
+
+
+class Matcher(_MatchRecord):
+    """Match patterns against expressions.
+
+    Parameters
+    ----------
+    lookup : callable, optional
+        ``lookup(var)`` returns the value bound to ``var`` if the matcher may look through
+        it, else ``None``.  Without it the matcher sees only the expression given.
+    call_args : dict, optional
+        Handle of a call -> its argument list, read once and shared with the caller.
+    table : dict, optional
+        Handle of a Var -> its value: the rewrite engine's index, used instead of
+        ``lookup`` (no Python wrapper of the Var needs hashing).
+
+    Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
+    each step (:func:`patternkit.explain` records the deepest failure that way).
+    """
+
+    def match(self, pattern: DFPattern, expr: Any) -> Match | None:
+        """The :class:`Match` of ``pattern`` at ``expr``, or ``None``."""
+        self._start()
+        if not self.visit(as_pattern(pattern), expr):
+            return None
+        return self._recorded(expr)
 
     # -- dispatch ------------------------------------------------------------------------
     def visit(self, pattern: DFPattern, expr: Any) -> bool:
@@ -242,15 +277,6 @@ class Matcher:
             return False, None, None
         inner = self._memo[pattern.pattern]
         return check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
-
-    def _add_input(self, expr: Any) -> None:
-        if type(expr) is tvm.ir.Op:
-            return
-        key = C.handle(expr)
-        if key in self._inputs:
-            return
-        self._inputs[key] = expr
-        self._trail.append(("input", key))
 
     # -- node kinds ----------------------------------------------------------------------
     def _match_expr(self, pattern: ExprPattern, expr: Any) -> tuple[bool, Any, Any]:
@@ -334,16 +360,6 @@ class Matcher:
                 return True
             self._rollback(mark)
         return False
-
-    def _peek(self, expr: Any) -> Any:
-        """The value behind ``expr`` without recording the look-through."""
-        seen = 0
-        while isinstance(expr, relax.Var) and seen < 64:
-            value = self._lookup(expr)
-            if value is None:
-                break
-            expr, seen = value, seen + 1
-        return expr
 
     def _match_tuple(self, pattern: TuplePattern, value: Any) -> bool:
         if not isinstance(value, relax.Tuple):

@@ -3,11 +3,13 @@
 patternkit pins apache-tvm exactly, so it reads the stable Relax API (``Var.ty``,
 ``Call.args``, ``relax.TensorType``) directly wherever it needs it.  What lives here is
 what a TVM release is likely to break: private FFI entry points (``tvm_ffi._ffi_api``
-array access, ``__chandle__``), BlockBuilder internals (scratch blocks), renamed
-accessors (``Var.name`` / ``GlobalVar.name_hint``, ``GenericConst.value``,
-``tvm_ffi.structural_equal``, ``tvm.sym`` which was ``tvm.arith``), and the caches that
-make hot paths avoid ``isinstance`` on TVM's ABC classes.  No other module of patternkit
-touches private TVM API; a test enforces it.
+array access and raw constructors, ``__chandle__``, FFI type information), BlockBuilder
+internals (scratch blocks), renamed accessors (``Var.name`` / ``GlobalVar.name_hint``,
+``GenericConst.value``, ``tvm_ffi.structural_equal``, ``tvm.sym`` which was
+``tvm.arith``), the errors TVM raises, and the per-operator cache that lets hot paths
+read an operator's name and purity without going through the FFI.  No other module of
+patternkit touches private TVM API; a test enforces it.  (The per-type cache of
+expression kinds is :mod:`patternkit.ir.walk`.)
 """
 
 from __future__ import annotations
