@@ -48,6 +48,7 @@ from ..fusion import defuse
 from ..ir import compat as C
 from ..ir.kinds import CODEGEN, COMPILER, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
 from ..ir.opnames import relax_op_name, relay_short_name
+from ..ir.rebuild import make_block, rebuild_function
 from ..ir.targets import rewritable_functions
 from .merge import merge_composite
 from .table import PatternTable, PatternTableError
@@ -263,13 +264,10 @@ def _lift_in_function(bb, func_name, func, compilers, wrap, order):
                 continue
             kept.append(binding)
         if kept:
-            blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
-                          else relax.BindingBlock(kept))
+            blocks.append(make_block(kept, isinstance(block, relax.DataflowBlock)))
     if not changed:
         return None
-    body = relax.SeqExpr(blocks, func.body.body)
-    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-    return relax.BlockBuilder().normalize(new_func)
+    return rebuild_function(func, blocks)
 
 
 def _normalized_call(bb: relax.BlockBuilder, gv, args: list, dataflow: bool):
@@ -345,11 +343,8 @@ def _retarget_calls(func: relax.Function, new_gvs: dict) -> relax.Function:
                                         isinstance(block, relax.DataflowBlock))
                 binding = relax.VarBinding(binding.var, call)
             kept.append(binding)
-        blocks.append(relax.DataflowBlock(kept) if isinstance(block, relax.DataflowBlock)
-                      else relax.BindingBlock(kept))
-    body = relax.SeqExpr(blocks, func.body.body)
-    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-    return relax.BlockBuilder().normalize(new_func)
+        blocks.append(make_block(kept, isinstance(block, relax.DataflowBlock)))
+    return rebuild_function(func, blocks)
 
 
 def external_functions(mod: tvm.IRModule, compiler: str | None = None) -> dict[str, relax.Function]:

@@ -29,10 +29,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..engine.outline import substitute
 from ..errors import MalformedIRError, PatternkitError
 from ..ir import compat as C
 from ..ir.opnames import relax_op_name
+from ..ir.walk import substitute
 from ..verification.numeric import build, flatten
 
 SPLIT_OUTPUTS = "split_outputs"
@@ -170,8 +170,9 @@ def _build_piece(func, k, piece, reads, defined_in, needed_after, result, n_piec
 
 
 def _bind(expr, mapping: dict):
-    """``expr`` with the Vars whose handles are in ``mapping`` replaced."""
-    return substitute(expr, mapping) if mapping else expr
+    """``expr`` with the Vars whose handles are in ``mapping`` replaced (``bb.emit``
+    types the result)."""
+    return substitute(expr, mapping, by_handle=True, keep_types=False) if mapping else expr
 
 
 def run_split(modules: Sequence[tvm.IRModule], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

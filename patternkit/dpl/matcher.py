@@ -16,7 +16,10 @@ Semantics follow Relay's ``DFPatternMatcher``:
 * a failed alternative leaves no trace (the memo is rolled back).
 
 The matcher is pure Python and touches only the bindings a pattern reaches, so matching
-costs O(pattern size) per candidate whatever the size of the function.
+costs O(pattern size) per candidate whatever the size of the function.  The tests of the
+constraint patterns (``has_attr``, ``has_type`` ...) are in
+:mod:`patternkit.dpl.constraints`, the re-associated forms in
+:mod:`patternkit.dpl.association`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from tvm import relax
 
 from ..errors import PatternError
 from ..ir import compat as C
+from ..ir.compat import VAR_TYPES, handle
+from .association import reassociations
+from .constraints import check_constraint
 from .pattern import (
     COMMUTATIVE_OPS, AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
     DFPattern, ExprPattern, ShapePattern, TupleGetItemPattern, TuplePattern, TypePattern,
@@ -36,7 +42,6 @@ from .pattern import (
 )
 
 Lookup = Callable[[Any], Any]
-_VAR_TYPES = C.VAR_TYPES
 
 
 @dataclass
@@ -71,14 +76,14 @@ class Match:
     internal_keys: list = field(default_factory=list)
 
 
-class Matcher:
-    """Match patterns against expressions.
+class _MatchRecord:
+    """What a match in progress has recorded, and how to take it back.
 
-    Parameters
-    ----------
-    lookup : callable, optional
-        ``lookup(var)`` returns the value bound to ``var`` if the matcher may look through
-        it, else ``None``.  Without it the matcher sees only the expression given.
+    ``_memo`` (pattern -> what it matched), ``_via`` (pattern -> the Var looked through
+    to reach it), ``_internal`` (handle -> Var looked through, in first-visit order) and
+    ``_inputs`` (handle -> captured input, in pattern order) only grow; every addition is
+    logged on ``_trail``, so that a failed alternative is undone by :meth:`_rollback` to
+    the trail's length before it (:meth:`_mark`).
     """
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
@@ -91,28 +96,19 @@ class Matcher:
             self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
 
-    def _args_of(self, call: relax.Call) -> list:
-        key = C.handle(call)
-        args = self._call_args.get(key)
-        if args is None:
-            args = self._call_args[key] = C.array_items(call.args)
-        return args
-
-    def match(self, pattern: DFPattern, expr: Any) -> Match | None:
-        pattern = as_pattern(pattern)
+    def _start(self) -> None:
+        """Forget the previous match: one matcher serves many candidates."""
         self._memo: dict[DFPattern, Any] = {}
         self._via: dict[DFPattern, Any] = {}
-        self._internal: dict[int, Any] = {}  # handle -> Var, in first-visit order
-        self._inputs: dict[int, Any] = {}  # handle -> expression, in pattern order
+        self._internal: dict[int, Any] = {}
+        self._inputs: dict[int, Any] = {}
         self._trail: list[tuple[str, Any]] = []
-        if not self._visit(pattern, expr):
-            return None
-        captures = dict(self._memo)
-        return Match(root=expr, captures=captures, bound_vars=dict(self._via),
+
+    def _recorded(self, root: Any) -> Match:
+        return Match(root=root, captures=dict(self._memo), bound_vars=dict(self._via),
                      internal=list(self._internal.values()), inputs=list(self._inputs.values()),
                      internal_keys=list(self._internal))
 
-    # -- bookkeeping ---------------------------------------------------------------------
     def _mark(self) -> int:
         return len(self._trail)
 
@@ -127,14 +123,30 @@ class Matcher:
             else:
                 self._inputs.pop(key, None)
 
+    def _add_input(self, expr: Any) -> None:
+        if type(expr) is tvm.ir.Op:
+            return
+        key = handle(expr)
+        if key in self._inputs:
+            return
+        self._inputs[key] = expr
+        self._trail.append(("input", key))
+
+    def _args_of(self, call: relax.Call) -> list:
+        key = handle(call)
+        args = self._call_args.get(key)
+        if args is None:
+            args = self._call_args[key] = C.array_items(call.args)
+        return args
+
     def _lookup(self, var: Any) -> Any:
-        return self._lookup_key(var, var.__chandle__())
+        return self._lookup_key(var, handle(var))
 
     def _resolve(self, expr: Any) -> tuple[Any, Any]:
         """Follow bindings from a Var to its value; returns (value, last var looked through)."""
         via = None
-        while type(expr) in _VAR_TYPES:
-            key = expr.__chandle__()
+        while type(expr) in VAR_TYPES:
+            key = handle(expr)
             value = self._lookup_key(expr, key)
             if value is None:
                 break
@@ -143,6 +155,16 @@ class Matcher:
                 self._trail.append(("internal", key))
             via, expr = expr, value
         return expr, via
+
+    def _peek(self, expr: Any) -> Any:
+        """The value behind ``expr`` without recording the look-through."""
+        seen = 0
+        while isinstance(expr, relax.Var) and seen < 64:
+            value = self._lookup(expr)
+            if value is None:
+                break
+            expr, seen = value, seen + 1
+        return expr
 
     def _same(self, a: Any, b: Any) -> bool:
         if a.same_as(b):
@@ -153,8 +175,38 @@ class Matcher:
         self._rollback(mark)
         return ra.same_as(rb)
 
+
+class Matcher(_MatchRecord):
+    """Match patterns against expressions.
+
+    Parameters
+    ----------
+    lookup : callable, optional
+        ``lookup(var)`` returns the value bound to ``var`` if the matcher may look through
+        it, else ``None``.  Without it the matcher sees only the expression given.
+    call_args : dict, optional
+        Handle of a call -> its argument list, read once and shared with the caller.
+    table : dict, optional
+        Handle of a Var -> its value: the rewrite engine's index, used instead of
+        ``lookup`` (no Python wrapper of the Var needs hashing).
+
+    Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
+    each step (:func:`patternkit.explain` records the deepest failure that way).
+    """
+
+    def match(self, pattern: DFPattern, expr: Any) -> Match | None:
+        """The :class:`Match` of ``pattern`` at ``expr``, or ``None``."""
+        self._start()
+        if not self.visit(as_pattern(pattern), expr):
+            return None
+        return self._recorded(expr)
+
     # -- dispatch ------------------------------------------------------------------------
-    def _visit(self, pattern: DFPattern, expr: Any) -> bool:
+    def visit(self, pattern: DFPattern, expr: Any) -> bool:
+        """Match one pattern node against ``expr``, recording what it matched.
+
+        A failed match leaves no trace (everything recorded since is rolled back).
+        """
         # The hot path of every rewrite: kept flat on purpose (no helper calls for the
         # memo, the trail mark or the dispatch).
         memo = self._memo
@@ -214,31 +266,22 @@ class Matcher:
 
     def _on_alt(self, pattern: AltPattern, expr: Any):
         mark = self._mark()
-        if self._visit(pattern.left, expr):
+        if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
         self._rollback(mark)
-        ok = self._visit(pattern.right, expr)
+        ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
 
     def _on_constraint(self, pattern: DFPattern, expr: Any):
-        if not self._visit(pattern.pattern, expr):
+        if not self.visit(pattern.pattern, expr):
             return False, None, None
         inner = self._memo[pattern.pattern]
-        return self._check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
-
-    def _add_input(self, expr: Any) -> None:
-        if type(expr) is tvm.ir.Op:
-            return
-        key = C.handle(expr)
-        if key in self._inputs:
-            return
-        self._inputs[key] = expr
-        self._trail.append(("input", key))
+        return check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
 
     # -- node kinds ----------------------------------------------------------------------
     def _match_expr(self, pattern: ExprPattern, expr: Any) -> tuple[bool, Any, Any]:
         target = pattern.expr
-        if expr.__chandle__() == pattern.handle:
+        if handle(expr) == pattern.handle:
             return True, expr, None
         if isinstance(target, tvm.ir.Op) or isinstance(expr, tvm.ir.Op):
             return False, None, None
@@ -267,11 +310,11 @@ class Matcher:
                 and op_pattern not in self._memo):
             # The usual is_op(...) callee: compare handles, no generic dispatch.
             op = call.op
-            if op.__chandle__() != op_pattern.handle:
+            if handle(op) != op_pattern.handle:
                 return False
             self._memo[op_pattern] = op
             self._trail.append(("memo", op_pattern))
-        elif not self._visit(op_pattern, call.op):
+        elif not self.visit(op_pattern, call.op):
             return False
         if pattern.args is None:
             return True
@@ -294,13 +337,13 @@ class Matcher:
         return False
 
     def _match_args(self, patterns: list[DFPattern], args: list[Any]) -> bool:
-        visit, memo, trail, inputs = self._visit, self._memo, self._trail, self._inputs
+        visit, memo, trail, inputs = self.visit, self._memo, self._trail, self._inputs
         for p, a in zip(patterns, args):
             if type(p) is WildcardPattern and p not in memo:
-                # Inlined _visit + _on_wildcard: most pattern leaves are fresh wildcards.
+                # Inlined visit + _on_wildcard: most pattern leaves are fresh wildcards.
                 memo[p] = a
                 if type(a) is not tvm.ir.Op:
-                    key = a.__chandle__()
+                    key = handle(a)
                     if key not in inputs:
                         inputs[key] = a
                         trail.append(("input", key))
@@ -310,45 +353,13 @@ class Matcher:
         return True
 
     def _match_associated(self, pattern: CallPattern, call: relax.Call) -> bool:
-        """Relay's divide/multiply re-association (see the module docstring)."""
-        pop = _op_of(pattern)
-        eop = C.op_name(call)
-        if pop == "relax.divide" and eop == "relax.multiply" and pattern.args is not None:
-            inner = pattern.args[0]
-            if (isinstance(inner, CallPattern) and _op_of(inner) == "relax.multiply"
-                    and inner.args is not None and len(inner.args) == 2
-                    and any(_is_call_of(self._peek(a), "relax.divide")
-                            for a in self._args_of(call))):
-                for k in range(2):
-                    div = CallPattern(pattern.op, [inner.args[k], pattern.args[1]])
-                    mul = CallPattern(inner.op, [inner.args[1 - k], div])
-                    mark = self._mark()
-                    if self._match_call(mul, call):
-                        return True
-                    self._rollback(mark)
-        if pop == "relax.multiply" and eop == "relax.divide" and pattern.args is not None:
-            if _is_call_of(self._peek(self._args_of(call)[0]), "relax.multiply"):
-                for k in range(2):
-                    inner = pattern.args[k]
-                    if isinstance(inner, CallPattern) and _op_of(inner) == "relax.divide" \
-                            and inner.args is not None and len(inner.args) == 2:
-                        mul = CallPattern(pattern.op, [inner.args[0], pattern.args[1 - k]])
-                        div = CallPattern(inner.op, [mul, inner.args[1]])
-                        mark = self._mark()
-                        if self._match_call(div, call):
-                            return True
-                        self._rollback(mark)
+        """Relay's divide/multiply re-association (:mod:`patternkit.dpl.association`)."""
+        for form in reassociations(pattern, call, self._args_of, self._peek):
+            mark = self._mark()
+            if self._match_call(form, call):
+                return True
+            self._rollback(mark)
         return False
-
-    def _peek(self, expr: Any) -> Any:
-        """The value behind ``expr`` without recording the look-through."""
-        seen = 0
-        while isinstance(expr, relax.Var) and seen < 64:
-            value = self._lookup(expr)
-            if value is None:
-                break
-            expr, seen = value, seen + 1
-        return expr
 
     def _match_tuple(self, pattern: TuplePattern, value: Any) -> bool:
         if not isinstance(value, relax.Tuple):
@@ -370,20 +381,7 @@ class Matcher:
                 index += len(ty.fields)
             if int(value.index) != index:
                 return False
-        return self._visit(pattern.tuple, value.tuple_value)
-
-    # -- constraints ---------------------------------------------------------------------
-    def _check_constraint(self, pattern: DFPattern, expr: Any) -> bool:
-        if isinstance(pattern, AttrPattern):
-            return attrs_match(expr, pattern.attrs)
-        ty = C.type_of(expr)
-        if isinstance(pattern, DataTypePattern):
-            return C.dtype_of(ty) == pattern.dtype
-        if isinstance(pattern, ShapePattern):
-            return shape_matches(C.static_shape(ty), pattern.shape)
-        if isinstance(pattern, TypePattern):
-            return type_matches(ty, pattern.ty)
-        return False
+        return self.visit(pattern.tuple, value.tuple_value)
 
 
 _HANDLERS = {
@@ -400,108 +398,6 @@ _HANDLERS = {
     DataTypePattern: Matcher._on_constraint,
     ShapePattern: Matcher._on_constraint,
 }
-
-
-def _op_of(pattern: CallPattern) -> str | None:
-    op = pattern.op
-    if isinstance(op, ExprPattern) and isinstance(op.expr, tvm.ir.Op):
-        return op.expr.name
-    return None
-
-
-def _is_call_of(expr: Any, name: str) -> bool:
-    return C.op_name(expr) == name
-
-
-# -- attribute, shape and type comparison ------------------------------------------------
-def to_python(value: Any) -> Any:
-    """Normalise a TVM attribute value (Array, IntImm, DataType, String) to plain Python."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, tvm.DataType):
-        return str(value)
-    if isinstance(value, (tvm.tirx.IntImm,)):
-        return int(value.value)
-    if isinstance(value, (tvm.tirx.FloatImm,)):
-        return float(value.value)
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): to_python(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or hasattr(value, "__len__") and hasattr(value, "__getitem__"):
-        try:
-            return [to_python(v) for v in value]
-        except TypeError:
-            pass
-    return str(value)
-
-
-def _lookup_attr(expr: Any, key: str) -> tuple[bool, Any]:
-    if isinstance(expr, tvm.ir.Op):
-        try:
-            return True, expr.get_attr(key)
-        except (tvm.error.TVMError, AttributeError, ValueError):
-            return False, None
-    if isinstance(expr, relax.Call):
-        attrs = expr.attrs
-    else:
-        attrs = getattr(expr, "attrs", None)
-    if attrs is None:
-        return False, None
-    try:
-        if key in attrs:
-            return True, attrs[key]
-    except TypeError:
-        pass
-    if hasattr(attrs, key):
-        return True, getattr(attrs, key)
-    return False, None
-
-
-def attrs_match(expr: Any, expected: dict[str, Any]) -> bool:
-    for key, want in expected.items():
-        found, have = _lookup_attr(expr, key)
-        if not found:
-            return False
-        have, want = to_python(have), to_python(want)
-        if isinstance(have, bool) or isinstance(want, bool):
-            if bool(have) != bool(want):
-                return False
-        elif have != want:
-            return False
-    return True
-
-
-def shape_matches(actual: tuple | None, expected: list) -> bool:
-    if actual is None or len(actual) != len(expected):
-        return False
-    for have, want in zip(actual, expected):
-        if isinstance(want, int) and isinstance(have, int):
-            if have != want:
-                return False
-        elif str(have) != str(want):
-            return False
-    return True
-
-
-def type_matches(actual: Any, expected: Any) -> bool:
-    """``actual`` fits ``expected``; unknown fields of ``expected`` match anything."""
-    if isinstance(expected, type):
-        return isinstance(actual, expected)
-    if isinstance(expected, relax.TensorType):
-        if not isinstance(actual, relax.TensorType):
-            return False
-        want_dtype = C.dtype_of(expected)
-        if want_dtype and C.dtype_of(actual) != want_dtype:
-            return False
-        if expected.ndim != -1 and actual.ndim != expected.ndim:
-            return False
-        want_shape = C.static_shape(expected)
-        if want_shape is not None:
-            return shape_matches(C.static_shape(actual), list(want_shape))
-        return True
-    if isinstance(expected, relax.TupleType):
-        return (isinstance(actual, relax.TupleType) and len(actual.fields) == len(expected.fields)
-                and all(type_matches(a, e) for a, e in zip(actual.fields, expected.fields)))
-    return C.structural_equal(actual, expected)
 
 
 # -- public helpers --------------------------------------------------------------------

@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from ..ir import compat as C
+from ..ir.rebuild import expr_text
 from .matcher import Matcher, function_lookup
 from .pattern import DFPattern, as_pattern, pattern_to_text
 
@@ -24,11 +25,11 @@ class _TracingMatcher(Matcher):
         self.depth = 0
         self.deepest: tuple[int, DFPattern, Any] | None = None
 
-    def _visit(self, pattern: DFPattern, expr: Any) -> bool:
+    def visit(self, pattern: DFPattern, expr: Any) -> bool:
         before = self.deepest
         self.depth += 1
         try:
-            ok = super()._visit(pattern, expr)
+            ok = super().visit(pattern, expr)
         finally:
             self.depth -= 1
         if ok:  # failures beneath a match (an alternative's other branch) are no near miss
@@ -44,13 +45,8 @@ class _TracingMatcher(Matcher):
 def _describe(expr: Any, lookup) -> str:
     value = lookup(expr) if isinstance(expr, relax.Var) and lookup else None
     if value is not None:
-        return f"'{C.var_name(expr)}' = {_short(value)}"
-    return _short(expr)
-
-
-def _short(expr: Any, limit: int = 100) -> str:
-    text = " ".join(str(expr).split())
-    return text if len(text) <= limit else text[:limit] + "..."
+        return f"'{C.var_name(expr)}' = {expr_text(value, 100)}"
+    return expr_text(expr, 100)
 
 
 def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -> str:

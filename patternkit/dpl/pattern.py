@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 
 from ..errors import PatternError, PatternkitError
+from ..ir.compat import handle_or_none
 from ..ir.opnames import get_op
 
 __all__ = [
@@ -152,7 +153,7 @@ class ExprPattern(DFPattern):
     def __init__(self, expr: Any):
         self.expr = expr
         # Compared by handle first: cheaper than an FFI same_as per candidate.
-        self.handle = expr.__chandle__() if hasattr(expr, "__chandle__") else None
+        self.handle = handle_or_none(expr)
         self.is_operator = isinstance(expr, tvm.ir.Op)
 
 

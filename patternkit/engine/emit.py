@@ -14,10 +14,11 @@ from typing import Any
 
 from tvm import relax
 
-from ..dpl.matcher import type_matches
+from ..dpl.constraints import type_matches
 from ..errors import CallbackError
 from ..ir import compat as C
-from .index import FunctionIndex, dead_after, describe_binding
+from ..ir.rebuild import describe_binding, make_block, rebuild_function
+from .index import FunctionIndex, dead_after
 
 
 def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
@@ -46,12 +47,8 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
             else:
                 emitted.append(binding)
         if emitted:
-            blocks.append(relax.DataflowBlock(emitted) if is_dataflow
-                          else relax.BindingBlock(emitted))
-    body = relax.SeqExpr(blocks, func.body.body)
-    new_func = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-    # One linear C++ call that gives the new SeqExpr its type (bindings are already normal).
-    return relax.BlockBuilder().normalize(new_func)
+            blocks.append(make_block(emitted, is_dataflow))
+    return rebuild_function(func, blocks)
 
 
 def _normalize_replacements(replaced: list, is_dataflow: bool, rule_name: str,

@@ -17,51 +17,8 @@ from tvm import relax
 
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
-
-# Leaves that read no Relax Var (prim values and DataType immediates are Constants in 0.27).
-_NO_VARS = (tvm.ir.Constant, tvm.ir.Op, tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc,
-            tvm.ir.StringImm)
-
-
-_VAR_TYPES = C.VAR_TYPES
-_LEAF_TYPES = frozenset({tvm.ir.GenericConst, tvm.tirx.IntImm, tvm.tirx.FloatImm, tvm.ir.Op,
-                         tvm.ir.GlobalVar, relax.ShapeExpr, relax.ExternFunc, tvm.ir.StringImm})
-
-
-def used_vars(expr: Any) -> list:
-    """Relax Vars an expression reads (with repeats), without descending into bindings.
-
-    Dispatches on exact types first: this runs on every binding of every pass, and
-    ``isinstance`` against TVM's class hierarchy is several times slower.
-    """
-    found = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        kind = type(node)
-        if kind in _VAR_TYPES:
-            found.append(node)
-        elif kind is relax.Call:
-            op = node.op
-            op_kind = type(op)
-            if op_kind in _VAR_TYPES:
-                found.append(op)
-            elif op_kind not in _LEAF_TYPES:
-                stack.append(op)
-            stack.extend(C.array_items(node.args))
-        elif kind in _LEAF_TYPES:
-            continue
-        elif kind is relax.Tuple:
-            stack.extend(C.array_items(node.fields))
-        elif kind is relax.TupleGetItem:
-            stack.append(node.tuple_value)
-        elif isinstance(node, relax.Var):
-            found.append(node)
-        elif isinstance(node, _NO_VARS):
-            continue
-        else:  # functions, If, SeqExpr: rare, let TVM compute their free variables
-            found.extend(relax.analysis.free_vars(node))
-    return found
+from ..ir.rebuild import describe_binding  # noqa: F401  (the engine names it from here)
+from ..ir.walk import KIND_OF, LEAF_KINDS, VAR, vars_read
 
 
 def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
@@ -139,6 +96,7 @@ class FunctionIndex:
     def build(cls, func: relax.Function) -> "FunctionIndex":
         index = cls(func)
         seq = func.body
+        kind_of = KIND_OF.get
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = list(C.array_items(block.bindings))
             index.blocks.append(bindings)
@@ -157,8 +115,14 @@ class FunctionIndex:
                         kind, pure = C.op_info(value.op)
                         args = C.array_items(value.args)
                         index.call_args[handle(value)] = args
-                        if all(type(a) in _VAR_TYPES or type(a) in _LEAF_TYPES for a in args):
-                            reads = [handle(a) for a in args if type(a) in _VAR_TYPES]
+                        reads = []
+                        for a in args:
+                            arg_kind = kind_of(type(a))
+                            if arg_kind is VAR:
+                                reads.append(handle(a))
+                            elif arg_kind not in LEAF_KINDS:  # a tuple, or not seen yet
+                                reads = None
+                                break
                     else:
                         kind, pure = binding_kind(value)
                     if pure:
@@ -166,7 +130,7 @@ class FunctionIndex:
                     index.by_key.setdefault(kind, []).append((bi, j))
                 keys.append((key, pure and type(var) is relax.DataflowVar))
                 if reads is None:
-                    reads = [handle(v) for v in used_vars(value)]
+                    reads = [handle(v) for v in vars_read(value)]
                 index.reads[key] = reads
                 readers = index.readers
                 for used in reads:
@@ -175,7 +139,7 @@ class FunctionIndex:
                     index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)
-        for used in used_vars(seq.body):
+        for used in vars_read(seq.body):
             index.escaping.add(handle(used))
         return index
 
@@ -250,15 +214,3 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
             if key not in replaced:
                 work.extend(index.reads[key])
     return dead
-
-
-def describe_binding(func_name: str, binding: Any, limit: int = 160) -> str:
-    """``"main: lv5 = R.add(lv4, beta)"``, shortened for error messages."""
-    try:
-        value = str(binding.value)
-    except Exception:  # printing must never hide the real error
-        value = type(binding.value).__name__
-    value = " ".join(value.split())
-    if len(value) > limit:
-        value = value[:limit] + "..."
-    return f"{func_name}: {C.var_name(binding.var)} = {value}"

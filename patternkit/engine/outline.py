@@ -16,6 +16,7 @@ from tvm import relax
 from ..ir import compat as C
 from ..ir.kinds import PARTITIONED_FROM_PATTERN
 from ..ir.opnames import relay_short_name
+from ..ir.walk import substitute
 from .index import FunctionIndex
 from .proposal import Group
 
@@ -48,7 +49,9 @@ def build_group_function(index: FunctionIndex, group: Group,
         value = index.binding_at(index.position_of(var)).value
         new_var = (relax.Var(C.var_name(var), var.ty) if var.same_as(root)
                    else relax.DataflowVar(C.var_name(var), var.ty))
-        bindings.append(relax.VarBinding(new_var, substitute(value, mapping)))
+        # Left untyped: the normalisation at the end types the whole body at once.
+        new_value = substitute(value, mapping, by_handle=True, keep_types=False)
+        bindings.append(relax.VarBinding(new_var, new_value))
         mapping[C.handle(var)] = new_var
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[C.handle(root)])
     local = relax.Function(params, body, ret_ty=root.ty, is_pure=True)
@@ -56,23 +59,6 @@ def build_group_function(index: FunctionIndex, group: Group,
     for key, value in attrs.items():
         local = local.with_attr(key, value)
     return relax.BlockBuilder().normalize(local)
-
-
-def substitute(expr: Any, mapping: dict[int, Any]) -> Any:
-    """``expr`` with every sub-expression whose handle is in ``mapping`` replaced."""
-    key = C.handle(expr)
-    if key in mapping:
-        return mapping[key]
-    if isinstance(expr, relax.Call):
-        op = expr.op
-        op = mapping.get(C.handle(op), op) if isinstance(op, relax.Var) else op
-        return relax.Call(op, [substitute(a, mapping) for a in expr.args], expr.attrs,
-                          expr.ty_args)
-    if isinstance(expr, relax.Tuple):
-        return relax.Tuple([substitute(f, mapping) for f in expr.fields])
-    if isinstance(expr, relax.TupleGetItem):
-        return relax.TupleGetItem(substitute(expr.tuple_value, mapping), expr.index)
-    return expr
 
 
 def partition_name(index: FunctionIndex, group: Group) -> str:

@@ -4,7 +4,10 @@ The public helpers here are the ones rule authors need (``patterns/`` uses nothi
 else from TVM's internals): the type, shape and dtype of an expression, the value of a
 constant, Relay/Relax operator names, and the conversions between bare expressions and
 modules.  :mod:`patternkit.ir.compat` holds private TVM API and is for patternkit's
-own layers only.
+own layers only, as are the IR plumbing modules the other layers share:
+:mod:`~patternkit.ir.walk` (expression kinds, the Vars a value reads, substitution),
+:mod:`~patternkit.ir.rebuild` (rebuilding a function, binding text for errors) and
+:mod:`~patternkit.ir.kinds` (fused-function kinds and their attributes).
 """
 
 from .compat import const_to_numpy as const_value

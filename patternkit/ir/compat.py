@@ -3,11 +3,13 @@
 patternkit pins apache-tvm exactly, so it reads the stable Relax API (``Var.ty``,
 ``Call.args``, ``relax.TensorType``) directly wherever it needs it.  What lives here is
 what a TVM release is likely to break: private FFI entry points (``tvm_ffi._ffi_api``
-array access, ``__chandle__``), BlockBuilder internals (scratch blocks), renamed
-accessors (``Var.name`` / ``GlobalVar.name_hint``, ``GenericConst.value``,
-``tvm_ffi.structural_equal``, ``tvm.sym`` which was ``tvm.arith``), and the caches that
-make hot paths avoid ``isinstance`` on TVM's ABC classes.  No other module of patternkit
-touches private TVM API; a test enforces it.
+array access and raw constructors, ``__chandle__``, FFI type information), BlockBuilder
+internals (scratch blocks), renamed accessors (``Var.name`` / ``GlobalVar.name_hint``,
+``GenericConst.value``, ``tvm_ffi.structural_equal``, ``tvm.sym`` which was
+``tvm.arith``), the errors TVM raises, and the per-operator cache that lets hot paths
+read an operator's name and purity without going through the FFI.  No other module of
+patternkit touches private TVM API; a test enforces it.  (The per-type cache of
+expression kinds is :mod:`patternkit.ir.walk`.)
 """
 
 from __future__ import annotations
@@ -21,17 +23,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-Var = relax.Var
-Call = relax.Call
-Function = relax.Function
-Op = tvm.ir.Op
-GlobalVar = tvm.ir.GlobalVar
-Constant = tvm.ir.Constant
-GenericConst = tvm.ir.GenericConst
-TensorType = relax.TensorType
-TupleType = relax.TupleType
-from tvm.sym import Analyzer  # noqa: E402,F401  (re-exported; tvm.arith before 0.27)
-
+from tvm.sym import Analyzer  # noqa: F401  (re-exported; tvm.arith before 0.27)
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
@@ -47,22 +39,63 @@ def array_items(array: Any) -> list:
     return [get(array, i) for i in range(_array_size(array))]
 
 
-def handle(obj: Any) -> int:
-    """A stable integer key for a TVM object.
+#: ``handle(obj)``: a stable integer key for a TVM object (its C handle).
+#:
+#: Reading ``call.args[0]`` twice gives two Python wrappers of one node.  They hash
+#: alike, but a dict lookup then falls back to ``Expr.__eq__``, which costs ~2 µs; the
+#: engine's per-binding tables are keyed by this handle instead.  It is the unbound
+#: method itself, not a wrapper around it, so that it costs what ``obj.__chandle__()``
+#: costs: the matcher calls it a few times per pattern node.
+handle = tvm_ffi.core.CObject.__chandle__
 
-    Reading ``call.args[0]`` twice gives two Python wrappers of one node.  They hash
-    alike, but a dict lookup then falls back to ``Expr.__eq__``, which costs ~2 µs; the
-    engine's per-binding tables are keyed by this handle instead.
+
+def handle_or_none(obj: Any) -> int | None:
+    """:data:`handle` of a TVM object, ``None`` for anything else (a str, a pattern)."""
+    return obj.__chandle__() if isinstance(obj, tvm_ffi.core.CObject) else None
+
+
+#: The FFI constructors behind ``relax.Call(...)``, ``relax.Tuple(...)`` and
+#: ``relax.DataflowVar(...)``, without the Python ``__init__`` that converts its
+#: arguments: DefuseOps builds a few per inlined binding from values it already holds.
+#: ``new_call(ret_ty, op, args, attrs, ty_args, span)``, ``new_tuple(fields, span)``,
+#: ``new_dataflow_var(name, ty, span)``.
+new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
+new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
+new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def attr_field_names(attrs: Any) -> tuple[str, ...]:
+    """The fields of an attributes object (``Conv2DAttrs``), base classes' first.
+
+    Read from the FFI type information (``__tvm_ffi_type_info__``), once per class.
     """
-    return obj.__chandle__()
+    cls = type(attrs)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        chain = []
+        info = getattr(cls, "__tvm_ffi_type_info__", None)
+        while info is not None:
+            chain.append(info)
+            info = info.parent_type_info
+        names = _FIELD_NAMES[cls] = tuple(f.name for info in reversed(chain) for f in info.fields)
+    return names
 
 
 def var_name(var: Any) -> str:
     """The user-visible name of a Relax ``Var`` or ``GlobalVar``."""
-    if isinstance(var, GlobalVar):
+    if isinstance(var, tvm.ir.GlobalVar):
         return var.name_hint
     return var.name
 
+
+#: What TVM raises through the FFI.  Its C++ errors arrive as Python built-ins (a type
+#: mismatch in ``normalize`` is a ``ValueError``) or as ``RuntimeError`` subclasses such
+#: as ``tvm.error.InternalError`` (a missing operator attribute); 0.27 has no
+#: ``tvm.error.TVMError`` to catch instead.
+TVM_ERRORS = (RuntimeError, ValueError, TypeError)
 
 _RELAX_TYPES = (relax.TensorType, relax.TupleType, relax.ShapeType, relax.FuncType,
                 relax.ObjectType, tvm.ir.PrimType)
@@ -84,7 +117,7 @@ def type_of(expr: Any):
     with scratch_block(bb, dataflow=True):
         try:
             ty = getattr(bb.normalize(expr), "ty", None)
-        except tvm.error.TVMError:  # an ill-typed bare expression simply has no type
+        except TVM_ERRORS:  # an ill-typed bare expression simply has no type
             ty = None
     return ty if isinstance(ty, _RELAX_TYPES) else None
 
@@ -109,17 +142,17 @@ def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[lis
 
 
 def is_tensor_constant(expr: Any) -> bool:
-    return isinstance(expr, GenericConst)
+    return isinstance(expr, tvm.ir.GenericConst)
 
 
 def is_constant(expr: Any) -> bool:
     """Tensor constants and prim-value immediates (``relax.prim_value``)."""
-    return isinstance(expr, Constant)
+    return isinstance(expr, tvm.ir.Constant)
 
 
 def const_to_numpy(expr: Any) -> np.ndarray:
     """The payload of a tensor constant or a prim-value immediate as a numpy array."""
-    if isinstance(expr, GenericConst):
+    if isinstance(expr, tvm.ir.GenericConst):
         return expr.value.numpy()
     if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return np.asarray(expr.value)
@@ -127,17 +160,17 @@ def const_to_numpy(expr: Any) -> np.ndarray:
 
 
 _OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure); ops live as long as TVM
-VAR_TYPES = frozenset({Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
+VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
 
 
 def op_info(op: Any) -> tuple[str, bool]:
     """``(name, pure)`` of an operator, cached: pure means no side effects (FPurity)."""
-    key = op.__chandle__()
+    key = handle(op)
     info = _OP_INFO.get(key)
     if info is None:
         try:
             pure = bool(op.get_attr("FPurity"))
-        except (tvm.error.TVMError, AttributeError, ValueError):
+        except TVM_ERRORS:  # no FPurity registered: not known to be pure
             pure = False
         info = _OP_INFO[key] = (op.name, pure)
     return info
@@ -149,10 +182,10 @@ def op_name(expr: Any) -> str | None:
     Exact type checks and a per-operator cache: this runs on every binding of every
     pass, and TVM's classes use ``ABCMeta``, which makes ``isinstance`` slow.
     """
-    if type(expr) is not Call:
+    if type(expr) is not relax.Call:
         return None
     op = expr.op
-    if type(op) is not Op:
+    if type(op) is not tvm.ir.Op:
         return None
     return op_info(op)[0]
 
@@ -163,9 +196,9 @@ def is_pure_value(value: Any) -> bool:
     Everything but calls with side effects (an operator without ``FPurity``, an extern
     function) and the values that are not data (local functions, ``If``).
     """
-    if type(value) is Call:
+    if type(value) is relax.Call:
         op = value.op
-        if type(op) is Op:
+        if type(op) is tvm.ir.Op:
             return op_info(op)[1]
         return not isinstance(op, relax.ExternFunc)
     return not isinstance(value, (relax.Function, relax.If))
@@ -176,7 +209,7 @@ def static_shape(ty: Any) -> tuple | None:
 
     Returns ``None`` when the type is not a tensor or its shape is unknown.
     """
-    if not isinstance(ty, TensorType) or ty.shape is None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return None
     dims = []
     for d in ty.shape.values if hasattr(ty.shape, "values") else ty.shape:
@@ -185,7 +218,7 @@ def static_shape(ty: Any) -> tuple | None:
 
 
 def dtype_of(ty: Any) -> str | None:
-    if not isinstance(ty, TensorType) or ty.dtype is None:
+    if not isinstance(ty, relax.TensorType) or ty.dtype is None:
         return None
     text = str(ty.dtype)
     return text or None

@@ -18,6 +18,7 @@ from tvm import relax
 from ..errors import MalformedIRError
 from . import compat as C
 from .kinds import is_fused
+from .walk import substitute
 
 
 def from_expr(expr: Any, name: str = "main") -> tvm.IRModule:
@@ -48,26 +49,15 @@ def to_expr(func: relax.Function) -> Any:
     a shared intermediate becomes a shared sub-expression.
     """
     env: dict[Any, Any] = {}
-
-    def subst(expr):
-        if isinstance(expr, relax.Var):
-            return env.get(expr, expr)
-        if isinstance(expr, relax.Call):
-            return relax.Call(subst(expr.op) if isinstance(expr.op, relax.Var) else expr.op,
-                              [subst(a) for a in expr.args], expr.attrs, expr.ty_args)
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([subst(f) for f in expr.fields])
-        if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(subst(expr.tuple_value), expr.index)
-        return expr
-
     for block in func.body.blocks:
         for binding in block.bindings:
             if not isinstance(binding, relax.VarBinding):
                 raise MalformedIRError("to_expr cannot nest a match_cast binding "
                                        f"('{C.var_name(binding.var)}')")
-            env[binding.var] = subst(binding.value)
-    return subst(func.body.body)
+            # Untyped, like an expression built with relax.op.*: a nested expression
+            # is typed when it is bound again (from_expr).
+            env[binding.var] = substitute(binding.value, env, keep_types=False)
+    return substitute(func.body.body, env, keep_types=False)
 
 
 def rewritable_functions(mod: tvm.IRModule) -> list[tuple[tvm.ir.GlobalVar, relax.Function]]:

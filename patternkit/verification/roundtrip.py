@@ -2,7 +2,7 @@
 
 ``check_roundtrip(mod)`` applies a fusion (``FuseOps`` after ``LegalizeOps`` +
 ``AnnotateTIROpPattern`` by default, or any pass or callable), undoes it with
-:func:`patternkit.defuse.DefuseOps`, and checks that the result is the program it started
+:func:`patternkit.DefuseOps`, and checks that the result is the program it started
 from.  This is Relay's ``DefuseOps(FuseOps(x)) == x`` promise, made checkable for Relax.
 
 Normalisation
@@ -49,9 +49,11 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 from ..errors import PatternkitError
-from ..fusion.defuser import DefuseOps, _leaf_vars, _substitute
+from ..fusion import DefuseOps
 from ..ir import compat as C
 from ..ir.compat import Analyzer
+from ..ir.rebuild import binding_text, make_block, rebuild_function
+from ..ir.walk import map_type_dims, substitute, vars_read
 from . import numeric as numerics  # a module, not a name: tests replace its compare
 
 __all__ = ["RoundTripError", "RoundTripResult", "check_roundtrip", "normalize_for_comparison",
@@ -89,7 +91,7 @@ class RoundTripResult:
         ``DefuseOps`` applied to ``fused``.
     difference : str or None
         The first structural difference after normalisation, ``None`` when equal.
-    numeric : patternkit.numeric.Comparison or None
+    numeric : patternkit.verification.numeric.Comparison or None
         The VM comparison of ``reference`` and ``restored`` when requested.
     """
 
@@ -128,10 +130,7 @@ def canonical_binding_order(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
             new_body = _order_seq(func.body)
             if new_body is not func.body:
-                new_func = relax.Function(func.params, new_body, func.ret_ty, func.is_pure,
-                                          func.attrs, func.span)
-                # a SeqExpr built from Python has no type until normalised
-                functions[gv] = relax.BlockBuilder().normalize(new_func)
+                functions[gv] = rebuild_function(func, new_body)
     return C.copy_module(mod, functions)
 
 
@@ -142,9 +141,7 @@ def _order_seq(seq):
     later_use: dict = {}
 
     def note(value, block_index):
-        leaves: list = []
-        _leaf_vars(value, leaves)
-        for v in leaves:
+        for v in vars_read(value):
             if v in def_block and def_block[v] != block_index and v not in later_use:
                 later_use[v] = len(later_use)
 
@@ -194,9 +191,7 @@ def _order_block(bindings: list, later_uses: list) -> list:
                 order.append(by_var[var])
                 continue
             stack.append((var, True))
-            operands: list = []
-            _leaf_vars(by_var[var].value, operands)
-            for operand in reversed(operands):
+            for operand in reversed(vars_read(by_var[var].value)):
                 if operand in by_var and operand not in done:
                     stack.append((operand, False))
     return order
@@ -230,16 +225,7 @@ class _SymbolicCanon:
         return self.analyzer.canonical_simplify(expr)
 
     def ty(self, ty):
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            values = getattr(ty.shape, "values", None)
-            if values is None:
-                return ty
-            return relax.TensorType([self.dim(d) for d in values], ty.dtype)
-        if isinstance(ty, relax.ShapeType) and ty.values is not None:
-            return relax.ShapeType([self.dim(d) for d in ty.values])
-        if isinstance(ty, relax.TupleType):
-            return relax.TupleType([self.ty(f) for f in ty.fields])
-        return ty
+        return map_type_dims(ty, self.dim)
 
     def var(self, var):
         cls = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
@@ -248,20 +234,7 @@ class _SymbolicCanon:
         return new
 
     def expr(self, expr):
-        if isinstance(expr, relax.Var):
-            return self.vars.get(expr, expr)
-        if isinstance(expr, relax.Call):
-            op = self.expr(expr.op) if isinstance(expr.op, relax.Var) else expr.op
-            return relax.Call(op, [self.expr(a) for a in expr.args], expr.attrs,
-                              [self.ty(t) for t in expr.ty_args], expr.span,
-                              ret_ty=self.ty(expr.ty))
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([self.expr(f) for f in expr.fields], expr.span)
-        if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(self.expr(expr.tuple_value), expr.index, expr.span)
-        if isinstance(expr, relax.ShapeExpr):
-            return relax.ShapeExpr([self.dim(d) for d in expr.values], expr.span)
-        return _substitute(expr, self.vars)
+        return substitute(expr, self.vars, map_dim=self.dim)
 
     def function(self, func):
         params = [self.var(p) for p in func.params]
@@ -274,13 +247,10 @@ class _SymbolicCanon:
                     bindings.append(relax.MatchCast(self.var(b.var), value, self.ty(b.ty)))
                 else:
                     bindings.append(relax.VarBinding(self.var(b.var), value))
-            cls = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) \
-                else relax.BindingBlock
-            blocks.append(cls(bindings, block.span))
+            blocks.append(make_block(bindings, isinstance(block, relax.DataflowBlock),
+                                     block.span))
         body = relax.SeqExpr(blocks, self.expr(func.body.body), func.body.span)
-        new = relax.Function(params, body, self.ty(func.ret_ty), func.is_pure, func.attrs,
-                             func.span)
-        return relax.BlockBuilder().normalize(new)
+        return rebuild_function(func, body, params=params, ret_ty=self.ty(func.ret_ty))
 
 
 def normalize_for_comparison(mod: tvm.IRModule) -> tvm.IRModule:
@@ -300,8 +270,7 @@ def _flat_bindings(func):
 def _show(binding) -> str:
     if binding is None:
         return "(nothing)"
-    text = str(binding.value)
-    return f"{C.var_name(binding.var)}: {binding.var.ty} = {text}"
+    return binding_text(binding.var, binding.value, limit=None, with_type=True)
 
 
 def first_difference(expected: tvm.IRModule, actual: tvm.IRModule) -> str | None:
@@ -341,7 +310,7 @@ def _function_difference(name, exp_f, act_f) -> str:
                     f"  expected: {_show(e and e[1])}\n  restored: {_show(a and a[1])}")
         (eb_index, eb), (ab_index, ab) = e, a
         try:
-            renamed = _substitute(eb.value, mapping)
+            renamed = substitute(eb.value, mapping)
         except PatternkitError:
             renamed = eb.value
         same = (eb_index == ab_index and type(eb) is type(ab)
@@ -380,7 +349,7 @@ def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | Non
         (``DefuseOps(FuseOps(x)) == x`` with ``x`` the input ``FuseOps`` really sees).
         Otherwise the reference is ``mod`` itself and ``fuse(mod)`` must return a module.
     kinds : iterable of str, optional
-        Forwarded to :func:`patternkit.defuse.DefuseOps`.
+        Forwarded to :func:`patternkit.DefuseOps`.
     numeric : bool
         Also build the reference and the restored module for ``llvm`` and compare them on
         the VM with seeded random inputs (:func:`patternkit.compare`).
@@ -392,7 +361,7 @@ def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | Non
     func_name : str
         The function to run in the numeric comparison.
     numeric_options : dict, optional
-        Extra keyword arguments for :func:`patternkit.numeric.random_inputs`
+        Extra keyword arguments for :func:`patternkit.verification.numeric.random_inputs`
         (``shape_vars``, ``positive`` ...).
     raise_on_failure : bool
         Raise :class:`RoundTripError` on failure (default); otherwise return the result.

@@ -70,7 +70,8 @@ def viz_diff(before: Any, after: Any, changes: Any = None, context: int | None =
     """
     if layout not in LAYOUTS:
         raise VizError(f"layout= expects one of {list(LAYOUTS)}, found {layout!r}")
-    if context is not None and (not isinstance(context, int) or isinstance(context, bool) or context < 0):
+    if context is not None and (not isinstance(context, int) or isinstance(context, bool)
+                                or context < 0):
         raise VizError(f"context= expects a non-negative int (hops), found {context!r}")
     options.setdefault("title", "diff")
     opts = make_options(**options)
@@ -104,7 +105,8 @@ def _records(changes: Any) -> list:
     try:
         records = list(changes)
     except TypeError:
-        raise VizError(f"changes= expects an iterable of change records, found {type(changes).__name__}") from None
+        raise VizError(f"changes= expects an iterable of change records, found "
+                       f"{type(changes).__name__}") from None
     for i, r in enumerate(records):
         missing = [a for a in ("rule", "function", "root", "replaced") if not hasattr(r, a)]
         if missing:
@@ -139,9 +141,38 @@ def _local(n: Node) -> tuple:
 
 
 def _align(mb: GraphModel, ma: GraphModel, records: list):
-    """``(pairs after->before, {after id: rule}, {after cluster id: rule})``."""
-    b_ins, a_ins = _in_edges(mb), _in_edges(ma)
-    blocked_b: set[str] = set()
+    """``(pairs after->before, {after id: rule}, {after cluster id: rule})``.
+
+    The change records first, then the four phases of the module docstring, each
+    pairing only nodes that the earlier ones left unpaired.
+    """
+    alignment = _Alignment()
+    forced_added, forced_clusters = _apply_records(mb, ma, records, alignment)
+    _pair_params_and_outputs(mb, ma, alignment)
+    _pair_structurally(mb, ma, alignment, forced_added)
+    _pair_by_name(mb, ma, alignment, forced_added)
+    _propagate(mb, ma, alignment, forced_added)
+    return alignment.pairs, forced_added, forced_clusters
+
+
+class _Alignment:
+    """The pairs found so far (after id -> before id), and before ids that may not pair."""
+
+    def __init__(self):
+        self.pairs: dict[str, str] = {}
+        self.used_b: set[str] = set()
+        self.blocked_b: set[str] = set()  # replaced by a rule: they are removed
+
+    def pair(self, a: str, b: str) -> None:
+        self.pairs[a] = b
+        self.used_b.add(b)
+
+    def free_b(self, b: str) -> bool:
+        return b not in self.used_b and b not in self.blocked_b
+
+
+def _apply_records(mb: GraphModel, ma: GraphModel, records: list, alignment: _Alignment):
+    """What the change records force: ``({after node: rule}, {after cluster: rule})``."""
     forced_added: dict[str, str] = {}
     forced_clusters: dict[str, str] = {}
     for r in records:
@@ -151,9 +182,9 @@ def _align(mb: GraphModel, ma: GraphModel, records: list):
         if exact in ma.nodes:
             # A plain rewrite: the replaced bindings are gone, the root is new.
             forced_added[exact] = str(r.rule)
-            blocked_b.update(
-                n.id for n in mb.nodes.values() if n.function == fn and n.id == f"{fn}/{n.name}" and n.name in replaced
-            )
+            alignment.blocked_b.update(
+                n.id for n in mb.nodes.values()
+                if n.function == fn and n.id == f"{fn}/{n.name}" and n.name in replaced)
             continue
         # The root is a call drawn inline (a partition or composite): its outermost cluster
         # is what the rule created, and the replaced bindings are absorbed into it.
@@ -162,23 +193,26 @@ def _align(mb: GraphModel, ma: GraphModel, records: list):
             if c.function == fn and inside and all(i.startswith(exact + "/") for i in inside):
                 forced_clusters[c.id] = str(r.rule)
                 break
+    return forced_added, forced_clusters
 
-    pairs: dict[str, str] = {}
-    used_b: set[str] = set()
 
-    def pair(a: str, b: str) -> None:
-        pairs[a] = b
-        used_b.add(b)
-
-    # 1. parameters and outputs
-    b_params = {(n.function, n.name, n.kind): n.id for n in mb.nodes.values() if n.kind in ("param", "output")}
+def _pair_params_and_outputs(mb: GraphModel, ma: GraphModel, alignment: _Alignment) -> None:
+    """Phase 1: parameters by name, outputs by function."""
+    b_params = {(n.function, n.name, n.kind): n.id for n in mb.nodes.values()
+                if n.kind in ("param", "output")}
     for n in ma.nodes.values():
         if n.kind in ("param", "output"):
             b = b_params.get((n.function, n.name, n.kind))
-            if b is not None and b not in used_b:
-                pair(n.id, b)
+            if b is not None and b not in alignment.used_b:
+                alignment.pair(n.id, b)
 
-    # 2. forward structural pass
+
+def _pair_structurally(mb: GraphModel, ma: GraphModel, alignment: _Alignment,
+                       forced_added: dict) -> None:
+    """Phase 2: in walk (topological) order, same local signature and paired inputs."""
+    b_ins, a_ins = _in_edges(mb), _in_edges(ma)
+    pairs = alignment.pairs
+
     def sig(n: Node, ins: dict, rename: dict | None) -> tuple | None:
         inputs = []
         for e in ins.get(n.id, ()):
@@ -190,10 +224,9 @@ def _align(mb: GraphModel, ma: GraphModel, records: list):
 
     table: dict[tuple, deque] = {}
     for n in mb.nodes.values():
-        if n.kind in ("param", "output") or n.id in blocked_b:
+        if n.kind in ("param", "output") or n.id in alignment.blocked_b:
             continue
-        s = sig(n, b_ins, None)
-        table.setdefault(s, deque()).append(n.id)
+        table.setdefault(sig(n, b_ins, None), deque()).append(n.id)
     for n in ma.nodes.values():
         if n.id in pairs or n.id in forced_added or n.kind in ("param", "output"):
             continue
@@ -203,23 +236,31 @@ def _align(mb: GraphModel, ma: GraphModel, records: list):
         q = table.get(s)
         while q:
             b = q.popleft()
-            if b not in used_b:
-                pair(n.id, b)
+            if b not in alignment.used_b:
+                alignment.pair(n.id, b)
                 break
 
-    # 3. same variable name and operator
+
+def _pair_by_name(mb: GraphModel, ma: GraphModel, alignment: _Alignment,
+                  forced_added: dict) -> None:
+    """Phase 3: an operator bound to the same variable name with the same operator."""
     by_name: dict[tuple, list[str]] = {}
     for n in mb.nodes.values():
-        if n.id not in used_b and n.id not in blocked_b and n.name and n.kind in ("op", "call", "value"):
+        if alignment.free_b(n.id) and n.name and n.kind in ("op", "call", "value"):
             by_name.setdefault((n.function, n.name, n.op), []).append(n.id)
     for n in ma.nodes.values():
-        if n.id in pairs or n.id in forced_added or not n.name:
+        if n.id in alignment.pairs or n.id in forced_added or not n.name:
             continue
-        cands = [b for b in by_name.get((n.function, n.name, n.op), ()) if b not in used_b]
+        cands = [b for b in by_name.get((n.function, n.name, n.op), ())
+                 if b not in alignment.used_b]
         if len(cands) == 1:
-            pair(n.id, cands[0])
+            alignment.pair(n.id, cands[0])
 
-    # 4. propagate to consumers through the same argument
+
+def _propagate(mb: GraphModel, ma: GraphModel, alignment: _Alignment,
+               forced_added: dict) -> None:
+    """Phase 4: consumers of paired nodes through the same argument, when unique."""
+    pairs = alignment.pairs
     b_outs, a_outs = _out_edges(mb), _out_edges(ma)
     queue = deque(sorted(pairs.items()))
     while queue:
@@ -233,14 +274,13 @@ def _align(mb: GraphModel, ma: GraphModel, records: list):
             continue
         b_cons: dict[tuple, list[str]] = {}
         for e in b_outs.get(b, ()):
-            if e.dst not in used_b and e.dst not in blocked_b:
+            if alignment.free_b(e.dst):
                 b_cons.setdefault((e.index, mb.nodes[e.dst].op), []).append(e.dst)
         for key, a_list in sorted(a_cons.items()):
             b_list = b_cons.get(key, [])
             if len(set(a_list)) == 1 and len(set(b_list)) == 1:
-                pair(a_list[0], b_list[0])
+                alignment.pair(a_list[0], b_list[0])
                 queue.append((a_list[0], b_list[0]))
-    return pairs, forced_added, forced_clusters
 
 
 def _name(obj: Any) -> str:
@@ -266,7 +306,8 @@ def _copy_node(n: Node, **changes: Any) -> Node:
                    roles=list(n.roles), **changes)
 
 
-def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict, forced_clusters: dict) -> GraphModel:
+def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict,
+           forced_clusters: dict) -> GraphModel:
     a_ins, b_ins = _in_edges(ma), _in_edges(mb)
     model = GraphModel()
     model.functions = list(dict.fromkeys(ma.functions + mb.functions))
@@ -300,7 +341,8 @@ def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict, forc
         new_id = "before:" + cid
         if new_id not in model.clusters:
             c = mb.clusters[cid]
-            model.add_cluster(replace(c, id=new_id, parent=before_cluster(c.parent), attrs=dict(c.attrs), status="removed"))
+            model.add_cluster(replace(c, id=new_id, parent=before_cluster(c.parent),
+                                      attrs=dict(c.attrs), status="removed"))
         return new_id
 
     # Nodes in after order; removed before nodes right after their last kept predecessor.
@@ -315,7 +357,8 @@ def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict, forc
     def add_removed(anchor: str | None) -> None:
         for bid in removed_after.get(anchor, ()):
             n = mb.nodes[bid]
-            model.add_node(_copy_node(n, id="before:" + bid, status="removed", cluster=before_cluster(n.cluster)))
+            model.add_node(_copy_node(n, id="before:" + bid, status="removed",
+                                      cluster=before_cluster(n.cluster)))
 
     add_removed(None)
     for n in ma.nodes.values():
@@ -334,7 +377,8 @@ def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict, forc
     for e in ma.edges:
         k = e.key()
         a_edge_keys.add(k)
-        model.add_edge(Edge(e.src, e.dst, e.index, e.port, e.kind, "" if k in b_edge_keys else "added"))
+        edge_status = "" if k in b_edge_keys else "added"
+        model.add_edge(Edge(e.src, e.dst, e.index, e.port, e.kind, edge_status))
     for e in mb.edges:
         k = (b_id(e.src), b_id(e.dst), e.index, e.port, e.kind)
         if k not in a_edge_keys:
@@ -364,7 +408,8 @@ def _side_by_side(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dic
             else:
                 status, rule = "added", forced_added.get(n.id, "")
             cluster = prefix + n.cluster if n.cluster else sid
-            model.add_node(_copy_node(n, id=prefix + n.id, cluster=cluster, status=status, rule=rule))
+            model.add_node(_copy_node(n, id=prefix + n.id, cluster=cluster, status=status,
+                                      rule=rule))
         for e in src.edges:
             model.add_edge(Edge(prefix + e.src, prefix + e.dst, e.index, e.port, e.kind))
     model.index = {k: ["after:" + i for i in v] for k, v in ma.index.items()}

@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax
 
-from ..ir.compat import Constant, GenericConst, TensorType, TupleType
+from ..ir import compat as C
 
 __all__ = [
     "OP_NAME_STYLES",
@@ -55,7 +54,6 @@ _ZEROS_BY_DEFAULT = {"padding"}
 _BORING_PAIRS = {("center", "True"), ("scale", "True"), ("momentum", "0.1"), ("ceil_mode", "False"),
                  ("count_include_pad", "False")}
 
-_FIELD_CACHE: dict[type, tuple[str, ...]] = {}
 # structural hash of a type -> its text: one C call instead of a walk over the shape.
 _TYPE_CACHE: dict[int, str] = {}
 _TYPE_CACHE_LIMIT = 65536
@@ -94,10 +92,7 @@ def compact_type(ty: Any) -> str:
     """
     if ty is None:
         return ""
-    try:
-        key = tvm_ffi.structural_hash(ty)
-    except Exception:  # not hashable structurally: format it directly
-        return _compact_type(ty)
+    key = C.structural_hash(ty)
     text = _TYPE_CACHE.get(key)
     if text is None:
         text = _compact_type(ty)
@@ -108,7 +103,7 @@ def compact_type(ty: Any) -> str:
 
 
 def _compact_type(ty: Any) -> str:
-    if isinstance(ty, TensorType):
+    if isinstance(ty, relax.TensorType):
         dtype = short_dtype(ty.dtype)
         shape = ty.shape
         if shape is None:
@@ -118,7 +113,7 @@ def _compact_type(ty: Any) -> str:
         if values is None:  # a shape held in a Var: only its name is known
             return f"{dtype}[{getattr(shape, 'name', '?')}]"
         return f"{dtype}[{','.join(prim_expr_text(d) for d in values)}]"
-    if isinstance(ty, TupleType):
+    if isinstance(ty, relax.TupleType):
         return "(" + ", ".join(_compact_type(f) for f in ty.fields) + ")"
     if isinstance(ty, relax.ShapeType):
         values = getattr(ty, "values", None)
@@ -160,23 +155,6 @@ def _value_text(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _attr_fields(attrs: Any) -> tuple[str, ...]:
-    cls = type(attrs)
-    fields = _FIELD_CACHE.get(cls)
-    if fields is None:
-        names: list[str] = []
-        info = getattr(cls, "__tvm_ffi_type_info__", None)
-        chain = []
-        while info is not None:
-            chain.append(info)
-            info = info.parent_type_info
-        for info in reversed(chain):
-            names.extend(f.name for f in info.fields)
-        fields = tuple(names)
-        _FIELD_CACHE[cls] = fields
-    return fields
-
-
 def call_attributes(call: Any) -> dict[str, str]:
     """All attributes of a call to an operator, as ``{name: compact text}`` in field order."""
     attrs = getattr(call, "attrs", None)
@@ -185,10 +163,10 @@ def call_attributes(call: Any) -> dict[str, str]:
     if isinstance(attrs, tvm.ir.DictAttrs):
         return {str(k): _value_text(attrs[k]) for k in sorted(attrs.keys())}
     out = {}
-    for name in _attr_fields(attrs):
+    for name in C.attr_field_names(attrs):
         try:
             out[name] = _value_text(getattr(attrs, name))
-        except Exception:  # a field without a Python getter: skip it, it stays in no label
+        except AttributeError:  # a field without a Python getter: it stays in no label
             continue
     return out
 
@@ -203,24 +181,25 @@ def _is_default(key: str, value: str) -> bool:
     if value in ("None", "", "[]") or key in _BORING_KEYS or (key, value) in _BORING_PAIRS:
         return True
     items = set(value.strip("[]").split(","))
-    return (key in _ONES_BY_DEFAULT and items <= {"1"}) or (key in _ZEROS_BY_DEFAULT and items <= {"0"})
+    return ((key in _ONES_BY_DEFAULT and items <= {"1"})
+            or (key in _ZEROS_BY_DEFAULT and items <= {"0"}))
 
 
 def literal_text(expr: Any) -> str:
     """Short text for a value folded into its consumer: constants, prim values, shapes."""
-    if isinstance(expr, GenericConst):
+    if isinstance(expr, tvm.ir.GenericConst):
         ty = compact_type(getattr(expr, "ty", None))
         if not ty.endswith("[]"):  # only scalars are read: weights are never copied
             return f"const {ty}"
         try:
             # DLPack views the CPU buffer in place: far cheaper than Tensor.numpy().
             return f"const {np.from_dlpack(expr.value).item()!r}"
-        except Exception:  # not viewable in place (e.g. on a device): copy, or give up
+        except (BufferError, RuntimeError):  # on a device, or a dtype DLPack cannot carry
             try:
                 return f"const {expr.value.numpy().item()!r}"
-            except Exception:
+            except C.TVM_ERRORS:  # a dtype numpy cannot hold either: the type says enough
                 return f"const {ty}"
-    if isinstance(expr, Constant):  # IntImm / FloatImm prim values
+    if isinstance(expr, tvm.ir.Constant):  # IntImm / FloatImm prim values
         return str(expr.value)
     if isinstance(expr, relax.ShapeExpr):
         return "shape(" + ",".join(prim_expr_text(d) for d in expr.values) + ")"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.compat import gc_paused  # re-exported: the viz modules pause GC while walking
+from ..ir.compat import handle_or_none
 
 __all__ = ["Cluster", "Edge", "GraphModel", "Node", "OFFLOAD_KINDS", "gc_paused"]
 
@@ -187,10 +188,10 @@ class GraphModel:
     # ----------------------------------------------------------------- queries
     def lookup(self, obj: Any) -> list[str]:
         """Node ids drawn for an IR object (a bound ``relax.Var`` or a value); [] if none."""
-        chandle = getattr(obj, "__chandle__", None)
-        if chandle is None:
+        key = handle_or_none(obj)
+        if key is None:
             return []
-        return list(self.index.get(chandle(), ()))
+        return list(self.index.get(key, ()))
 
     def cluster_chain(self, cluster_id: str | None) -> list[str]:
         """``cluster_id`` and its ancestors, innermost first."""
@@ -199,9 +200,6 @@ class GraphModel:
             chain.append(cluster_id)
             cluster_id = self.clusters[cluster_id].parent
         return chain
-
-    def cluster_depth(self, cluster_id: str) -> int:
-        return len(self.cluster_chain(cluster_id))
 
     def nodes_under(self, cluster_id: str) -> list[str]:
         """Ids of the nodes inside ``cluster_id`` or any cluster nested in it."""
@@ -230,7 +228,8 @@ class GraphModel:
     def summary(self) -> dict:
         """Counts shown in the header: nodes, ops, clusters, composites, offload split."""
         kinds = Counter(n.kind for n in self.nodes.values())
-        cluster_kinds = Counter(c.kind for c in self.clusters.values() if c.kind not in ("match", "side"))
+        cluster_kinds = Counter(c.kind for c in self.clusters.values()
+                                if c.kind not in ("match", "side"))
         composites = Counter(c.name for c in self.clusters.values() if c.kind == "composite")
         composites.update(self.collapsed_composites)
         offload_of: dict[str | None, bool] = {None: False}
@@ -251,7 +250,8 @@ class GraphModel:
         return {
             "nodes": len(self.nodes),
             "edges": len(self.edges),
-            "ops": kinds.get("op", 0) + sum(n.size for n in self.nodes.values() if n.kind == "collapsed"),
+            "ops": kinds.get("op", 0) + sum(n.size for n in self.nodes.values()
+                                            if n.kind == "collapsed"),
             "params": kinds.get("param", 0),
             "clusters": dict(sorted(cluster_kinds.items())),
             "composites": dict(sorted(composites.items())),

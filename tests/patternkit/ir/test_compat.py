@@ -1,0 +1,54 @@
+"""The private and version-sensitive TVM accessors behave as the rest of patternkit needs."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from patternkit.ir import compat as C
+
+
+def tensor(name, shape):
+    return relax.Var(name, relax.TensorType(shape, "float32"))
+
+
+def test_two_python_wrappers_of_one_node_have_the_same_handle():
+    call = relax.op.add(tensor("x", (2,)), tensor("y", (2,)))
+    first, second = call.args[0], call.args[0]
+    assert first is not second and C.handle(first) == C.handle(second)
+    assert C.handle(call.args[0]) != C.handle(call.args[1])
+
+
+def test_handle_or_none_is_none_for_objects_outside_tvm():
+    assert C.handle_or_none("x") is None and C.handle_or_none(None) is None
+    op = tvm.ir.Op.get("relax.add")
+    assert C.handle_or_none(op) == C.handle(op)
+
+
+def test_type_of_an_ill_typed_bare_expression_is_none():
+    # shapes (2,) and (3,) do not broadcast: normalising raises inside TVM
+    bad = relax.op.add(tensor("x", (2,)), tensor("y", (3,)))
+    assert C.type_of(bad) is None
+    good = relax.op.add(tensor("x", (2,)), tensor("y", (2,)))
+    assert C.static_shape(C.type_of(good)) == (2,)
+
+
+def test_op_info_gives_the_name_and_purity_of_an_operator():
+    assert C.op_info(tvm.ir.Op.get("relax.add")) == ("relax.add", True)
+    assert C.op_info(tvm.ir.Op.get("relax.print"))[1] is False
+
+
+def test_attr_field_names_lists_an_attribute_class_s_fields():
+    x, w = tensor("x", (1, 3, 8, 8)), tensor("w", (4, 3, 3, 3))
+    names = C.attr_field_names(relax.op.nn.conv2d(x, w).attrs)
+    assert {"strides", "padding", "dilation", "groups", "data_layout"} <= set(names)
+
+
+def test_the_raw_constructors_build_typed_nodes():
+    x = tensor("x", (2,))
+    ty = relax.TensorType((2,), "float32")
+    call = C.new_call(ty, tvm.ir.Op.get("relax.nn.relu"), [x], None, [], None)
+    assert isinstance(call, relax.Call) and call.ty.same_as(ty)
+    var = C.new_dataflow_var("lv", ty, None)
+    assert type(var) is relax.DataflowVar and var.name == "lv"
+    assert type(C.new_tuple([x, var], None)) is relax.Tuple
