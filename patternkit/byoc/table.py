@@ -65,7 +65,7 @@ class CompositeEntry:
 
     def __post_init__(self) -> None:
         if self.rule is not None:
-            accept, roles = self.rule.checker(), self.rule.roles()
+            accept, roles = self.rule.match_check(), self.rule.roles()
         else:
             accept = adapt_check(self.check) if self.check is not None else None
             roles = {}
@@ -188,7 +188,7 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
         name, pattern, check, rule = raw.name, raw.pattern, raw.check, raw.rule
     elif isinstance(raw, Rule):
         name, pattern, rule = raw.rule_name, raw.pattern, raw
-        check = raw.check if raw.checker() is not None else None
+        check = raw.check if raw.match_check() is not None else None
     elif isinstance(raw, (tuple, list)):
         if len(raw) not in (2, 3):
             raise PatternTableError(f"pattern table entry {i} must be (name, pattern) or "

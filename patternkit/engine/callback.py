@@ -44,13 +44,15 @@ class DFPatternCallback(RewriteRule):
         """Return the replacement for ``post`` (return ``post`` itself to leave it)."""
         raise NotImplementedError(f"{self.rule_name} must implement callback()")
 
-    def checker(self) -> MatchCheck | None:
+    def match_check(self) -> MatchCheck | None:
+        """Relay's ``check(pre, node_map)`` as the engines call a check."""
         if type(self).check is DFPatternCallback.check:
             return None
         check = self.check
         return lambda match: check(match.root, match.node_map)
 
-    def replacement(self, match: RuleMatch) -> Any:
+    def rewrite_match(self, match: RuleMatch) -> Any:
+        """Relay's ``callback(pre, post, node_map)`` as the driver calls a rewrite."""
         pre = match.root
         return self.callback(pre, pre, match.node_map)
 

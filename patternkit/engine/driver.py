@@ -242,7 +242,7 @@ def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: rela
     if not has_candidates(func, root_op_names(rule.pattern)):
         return func, None
     index = FunctionIndex.build(func)
-    checker = rule.checker()  # None: the rule accepts every match, skip the calls
+    checker = rule.match_check()  # None: the rule accepts every match, skip the calls
     check = None if checker is None else group_check(
         checker, roles, lambda group, err: _callback_error(rule, "check", func_name, group, err))
     groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
@@ -268,7 +268,7 @@ def _call_rule(rule: RewriteRule, roles: dict, func_name: str, group: Group) -> 
     """Run the rewrite; ``None`` means "leave this binding as it is"."""
     pre = group.match.root  # the binding's value, as the matcher saw it
     try:
-        result = rule.replacement(RuleMatch(group.match, roles, group.plan))
+        result = rule.rewrite_match(RuleMatch(group.match, roles, group.plan))
     except Exception as err:
         raise _callback_error(rule, "callback", func_name, group, err) from err
     if result is None:

@@ -268,7 +268,7 @@ class Rule:
         """``True`` or a plan to accept the match, :func:`reject` (returned or raised) to refuse."""
         return True
 
-    def checker(self) -> MatchCheck | None:
+    def match_check(self) -> MatchCheck | None:
         """The check as the engines call it, or ``None`` when every match is accepted."""
         return None if type(self).check is Rule.check else self.check
 
@@ -301,8 +301,12 @@ class RewriteRule(Rule):
         """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned."""
         raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
 
-    def replacement(self, match: RuleMatch) -> Any:
-        """The rewrite as the driver calls it (the Relay face calls ``callback`` instead)."""
+    def rewrite_match(self, match: RuleMatch) -> Any:
+        """The rewrite as the driver calls it (the Relay face calls ``callback`` instead).
+
+        Engine hooks on the rule classes have names no Relay-era subclass is likely to
+        use for a method of its own (``rewrite_match``, ``match_check``).
+        """
         return self.rewrite(match)
 
 
@@ -344,7 +348,7 @@ class CompositeRule(Rule):
         ``check`` is Relay's ``check(pre, node_map)``; it runs this rule's check on the
         match.  Passing the rule itself to a table is equivalent.
         """
-        check = self.checker()
+        check = self.match_check()
         if check is None:
             return (self.name, self.pattern, None)
         roles = self.roles()

@@ -1,4 +1,4 @@
-"""FunctionIndex, used_vars and dead_after: the facts the rewrite engine reads off a function.
+"""FunctionIndex and dead_after: the facts the rewrite engine reads off a function.
 
 The index is built once per function and pass; everything the driver, ``partition`` and
 ``MergeComposite`` decide (what the matcher may look through, who reads a Var, what a
@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -20,7 +19,7 @@ from tvm.script import relax as R
 
 import patternkit as pk
 from patternkit import ir as pk_ir
-from patternkit.engine.index import FunctionIndex, dead_after, has_candidates, used_vars
+from patternkit.engine.index import FunctionIndex, dead_after, has_candidates
 from patternkit.ir.compat import handle
 from patternkit.testing import relax_graphs
 
@@ -125,30 +124,6 @@ def test_has_candidates_is_a_cheap_prescan_by_key():
     func = TwoBlocks["main"]
     assert has_candidates(func, {"relax.sigmoid"}) and has_candidates(func, None)
     assert not has_candidates(func, {"relax.nn.conv2d", "relax.multiply"})
-
-
-# ---------------------------------------------------------------------- used_vars
-def _names_of(vars_) -> list[str]:
-    return sorted(v.name for v in vars_)
-
-
-def test_used_vars_lists_repeats_and_skips_leaves(make_var):
-    x, y = make_var("x", (2,)), make_var("y", (2,))
-    assert _names_of(used_vars(relax.op.add(x, x))) == ["x", "x"]
-    assert used_vars(relax.const(1.0)) == [] and used_vars(relax.ShapeExpr([2, 3])) == []
-    assert _names_of(used_vars(relax.op.reshape(x, [2, 1]))) == ["x"]  # a shape reads nothing
-    assert _names_of(used_vars(relax.TupleGetItem(relax.Tuple([x, relax.const(2.0), y]), 1))) \
-        == ["x", "y"]
-
-
-def test_used_vars_sees_a_called_local_function_and_the_free_vars_of_a_nested_one(make_var):
-    x, y, z = make_var("x", (2,)), make_var("y", (2,)), make_var("z", (2,))
-    f = relax.Var("f", relax.FuncType([relax.TensorType((2,), "float32")],
-                                      relax.TensorType((2,), "float32")))
-    assert _names_of(used_vars(relax.Call(f, [x]))) == ["f", "x"]
-    nested = relax.Function([z], relax.SeqExpr([], relax.op.add(z, y)),
-                            ret_ty=relax.TensorType((2,), "float32"))
-    assert _names_of(used_vars(nested)) == ["y"]  # its own parameter is not read from outside
 
 
 # ---------------------------------------------------------------------- dead_after

@@ -15,8 +15,9 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import patternkit as pk
+from patternkit.engine.rule import judge
 from patternkit.engine.index import FunctionIndex
-from patternkit.engine.proposal import (Group, Skipped, adapt_check, check_reason, find_groups,
+from patternkit.engine.proposal import (Group, Skipped, adapt_check, find_groups,
                                         match_bindings)
 from patternkit.testing import relax_graphs
 
@@ -149,7 +150,7 @@ def test_a_vetoed_match_claims_nothing_so_a_smaller_root_can_match():
 
 
 @pytest.mark.parametrize("result, reason", [(False, "check returned False"),
-                                            (0, "check returned False"),
+                                            (0, "check returned 0"),
                                             (pk.reject("too big"), "too big")])
 def test_a_falsy_check_result_or_a_reject_vetoes_with_its_reason(result, reason):
     groups, skipped = _groups(ExpChain, EXP_EXP, lambda group: result)
@@ -176,14 +177,27 @@ def test_an_exception_in_the_check_propagates_to_the_caller():
         _groups(ExpChain, EXP_EXP, broken)
 
 
-def test_check_reason_and_adapt_check_accept_both_relay_signatures():
-    assert check_reason(True) is None and check_reason([1]) is None
-    assert check_reason(None) == "check returned False"
-    assert check_reason(pk.reject("why")) == "why"
+def test_judge_tells_an_acceptance_a_plan_and_a_refusal_apart():
+    assert judge(lambda match: True, None) == (None, None)
+    refusal, plan = judge(lambda match: [1], None)
+    assert refusal is None and plan == [1]  # any other object is the check's plan
+    assert judge(lambda match: None, None)[0].reason == "check returned None"
+    assert judge(lambda match: pk.reject("why"), None)[0].reason == "why"
+
+    def raising(match):
+        raise pk.reject("raised from a helper")
+
+    assert judge(raising, None)[0].reason == "raised from a helper"
     assert not pk.reject("why") and repr(pk.reject("why")) == "reject('why')"
-    assert adapt_check(lambda pre: pre * 2)(3, "node map") == 6
-    assert adapt_check(lambda pre, node_map: node_map)(3, "node map") == "node map"
-    assert adapt_check(bool)(0, "node map") is False  # a builtin: called with pre only
+
+
+def test_adapt_check_accepts_both_relay_signatures():
+    class FakeMatch:
+        root, node_map = 3, "node map"
+
+    assert adapt_check(lambda pre: pre * 2)(FakeMatch()) == 6
+    assert adapt_check(lambda pre, node_map: node_map)(FakeMatch()) == "node map"
+    assert adapt_check(bool)(FakeMatch()) is True  # a builtin: called with pre only
 
 
 # ---------------------------------------------------------------------- match_bindings

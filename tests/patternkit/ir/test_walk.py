@@ -181,3 +181,27 @@ def test_map_type_dims_rewrites_tensor_shape_and_tuple_types():
     assert str(mapped.fields[1].values[0]) == str(n + 1)
     unknown = relax.TensorType(ndim=2, dtype="float32")
     assert map_type_dims(unknown, lambda d: d + 1) is unknown
+
+
+# ---------------------------------------------------------------------- repeats and nesting
+def _names_of(vars_) -> list[str]:
+    return sorted(v.name for v in vars_)
+
+
+def test_vars_read_lists_repeats_and_skips_leaves(make_var):
+    x, y = make_var("x", (2,)), make_var("y", (2,))
+    assert _names_of(vars_read(relax.op.add(x, x))) == ["x", "x"]
+    assert vars_read(relax.const(1.0)) == [] and vars_read(relax.ShapeExpr([2, 3])) == []
+    assert _names_of(vars_read(relax.op.reshape(x, [2, 1]))) == ["x"]  # a shape reads nothing
+    assert _names_of(vars_read(relax.TupleGetItem(relax.Tuple([x, relax.const(2.0), y]), 1))) \
+        == ["x", "y"]
+
+
+def test_vars_read_sees_a_called_local_function_and_the_free_vars_of_a_nested_one(make_var):
+    x, y, z = make_var("x", (2,)), make_var("y", (2,)), make_var("z", (2,))
+    f = relax.Var("f", relax.FuncType([relax.TensorType((2,), "float32")],
+                                      relax.TensorType((2,), "float32")))
+    assert _names_of(vars_read(relax.Call(f, [x]))) == ["f", "x"]
+    nested = relax.Function([z], relax.SeqExpr([], relax.op.add(z, y)),
+                            ret_ty=relax.TensorType((2,), "float32"))
+    assert _names_of(vars_read(nested)) == ["y"]  # its own parameter is not read from outside
