@@ -1,7 +1,8 @@
 """patternkit: Relay-style dataflow-pattern rewriting, partitioning and fusion on TVM Relax.
 
-This module only re-exports the public API.  The package is layered, each layer
-importing only the ones below it (a test enforces it):
+This module only re-exports the public API, and loads each layer when one of its names
+is first used: ``import patternkit`` (and ``patternkit --help``) does not import TVM.
+The package is layered, each layer importing only the ones below it (a test enforces it):
 
 * :mod:`patternkit.ir`: access to TVM's Relax IR (the only layer touching private TVM API);
 * :mod:`patternkit.dpl`: the pattern language and the matcher;
@@ -14,38 +15,22 @@ importing only the ones below it (a test enforces it):
 * :mod:`patternkit.app`: the main job, the command line and the built-in models.
 """
 
-from .app.job import JobReport, run, verify
-from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
-                   OffloadReport, PartitionGraph, PatternTable, PatternTableError,
-                   composite_counts, composite_functions, external_functions, graph_split,
-                   inline_external, merge_composite, offload_report, partition_graph,
-                   pattern_table, run_split)
-from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                  DFPattern, ExprPattern, Match, ShapePattern, TupleGetItemPattern, TuplePattern,
-                  TypePattern, VarPattern, WildcardPattern, explain, find_match, has_attr,
-                  has_dtype, has_shape, has_type, is_const, is_constant, is_expr, is_op,
-                  is_tuple, is_tuple_get_item, is_var, match, wildcard)
-from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
-                     RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
-                     partition, reject, rewrite)
-from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
-                     RewriteDidNotConverge)
-from .fusion import DefuseOps, defuse
-from .ir import from_expr, to_expr
-from .verification import (Comparison, RoundTripError, RoundTripResult, assert_same_numerics,
-                           check_roundtrip, compare)
-from .viz import DotUnavailable, VizError, VizGraph, viz_diff, viz_expr
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 __all__ = [
     # pattern language
-    "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "VarPattern",
+    "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
+    "VarPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
     "TypePattern", "DataTypePattern", "ShapePattern",
-    "wildcard", "is_op", "is_constant", "is_const", "is_var", "is_expr", "is_tuple",
+    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
-    "match", "find_match", "Match", "explain",
+    "match", "find_match", "Match", "explain", "through", "up_to_cast",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
@@ -68,3 +53,92 @@ __all__ = [
     "PatternkitError", "PatternError", "CallbackError", "RewriteDidNotConverge",
     "MalformedIRError",
 ]
+
+#: The layer (subpackage) each public name lives in.
+_HOME = {
+    # dpl
+    "DFPattern": "dpl", "WildcardPattern": "dpl", "ExprPattern": "dpl",
+    "ConstantPattern": "dpl", "ScalarPattern": "dpl", "VarPattern": "dpl", "CallPattern": "dpl",
+    "TuplePattern": "dpl", "TupleGetItemPattern": "dpl", "AltPattern": "dpl",
+    "AttrPattern": "dpl", "TypePattern": "dpl", "DataTypePattern": "dpl", "ShapePattern": "dpl",
+    "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl",
+    "is_scalar": "dpl", "is_var": "dpl", "is_expr": "dpl", "is_tuple": "dpl",
+    "is_tuple_get_item": "dpl", "has_attr": "dpl", "has_dtype": "dpl", "has_shape": "dpl",
+    "has_type": "dpl", "match": "dpl", "find_match": "dpl", "Match": "dpl", "explain": "dpl",
+    "through": "dpl", "up_to_cast": "dpl",
+    # engine
+    "Rule": "engine", "RewriteRule": "engine", "CompositeRule": "engine", "RuleSet": "engine",
+    "RuleMatch": "engine", "Reject": "engine", "DFPatternCallback": "engine",
+    "NodeMap": "engine", "reject": "engine", "rewrite": "engine", "Rewrite": "engine",
+    "RewriteLog": "engine", "RewriteRecord": "engine", "SkippedMatch": "engine",
+    "partition": "engine",
+    # byoc
+    "MergeComposite": "byoc", "merge_composite": "byoc", "PatternTable": "byoc",
+    "PatternTableError": "byoc", "pattern_table": "byoc", "CompositeLog": "byoc",
+    "composite_counts": "byoc", "composite_functions": "byoc", "AnnotateTarget": "byoc",
+    "PartitionGraph": "byoc", "partition_graph": "byoc", "inline_external": "byoc",
+    "external_functions": "byoc", "graph_split": "byoc", "run_split": "byoc",
+    "GraphSplitError": "byoc", "offload_report": "byoc", "OffloadReport": "byoc",
+    "HostOp": "byoc",
+    # fusion
+    "DefuseOps": "fusion", "defuse": "fusion",
+    # verification
+    "check_roundtrip": "verification", "RoundTripResult": "verification",
+    "RoundTripError": "verification", "compare": "verification",
+    "assert_same_numerics": "verification", "Comparison": "verification",
+    # app.job
+    "run": "app.job", "verify": "app.job", "JobReport": "app.job",
+    # ir
+    "from_expr": "ir", "to_expr": "ir",
+    # viz
+    "viz_expr": "viz", "viz_diff": "viz", "VizGraph": "viz", "VizError": "viz",
+    "DotUnavailable": "viz",
+    # errors
+    "PatternkitError": "errors", "PatternError": "errors", "CallbackError": "errors",
+    "RewriteDidNotConverge": "errors", "MalformedIRError": "errors",
+}
+
+
+#: Subpackages reachable as attributes (``pk.viz``, ``pk.ir``) without importing them first.
+_SUBPACKAGES = ("ir", "dpl", "engine", "fusion", "verification", "byoc", "viz", "testing",
+                "patterns", "app", "errors")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'patternkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later look-ups do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
+    from .app.job import JobReport, run, verify
+    from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
+                       OffloadReport, PartitionGraph, PatternTable, PatternTableError,
+                       composite_counts, composite_functions, external_functions, graph_split,
+                       inline_external, merge_composite, offload_report, partition_graph,
+                       pattern_table, run_split)
+    from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
+                      DFPattern, ExprPattern, Match, ScalarPattern, ShapePattern,
+                      TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
+                      WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
+                      has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
+                      is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
+                         RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
+                         partition, reject, rewrite)
+    from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
+                         RewriteDidNotConverge)
+    from .fusion import DefuseOps, defuse
+    from .ir import from_expr, to_expr
+    from .verification import (Comparison, RoundTripError, RoundTripResult,
+                               assert_same_numerics, check_roundtrip, compare)
+    from .viz import DotUnavailable, VizError, VizGraph, viz_diff, viz_expr

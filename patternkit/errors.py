@@ -42,23 +42,8 @@ class MalformedIRError(PatternkitError, ValueError):
     """The input IR is not well formed, or a transformation would make it ill formed."""
 
 
-def _register_with_tvm_ffi() -> None:
-    """Keep these exception types when they cross a ``tvm.transform.Pass`` boundary.
-
-    A Python pass runs behind TVM's FFI; unregistered exceptions come back as a bare
-    ``RuntimeError``.  Registering the classes makes ``pytest.raises(PatternError)`` and
-    ``except PatternkitError`` work on a pass inside ``Sequential`` too.
-    """
-    try:
-        import tvm_ffi
-    except ImportError:  # pragma: no cover - tvm_ffi ships with apache-tvm 0.27
-        return
-    for cls in (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
-                MalformedIRError):
-        try:
-            tvm_ffi.register_error(f"patternkit.{cls.__name__}", cls)
-        except Exception:  # pragma: no cover - an older tvm_ffi: keep RuntimeError
-            return
-
-
-_register_with_tvm_ffi()
+#: Every exception type patternkit raises, registered with TVM's FFI by the first pass
+#: patternkit builds (:func:`patternkit.ir.compat.module_pass`), so that they keep their
+#: type when they cross a ``tvm.transform.Pass`` boundary.
+ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
+               MalformedIRError)

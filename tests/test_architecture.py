@@ -168,3 +168,30 @@ def test_import_linter_layers_contract_holds(capsys, monkeypatch):
     status = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True,
                           no_logo=True)
     assert status == 0, capsys.readouterr().out
+
+
+def test_importing_patternkit_and_asking_for_help_do_not_load_tvm():
+    import subprocess
+    import sys
+
+    code = ("import sys, patternkit, patternkit.app.cli as cli\n"
+            "assert 'tvm' not in sys.modules, 'import patternkit loaded TVM'\n"
+            "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'tvm' not in sys.modules, 'patternkit --help loaded TVM'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_pattern_method_loads_the_layer_that_implements_it():
+    import subprocess
+    import sys
+
+    code = ("import sys, patternkit as pk\n"
+            "from tvm import relax\n"
+            "p = pk.wildcard() + pk.wildcard()\n"
+            "assert 'patternkit.engine' not in sys.modules\n"
+            "x = relax.Var('x', relax.TensorType((2,), 'float32'))\n"
+            "out = p.partition(pk.from_expr(x + x))\n"
+            "assert 'PartitionedFromPattern' in out.script()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
-"""The application: the main job (``patternkit run``), the command line, built-in models."""
+"""The application: the main job (``patternkit run``), the command line, built-in models.
 
-from .job import JobReport, run, verify
-
-__all__ = ["JobReport", "run", "verify"]
+Nothing is imported here, so that ``patternkit --help`` (``app.cli``) stays fast: the
+command line loads the job, and with it TVM, only when a command runs.
+"""

@@ -118,7 +118,7 @@ def AnnotateTarget(compiler: str, ops: Mapping[str, bool | Callable] | None = No
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return merge_composite(mod, table) if len(table) else mod
 
-    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.AnnotateTarget")
+    return C.module_pass(transform, "patternkit.AnnotateTarget")
 
 
 # -- PartitionGraph --------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def PartitionGraph(compiler: str | Iterable[str] | None = None, *,  # noqa: N802
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return partition_graph(mod, compiler, merge=merge)
 
-    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.PartitionGraph")
+    return C.module_pass(transform, "patternkit.PartitionGraph")
 
 
 def _codegen_of(func: relax.Function, compilers: set[str] | None) -> str | None:

@@ -163,7 +163,7 @@ def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TV
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return merge_composite(mod, table, log=log)
 
-    return tvm.transform.module_pass(transform, opt_level=0, name="patternkit.MergeComposite")
+    return C.module_pass(transform, "patternkit.MergeComposite")
 
 
 def _names(vars_: Iterable[Any]) -> tuple[str, ...]:

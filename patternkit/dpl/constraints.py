@@ -12,13 +12,35 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from ..ir import compat as C
-from .pattern import AttrPattern, DataTypePattern, DFPattern, ShapePattern, TypePattern
+from .pattern import (AttrPattern, DataTypePattern, DFPattern, ScalarPattern, ShapePattern,
+                      TypePattern)
 
-__all__ = ["attrs_match", "check_constraint", "shape_matches", "to_python", "type_matches"]
+__all__ = ["attrs_match", "check_constraint", "scalar_matches", "shape_matches", "to_python",
+           "type_matches"]
+
+
+def scalar_matches(pattern: ScalarPattern, expr: Any) -> bool:
+    """Is ``expr`` a one-element constant whose value is ``pattern.value`` (see ScalarPattern)?"""
+    if not C.is_constant(expr):
+        return False
+    array = C.const_to_numpy(expr)
+    if array.size != 1:
+        return False
+    kind = array.dtype.kind
+    have = array.reshape(()).item()
+    if kind in "iub":
+        return float(have) == pattern.value
+    if kind != "f" and str(array.dtype) != "bfloat16":
+        return False
+    rtol = pattern.rtol
+    if rtol is None:  # twice the rounding of the constant's own dtype
+        rtol = 2 * float(np.finfo(array.dtype).eps) if kind == "f" else 2 ** -7
+    return abs(float(have) - pattern.value) <= pattern.atol + rtol * abs(pattern.value)
 
 
 def check_constraint(pattern: DFPattern, expr: Any) -> bool:

@@ -34,11 +34,11 @@ from ..errors import PatternError
 from ..ir import compat as C
 from ..ir.compat import VAR_TYPES, handle
 from .association import reassociations
-from .constraints import check_constraint
+from .constraints import check_constraint, scalar_matches
 from .pattern import (
     COMMUTATIVE_OPS, AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-    DFPattern, ExprPattern, ShapePattern, TupleGetItemPattern, TuplePattern, TypePattern,
-    VarPattern, WildcardPattern, as_pattern, provide_sugar,
+    DFPattern, ExprPattern, ScalarPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
+    TypePattern, VarPattern, WildcardPattern, as_pattern, provide_sugar,
 )
 
 Lookup = Callable[[Any], Any]
@@ -252,6 +252,10 @@ class Matcher(_MatchRecord):
         value, via = self._resolve(expr)
         return C.is_constant(value), (expr if via is None else value), via
 
+    def _on_scalar(self, pattern: ScalarPattern, expr: Any):
+        value, via = self._resolve(expr)
+        return scalar_matches(pattern, value), (expr if via is None else value), via
+
     def _on_call(self, pattern: CallPattern, expr: Any):
         value, via = self._resolve(expr)
         return self._match_call(pattern, value), value, via
@@ -389,6 +393,7 @@ _HANDLERS = {
     VarPattern: Matcher._on_var,
     ExprPattern: Matcher._match_expr,
     ConstantPattern: Matcher._on_constant,
+    ScalarPattern: Matcher._on_scalar,
     CallPattern: Matcher._on_call,
     TuplePattern: Matcher._on_tuple,
     TupleGetItemPattern: Matcher._on_tuple_get_item,

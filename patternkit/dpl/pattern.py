@@ -15,20 +15,22 @@ expression" (a diamond), exactly as in Relay.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Sequence
 
 import tvm
 from tvm import relax
 
-from ..errors import PatternError, PatternkitError
+from ..errors import PatternError
 from ..ir.compat import handle_or_none
 from ..ir.opnames import get_op
 
 __all__ = [
-    "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "VarPattern",
+    "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
+    "VarPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
     "TypePattern", "DataTypePattern", "ShapePattern",
-    "wildcard", "is_op", "is_constant", "is_const", "is_var", "is_expr", "is_tuple",
+    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
 ]
 
@@ -37,10 +39,13 @@ COMMUTATIVE_OPS = frozenset({"relax.add", "relax.multiply"})
 
 #: The functions behind Relay's sugar methods ``p.match(...)`` and ``p.partition(...)``.
 #: The matcher and the partitioner are built on this module (they import it), so it may
-#: not import them back; each plugs its function in with :func:`provide_sugar` when its
-#: own module loads (:mod:`patternkit.dpl.matcher`, :mod:`patternkit.engine.partitioning`),
-#: and ``import patternkit`` always loads both.
+#: not import them; each plugs its function in with :func:`provide_sugar` when its own
+#: module loads.  A method called before its provider is loaded loads the provider named
+#: in :data:`_SUGAR_PROVIDERS` (``import patternkit`` loads layers lazily, so a user may
+#: build patterns before anything has imported the partitioner).
 _RELAY_SUGAR: dict[str, Callable] = {}
+_SUGAR_PROVIDERS = {"match": "patternkit.dpl.matcher",
+                    "partition": "patternkit.engine.partitioning"}
 
 
 def provide_sugar(method: str, function: Callable) -> None:
@@ -49,11 +54,9 @@ def provide_sugar(method: str, function: Callable) -> None:
 
 
 def _sugar(method: str) -> Callable:
-    try:
-        return _RELAY_SUGAR[method]
-    except KeyError:
-        raise PatternkitError(f"DFPattern.{method} is provided by patternkit's engine; "
-                              f"'import patternkit' loads it") from None
+    if method not in _RELAY_SUGAR:
+        importlib.import_module(_SUGAR_PROVIDERS[method])  # it calls provide_sugar
+    return _RELAY_SUGAR[method]
 
 
 class DFPattern:
@@ -159,6 +162,29 @@ class ExprPattern(DFPattern):
 
 class ConstantPattern(DFPattern):
     """Matches a tensor constant (``relax.const``) or a prim-value immediate."""
+
+
+class ScalarPattern(DFPattern):
+    """Matches a constant holding one number close to ``value``, in any dtype.
+
+    A number in a pattern (``x * 0.5``, ``is_op("power")(x, 3)``) becomes this node, so
+    a rule written once matches float32, float16 and bfloat16 models alike: the constant
+    may be a tensor of any shape with one element, or a prim value, and its value must
+    be within ``atol + rtol * |value|`` of ``value``.  By default ``rtol`` is twice the
+    machine epsilon of the constant's own dtype (a float16 ``0.044715`` is stored as
+    ``0.04471``), so a literal matches its rounded self and nothing noticeably different;
+    integer dtypes match integral values exactly.
+    """
+
+    def __init__(self, value: float, rtol: float | None = None, atol: float = 0.0):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PatternError(f"a scalar pattern needs a number, found {value!r}")
+        if (rtol is not None and rtol < 0) or atol < 0:
+            raise PatternError(f"scalar tolerances must be non-negative, found rtol={rtol}, "
+                               f"atol={atol}")
+        self.value = float(value)
+        self.rtol = rtol
+        self.atol = float(atol)
 
 
 class VarPattern(DFPattern):
@@ -274,6 +300,11 @@ def is_constant() -> ConstantPattern:
     return ConstantPattern()
 
 
+def is_scalar(value: float, rtol: float | None = None, atol: float = 0.0) -> ScalarPattern:
+    """A one-element constant close to ``value`` in any dtype; see :class:`ScalarPattern`."""
+    return ScalarPattern(value, rtol, atol)
+
+
 is_const = is_constant
 
 
@@ -310,9 +341,15 @@ def has_type(ty: Any, pattern: DFPattern | None = None) -> TypePattern:
 
 
 def as_pattern(obj: Any) -> DFPattern:
-    """Coerce ``obj`` to a pattern; Relax expressions become :class:`ExprPattern`."""
+    """Coerce ``obj`` to a pattern.
+
+    Relax expressions become :class:`ExprPattern`; Python numbers become
+    :class:`ScalarPattern` (a constant of that value in whatever dtype the model uses).
+    """
     if isinstance(obj, DFPattern):
         return obj
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        return ScalarPattern(obj)
     if isinstance(obj, (tvm.ir.Expr, tvm.ir.Op)):
         return ExprPattern(obj)
     if isinstance(obj, relax.dpl.DFPattern):
@@ -323,12 +360,7 @@ def as_pattern(obj: Any) -> DFPattern:
 
 
 def _binary(op_name: str, lhs: Any, rhs: Any) -> CallPattern:
-    def operand(value):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return ExprPattern(relax.const(float(value), "float32"))
-        return as_pattern(value)
-
-    return CallPattern(is_op(op_name), [operand(lhs), operand(rhs)])
+    return CallPattern(is_op(op_name), [as_pattern(lhs), as_pattern(rhs)])
 
 
 # -- walking ---------------------------------------------------------------------------
@@ -375,6 +407,8 @@ def pattern_to_text(pattern: DFPattern) -> str:
         return "expr"
     if isinstance(pattern, ConstantPattern):
         return "const"
+    if isinstance(pattern, ScalarPattern):
+        return f"const({pattern.value:g})"
     if isinstance(pattern, VarPattern):
         return f"var({pattern.name})" if pattern.name else "var"
     if isinstance(pattern, CallPattern):
@@ -413,6 +447,10 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
     elif isinstance(pattern, ExprPattern):
         out = dpl.ExprPattern(pattern.expr)
     elif isinstance(pattern, ConstantPattern):
+        out = dpl.is_const()
+    elif isinstance(pattern, ScalarPattern):
+        # tvm.relax.dpl has no value test: any constant.  Checks of tables handed to
+        # FuseOpsByPattern re-match with patternkit's matcher, which tests the value.
         out = dpl.is_const()
     elif isinstance(pattern, VarPattern):
         out = dpl.is_var(pattern.name)

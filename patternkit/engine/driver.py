@@ -161,7 +161,7 @@ def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,
         return rewrite(rules, mod, max_passes=max_passes,
                        allow_escaping_intermediates=allow_escaping_intermediates)
 
-    return tvm.transform.module_pass(transform, opt_level=0, name=pass_name)
+    return C.module_pass(transform, pass_name)
 
 
 # -- rounds ------------------------------------------------------------------------------

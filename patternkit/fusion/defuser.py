@@ -203,4 +203,4 @@ def DefuseOps(kinds: Iterable[str] | str | None = None, *, check_well_formed: bo
     def transform(mod, _ctx):
         return defuse(mod, selected, check_well_formed=check_well_formed, max_depth=max_depth)
 
-    return tvm.transform.module_pass(transform, opt_level=0, name="DefuseOps")
+    return C.module_pass(transform, "DefuseOps")

@@ -15,8 +15,9 @@ expression kinds is :mod:`patternkit.ir.walk`.)
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tvm
@@ -24,6 +25,8 @@ import tvm_ffi
 from tvm import relax
 
 from tvm.sym import Analyzer  # noqa: F401  (re-exported; tvm.arith before 0.27)
+
+from ..errors import ERROR_TYPES
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
@@ -258,3 +261,24 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@functools.cache
+def _register_errors() -> None:
+    """Keep patternkit's exception types when they cross a ``tvm.transform.Pass`` boundary.
+
+    A Python pass runs behind TVM's FFI; an unregistered exception comes back as a bare
+    ``RuntimeError``.  Registering the classes makes ``pytest.raises(PatternError)`` and
+    ``except PatternkitError`` work on a pass inside ``Sequential`` too.  Done on the
+    first pass patternkit builds rather than at import, so that importing patternkit
+    (``patternkit --help``) does not load TVM.
+    """
+    for cls in ERROR_TYPES:
+        tvm_ffi.register_error(f"patternkit.{cls.__name__}", cls)
+
+
+def module_pass(transform: Callable[[tvm.IRModule, Any], tvm.IRModule],
+                name: str) -> tvm.transform.Pass:
+    """``transform(mod, ctx)`` as a ``tvm.transform.Pass`` named ``name`` (opt level 0)."""
+    _register_errors()
+    return tvm.transform.module_pass(transform, opt_level=0, name=name)

@@ -183,3 +183,33 @@ def test_explain_points_at_the_deepest_mismatch(make_var, make_bn):
     eps_var = make_var("eps", ())
     variable_eps = g * (x - m) / relax.op.sqrt(v + eps_var) + b
     assert "const (depth" in pk.explain(pattern, variable_eps)
+
+
+# ------------------------------------------------------------- numbers in patterns
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_number_in_a_pattern_matches_that_constant_in_any_float_dtype(dtype):
+    x = relax.Var("x", relax.TensorType((2, 3), dtype))
+    expr = relax.op.multiply(x, relax.const(0.044715, dtype))  # rounded to the dtype
+    assert pk.match(pk.wildcard() * 0.044715, expr)
+    assert not pk.match(pk.wildcard() * 0.05, expr)
+
+
+def test_a_number_matches_prim_values_integers_and_one_element_tensors():
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    assert pk.match(pk.is_op("power")(pk.wildcard(), 3), relax.op.power(x, relax.const(3.0)))
+    assert pk.match(pk.is_op("power")(pk.wildcard(), 3),
+                    relax.op.power(x, relax.const(np.full((1, 1), 3.0, "float32"))))
+    assert not pk.match(pk.is_op("power")(pk.wildcard(), 3),
+                        relax.op.power(x, relax.const(np.full((2, 3), 3.0, "float32"))))
+    assert pk.match(pk.is_scalar(2), relax.const(2, "int64"))
+    assert not pk.match(pk.is_scalar(2.5), relax.const(2, "int64"))
+
+
+def test_a_scalar_tolerance_can_be_widened_explicitly_and_is_shown_in_explanations():
+    x = relax.Var("x", relax.TensorType((2,), "float32"))
+    expr = relax.op.multiply(x, relax.const(1.702, "float32"))
+    assert not pk.match(pk.wildcard() * 1.7, expr)
+    assert pk.match(pk.wildcard() * pk.is_scalar(1.7, rtol=2e-3), expr)
+    assert "const(1.7)" in pk.explain(pk.wildcard() * 1.7, expr)
+    with pytest.raises(pk.PatternError, match="non-negative"):
+        pk.is_scalar(1.0, rtol=-1)

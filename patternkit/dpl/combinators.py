@@ -1,0 +1,72 @@
+"""Pattern combinators every rule author needs: look through plumbing and casts.
+
+Frontends wrap the interesting ops in plumbing.  The torch importer reshapes and
+``broadcast_to``-s both operands of every batched matmul, ONNX and torch insert
+``expand_dims`` for broadcasting, and Llama-style models compute a norm in float32
+between two ``astype`` casts.  A rule that spells out each wrapping explodes into
+variants; these combinators say "this, possibly wrapped" once.
+
+Alternatives are ordered so that the wrapped forms are tried first: a wildcard would
+otherwise capture the wrapper itself and the look-through would never happen.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any, Sequence
+
+from ..errors import PatternError
+from .pattern import DFPattern, as_pattern, is_op
+
+__all__ = ["PLUMBING_OPS", "through", "up_to_cast"]
+
+#: Operators that change how a tensor is laid out or broadcast, not its values.
+PLUMBING_OPS = ("reshape", "broadcast_to", "expand_dims")
+
+
+def through(pattern: Any, ops: Sequence[str] = PLUMBING_OPS, depth: int = 2) -> DFPattern:
+    """``pattern`` itself, or ``pattern`` under a chain of up to ``depth`` of ``ops``.
+
+    ``through(k, ("reshape", "broadcast_to"))`` matches ``k``, ``reshape(k, *)``,
+    ``broadcast_to(k, *)`` and ``reshape(broadcast_to(k, *), *)`` (and the other order):
+    each wrapper's other arguments (the target shape, the axes) are free.  The value
+    captured by a wildcard inside ``pattern`` is the unwrapped one.
+
+    Parameters
+    ----------
+    pattern : pattern or Relax expression
+    ops : operator names (Relay or Relax spelling), each taking the tensor first
+    depth : the longest chain of wrappers looked through (``0``: just ``pattern``)
+    """
+    if depth < 0:
+        raise PatternError(f"through(): depth must be at least 0, found {depth}")
+    if isinstance(ops, str):
+        ops = (ops,)
+    if not ops:
+        raise PatternError("through(): name at least one operator to look through")
+    inner = as_pattern(pattern)
+    operators = [is_op(name) for name in ops]  # validated once, shared by the chains
+    alternatives = []
+    for length in range(depth, 0, -1):  # longest chain first
+        for chain in product(operators, repeat=length):
+            wrapped: DFPattern = inner
+            for op in reversed(chain):  # chain[0] is the outermost wrapper
+                wrapped = op(wrapped, varg_default_wildcard=True)
+            alternatives.append(wrapped)
+    alternatives.append(inner)
+    out = alternatives[0]
+    for alternative in alternatives[1:]:
+        out = out | alternative
+    return out
+
+
+def up_to_cast(pattern: Any) -> DFPattern:
+    """``pattern`` or ``astype(pattern)``: the same value, possibly cast to another dtype.
+
+    The cast's dtype is free; constrain it with ``.has_dtype`` on the result if it matters
+    (a rule that collapses ``astype(astype(x, f32) ..., f16)`` checks the round trip).
+    """
+    inner = as_pattern(pattern)
+    return is_op("astype")(inner) | inner
+
+

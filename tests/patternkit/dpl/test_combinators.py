@@ -1,0 +1,53 @@
+"""through() and up_to_cast(): a pattern that looks past frontend plumbing and casts."""
+
+from __future__ import annotations
+
+import pytest
+from tvm import relax
+
+import patternkit as pk
+
+
+def _var(name, shape=(2, 3), dtype="float32"):
+    return relax.Var(name, relax.TensorType(shape, dtype))
+
+
+def test_through_matches_the_plain_value_and_each_wrapper_up_to_the_depth():
+    x, y = _var("x"), _var("y")
+    k = pk.wildcard()
+    pattern = pk.is_op("matmul")(pk.wildcard(), pk.through(k, ("reshape", "broadcast_to")))
+    plain = relax.op.matmul(y, relax.op.permute_dims(x))
+    reshaped = relax.op.matmul(y, relax.op.reshape(relax.op.permute_dims(x), (3, 2)))
+    both = relax.op.matmul(y, relax.op.reshape(
+        relax.op.broadcast_to(relax.op.permute_dims(x), (3, 2)), (3, 2)))
+    for expr in (plain, reshaped, both):
+        found = pk.find_match(pattern, expr)
+        assert found is not None
+        assert pk.ir.op_name(found.captures[k]) == "relax.permute_dims"  # unwrapped
+
+
+def test_through_stops_at_its_depth_and_at_operators_it_was_not_given():
+    x = _var("x")
+    deep = relax.op.reshape(relax.op.reshape(relax.op.reshape(x, (3, 2)), (6,)), (2, 3))
+    exp = pk.is_op("exp")(pk.wildcard())
+    assert not pk.match(pk.through(pk.is_var("x"), ("reshape",), depth=2), deep)
+    assert pk.match(pk.through(pk.is_var("x"), ("reshape",), depth=3), deep)
+    assert not pk.match(pk.through(exp, ("reshape",)), relax.op.permute_dims(relax.op.exp(x)))
+
+
+def test_through_refuses_nonsense_arguments():
+    with pytest.raises(pk.PatternError, match="depth"):
+        pk.through(pk.wildcard(), depth=-1)
+    with pytest.raises(pk.PatternError, match="at least one operator"):
+        pk.through(pk.wildcard(), ())
+    with pytest.raises(pk.PatternError, match="unknown operator"):
+        pk.through(pk.wildcard(), ("reshapee",))
+
+
+def test_up_to_cast_sees_the_value_before_a_cast():
+    x = _var("x", dtype="float16")
+    inner = pk.is_op("exp")(pk.wildcard())
+    pattern = pk.is_op("sqrt")(pk.up_to_cast(inner))
+    assert pk.match(pattern, relax.op.sqrt(relax.op.astype(relax.op.exp(x), "float32")))
+    assert pk.match(pattern, relax.op.sqrt(relax.op.exp(x)))
+    assert not pk.match(pattern, relax.op.sqrt(relax.op.astype(x, "float32")))
