@@ -132,7 +132,6 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule], target: Any, *,
     rules = _as_rule_list(callbacks)
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
-    log = log if log is not None else RewriteLog()
 
     def transform(mod: tvm.IRModule) -> tvm.IRModule:
         with C.gc_paused():
@@ -174,7 +173,12 @@ def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
 
 
 def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
-                allow_escaping: bool, log: RewriteLog) -> tvm.IRModule:
+                allow_escaping: bool, log: RewriteLog | None) -> tvm.IRModule:
+    """Apply ``rules`` in rounds until a round changes nothing.
+
+    ``log`` is ``None`` when the caller asked for none: then nothing is recorded, so
+    no per-rewrite object outlives the pass (see :func:`patternkit.ir.compat.gc_paused`).
+    """
     active = list(rules)
     for round_index in range(max_passes):
         firing: list[tuple[str, tuple]] = []
@@ -182,7 +186,8 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
             mod, fired = _apply_rule(rule, mod, allow_escaping, log, round_index)
             if fired:
                 firing.append((rule.rule_name, fired))
-        log.rounds = round_index + 1
+        if log is not None:
+            log.rounds = round_index + 1
         active = [r for r in active if not r.rewrite_once]
         if not firing or not active:
             return mod
@@ -196,7 +201,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
 
 
 def _apply_rule(rule: RewriteRule, mod: tvm.IRModule, allow_escaping: bool,
-                log: RewriteLog, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
+                log: RewriteLog | None, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
     """One pass of one rule over every function.
 
     Returns the module and ``(function name, binding)`` of the last rewrite (``None`` if
@@ -218,7 +223,7 @@ def _apply_rule(rule: RewriteRule, mod: tvm.IRModule, allow_escaping: bool,
 
 
 def _rewrite_function(rule: RewriteRule, func_name: str, func: relax.Function,
-                      allow_escaping: bool, log: RewriteLog,
+                      allow_escaping: bool, log: RewriteLog | None,
                       round_index: int) -> tuple[relax.Function, tuple | None]:
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
         return func, None
@@ -236,16 +241,19 @@ def _rewrite_function(rule: RewriteRule, func_name: str, func: relax.Function,
     has_check = type(rule).check is not RewriteRule.check  # the default accepts all
     groups, skipped = find_groups(index, rule.pattern, check if has_check else None,
                                   allow_escaping)
-    for s in skipped:
-        log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason))
+    if log is not None:
+        for s in skipped:
+            log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason))
     replacements: dict[Any, Any] = {}
     for group in groups:
         new_value = _call_rule(rule, func_name, group)
         if new_value is None:
             continue
-        replacements[C.handle(group.root_var)] = new_value
-        log.records.append(RewriteRecord(rule.rule_name, func_name, group.root_var,
-                                         tuple(group.interior), round_index))
+        root_var = group.root_var
+        replacements[C.handle(root_var)] = new_value
+        if log is not None:
+            log.records.append(RewriteRecord(rule.rule_name, func_name, root_var,
+                                             (*group.match.internal, root_var), round_index))
     if not replacements:
         return func, None
     new_func = emit_function(func, index, replacements, rule.rule_name, func_name)
