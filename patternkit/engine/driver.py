@@ -141,7 +141,6 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: An
     rules = _as_rule_list(callbacks)
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
-    log = log if log is not None else RewriteLog()
 
     def transform(mod: tvm.IRModule) -> tvm.IRModule:
         with C.gc_paused():
@@ -189,7 +188,12 @@ def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
 
 
 def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
-                allow_escaping: bool, log: RewriteLog) -> tvm.IRModule:
+                allow_escaping: bool, log: RewriteLog | None) -> tvm.IRModule:
+    """Apply ``rules`` in rounds until a round changes nothing.
+
+    ``log`` is ``None`` when the caller asked for none: then nothing is recorded, so
+    no per-rewrite object outlives the pass (see :func:`patternkit.ir.compat.gc_paused`).
+    """
     active = list(rules)
     roles = {id(rule): rule.roles() for rule in rules}
     for round_index in range(max_passes):
@@ -199,7 +203,8 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
                                      round_index)
             if fired:
                 firing.append((rule.rule_name, fired))
-        log.rounds = round_index + 1
+        if log is not None:
+            log.rounds = round_index + 1
         active = [r for r in active if not r.rewrite_once]
         if not firing or not active:
             return mod
@@ -213,7 +218,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
 
 
 def _apply_rule(rule: RewriteRule, roles: dict, mod: tvm.IRModule, allow_escaping: bool,
-                log: RewriteLog, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
+                log: RewriteLog | None, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
     """One pass of one rule over every function.
 
     Returns the module and ``(function name, binding)`` of the last rewrite (``None`` if
@@ -235,7 +240,7 @@ def _apply_rule(rule: RewriteRule, roles: dict, mod: tvm.IRModule, allow_escapin
 
 
 def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: relax.Function,
-                      allow_escaping: bool, log: RewriteLog,
+                      allow_escaping: bool, log: RewriteLog | None,
                       round_index: int) -> tuple[relax.Function, tuple | None]:
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
         return func, None
@@ -246,17 +251,20 @@ def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: rela
     check = None if checker is None else group_check(
         checker, roles, lambda group, err: _callback_error(rule, "check", func_name, group, err))
     groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
-    for s in skipped:
-        log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason,
-                                        s.rejection))
+    if log is not None:
+        for s in skipped:
+            log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason,
+                                            s.rejection))
     replacements: dict[Any, Any] = {}
     for group in groups:
         new_value = _call_rule(rule, roles, func_name, group)
         if new_value is None:
             continue
-        replacements[C.handle(group.root_var)] = new_value
-        log.records.append(RewriteRecord(rule.rule_name, func_name, group.root_var,
-                                         tuple(group.interior), round_index))
+        root_var = group.root_var
+        replacements[C.handle(root_var)] = new_value
+        if log is not None:
+            log.records.append(RewriteRecord(rule.rule_name, func_name, root_var,
+                                             (*group.match.internal, root_var), round_index))
     if not replacements:
         return func, None
     new_func = emit_function(func, index, replacements, rule.rule_name, func_name)

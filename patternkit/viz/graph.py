@@ -77,8 +77,18 @@ class VizGraph:
         """A ``networkx.MultiDiGraph``: node attributes from the model, one edge per input.
 
         Edge keys are ``"<index><port>"``; clusters are listed in ``G.graph["clusters"]``.
+        Needs the optional ``networkx`` package (``pip install 'patternkit[networkx]'``).
+
+        Raises
+        ------
+        ImportError
+            When networkx is not installed, naming the extra that provides it.
         """
-        import networkx as nx
+        try:
+            import networkx as nx
+        except ImportError as err:
+            raise ImportError("VizGraph.to_networkx needs networkx: "
+                              "pip install 'patternkit[networkx]'") from err
 
         g = nx.MultiDiGraph()
         g.graph["title"] = self.model.title

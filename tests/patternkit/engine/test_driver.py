@@ -86,6 +86,18 @@ def test_outermost_match_wins_and_rounds_continue_until_stable():
     assert log.count("test.exp_exp") == 2 and log.rounds == 2
 
 
+def test_log_records_each_root_and_the_bindings_it_replaced():
+    mod = exp_chain(5)
+    log = pk.RewriteLog()
+    out = pk.rewrite(ExpToSigmoid(), mod, log=log)
+    assert [(r.rule, r.function, r.root, r.replaced, r.round) for r in log.records] == [
+        ("test.exp_exp", "main", "lv2", ("lv1", "lv2"), 0),
+        ("test.exp_exp", "main", "gv", ("lv3", "gv"), 0),
+    ]
+    # Without a log nothing is recorded, and the rewrite is the same.
+    tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), mod), out)
+
+
 def test_rewrite_accepts_module_function_and_bare_expression():
     mod = exp_chain(2)
     rule = ExpToSigmoid()
