@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator
+from typing import Any, Sequence, Callable, Iterator
 
 import numpy as np
 
@@ -274,8 +274,23 @@ class Rule:
 
     @staticmethod
     def example() -> Any:
-        """A small ``tvm.IRModule`` the rule fires on, for ``patternkit verify``; ``None``: none."""
+        """A small ``tvm.IRModule`` the rule fires on, for ``patternkit verify``; ``None``: none.
+
+        Keyword arguments (all with defaults) may vary the instance: dtype, layout, rank,
+        parameter shapes, symbolic dimensions.  :meth:`example_space` says which values
+        each may take, and the library's verification draws instances from it.
+        """
         return None
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        """The degrees of freedom of :meth:`example`: keyword -> the values it may take.
+
+        Each value list starts with the default and should reach the guard's edges (a
+        dtype the rule must handle, a layout it must refuse, a shape whose dimensions
+        collide with the channel count).  ``{}``: the example has no knobs.
+        """
+        return {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.rule_name}>"
