@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Mapping
-from typing import Any, Sequence, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
