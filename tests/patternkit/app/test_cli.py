@@ -33,7 +33,7 @@ def test_run_on_the_builtin_model_writes_every_output(tmp_path, capsys):
 def test_run_a_python_model_with_chosen_patterns(tmp_path, capsys):
     model = tmp_path / "model.py"
     model.write_text(
-        "from patternkit.app.models import seed_batchnorm\n"
+        "from patternkit.models import seed_batchnorm\n"
         "mod = seed_batchnorm()\n")
     out = tmp_path / "out"
     code = main(["run", str(model), "--patterns", "batchnorm.collapse", "--out", str(out),
