@@ -12,8 +12,8 @@ torch, transformers and onnx are imported when a zoo model is first built.
 """
 
 from .builtin import BATCHNORM_STYLES, BUILTIN_MODELS, resnet18, seed_batchnorm
-from .zoo import ZOO, Option, ZooEntry, ZooSpec, parse_spec, zoo_model
-from .zoomodel import FAMILIES, InputSpec, ZooError, ZooImportError, ZooModel
+from .zoo import ZOO, Option, ZooEntry, parse_spec, zoo_model
+from .zoomodel import FAMILIES, InputSpec, ZooError, ZooImportError, ZooModel, ZooSpec
 
 __all__ = [
     "resnet18", "seed_batchnorm", "BUILTIN_MODELS", "BATCHNORM_STYLES",

@@ -50,7 +50,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl
 
-from .zoomodel import ZooError, ZooModel
+from .zoomodel import ZooError, ZooModel, ZooSpec
 
 logger = logging.getLogger(__name__)
 
@@ -111,31 +111,6 @@ class ZooEntry:
         return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
-@dataclass(frozen=True)
-class ZooSpec:
-    """A zoo entry with every option resolved (defaults filled in): the cache key.
-
-    Attributes
-    ----------
-    name : str
-        The entry name (``"gpt2"``, ``"onnx:bert"``).
-    options : tuple of (str, value)
-        Every option of the entry, sorted by name.
-    text : str
-        The canonical spec, naming only the options that differ from their defaults.
-    """
-
-    name: str
-    options: tuple[tuple[str, Any], ...]
-    text: str
-
-    def __getitem__(self, option: str) -> Any:
-        return dict(self.options)[option]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.options)
-
-
 # -- the registry ----------------------------------------------------------------------------
 def _common(static_seq: bool = False) -> dict[str, Option]:
     options = {
@@ -162,8 +137,8 @@ def _transformer(layers=2, hidden=64, heads=4, **extra) -> dict[str, Option]:
     }
 
 
-_ATTENTION = Option("eager", "attention implementation; sdpa does not import in TVM 0.27",
-                    ("eager", "sdpa"))
+_ATTENTION = Option("eager", "attention implementation; with sdpa BERT imports, GPT-2 does not "
+                    "in TVM 0.27 (a strided view the importer cannot reshape)", ("eager", "sdpa"))
 _TORCH = ("torch", "transformers")
 _ONNX = ("torch", "transformers", "onnx")
 

@@ -1,4 +1,4 @@
-"""What a zoo entry gives back: :class:`ZooModel`, its inputs (:class:`InputSpec`) and errors.
+"""What a zoo entry gives back: :class:`ZooModel`, its inputs, its resolved spec and errors.
 
 A :class:`ZooModel` is everything a test, a benchmark or the main job needs to run a real
 model through patternkit and judge the result: the Relax module, a reference that says
@@ -21,8 +21,6 @@ from ..errors import PatternkitError
 if TYPE_CHECKING:
     import tvm
 
-    from .zoo import ZooSpec
-
 
 class ZooError(PatternkitError):
     """A zoo spec that cannot be served: unknown model or option, bad value, missing extra."""
@@ -40,6 +38,31 @@ class ZooImportError(ZooError):
 #: (``LIBRARY.by_prefix("layernorm.")``), plus ``conv2d`` for the conv composites.
 FAMILIES = ("layernorm", "rmsnorm", "gelu", "gelu_tanh", "silu", "softmax", "attention",
             "batchnorm", "conv2d")
+
+
+@dataclass(frozen=True)
+class ZooSpec:
+    """A zoo entry with every option resolved (defaults filled in): the cache key.
+
+    Attributes
+    ----------
+    name : str
+        The entry name (``"gpt2"``, ``"onnx:bert"``).
+    options : tuple of (str, value)
+        Every option of the entry, sorted by name.
+    text : str
+        The canonical spec, naming only the options that differ from their defaults.
+    """
+
+    name: str
+    options: tuple[tuple[str, Any], ...]
+    text: str
+
+    def __getitem__(self, option: str) -> Any:
+        return dict(self.options)[option]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.options)
 
 
 @dataclass(frozen=True)
