@@ -11,7 +11,7 @@ exports in 1-3 s and imports in 1-6 s (``benchmarks/bench_zoo.py`` measures it).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -189,6 +189,13 @@ def resnet50_source(options: dict[str, Any]) -> TorchSource:
 
 
 # -- export and import -----------------------------------------------------------------------
+def in_dtype(source: TorchSource, dtype: str) -> TorchSource:
+    """``source`` with its module's floating-point weights and float inputs in ``dtype``."""
+    source.module.to(getattr(torch, dtype))
+    specs = tuple(s if s.is_integer else replace(s, dtype=dtype) for s in source.input_specs)
+    return replace(source, input_specs=specs, metadata={**source.metadata, "dtype": dtype})
+
+
 def example_sizes(options: dict[str, Any]) -> dict[str, int]:
     sizes = {"batch": options["batch_size"]}
     if "seq_len" in options:
@@ -245,6 +252,8 @@ def build(spec, source: TorchSource) -> ZooModel:
     roles = dynamic_roles(spec, options)
     sizes = example_sizes(options)
     seconds: dict[str, float] = {}
+    if options.get("dtype", "float32") != "float32":
+        source = in_dtype(source, options["dtype"])
     program = export(source, roles, sizes, spec.text, seconds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

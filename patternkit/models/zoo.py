@@ -27,6 +27,9 @@ Options shared by most entries:
     not ``main``.
 ``seed``
     Seed of the random weights (inputs take their own seed in ``make_inputs``).
+``dtype`` (``zoo:llama`` only)
+    ``float16`` converts the torch module to half precision before the export; the
+    other entries do not import in float16 with TVM 0.27 (see :data:`_DTYPE`'s note).
 
 Weights follow the "Traps" of the TVM 0.27 notes: matrices and kernels are drawn with
 variance ``1/fan_in``, norm weights in ``[0.5, 1.5]`` and biases in ``[-0.5, 0.5]``, never
@@ -139,6 +142,11 @@ def _transformer(layers=2, hidden=64, heads=4, **extra) -> dict[str, Option]:
 
 _ATTENTION = Option("eager", "attention implementation; with sdpa BERT imports, GPT-2 does not "
                     "in TVM 0.27 (a strided view the importer cannot reshape)", ("eager", "sdpa"))
+#: Offered where it imports: TVM 0.27's torch importer mixes float16 and float32 in the
+#: biased linears of GPT-2 and BERT, the patch conv of ViT and ResNet's batch norms
+#: ("Binary operators must have the same datatype"), so only Llama (no biases) has it.
+_DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
+                ("float32", "float16"))
 _TORCH = ("torch", "transformers")
 _ONNX = ("torch", "transformers", "onnx")
 
@@ -155,7 +163,7 @@ def _entries() -> dict[str, ZooEntry]:
                  "torch_models.bert", _TORCH),
         ZooEntry("llama", "Llama-style decoder (LlamaModel): RMSNorm, SiLU-gated MLP, RoPE, "
                  "grouped-query attention",
-                 {**text, "attention": _ATTENTION,
+                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
                   "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
                   "intermediate": Option(128, "MLP width")},
                  "torch_models.llama", _TORCH),

@@ -79,3 +79,13 @@ def test_entry_renames_the_function_and_keep_params_makes_weights_arguments(zoo,
     assert len(func.params) == 2 + len(model.params) and model.params
     assert relax.analysis.check_well_formed(model.mod)
     np.testing.assert_allclose(zoo_vm(model)(), model.reference()[0], **FLOAT32)
+
+
+def test_llama_in_float16_matches_torch_in_float16_and_the_float32_model(zoo, zoo_vm):
+    # float16 tolerance: one ulp at 4 (the outputs' magnitude) is 0.004; 1e-2 leaves
+    # room for the differing summation orders of two float16 kernels
+    half, full = zoo("llama", dtype="float16"), zoo("llama")
+    assert half.mod["main"].ret_ty.dtype == "float16"
+    out = zoo_vm(half)()
+    np.testing.assert_allclose(out, half.reference()[0], rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(out, full.reference()[0], rtol=2e-2, atol=2e-2)
