@@ -140,3 +140,16 @@ def test_a_missing_function_is_refused(batch_norm_loss):
 
 def test_gradient_is_importable_from_the_package():
     assert pk.training.gradient is training.gradient
+
+
+def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_norm_loss, seed_inputs):
+    """The collapse rules run on the adjoint; whatever they take, the numbers stay."""
+    mod = batch_norm_loss(False)
+    report = GradientReport()
+    grad = gradient(mod, collapse_forward=True, report=report)
+    assert report.collapsed is not None
+    assert relax.analysis.check_well_formed(grad)
+    # the backward half reads the expansion's interior, so the collapse is refused, and says why
+    assert not report.collapsed.records and report.collapsed.skipped
+    result = check_gradients(mod, grad, inputs=seed_inputs())
+    assert result.ok, result
