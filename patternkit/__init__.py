@@ -102,7 +102,7 @@ _HOME = {
 
 #: Subpackages reachable as attributes (``pk.viz``, ``pk.ir``) without importing them first.
 _SUBPACKAGES = ("ir", "dpl", "engine", "fusion", "verification", "byoc", "viz", "testing",
-                "patterns", "app", "errors")
+                "patterns", "training", "app", "errors")
 
 
 def __getattr__(name: str) -> Any:

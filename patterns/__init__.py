@@ -32,8 +32,18 @@ def _family_rules(module: Any) -> RuleSet:
     return RuleSet(rules)
 
 
+def _family_expansions(module: Any) -> RuleSet:
+    """A family module's expand rules (``EXPANSIONS``) as a rule set."""
+    return RuleSet(entry() for entry in getattr(module, "EXPANSIONS", ()))
+
+
 #: Every rewrite rule and composite of the library, in application order.
 LIBRARY = _family_rules(batchnorm) | _family_rules(conv)
+
+#: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
+#: differentiate), for training graphs; never mixed with :data:`LIBRARY`, whose
+#: collapses they undo.
+EXPANSIONS = _family_expansions(batchnorm)
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

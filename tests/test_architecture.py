@@ -29,6 +29,7 @@ LAYERS = [
     ("patternkit.verification",),
     ("patternkit.byoc", "patternkit.viz"),
     ("patternkit.testing", "patternkit.patterns"),
+    ("patternkit.training",),
     ("patternkit.app",),
     ("patternkit",),  # the facade re-exports everything
 ]
