@@ -42,8 +42,15 @@ class MalformedIRError(PatternkitError, ValueError):
     """The input IR is not well formed, or a transformation would make it ill formed."""
 
 
+class NothingToPartition(PatternkitError, LookupError):
+    """``PartitionGraph(compiler, strict=True)`` found no composite carrying ``compiler``.
+
+    The message lists the compilers the module's composites do carry.
+    """
+
+
 #: Every exception type patternkit raises, registered with TVM's FFI by the first pass
 #: patternkit builds (:func:`patternkit.ir.compat.module_pass`), so that they keep their
 #: type when they cross a ``tvm.transform.Pass`` boundary.
 ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
-               MalformedIRError)
+               MalformedIRError, NothingToPartition)
