@@ -49,6 +49,7 @@ from ..engine.outline import build_group_function, lifted_inputs
 from ..engine.proposal import Group, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
 from ..errors import CallbackError
+from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
 from ..ir.targets import apply_to_target, rewritable_functions
@@ -221,7 +222,13 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     replacements = {}
     for entry, group in accepted:
         local = build_group_function(index, group, {COMPOSITE: entry.name})
-        replacements[C.handle(group.root_var)] = relax.Call(local, lifted_inputs(group))
+        # a composite reading a symbolic variable its inputs do not define (its input is
+        # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
+        # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
+        # loses the variable (``ndim=3``) and the composite cannot replace the binding
+        local, extra_args = detach_symbolic_vars(local, only_if_free=True)
+        replacements[C.handle(group.root_var)] = relax.Call(local,
+                                                            lifted_inputs(group) + extra_args)
         if log is not None:
             log.formed.append(FormedComposite(entry.name, func_name, C.var_name(group.root_var),
                                               _names(group.interior),

@@ -176,7 +176,8 @@ def _cache_key(value: Any) -> Any:
     return None
 
 
-def detach_symbolic_vars(func: relax.Function) -> tuple[relax.Function, list]:
+def detach_symbolic_vars(func: relax.Function, *,
+                         only_if_free: bool = False) -> tuple[relax.Function, list]:
     """``func`` made fit to be a global function of the module it was local to.
 
     Returns ``(function, extra_arguments)``: the function with a trailing ``tir_vars:
@@ -186,8 +187,14 @@ def detach_symbolic_vars(func: relax.Function) -> tuple[relax.Function, list]:
     (``[R.shape([n])]``, or nothing).  This is what ``FuseOps`` and ``FuseOpsByPattern``
     do to the functions they create (``tir_vars`` and ``SymbolicVarRenewMutator`` in
     TVM's ``fuse_ops.cc``), so :func:`patternkit.fusion.defuse` inverts it the same way.
+
+    With ``only_if_free``, a function without such variables is returned as it is (its
+    own symbolic variables not renamed): for a local function, which may share them
+    with the function it is nested in.
     """
     free = list(relax.analysis.free_symbolic_vars(func))
+    if only_if_free and not free:
+        return func, []
     extra: list = []
     if free:
         holder = relax.Var("tir_vars", relax.ShapeType(free))

@@ -158,7 +158,9 @@ class _GraphBuilder:
         n = tvm.tirx.Var("n", "int64") if self.symbolic and draw(st.booleans()) else None
         for index in range(draw(st.integers(1, 3))):
             if draw(st.booleans()):
-                shape = (1, draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((4, 6))),
+                # an image batch: symbolic, as torch.export writes a dynamic batch, or 1
+                batch = n if n is not None and draw(st.booleans()) else 1
+                shape = (batch, draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((4, 6))),
                          draw(st.sampled_from((4, 6))))
             else:
                 rows = n if n is not None and draw(st.booleans()) else draw(st.sampled_from((2, 3)))
@@ -214,7 +216,7 @@ class _GraphBuilder:
             call = getattr(relax.op, op.split(".")[-1])(expr, axis=[axis], keepdims=keepdims)
             self._emit(bb, call, new_shape, expr)
         elif kind == "conv2d":
-            value = self._pick(lambda v: len(v[1]) == 4 and self._static(v[1]))
+            value = self._pick(lambda v: len(v[1]) == 4 and self._static(v[1][1:]))
             if value is None:
                 return self.step_fallback(bb)
             expr, shape = value
@@ -310,7 +312,8 @@ def relax_graphs(max_ops: int = 8, symbolic: bool = True, constants: bool = True
         Largest number of operator steps (at least ``min(3, max_ops)`` are taken; a
         ``split`` step emits up to three bindings).
     symbolic : bool
-        Let rank-2 inputs share a symbolic leading dimension ``n``.
+        Let inputs share a symbolic leading dimension ``n``: the rows of rank-2 inputs
+        and the batch of rank-4 (image) inputs, which ``conv2d`` then carries through.
     constants : bool
         Use tensor constants as operands (conv/matmul weights always are constants).
     dead : bool
