@@ -177,7 +177,7 @@ def _cache_key(value: Any) -> Any:
 
 
 def detach_symbolic_vars(func: relax.Function, *,
-                         only_if_free: bool = False) -> tuple[relax.Function, list]:
+                         rename: bool = True) -> tuple[relax.Function, list]:
     """``func`` made fit to be a global function of the module it was local to.
 
     Returns ``(function, extra_arguments)``: the function with a trailing ``tir_vars:
@@ -188,20 +188,19 @@ def detach_symbolic_vars(func: relax.Function, *,
     do to the functions they create (``tir_vars`` and ``SymbolicVarRenewMutator`` in
     TVM's ``fuse_ops.cc``), so :func:`patternkit.fusion.defuse` inverts it the same way.
 
-    With ``only_if_free``, a function without such variables is returned as it is (its
-    own symbolic variables not renamed): for a local function, which may share them
-    with the function it is nested in.
+    With ``rename=False`` the symbolic variables keep their identity: for a function
+    that stays local, which may share them with the function it is nested in (renaming
+    also re-simplifies every type, ``n * 2 * 16`` becoming ``n * 32``, which a caller
+    comparing types structurally would take for a different type).
     """
     free = list(relax.analysis.free_symbolic_vars(func))
-    if only_if_free and not free:
-        return func, []
     extra: list = []
     if free:
         holder = relax.Var("tir_vars", relax.ShapeType(free))
         func = relax.Function(list(func.params) + [holder], func.body, func.ret_ty,
                               func.is_pure, func.attrs, func.span)
         extra.append(relax.ShapeExpr(free))
-    defined = relax.analysis.defined_symbolic_vars(func)
+    defined = relax.analysis.defined_symbolic_vars(func) if rename else []
     if not defined:
         return func, extra
     fresh = {var: tvm.tirx.Var(var.name, var.ty) for var in defined}

@@ -15,11 +15,14 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, reject, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions  # noqa: E402
 
+import patternkit as pk  # noqa: E402
+from patternkit.byoc import MergeComposite, PartitionGraph  # noqa: E402
 from patternkit.fusion import function_kinds  # noqa: E402
 from patternkit.testing import assert_roundtrip, fusion_patterns, relax_graphs  # noqa: E402
 from patternkit.verification.roundtrip import dead_bindings  # noqa: E402
@@ -109,6 +112,41 @@ def test_defuse_undoes_merge_composite_functions(mod):
     result = assert_roundtrip(mod, merge)
     assert relax.analysis.check_well_formed(result.fused)
     assert not _kinds(result.restored)
+
+
+def _patternkit_table():
+    """A few of :func:`fusion_patterns` in patternkit's pattern language."""
+    binary = (pk.is_op("add") | pk.is_op("multiply"))(pk.wildcard(), pk.wildcard())
+    return [("test.conv2d_add", pk.is_op("add")(pk.is_op("nn.conv2d")(pk.wildcard(),
+                                                                      pk.wildcard()),
+                                                  pk.wildcard())),
+            ("test.conv2d", pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard())),
+            ("test.matmul", pk.is_op("matmul")(pk.wildcard(), pk.wildcard())),
+            ("test.binary_relu", pk.is_op("nn.relu")(binary)),
+            ("test.concat", pk.is_op("concat")(pk.wildcard()))]
+
+
+def test_defuse_undoes_patternkits_partition_graph():
+    """patternkit's own BYOC flow: every external function defines its own symbolic
+    variables (a concat's ``n * 2`` arrives with ``n`` in an R.Shape argument)."""
+    fused, symbolic = [], []
+
+    @settings(max_examples=SMALL_EXAMPLES)
+    @given(relax_graphs(max_ops=12), st.booleans())
+    def defuse_undoes_partition_graph(mod, merge):
+        def partition(m):
+            return PartitionGraph("test", merge=merge)(MergeComposite(_patternkit_table())(m))
+
+        result = assert_roundtrip(mod, partition)
+        assert relax.analysis.check_well_formed(result.fused)
+        assert not _kinds(result.restored)
+        externals = [f for _, f in result.fused.functions.items() if "codegen" in function_kinds(f)]
+        fused.append(bool(externals))
+        symbolic.append(any(relax.analysis.defined_symbolic_vars(f) for f in externals))
+
+    defuse_undoes_partition_graph()
+    _assert_mostly_fused(fused, "MergeComposite + PartitionGraph")
+    assert any(symbolic), "no external function ever had a symbolic shape"
 
 
 def test_symbolic_batches_are_drawn_and_fused():
