@@ -184,6 +184,42 @@ class DoubledBatch:
         return lv3
 
 
+@I.ir_module
+class PositionsOnDynamicBatch:
+    """A host ``R.arange(0, n, 1)`` that takes the symbolic batch as an argument, as every
+    transformers model exported with a dynamic batch has (TVM's MergeCompositeFunctions
+    crashes on it), in an entry function that is not named ``main``."""
+
+    @R.function
+    def forward(x: R.Tensor(("n", 8), "float32"), w: R.Tensor((8, 8), "float32"),
+                b: R.Tensor((8,), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            pos = R.arange(0, n, 1, dtype="float32")
+            lv = R.matmul(x, w)
+            lv1 = R.add(lv, b)
+            lv2 = R.reshape(pos, R.shape([n, 1]))
+            lv3 = R.multiply(lv1, lv2)
+            R.output(lv3)
+        return lv3
+
+
+def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function(bit_exact):
+    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
+                                            wildcard()))]
+    mod = PositionsOnDynamicBatch
+    out = PartitionGraph("cc")(MergeComposite(table)(mod))
+    assert relax.analysis.check_well_formed(out)
+    assert list(external_functions(out, "cc")) == ["cc_main_0"]
+    assert sorted(gv.name_hint for gv in out.get_global_vars()) == ["cc_main_0", "forward"]
+    host = [str(b.value.op.name) for b in out["forward"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+    assert host == ["relax.arange", "relax.reshape", "relax.multiply"]  # put back as it was
+    for batch in (1, 3):
+        bit_exact(mod, out, func_name="forward", shape_vars={"n": batch})
+    tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
+
+
 def _symbolic_dims(func) -> set:
     return set(relax.analysis.defined_symbolic_vars(func))
 
