@@ -58,6 +58,7 @@ from .table import PatternTable, PatternTableError
 
 logger = logging.getLogger(__name__)
 
+
 def _compiler_name(compiler: Any, where: str) -> str:
     if not isinstance(compiler, str) or not compiler or "." in compiler:
         raise PatternTableError(f"{where}: the compiler must be a non-empty name without "
