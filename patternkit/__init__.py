@@ -52,7 +52,7 @@ __all__ = [
     "viz_expr", "viz_diff", "VizGraph", "VizError", "DotUnavailable",
     # errors
     "PatternkitError", "PatternError", "CallbackError", "RewriteDidNotConverge",
-    "MalformedIRError",
+    "MalformedIRError", "NothingToPartition",
 ]
 
 #: The layer (subpackage) each public name lives in.
@@ -97,6 +97,7 @@ _HOME = {
     # errors
     "PatternkitError": "errors", "PatternError": "errors", "CallbackError": "errors",
     "RewriteDidNotConverge": "errors", "MalformedIRError": "errors",
+    "NothingToPartition": "errors",
 }
 
 
@@ -136,8 +137,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)
-    from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
-                         RewriteDidNotConverge)
+    from .errors import (CallbackError, MalformedIRError, NothingToPartition, PatternError,
+                         PatternkitError, RewriteDidNotConverge)
     from .fusion import DefuseOps, defuse
     from .ir import from_expr, to_expr
     from .verification import (Comparison, RoundTripError, RoundTripResult,
