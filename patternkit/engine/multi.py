@@ -627,6 +627,14 @@ class BindingsMatch:
         graph = self._graph
         return [graph.var[k] for k in graph.readers_of(C.handle(var))]
 
+    def is_parameter(self, expr: Any) -> bool:
+        """Is ``expr`` a parameter of the function being rewritten?"""
+        return any(p.same_as(expr) for p in self._graph.index.func.params)
+
+    def escapes(self, var: Any) -> bool:
+        """Is ``var`` seen outside its block (a block output, or the function's result)?"""
+        return C.handle(var) in self._graph.index.escaping
+
     def claim(self, var: Any) -> None:
         """Let the rewrite replace ``var``'s binding too; it must read a Var of the match."""
         key = C.handle(var)
