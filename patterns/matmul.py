@@ -2,7 +2,8 @@
 
 Recognises N >= 2 ``R.matmul(x, w_i)`` bindings of one block that read the same ``x`` as
 their left operand (a q/k/v projection, the gates of an LSTM cell), each ``w_i`` a
-constant or a parameter of the function, rank 2 and statically shaped ``(K, N_i)``.
+constant or a parameter of the function, rank 2, shaped ``(K, N_i)`` with a static
+width ``N_i``.
 
 :class:`CombineParallelMatmul` (``matmul.combine_parallel``) produces
 ``R.matmul(x, W)`` on the weights concatenated along their last axis (folded into one
@@ -19,7 +20,7 @@ Guards, each a reason in the log:
   the largest group that agrees with the first branch is combined, and the others are
   left for a later round;
 * a rank-1 operand (``x`` or ``w_i``), a weight that is computed in the function, or a
-  weight without static shape is not combined;
+  weight without a static shape or width is not combined;
 * a branch whose result is also read elsewhere than by its bias add keeps all the bias
   adds unfolded (the raw matmul result is needed), the matmuls are still combined.
 
@@ -126,10 +127,12 @@ class CombineParallelMatmul(BindingsRewriteRule):
         if not (is_tensor_constant(weight) or match.is_parameter(weight)):
             return "its weight is computed in the function, not a constant or a parameter"
         shape = _shape(weight)
-        if shape is None or not all(isinstance(d, int) for d in shape):
+        if shape is None:
             return "its weight has no static shape"
         if len(shape) != 2:
             return f"its weight has rank {len(shape)}, not 2"
+        if not isinstance(shape[1], int):
+            return f"its weight's width {shape[1]} is symbolic: the split needs static widths"
         return None
 
     @staticmethod

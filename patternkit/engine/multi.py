@@ -360,7 +360,26 @@ class _FunctionRewrite:
                 continue
             self.replacements[key] = value
             taken.append(key)
+        if taken:
+            graph.remove(taken)
+            self._drop_left_dead(graph, owned, taken)
         return taken
+
+    def _drop_left_dead(self, graph: _BlockGraph, owned: set[int], taken: list[int]) -> None:
+        """Matched bindings the rewrite left without readers leave the block too.
+
+        A rule that replaces a matmul's bias add leaves the matmul unread; were it kept,
+        the next match at the same input would take it again.  A binding the
+        replacements read, or that is seen outside the block, stays.
+        """
+        read_now = {C.handle(v) for key in taken
+                    for v in C.array_items(relax.analysis.free_vars(self.replacements[key]))}
+        dead = [key for key in owned
+                if key not in graph.removed and key in graph.readers
+                and not graph.readers[key] and key not in read_now
+                and key not in self.index.escaping]
+        if dead:
+            graph.remove(dead)
 
     def _describe(self, graph: _BlockGraph, var: Any, key: int | None) -> str:
         if key is not None and key in self.index.position:
