@@ -24,6 +24,10 @@ distinct Vars.  The constraints are edges:
   never matches (the wildcard and ``mm`` would claim the same Var); write the consumer
   as ``is_op("nn.relu")(mm)``, or without arguments (``varg_default_wildcard=True``).
 
+A node is matched to a Var, never to a constant: a weight that is a constant is a
+sub-pattern of its call, built with ``add_constraint=False`` and joined by an explicit
+``x.used_by(mm, 0)``, exactly as with ``tvm.relax.dpl``.
+
 One extension for rules that take *all* consumers of a value, whatever their number:
 ``p.used_by_all(q, index, at_least)`` maps ``q`` to every reader of ``p``'s Var that
 matches ``q`` (a tuple of Vars in binding order, at least ``at_least`` of them).  Such

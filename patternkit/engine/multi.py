@@ -36,6 +36,11 @@ rewriter that returns no replacement leaves that match and matching goes on (TVM
 looking in that block, since it would find the same match again).  A graph with several
 disconnected components scans the block for each further component.
 
+Results: TVM's ``rewrite_bindings`` also folds the block's var-to-var copies into the
+binding they copy (``gv = lv9`` disappears); patternkit leaves the copies as they are,
+so the two results are structurally equal after ``relax.transform.CanonicalizeBindings``
+(equal as they are when the block has no copies).
+
 The replacements are emitted by :func:`~patternkit.engine.emit.emit_function`: each
 replaced binding keeps its place, the nested calls of its replacement become bindings
 just before it (a call shared by several replacements is emitted once), and bindings a
