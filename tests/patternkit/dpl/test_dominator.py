@@ -244,6 +244,23 @@ def test_a_path_that_also_takes_the_parent_kind_is_an_error_naming_the_binding()
     assert mod.script() == before
 
 
+def test_a_path_node_that_is_the_root_of_a_smaller_diamond_is_an_error():
+    def body(emit, inp, weight):
+        conv = emit(_conv(inp, weight), "conv")
+        relu = emit(relax.op.nn.relu(conv), "relu")
+        inner = emit(relax.op.add(relu, relu), "inner")  # conv's only way to the root
+        tanh = emit(relax.op.tanh(inner), "tanh")
+        exp = emit(relax.op.exp(inner), "exp")
+        return emit(relax.op.add(tanh, exp), "out")
+
+    mod, v = _function(body)
+    with pytest.raises(pk.AmbiguousDominator, match="inner = R.add.*complete diamond"):
+        pk.find_match(relay_diamond(fuzzy_path()), v["out"], mod["main"])
+    # in Relay's nested diamond, leaky_relu(conv) goes around the inner add: no ambiguity
+    nested, w = _function(nested_diamond)
+    assert pk.find_match(relay_diamond(fuzzy_path()), w["out"], nested["main"]) is not None
+
+
 def test_relays_wildcard_path_is_no_ambiguity():
     mod, v = _function(classic_diamond)
     child = pk.is_op("add")(pk.wildcard(), pk.wildcard())
