@@ -2,12 +2,13 @@
 
 Recognises N >= 2 ``R.matmul(x, w_i)`` bindings of one block that read the same ``x`` as
 their left operand (a q/k/v projection, the gates of an LSTM cell), each ``w_i`` a
-constant or a parameter of the function, rank 2, shaped ``(K, N_i)`` with a static
+constant or a parameter of the function or the ``permute_dims`` of one (the torch
+importer's ``nn.Linear``), rank 2, shaped ``(K, N_i)`` with a static
 width ``N_i``.
 
 :class:`CombineParallelMatmul` (``matmul.combine_parallel``) produces
 ``R.matmul(x, W)`` on the weights concatenated along their last axis (folded into one
-constant when every ``w_i`` is a constant, an ``R.concat`` otherwise) and an ``R.split``
+constant when every ``w_i`` is a constant, an ``R.concat`` of the ``w_i`` otherwise) and an ``R.split``
 of the result along its last axis; each matched binding becomes its part of the split.
 When every branch is read only by an ``R.add`` of a rank-1 bias ``b_i`` of shape
 ``(N_i,)`` (constant or parameter), the adds are folded along: one add of the
@@ -124,8 +125,9 @@ class CombineParallelMatmul(BindingsRewriteRule):
 
     @staticmethod
     def _weight_problem(match: BindingsMatch, weight: Any) -> str | None:
-        if not (is_tensor_constant(weight) or match.is_parameter(weight)):
-            return "its weight is computed in the function, not a constant or a parameter"
+        if not (_is_given(match, weight) or _is_transposed_given(match, weight)):
+            return ("its weight is computed in the function, not a constant or a parameter "
+                    "(or its permute_dims)")
         shape = _shape(weight)
         if shape is None:
             return "its weight has no static shape"
@@ -192,6 +194,25 @@ class CombineParallelMatmul(BindingsRewriteRule):
     @classmethod
     def example_space(cls) -> dict:
         return {"branches": (3, 2, 4), "bias": (False, True), "dtype": ("float32", "float16")}
+
+
+def _is_given(match: BindingsMatch, expr: Any) -> bool:
+    """A constant or a parameter: known before the function runs, never computed."""
+    return is_tensor_constant(expr) or match.is_parameter(expr)
+
+
+def _is_transposed_given(match: BindingsMatch, expr: Any) -> bool:
+    """``permute_dims`` of a rank-2 constant or parameter, bound in the block: how the
+    torch importer writes ``nn.Linear``'s weight."""
+    if not isinstance(expr, relax.Var) or expr not in match.bindings:
+        return False
+    value = match.value(expr)
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.permute_dims"):
+        return False
+    axes = value.attrs.axes
+    return (_is_given(match, value.args[0]) and len(_shape(value.args[0]) or ()) == 2
+            and (axes is None or [int(a) for a in axes] == [1, 0]))
 
 
 def _shape(expr: Any) -> tuple | None:

@@ -84,8 +84,8 @@ class ComputedWeights:
     def main(x: R.Tensor((2, 8), "float32"), w0: R.Tensor((4, 8), "float32"),
              w1: R.Tensor((4, 8), "float32")) -> R.Tensor((2, 8), "float32"):
         with R.dataflow():
-            t0 = R.permute_dims(w0)
-            t1 = R.permute_dims(w1)
+            t0 = R.permute_dims(R.exp(w0))
+            t1 = R.permute_dims(R.exp(w1))
             a = R.matmul(x, t0)
             b = R.matmul(x, t1)
             out = R.concat((a, b), axis=1)
@@ -214,6 +214,42 @@ def test_a_branch_read_elsewhere_keeps_the_bias_adds_unfolded():
     assert ops.count("relax.matmul") == 1 and ops.count("relax.split") == 1
     assert ops.count("relax.add") == 3  # one per branch: the raw first result is needed
     pk.assert_same_numerics(before, after, rtol=0, atol=0)
+
+
+@I.ir_module
+class TorchLinears:
+    """Three ``nn.Linear`` as the torch importer writes them: ``permute_dims`` of the
+    weight parameter, ``matmul``, bias ``add``; the third transposed after the first
+    matmul, so the combined matmul must be emitted after it."""
+
+    @R.function
+    def main(x: R.Tensor((2, 3, 8), "float32"), wq: R.Tensor((8, 8), "float32"),
+             bq: R.Tensor((8,), "float32"), wk: R.Tensor((8, 8), "float32"),
+             bk: R.Tensor((8,), "float32"), wv: R.Tensor((8, 8), "float32"),
+             bv: R.Tensor((8,), "float32")) -> R.Tensor((2, 3, 8), "float32"):
+        with R.dataflow():
+            tq = R.permute_dims(wq)
+            mq = R.matmul(x, tq)
+            q = R.add(mq, bq)
+            tk = R.permute_dims(wk)
+            mk = R.matmul(x, tk)
+            k = R.add(mk, bk)
+            tv = R.permute_dims(wv, axes=[1, 0])
+            mv = R.matmul(x, tv)
+            v = R.add(mv, bv)
+            s = R.multiply(q, k)
+            out = R.add(s, v)
+            R.output(out)
+        return out
+
+
+def test_the_torch_importers_linears_are_combined_through_their_transposes():
+    after = pk.rewrite(CombineParallelMatmul(), TorchLinears)
+    ops = _ops(after)
+    assert ops.count("relax.matmul") == 1 and ops.count("relax.split") == 1
+    assert ops.count("relax.add") == 2  # the three bias adds became one, plus the final add
+    assert relax.analysis.check_well_formed(after)
+    pk.assert_same_numerics(TorchLinears, after, rtol=0, atol=0)
 
 
 def test_the_input_module_is_not_modified():
