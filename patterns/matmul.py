@@ -25,6 +25,10 @@ Guards, each a reason in the log:
 * a branch whose result is also read elsewhere than by its bias add keeps all the bias
   adds unfolded (the raw matmul result is needed), the matmuls are still combined.
 
+On imported models, run ``relax.transform.EliminateCommonSubexpr()`` first: the torch
+importer reshapes the shared input once per ``nn.Linear``, so the matmuls read equal
+values through different Vars until CSE makes them one.
+
 The rule claims no speed-up on every target: one wide matmul usually beats N narrow
 ones on CPU and GPU, and the split is a view after legalisation only where the backend
 makes it one.  It builds on :class:`patternkit.engine.BindingsRewriteRule`: a

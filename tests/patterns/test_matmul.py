@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 from tvm.script import ir as I
@@ -256,3 +259,30 @@ def test_the_input_module_is_not_modified():
     text = QKVBias.script()
     pk.rewrite(CombineParallelMatmul(), QKVBias)
     assert QKVBias.script() == text
+
+
+@pytest.mark.models
+def test_a_small_berts_query_key_value_projections_are_combined_in_every_layer():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=16, attn_implementation="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.export's LeafSpec FutureWarning
+        exported = torch.export.export(transformers.BertModel(config).eval(),
+                                       (torch.randint(0, 100, (1, 8)),))
+    # the importer reshapes the hidden states once per Linear: one reshape after CSE
+    mod = relax.transform.EliminateCommonSubexpr()(
+        from_exported_program(exported, unwrap_unit_return_tuple=True))
+    log = pk.RewriteLog()
+    after = pk.rewrite(CombineParallelMatmul(), mod, log=log)
+    # one combination per layer: query, key and value read the same hidden states
+    assert [len(r.replaced) for r in log.records] == [3, 3]
+    assert _ops(after).count("relax.split") == 2
+    assert _ops(after).count("relax.matmul") == _ops(mod).count("relax.matmul") - 4
+    # the concatenated weights change no dot product: bit-identical on llvm
+    pk.assert_same_numerics(mod, after, rtol=0, atol=0)
