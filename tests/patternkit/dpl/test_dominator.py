@@ -359,3 +359,10 @@ def test_a_pattern_table_composite_takes_the_diamond():
     out = pk.MergeComposite([("demo.diamond", relay_diamond())])(mod)
     assert pk.composite_counts(out) == {"demo.diamond": 1}
     pk.assert_same_numerics(mod, out, rtol=0, atol=0)
+
+
+def test_operator_kinds_and_dominators_have_no_tvm_dpl_form():
+    with pytest.raises(pk.PatternError, match="no Relax operator registers TOpPattern"):
+        unary_elemwise().to_dpl()
+    with pytest.raises(pk.PatternError, match="DominatorPattern has no tvm.relax.dpl"):
+        relay_diamond().to_dpl()
