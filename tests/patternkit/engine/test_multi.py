@@ -134,6 +134,22 @@ def test_used_by_and_only_used_by_constrain_the_consumers_as_in_tvm():
         assert relax.analysis.check_well_formed(out)
 
 
+def test_a_duplicated_chain_is_another_node_and_takes_the_next_pair():
+    def body(emit, x, w0, w1):
+        r = emit(relax.op.nn.relu(emit(relax.op.matmul(x, w0), "a")), "r")
+        s = emit(relax.op.nn.relu(emit(relax.op.matmul(x, w1), "b")), "s")
+        return relax.op.add(r, s)
+
+    mod = _function(body, (("x", X), ("w0", WT), ("w1", WT)))
+    with pk.PatternContext() as ctx:
+        mm = pk.is_op("relax.matmul")(pk.wildcard(), pk.wildcard(), add_constraint=False)
+        relu = pk.is_op("relax.nn.relu")(pk.wildcard(), add_constraint=False)
+        first = mm >> relu
+        second = first.dup()
+    found = ctx.match_dfb(mod["main"].body.blocks[0])
+    assert [found[p].name for p in (*first.patterns, *second.patterns)] == ["a", "r", "b", "s"]
+
+
 def test_a_replacement_for_a_var_the_match_does_not_own_is_an_error_naming_the_binding():
     mod = _function(qkv_block, QKV_PARAMS)
     before = mod.script()
