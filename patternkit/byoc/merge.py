@@ -41,13 +41,13 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.matcher import Matcher
 from ..dpl.pattern import root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
-from ..engine.proposal import Group, find_groups, group_check
+from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
+from ..engine.wellformed import check_input, checked
 from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
@@ -140,7 +140,7 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
                     changed = True
             return C.copy_module(module, functions) if changed else module
 
-    return apply_to_target(mod, transform)
+    return apply_to_target(mod, checked("MergeComposite", transform))
 
 
 def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TVM pass style)
@@ -178,6 +178,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     if not live_entries:
         return func
     index = FunctionIndex.build(func)
+    check_input(index, "MergeComposite", func_name)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
@@ -204,7 +205,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                                            rejection=refusal))
             return refusal
 
-        groups, skips = find_groups(index, entry.pattern, veto)
+        groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
         for group in groups:
             for v in group.interior:
                 claimed[C.handle(v)] = entry.name
@@ -215,7 +216,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
             for s in skips:
                 if s.root in vetoed_roots:
                     continue
-                log.skipped.append(_classify_skip(index, entry, func_name, s))
+                log.skipped.append(_classify_skip(entry, func_name, s))
     if not accepted:
         return func
     replacements = {}
@@ -238,20 +239,12 @@ def _check_error(entry: CompositeEntry, func_name: str, group: Group,
                          f"'{where}')", entry.name, where)
 
 
-def _classify_skip(index: FunctionIndex, entry: CompositeEntry, func_name: str,
-                   skipped: Any) -> SkippedComposite:
+def _classify_skip(entry: CompositeEntry, func_name: str, skipped: Skipped) -> SkippedComposite:
     """A grouping skip (escape or same-entry overlap) with the bindings it covered."""
-    kind = "overlap" if skipped.reason.startswith("overlaps") else "escape"
-    vars_: tuple[str, ...] = (skipped.root,)
-    if skipped.position is not None:
-        binding = index.binding_at(skipped.position)
-        table = index.values[skipped.position[0]]
-        found = Matcher(call_args=index.call_args, table=table).match(entry.pattern,
-                                                                       binding.value)
-        if found is not None:
-            vars_ = (*_names(found.internal), skipped.root)
-    by = entry.name if kind == "overlap" else None
-    return SkippedComposite(entry.name, func_name, skipped.root, vars_, kind, skipped.reason, by)
+    kind = skipped.kind.value
+    by = entry.name if skipped.kind is SkipKind.OVERLAP else None
+    return SkippedComposite(entry.name, func_name, skipped.root, _names(skipped.covered), kind,
+                            skipped.reason, by)
 
 
 def composite_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:

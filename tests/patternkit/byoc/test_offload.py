@@ -118,11 +118,6 @@ def test_offload_report_names_escaping_intermediates():
     assert report.offloaded_ops == 0 and report.composites == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "find_groups skips a candidate root that an earlier group of the same pattern already "
-    "claimed without recording a Skipped, so offload_report calls 'lv = exp(x)' uncovered "
-    "although 'c.exp_exp' matches 'lv1 = exp(lv)' (its docstring promises 'overlap' for a "
-    "match that an earlier match of the same entry blocked)"))
 def test_an_op_blocked_by_an_earlier_match_of_the_same_entry_is_an_overlap():
     x = relax.Var("x", relax.TensorType((2, 3), "float32"))
     mod = pk.from_expr(relax.op.exp(relax.op.exp(relax.op.exp(x))))

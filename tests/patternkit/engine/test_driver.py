@@ -7,6 +7,7 @@ engine live with the real rules in tests/patterns/.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -274,3 +275,93 @@ def test_fused_functions_are_left_alone():
     fused = mod["main"].with_attr("Primitive", True)
     mod2 = tvm.IRModule({"main": fused})
     tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), mod2), mod2)
+
+
+# ---------------------------------------------------------------------- dead readers
+def onnx_conv_batchnorm() -> tvm.IRModule:
+    """What the ONNX importer emits for Conv(bias) + BatchNormalization + Relu (opset 14).
+
+    Mirrors ``from_onnx`` binding for binding: the conv bias reshaped and added, an
+    inference ``batch_norm`` whose mean and variance outputs ``lv5 = lv3[1]`` and
+    ``lv6 = lv3[2]`` nothing reads.
+    """
+    rng = np.random.default_rng(0)
+
+    def const(shape, low=None):
+        data = rng.random(shape) + low if low is not None else rng.standard_normal(shape)
+        return relax.const(data.astype("float32"))
+
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            lv = bb.emit(relax.op.nn.conv2d(x, const((4, 3, 3, 3)), padding=[1, 1, 1, 1]), "lv")
+            lv1 = bb.emit(relax.op.reshape(const((4,)), (1, 4, 1, 1)), "lv1")
+            lv2 = bb.emit(relax.op.add(lv, lv1), "lv2")
+            lv3 = bb.emit(relax.op.nn.batch_norm(lv2, const((4,), 0.5), const((4,)),
+                                                 const((4,)), const((4,), 0.5), axis=1,
+                                                 epsilon=1e-5, training=False), "lv3")
+            lv4 = bb.emit(relax.TupleGetItem(lv3, 0), "lv4")
+            bb.emit(relax.TupleGetItem(lv3, 1), "lv5")
+            bb.emit(relax.TupleGetItem(lv3, 2), "lv6")
+            gv = bb.emit_output(relax.op.nn.relu(lv4), "gv")
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def test_dead_readers_do_not_stop_the_batch_norm_fold_on_onnx_style_graphs():
+    from patternkit.patterns import LIBRARY
+
+    mod = onnx_conv_batchnorm()
+    log = pk.RewriteLog()
+    out = pk.rewrite(LIBRARY.find("conv.fold_batchnorm"), mod, log=log)
+    assert log.counts() == {"conv.fold_batchnorm": 1} and log.reasons() == []
+    # the batch norm is gone with its dead readers, not kept alive for them
+    assert ops_of(out["main"]) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]
+    assert relax.analysis.check_well_formed(out)
+    pk.assert_same_numerics(mod, out, rtol=1e-5, atol=1e-5)
+
+
+def test_an_intermediate_read_only_by_dead_code_does_not_escape():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((2, 3), "float32"), y: R.Tensor((2, 3), "float32")):
+            with R.dataflow():
+                a = R.exp(x)
+                dead = R.sigmoid(a)
+                also_dead = R.add(dead, y)
+                b = R.exp(a)
+                kept = R.nn.relu(y)
+                R.output(b)
+            return b
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((2, 3), "float32"), y: R.Tensor((2, 3), "float32")):
+            with R.dataflow():
+                b = R.sigmoid(x)
+                kept = R.nn.relu(y)
+                R.output(b)
+            return b
+
+    log = pk.RewriteLog()
+    tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), Before, log=log), Expected)
+    assert log.reasons() == []  # no "intermediate 'a' is also used by 'dead'"
+
+
+def test_dead_code_is_never_the_root_of_a_match():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((2, 3), "float32")):
+            with R.dataflow():
+                unused = R.exp(R.exp(x))
+                b = R.nn.relu(x)
+                R.output(b)
+            return b
+
+    log = pk.RewriteLog()
+    tvm.ir.assert_structural_equal(pk.rewrite(ExpToSigmoid(), Before, log=log), Before)
+    assert log.records == [] and log.skipped == []
