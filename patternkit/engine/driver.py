@@ -55,6 +55,7 @@ small, local objects, which is why this driver is 30-100x faster than
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -71,6 +72,8 @@ from .proposal import Group, SkipKind, find_groups, group_check
 from .rule import MatchCheck, Reject, RewriteRule, RuleMatch, require_instance
 from .ruleset import RuleSet
 from .wellformed import assert_well_formed, check_input, check_shape, debug_mode
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_MAX_PASSES = 100
 
@@ -413,9 +416,11 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                 log.skipped.extend(SkippedMatch(rule.name, fn.name, s.root, s.reason,
                                                 s.rejection, s.kind) for s in skipped)
             last = None
+            declines = 0
             for group in groups:
                 new_value, declined = _call_rule(rule, fn.name, group)
                 if new_value is None:
+                    declines += 1
                     if log is not None:
                         log.skipped.append(SkippedMatch(rule.name, fn.name,
                                                         C.var_name(group.root_var), declined,
@@ -427,6 +432,10 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                     log.records.append(RewriteRecord(rule.name, fn.name, group.root_var,
                                                      (*group.match.internal, group.root_var),
                                                      round_index))
+            if declines:
+                _LOG.info("rule %s left %d match(es) in '%s' as they were: its rewrite returned "
+                          "None or the match itself (round %d)", rule.name, declines, fn.name,
+                          round_index + 1)
             if last is not None:
                 fired.append((rule.name, fn.name, last))
     if not fired:

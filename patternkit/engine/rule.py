@@ -314,7 +314,12 @@ class RewriteRule(Rule):
         self.rewrite_once = rewrite_once
 
     def rewrite(self, match: RuleMatch) -> Any:
-        """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned."""
+        """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned.
+
+        ``None`` (or ``match.root`` itself) leaves the binding as it is; the driver
+        records it as a declined match (:class:`~patternkit.engine.driver.SkippedMatch`)
+        and logs it.
+        """
         raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
 
     def rewrite_match(self, match: RuleMatch) -> Any:

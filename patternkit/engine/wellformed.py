@@ -35,7 +35,8 @@ from tvm import relax
 from ..errors import MalformedIRError
 from ..ir import compat as C
 from ..ir.rebuild import describe_binding
-from .index import FunctionIndex
+from ..ir.walk import KIND_OF, VAR
+from .index import FunctionIndex, nests_a_call
 
 #: Environment variable that turns debug mode on for every pass (``1``, ``true``...).
 DEBUG_VARIABLE = "PATTERNKIT_DEBUG"
@@ -53,11 +54,23 @@ def debug_mode(debug: bool | None = None) -> bool:
 
 
 def check_shape(func: relax.Function, pass_name: str, func_name: str) -> None:
-    """The function's body must be a ``SeqExpr``, as every normalised function's is."""
-    if not isinstance(func.body, relax.SeqExpr):
+    """The function's body must be a ``SeqExpr`` whose result is not a call.
+
+    Cheap enough for every function a pass is given, including those it does not index
+    (no candidate for its rules): ``relax.Function([x], R.exp(R.exp(x)))`` gets an
+    empty ``SeqExpr`` around the nested call, on which every rule would silently find
+    nothing.
+    """
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
         raise MalformedIRError(
             f"{pass_name}: function '{func_name}' is not normalised: its body is a "
-            f"{type(func.body).__name__}, not a SeqExpr; {_NORMALIZE}")
+            f"{type(body).__name__}, not a SeqExpr; {_NORMALIZE}")
+    result = body.body
+    if KIND_OF.get(type(result)) is not VAR and nests_a_call(result, True):
+        raise MalformedIRError(
+            f"{pass_name}: function '{func_name}' is not normalised: it returns a call "
+            f"({_short(result)}) instead of a Var; {_NORMALIZE}")
 
 
 def check_input(index: FunctionIndex, pass_name: str, func_name: str) -> None:
@@ -164,6 +177,12 @@ def checked(pass_name: str, transform: Callable[[tvm.IRModule], tvm.IRModule],
 
 
 # -- naming what failed ----------------------------------------------------------------------
+def _short(expr: Any, limit: int = 60) -> str:
+    """``expr`` as one line of TVMScript, cut to ``limit`` characters."""
+    text = " ".join(str(expr).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _name_of(expr: Any, key: int) -> str:
     """The name of the Var with handle ``key`` that ``expr`` reads."""
     for var in C.array_items(relax.analysis.free_vars(expr)):
