@@ -47,7 +47,7 @@ from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
 from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
-from ..engine.wellformed import check_input, checked
+from ..engine.wellformed import check_input, check_shape, checked
 from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
@@ -172,7 +172,8 @@ def _names(vars_: Iterable[Any]) -> tuple[str, ...]:
 
 def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                     log: CompositeLog | None) -> relax.Function:
-    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+    check_shape(func, "MergeComposite", func_name)
+    if not func.body.blocks:
         return func
     live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
     if not live_entries:

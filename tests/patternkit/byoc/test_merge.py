@@ -164,3 +164,14 @@ def test_merge_composite_refuses_a_rule_class_naming_it():
     with pytest.raises(TypeError, match=r"ConvAddReluComposite is a rule class, not a rule; "
                                         r"pass an instance: ConvAddReluComposite\(\)"):
         MergeComposite([ConvAddReluComposite])
+
+
+def test_merge_composite_refuses_a_function_that_is_not_normalised():
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))
+    call = relax.op.nn.relu(relax.op.nn.conv2d(x, w))
+    mod = tvm.IRModule({"main": relax.Function([x, w], call, relax.TensorType((1, 4, 6, 6),
+                                                                             "float32"))})
+    with pytest.raises(pk.MalformedIRError, match=r"MergeComposite: function 'main' is not "
+                                                  r"normalised: it returns a call"):
+        merge_composite(mod, [("ccompiler.conv_add_relu", conv2d_add_relu())])
