@@ -309,10 +309,37 @@ def onnx_conv_batchnorm() -> tvm.IRModule:
     return bb.get()
 
 
-def test_dead_readers_do_not_stop_the_batch_norm_fold_on_onnx_style_graphs():
+def imported_conv_batchnorm() -> tvm.IRModule:
+    """The same Conv(bias) + BatchNormalization + Relu through the ONNX importer itself."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    rng = np.random.default_rng(0)
+    arrays = {"w": rng.standard_normal((4, 3, 3, 3)), "b": rng.standard_normal(4),
+              "g": rng.random(4) + 0.5, "beta": rng.standard_normal(4),
+              "mean": rng.standard_normal(4), "var": rng.random(4) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["n"],
+                              epsilon=1e-5),
+             helper.make_node("Relu", ["n"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv_bn_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(a.astype("float32"), name) for name, a in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    return from_onnx(model, keep_params_in_input=False)
+
+
+@pytest.mark.parametrize("build", [onnx_conv_batchnorm, imported_conv_batchnorm],
+                         ids=["mirrored", "onnx_importer"])
+def test_dead_readers_do_not_stop_the_batch_norm_fold_on_onnx_graphs(build):
     from patternkit.patterns import LIBRARY
 
-    mod = onnx_conv_batchnorm()
+    mod = build()
+    bindings = {b.var.name: b.value for b in mod["main"].body.blocks[0].bindings}
+    assert isinstance(bindings["lv5"], relax.TupleGetItem)  # the dead reader of lv3 is there
     log = pk.RewriteLog()
     out = pk.rewrite(LIBRARY.find("conv.fold_batchnorm"), mod, log=log)
     assert log.counts() == {"conv.fold_batchnorm": 1} and log.reasons() == []

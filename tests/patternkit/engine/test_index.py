@@ -9,7 +9,6 @@ dead-binding removal, against TVM's own dead-code elimination.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
