@@ -8,7 +8,9 @@ The engine now checks at three levels:
 * **always, on what a pass receives** (:func:`check_input`, from the function index the
   pass builds anyway): every Var a binding reads is a parameter or bound before it, and
   the function is in A-normal form (no call nested in a binding's value, a result that
-  is not a call).  Failing input raises before anything is built, naming the function
+  is not a call).  Functions the pass does not index get :func:`check_shape` (a
+  ``SeqExpr`` body whose result is not a call), so a hand-built
+  ``relax.Function([x], R.exp(x))`` is refused rather than silently left alone.  Failing input raises before anything is built, naming the function
   and the binding, so the caller's module is left as it was;
 * **always, on what a pass emits** (:func:`check_replacement_scope`): every Var a
   replacement reads is a parameter of the function or bound before the binding it
