@@ -76,7 +76,8 @@ class SkippedComposite:
     ``kind`` is ``"check"`` (the entry's check vetoed it, ``rejection`` is its
     :class:`~patternkit.engine.rule.Reject`), ``"overlap"`` (a binding was already
     taken, ``by`` names the entry that took it), or ``"escape"`` (an intermediate
-    result is read outside the match).
+    result is read outside the match).  ``bound`` holds the Vars named in ``vars``:
+    names need not be unique (a rewrite's new bindings may reuse ``lv8``), the Vars are.
     """
 
     entry: str
@@ -87,6 +88,7 @@ class SkippedComposite:
     reason: str
     by: str | None = None
     rejection: Reject | None = field(default=None, compare=False, repr=False)
+    bound: tuple = field(default=(), compare=False, repr=False)
 
 
 @dataclass
@@ -194,7 +196,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 by = claimed[C.handle(taken)]
                 reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
                 vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                               _names(group.interior), "overlap", reason, by))
+                                               _names(group.interior), "overlap", reason, by,
+                                               bound=tuple(group.interior)))
                 return reject(reason)
             if entry_check is None:
                 return True
@@ -203,7 +206,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 return True
             vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
                                            _names(group.interior), "check", refusal.reason,
-                                           rejection=refusal))
+                                           rejection=refusal, bound=tuple(group.interior)))
             return refusal
 
         groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
@@ -213,9 +216,9 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
             accepted.append((entry, group))
         if log is not None:
             log.skipped.extend(vetoes)
-            vetoed_roots = {s.root for s in vetoes}
+            vetoed_roots = {C.handle(s.bound[-1]) for s in vetoes}
             for s in skips:
-                if s.root in vetoed_roots:
+                if s.covered and C.handle(s.covered[-1]) in vetoed_roots:
                     continue
                 log.skipped.append(_classify_skip(entry, func_name, s))
     if not accepted:
@@ -245,7 +248,7 @@ def _classify_skip(entry: CompositeEntry, func_name: str, skipped: Skipped) -> S
     kind = skipped.kind.value
     by = entry.name if skipped.kind is SkipKind.OVERLAP else None
     return SkippedComposite(entry.name, func_name, skipped.root, _names(skipped.covered), kind,
-                            skipped.reason, by)
+                            skipped.reason, by, bound=skipped.covered)
 
 
 def composite_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:
