@@ -161,7 +161,8 @@ class FunctionIndex:
                 for used in reads:
                     readers[used] = readers.get(used, 0) + 1
                     # Reads only look backwards: the binding itself is not in position yet.
-                    if used not in position and used not in params and index.undefined is None:
+                    if used not in position and used not in params and index.undefined is None \
+                            and not _reads_symbolic_var(value, used):
                         index.undefined = ((bi, j), used)
                 position[key] = (bi, j)
                 if is_dataflow and type(var) is not relax.DataflowVar:
@@ -286,6 +287,16 @@ def nests_a_call(value: Any, top: bool = False) -> bool:
         return nests_a_call(value.tuple_value, True) if (
             KIND_OF.get(type(value.tuple_value)) or expr_kind(value.tuple_value)) is CALL else False
     return False
+
+
+def _reads_symbolic_var(value: Any, key: int) -> bool:
+    """Whether the read ``key`` of ``value`` is a symbolic dimension (``R.arange(0, n)``).
+
+    In 0.27 a TIR variable is an ``ir.Var`` like a Relax one, and appears bare among a
+    call's arguments; it is defined by the parameters' shapes, not by a binding.  Asked
+    only for a read that is neither a parameter nor bound earlier, which is rare.
+    """
+    return any(handle(var) == key and tvm.ir.is_prim_var(var) for var in vars_read(value))
 
 
 def reads_of_value(value: Any) -> list[int]:
