@@ -17,11 +17,12 @@ from .callback import DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .partitioning import partition
 from .proposal import match_bindings
-from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
+from .rule import (CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject,
+                   variant_method)
 from .ruleset import RuleSet
 
 __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
-    "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+    "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "variant_method",
 ]
