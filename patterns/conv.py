@@ -172,20 +172,21 @@ class ConvAddReluComposite(CompositeRule):
     # -- self-check example (used by tests and benchmarks) ------------------------------------
     @variant_method
     def example(self, channels: int = 8, size: int = 16, seed: int = 0,
-                activation: str | None = None) -> tvm.IRModule:
+                activation: str | None = None, dtype: str = "float32") -> tvm.IRModule:
         """ResNet's first block after batch-norm folding, constants seeded.
 
         ``conv7x7/2 + bias + act -> max_pool -> conv3x3 + bias + act -> conv3x3 + bias``,
         then the residual ``add`` with the pooled value; ``act`` is ``activation``
-        (``"relu"``, ``"silu"`` or ``"clip"``, i.e. relu6), by default this variant's.
+        (``"relu"``, ``"silu"`` or ``"clip"``, i.e. relu6), by default this variant's;
+        input and constants are ``dtype``.
         """
         act = _EXAMPLE_ACTIVATIONS[activation or self.activation]
         rng = np.random.default_rng(seed)
 
         def const(*shape):
-            return relax.const((rng.standard_normal(shape) * 0.2).astype("float32"))
+            return relax.const((rng.standard_normal(shape) * 0.2).astype(dtype))
 
-        x = relax.Var("x", relax.TensorType((1, 3, size, size), "float32"))
+        x = relax.Var("x", relax.TensorType((1, 3, size, size), dtype))
         bb = relax.BlockBuilder()
         with bb.function("main", [x]):
             with bb.dataflow():
@@ -203,7 +204,7 @@ class ConvAddReluComposite(CompositeRule):
     @variant_method
     def example_space(self) -> dict[str, Sequence[Any]]:
         others = tuple(a for a in _EXAMPLE_ACTIVATIONS if a != self.activation)
-        return {"activation": (self.activation, *others)}
+        return {"activation": (self.activation, *others), "dtype": ("float32", "float16")}
 
 
 #: How the examples spell each activation (relu6 as the torch importer writes it).
