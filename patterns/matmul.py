@@ -166,19 +166,25 @@ class MatmulComposite(CompositeRule):
         return y
 
 
+#: ``(bias, activation)`` of the table's variants, most parts first.  Without a bias only
+#: ``silu`` (a Llama MLP's gate projection has no bias); the other activations come after
+#: a biased ``nn.Linear`` in the models the library targets (BERT, GPT-2, ViT), and
+#: ``MatmulComposite(activation="relu")`` builds the unbiased variant where one is needed.
+TABLE_PARTS = ((True, "relu"), (True, "gelu"), (True, "gelu_tanh"), (True, "silu"),
+               (True, None), (False, "silu"), (False, None))
+
+
 def matmul_table(compiler: str = "byoc") -> list[MatmulComposite]:
-    """Every :class:`MatmulComposite` variant, in the priority order a table needs.
+    """The table's :class:`MatmulComposite` variants, in the priority order a table needs.
 
     Transposed before plain (a plain entry would take the matmul of a transposed chain,
     leaving the ``permute_dims`` out), then the most parts first: bias and activation,
-    bias, activation, the bare matmul.
+    bias, activation, the bare matmul (:data:`TABLE_PARTS`).
     """
-    activations = (*ACTIVATIONS, None)
     table = []
     for transposed in (True, False):
-        for bias, acts in ((True, activations[:-1]), (True, (None,)),
-                           (False, activations[:-1]), (False, (None,))):
-            table += [MatmulComposite(compiler, transposed, bias, act) for act in acts]
+        for bias, activation in TABLE_PARTS:
+            table.append(MatmulComposite(compiler, transposed, bias, activation))
     return table
 
 
