@@ -39,7 +39,7 @@ class SymbolicBinder:
         key = id(func)
         entry = self._symvars.get(key)
         if entry is None:
-            entry = self._symvars[key] = (func, list(relax.analysis.defined_symbolic_vars(func)))
+            entry = self._symvars[key] = (func, _parameter_symbolic_vars(func))
         symvars = entry[1]
         if not symvars:
             return func
@@ -67,6 +67,20 @@ class SymbolicBinder:
         if cache_key is not None:
             self._bound[cache_key] = bound
         return bound
+
+
+def _parameter_symbolic_vars(func: relax.Function) -> list:
+    """The symbolic variables ``func``'s parameters define: the ones a call site binds.
+
+    Not ``defined_symbolic_vars(func)``, which also lists what a nested function's own
+    parameters define (a composite with an ``R.Shape([batch, seq])`` parameter inside an
+    offloaded function): those are bound at the nested call, not by the caller's arguments.
+    """
+    seen: dict = {}
+    for param in func.params:
+        for v in relax.analysis.definable_tir_vars_in_type(param.ty):
+            seen.setdefault(C.handle(v), v)
+    return list(seen.values())
 
 
 def _dims(shape: Any) -> list | None:
