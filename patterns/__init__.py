@@ -31,6 +31,7 @@ from . import activation, batchnorm, conv, matmul
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
 
+
 def _built(entry: Any, *args: Any) -> Rule:
     """A family tuple's entry as a rule: an instance as it is, a class built with ``args``."""
     return entry if isinstance(entry, Rule) else entry(*args)
@@ -45,6 +46,7 @@ def _family_rules(module: Any) -> RuleSet:
 
 
 def _family_expansions(module: Any) -> RuleSet:
+    """A family module's expand rules (``EXPANSIONS``, if it has them) as a rule set."""
     return RuleSet(_built(entry) for entry in getattr(module, "EXPANSIONS", ()))
 
 

@@ -65,7 +65,7 @@ from typing import Any, Sequence
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, as_pattern, is_op, is_scalar, wildcard
+from patternkit.dpl import DFPattern, as_pattern, is_op, wildcard
 from patternkit.engine import RewriteRule, RuleMatch, reject
 from patternkit.ir import dtype_of, from_expr, type_of
 
