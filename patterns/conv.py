@@ -1,5 +1,5 @@
-"""Convolutions for external compilers: ``conv2d -> [bias add] -> [relu]`` composites,
-and the batch-norm folding that has to run first.
+"""Convolutions for external compilers: ``conv2d -> [bias add] -> [relu | silu | clip]``
+composites, and the batch-norm folding that has to run first.
 
 Recognises
 
@@ -13,6 +13,14 @@ Recognises
   :class:`ConvAddReluComposite` checks that the added tensor really is a per-channel
   bias (one non-unit dimension, on the output's channel axis); the Relay-faithful
   :func:`conv2d_add_relu` pattern, like Relay's, accepts any added tensor.
+  With ``activation="silu"`` or ``"clip"`` the activation is ``nn.silu`` (the torch
+  importer's ``x * sigmoid(x)`` once ``silu.collapse`` has run; cutlass's
+  ``conv2d_bias_silu``) or ``clip`` with constant bounds (``nn.ReLU6`` imports as
+  ``clip(x, 0, 6)``; the CLML table's ``clip`` convolutions) instead of relu, named
+  ``conv2d_add_silu``, ``conv2d_add_clip_strict`` and so on.  The library holds them with
+  the activation required, ahead of the relu composite: an entry whose activation is
+  optional would also take a conv + add that no activation follows, under a name that
+  says there is one.
 * :class:`BatchnormFoldIntoConv`: ``conv2d(x, W) [+ b] -> batch_norm(...)[0]`` with ``W``,
   ``b`` and the four batch-norm parameters constant and ``training=False``, rewritten to
   ``conv2d(x, W * s) + ((b - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``:
@@ -26,9 +34,8 @@ Recognises
 
 Deliberately not covered: ``conv2d_transpose``, 1-D and 3-D convolutions, layouts other
 than ``OIHW`` kernels for the fold, non-constant weights or batch-norm parameters (bind
-them with ``relax.transform.BindParams`` first), activations other than relu (write
-another :class:`ConvAddReluComposite`-like rule; a cross product of variants is not
-kept here), and batch norms in training mode (they normalise with batch statistics, so
+them with ``relax.transform.BindParams`` first), activations other than relu, silu and
+clip, and batch norms in training mode (they normalise with batch statistics, so
 folding would change the numbers).
 """
 
@@ -36,14 +43,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
-from patternkit.engine import CompositeRule, DFPatternCallback, NodeMap, RuleMatch, reject
+from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, RuleMatch, reject,
+                               variant_method)
 from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, static_shape,
                            type_of)
 
@@ -76,6 +84,15 @@ def _single_value(shape: tuple) -> bool:
     return all(isinstance(d, int) and d == 1 for d in shape)
 
 
+#: Activations a conv composite may end with: name (as in the composite name) -> the
+#: pattern of the call on the conv's (biased) output.
+CONV_ACTIVATIONS = {
+    "relu": lambda body: is_op("nn.relu")(body),
+    "silu": lambda body: is_op("nn.silu")(body),
+    "clip": lambda body: is_op("clip")(body, is_constant(), is_constant()),
+}
+
+
 def _presence(part: str, mode: Presence | str) -> Presence:
     try:
         return Presence(mode)
@@ -85,35 +102,47 @@ def _presence(part: str, mode: Presence | str) -> Presence:
 
 
 class ConvAddReluComposite(CompositeRule):
-    """``conv2d -> [add per-channel bias] -> [relu]`` as a pattern table entry.
+    """``conv2d -> [add per-channel bias] -> [relu | silu | clip]`` as a pattern table entry.
 
     Parameters
     ----------
     compiler : str
         Prefix of the composite name (the codegen that will take it).
     bias, relu : Presence or {"optional", "required", "absent"}
-        Whether the bias add / the relu may, must or must not follow.
+        Whether the bias add / the activation may, must or must not follow (``relu`` is
+        the activation's presence whichever ``activation`` is; it kept its name from
+        when relu was the only one).
+    activation : {"relu", "silu", "clip"}
+        The activation: ``nn.relu``, ``nn.silu``, or ``clip`` with constant bounds (relu6).
 
     The name is derived, one distinct piece per part and presence, so two variants never
-    share a name: ``"<compiler>.conv2d"``, then for the add and the relu ``"_add"`` when
-    it may follow, ``"_add_strict"`` when it must, nothing when it must not
-    (``conv2d_add_relu``, ``conv2d_add_relu_strict``, ``conv2d_add_strict_relu``, ...).
+    share a name: ``"<compiler>.conv2d"``, then for the add and the activation ``"_add"``
+    / ``"_<activation>"`` when it may follow, ``"_add_strict"`` / ``"_<activation>_strict"``
+    when it must, nothing when it must not (``conv2d_add_relu``, ``conv2d_add_relu_strict``,
+    ``conv2d_add_strict_relu``, ``conv2d_add_silu_strict``, ...).  An absent activation
+    has no kind, so only ``activation="relu"`` (the default) may go with ``relu="absent"``.
     """
 
     def __init__(self, compiler: str = "byoc", bias: Presence | str = Presence.OPTIONAL,
-                 relu: Presence | str = Presence.OPTIONAL):
+                 relu: Presence | str = Presence.OPTIONAL, activation: str = "relu"):
         super().__init__(compiler)
         bias, relu = (_presence(part, mode) for part, mode in (("bias", bias), ("relu", relu)))
-        self.bias_mode, self.relu_mode = bias, relu
+        if activation not in CONV_ACTIVATIONS:
+            raise ValueError(f"ConvAddReluComposite: activation must be one of "
+                             f"{tuple(CONV_ACTIVATIONS)}, found {activation!r}")
+        if relu is Presence.ABSENT and activation != "relu":
+            raise ValueError(f"ConvAddReluComposite: activation={activation!r} names an "
+                             f"activation that relu='absent' excludes")
+        self.bias_mode, self.relu_mode, self.activation = bias, relu, activation
         self.x, self.weight, self.bias = wildcard(), wildcard(), wildcard()
         self.conv = is_op("nn.conv2d")(self.x, self.weight)
         self.add = is_op("add")(self.conv, self.bias)
         body = {Presence.OPTIONAL: self.add | self.conv, Presence.REQUIRED: self.add,
                 Presence.ABSENT: self.conv}[bias]
-        self.relu = is_op("nn.relu")(body)
+        self.relu = CONV_ACTIVATIONS[activation](body)
         self.pattern: DFPattern = {Presence.OPTIONAL: self.relu | body,
                                    Presence.REQUIRED: self.relu, Presence.ABSENT: body}[relu]
-        self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix("relu")
+        self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix(activation)
 
     def check(self, match: RuleMatch) -> Any:
         """Accept unless the added tensor is not a per-channel (or single-value) bias."""
@@ -141,32 +170,49 @@ class ConvAddReluComposite(CompositeRule):
         return True
 
     # -- self-check example (used by tests and benchmarks) ------------------------------------
-    @staticmethod
-    def example(channels: int = 8, size: int = 16, seed: int = 0) -> tvm.IRModule:
+    @variant_method
+    def example(self, channels: int = 8, size: int = 16, seed: int = 0,
+                activation: str | None = None, dtype: str = "float32") -> tvm.IRModule:
         """ResNet's first block after batch-norm folding, constants seeded.
 
-        ``conv7x7/2 + bias + relu -> max_pool -> conv3x3 + bias + relu -> conv3x3 + bias``,
-        then the residual ``add`` with the pooled value.
+        ``conv7x7/2 + bias + act -> max_pool -> conv3x3 + bias + act -> conv3x3 + bias``,
+        then the residual ``add`` with the pooled value; ``act`` is ``activation``
+        (``"relu"``, ``"silu"`` or ``"clip"``, i.e. relu6), by default this variant's;
+        input and constants are ``dtype``.
         """
+        act = _EXAMPLE_ACTIVATIONS[activation or self.activation]
         rng = np.random.default_rng(seed)
 
         def const(*shape):
-            return relax.const((rng.standard_normal(shape) * 0.2).astype("float32"))
+            return relax.const((rng.standard_normal(shape) * 0.2).astype(dtype))
 
-        x = relax.Var("x", relax.TensorType((1, 3, size, size), "float32"))
+        x = relax.Var("x", relax.TensorType((1, 3, size, size), dtype))
         bb = relax.BlockBuilder()
         with bb.function("main", [x]):
             with bb.dataflow():
                 c = bb.emit(relax.op.nn.conv2d(x, const(channels, 3, 7, 7), strides=2, padding=3))
-                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
+                r = bb.emit(act(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
                 p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1))
                 c = bb.emit(relax.op.nn.conv2d(p, const(channels, channels, 3, 3), padding=1))
-                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
+                r = bb.emit(act(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
                 c = bb.emit(relax.op.nn.conv2d(r, const(channels, channels, 3, 3), padding=1))
                 a = bb.emit(relax.op.add(c, const(1, channels, 1, 1)))
                 out = bb.emit_output(relax.op.add(a, p))
             bb.emit_func_output(out)
         return bb.get()
+
+    @variant_method
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        others = tuple(a for a in _EXAMPLE_ACTIVATIONS if a != self.activation)
+        return {"activation": (self.activation, *others), "dtype": ("float32", "float16")}
+
+
+#: How the examples spell each activation (relu6 as the torch importer writes it).
+_EXAMPLE_ACTIVATIONS = {
+    "relu": relax.op.nn.relu,
+    "silu": relax.op.nn.silu,
+    "clip": lambda x: relax.op.clip(x, 0.0, 6.0),
+}
 
 
 @dataclass(frozen=True)
@@ -295,5 +341,9 @@ class BatchnormFoldIntoConv(DFPatternCallback):
 #: The rewrite rules of this file (composite rules are table entries, not rewrites).
 RULES = (BatchnormFoldIntoConv,)
 
-#: Pattern table entries of this file, for ``PatternTable`` / ``MergeComposite``.
-COMPOSITES = (ConvAddReluComposite,)
+#: Pattern table entries of this file, for ``PatternTable`` / ``MergeComposite``, in
+#: priority order: the silu and clip variants (activation required) before the relu
+#: composite, whose optional relu would otherwise take their conv + add.
+COMPOSITES = (ConvAddReluComposite(activation="silu", relu=Presence.REQUIRED),
+              ConvAddReluComposite(activation="clip", relu=Presence.REQUIRED),
+              ConvAddReluComposite)

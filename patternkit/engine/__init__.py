@@ -18,7 +18,8 @@ from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
 from .partitioning import partition
 from .proposal import match_bindings
-from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
+from .rule import (CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject,
+                   variant_method)
 from .ruleset import RuleSet
 from .wellformed import assert_well_formed
 
@@ -26,5 +27,5 @@ __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
-    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings",
+    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",
 ]

@@ -248,6 +248,32 @@ class RuleMatch:
         return f"<RuleMatch {', '.join(self.roles)}>"
 
 
+# -- methods of rule variants ---------------------------------------------------------------
+class variant_method:  # noqa: N801  (a decorator, named like staticmethod and classmethod)
+    """A rule method whose result depends on the rule's variant (its constructor arguments).
+
+    On an instance it is that instance's method; on the class it is the method of the
+    default variant, ``cls()``.  A rule whose variants need different examples (a
+    ``conv2d + silu`` composite does not fire on a ``conv2d + relu`` block) decorates
+    ``example`` and ``example_space`` with it: ``rule.example()`` is then an instance
+    ``rule`` fires on, and ``Rule.example()`` keeps working as the static method it was
+    before the rule had variants.
+
+    >>> class Scaled(RewriteRule):                                  # doctest: +SKIP
+    ...     def __init__(self, factor=2.0): ...
+    ...     @variant_method
+    ...     def example(self, dtype="float32"): ...                 # uses self.factor
+    """
+
+    def __init__(self, method: Callable[..., Any]):
+        self.method = method
+        self.__doc__ = method.__doc__
+        self.__wrapped__ = method
+
+    def __get__(self, instance: Any, owner: type) -> Callable[..., Any]:
+        return self.method.__get__(owner() if instance is None else instance, owner)
+
+
 # -- the rules -----------------------------------------------------------------------------
 class Rule:
     """A pattern with a dotted name and an optional check; the base of both rule kinds.

@@ -20,7 +20,8 @@ def test_run_on_the_builtin_model_writes_every_output(tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["ok"] and report["numeric"]["ok"]
     assert report["rewrites"] == {"batchnorm.collapse": 20, "conv.fold_batchnorm": 20}
-    assert report["composites"] == {"ccompiler.conv2d_add_relu": 20}
+    # 20 conv blocks and the linear head (matmul + bias)
+    assert report["composites"] == {"ccompiler.conv2d_add_relu": 20, "ccompiler.matmul_bias": 1}
     assert all(r["ok"] for r in report["roundtrip"].values())
     assert {"load", "rewrite", "composites", "numeric_check", "roundtrip_fuseops",
             "write"} <= set(report["seconds"])
