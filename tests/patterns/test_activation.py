@@ -344,7 +344,9 @@ def test_the_library_collapses_every_written_activation_and_expansions_undo_it()
 
 
 def test_expansions_are_a_separate_rule_set_of_expand_rules():
-    assert EXPANSIONS.names == ("gelu.expand", "gelu_tanh.expand")
+    assert [n for n in EXPANSIONS.names if n.startswith(("gelu", "silu"))] == [
+        "gelu.expand", "gelu_tanh.expand"]
+    assert all(name.endswith(".expand") for name in EXPANSIONS.names)
     assert not set(EXPANSIONS.names) & set(LIBRARY.names)
     assert [r.rule_name for r in LIBRARY.by_prefix("gelu.")] == ["gelu.collapse"]
     assert [r.rule_name for r in LIBRARY.by_prefix("gelu_tanh.")] == ["gelu_tanh.collapse"]
