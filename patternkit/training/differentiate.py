@@ -94,7 +94,7 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
 
     expanded = expand_for_gradient(target, func, expansions, report)
     _require_one_dataflow_block(expanded, func)
-    remaining = ops_without_gradient(expanded, func)
+    remaining = ops_without_gradient(expanded, func, wrt=[p.name for p in params])
     if remaining:
         lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})" for op, sites in sorted(remaining.items())]
         raise GradientError(f"{func}: no gradient and no expansion for: " + "; ".join(lines))
