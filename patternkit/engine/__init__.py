@@ -10,18 +10,22 @@ point, :mod:`~patternkit.engine.partitioning` wraps matches in functions
 (:mod:`~patternkit.engine.outline`).  :mod:`~patternkit.engine.rule` is the rule model
 (``Rule`` and its two kinds, ``RewriteRule`` and ``CompositeRule``; ``DFPatternCallback``
 in :mod:`~patternkit.engine.callback` is the Relay face of ``RewriteRule``), and
-:mod:`~patternkit.engine.ruleset` makes rules values that compose (``RuleSet``).
+:mod:`~patternkit.engine.ruleset` makes rules values that compose (``RuleSet``);
+:mod:`~patternkit.engine.tolerance` says what a rule promises about the numbers, per dtype.
 """
 
 from .callback import DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .partitioning import partition
 from .proposal import match_bindings
-from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
+from .rule import (CompositeRule, NodeMap, NoSuchExample, Reject, RewriteRule, Rule, RuleMatch,
+                   reject)
 from .ruleset import RuleSet
+from .tolerance import EXACT, Tolerance, default_tolerance
 
 __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+    "Tolerance", "EXACT", "default_tolerance", "NoSuchExample",
 ]
