@@ -2,14 +2,17 @@
 
 :func:`relax_programs` draws one ``main`` with one dataflow block, built from the ops
 real models are made of and that passes rewrite: ``conv2d`` (``NCHW`` and ``NHWC`` data,
-``OIHW`` / ``HWIO`` / ``OHWI`` kernels, 1x1 and 3x3, padded or not), bias adds spelled
-for the layout, inference ``batch_norm`` and ``layer_norm``, activations, ``matmul``,
+``OIHW`` / ``HWIO`` / ``OHWI`` kernels, 1x1 and 3x3, padded or not; the first step of
+programs with an image input, often followed by a norm or a bias and an activation as in
+CNNs, with channel counts that collide with the spatial size), bias adds spelled for the
+layout, inference ``batch_norm`` and ``layer_norm``, activations, ``matmul``,
 ``softmax``, pooling, reductions, ``reshape``, layout changes (``permute_dims`` between
 ``NCHW`` and ``NHWC``), ``concat`` and ``split`` (tuples), explicit tuples read back, and
 dead code.  Inputs may have a symbolic batch or sequence length.  Every operand an op
 accepts as a tensor -- weights, biases, norm parameters -- is drawn as a constant, as an
 input of ``main`` or as a value computed from one (``w * 1.25``), so passes that only
-handle constants meet the other two.
+handle constants meet the other two; a program either binds all its weights as
+constants or takes all as inputs (as importers do), or mixes the three.
 
 Nothing in it is aimed at a particular pass: it is the differential tester's default
 (:func:`patternkit.fuzz_pass`), and what it finds there it finds by chance -- e.g. TVM
@@ -40,7 +43,12 @@ STEP_KINDS = ("activation", "binary", "bias", "conv2d", "norm", "matmul", "layou
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "silu", "clip")
 BINARY = ("add", "multiply", "subtract", "maximum")
 KERNEL_LAYOUTS = ("OIHW", "HWIO", "OHWI")
+#: What follows a conv2d step: nothing, or a batch norm or a bias (then maybe an activation).
+CONV_FOLLOWERS = ("none", "norm", "bias")
 OPERAND_KINDS = ("constant", "input", "computed")
+#: How a program's operands are drawn: as importers emit them -- every weight bound as a
+#: constant, or every weight a parameter of ``main`` -- or each one on its own.
+OPERAND_STYLES = ("constants", "inputs", "mixed")
 TO_OTHER_LAYOUT = {"NCHW": ("NHWC", [0, 2, 3, 1]), "NHWC": ("NCHW", [0, 3, 1, 2])}
 
 
@@ -66,6 +74,7 @@ class _ProgramBuilder:
         self.draw, self.st = draw, st
         self.symbolic, self.dtype, self.training = symbolic, dtype, training
         self.rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+        self.operand_style = draw(st.sampled_from(OPERAND_STYLES))
         self.values: list[_Value] = []
         self.inputs: list[relax.Var] = []
         self.used: set = set()
@@ -114,8 +123,10 @@ class _ProgramBuilder:
         return relax.const(data.astype("float32"), self.dtype)
 
     def operand(self, bb, role: str, shape: tuple, positive: bool = False, scale: float = 1.0):
-        """A tensor operand: a constant, an input of ``main``, or a value computed from one."""
-        kind = self.choice(OPERAND_KINDS)
+        """A tensor operand: a constant, an input of ``main``, or a value computed from one
+        (:data:`OPERAND_STYLES`: the program's style may fix the choice)."""
+        kind = {"constants": "constant", "inputs": "input"}.get(self.operand_style) \
+            or self.choice(OPERAND_KINDS)
         low, high = (0.5, 1.5) if positive else (-1.0, 1.0)
         if kind == "input" or (kind == "computed" and self.flag()):
             leaf = relax.Var(f"{role}{len(self.inputs)}", relax.TensorType(shape, self.dtype))
@@ -128,6 +139,11 @@ class _ProgramBuilder:
         return bb.emit(relax.op.multiply(leaf, factor))
 
     # -- steps -----------------------------------------------------------------------------
+    def stem(self, bb) -> None:
+        """Programs with an image input start as CNNs do: with a conv block."""
+        if any(v.layout for v in self.values):
+            self._conv2d(bb)
+
     def step(self, bb) -> None:
         kind = self.choice(STEP_KINDS)
         if not getattr(self, f"_{kind}")(bb):
@@ -139,8 +155,8 @@ class _ProgramBuilder:
         self.values.append(value)
         return value
 
-    def _activation(self, bb) -> bool:
-        value = self.pick()
+    def _activation(self, bb, value: _Value | None = None) -> bool:
+        value = value or self.pick()
         name = self.choice(ACTIVATIONS)
         call = (relax.op.clip(value.expr, 0.0, 6.0) if name == "clip"
                 else getattr(relax.op.nn if hasattr(relax.op.nn, name) else relax.op, name)(
@@ -160,8 +176,8 @@ class _ProgramBuilder:
         self.emit(bb, call, value.shape, value.layout, value, *read)
         return True
 
-    def _bias(self, bb) -> bool:
-        value = self.pick(lambda v: isinstance(v.shape[v.channel_axis], int))
+    def _bias(self, bb, value: _Value | None = None) -> bool:
+        value = value or self.pick(lambda v: isinstance(v.shape[v.channel_axis], int))
         if value is None:
             return False
         c = value.shape[value.channel_axis]
@@ -179,20 +195,31 @@ class _ProgramBuilder:
             return False
         layout, kernel_layout = value.layout, self.choice(KERNEL_LAYOUTS)
         dims = dict(zip(layout, value.shape))
-        out_c, k = self.choice((2, 4, 8)), self.choice((3, 1))
-        pad = k // 2 if self.flag() else 0
+        k = self.choice((3, 1))
+        pad = k // 2 if self.flag() or dims["H"] < k else 0  # an image smaller than k: pad
+        h = dims["H"] - k + 1 + 2 * pad
+        # Half the time the channel count collides with the output's spatial size, where
+        # a pass that mistakes one axis for the other still type-checks.
+        out_c = h if self.flag() else self.choice((2, 4, 8))
         kernel = {"O": out_c, "I": dims["C"], "H": k, "W": k}
         weight = self.operand(bb, "w", tuple(kernel[a] for a in kernel_layout),
                               scale=np.sqrt(3.0 / (dims["C"] * k * k)))
         call = relax.op.nn.conv2d(value.expr, weight, padding=pad, data_layout=layout,
                                   kernel_layout=kernel_layout)
-        h = dims["H"] - k + 1 + 2 * pad
         out = {"N": dims["N"], "C": out_c, "H": h, "W": h}
-        self.emit(bb, call, tuple(out[a] for a in layout), layout, value)
+        conv = self.emit(bb, call, tuple(out[a] for a in layout), layout, value)
+        # CNNs are built of conv -> batch norm / bias -> activation blocks.
+        follow = self.choice(CONV_FOLLOWERS)
+        if follow == "norm":
+            self._norm(bb, conv)
+        elif follow == "bias":
+            self._bias(bb, conv)
+        if follow != "none" and self.flag():
+            self._activation(bb, self.values[-1])
         return True
 
-    def _norm(self, bb) -> bool:
-        value = self.pick(lambda v: isinstance(v.shape[v.channel_axis], int))
+    def _norm(self, bb, value: _Value | None = None) -> bool:
+        value = value or self.pick(lambda v: isinstance(v.shape[v.channel_axis], int))
         if value is None:
             return False
         size = value.shape[value.channel_axis]
@@ -222,6 +249,8 @@ class _ProgramBuilder:
 
     def _layout(self, bb) -> bool:
         value = self.pick(lambda v: len(v.shape) in (2, 4))
+        if value is None:
+            return False
         if value.layout is not None:
             layout, axes = TO_OTHER_LAYOUT[value.layout]
         elif not all(isinstance(d, int) for d in value.shape):
@@ -356,6 +385,7 @@ def relax_programs(max_ops: int = 8, *, symbolic: bool = True,
         bb = relax.BlockBuilder()
         with bb.function("main"):
             with bb.dataflow():
+                spec.stem(bb)
                 for _ in range(draw(st.integers(1, max(1, max_ops)))):
                     spec.step(bb)
                 outputs = spec.outputs() or [spec.values[0].expr]  # every step was dead code
