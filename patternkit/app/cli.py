@@ -107,7 +107,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _cmd_bisect(args: argparse.Namespace) -> int:
-    from ..testing.bisect import bisect
+    from ..testing.bisection import bisect
     from .job import load_model
 
     mod, _ = load_model(args.model)

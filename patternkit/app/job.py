@@ -273,11 +273,12 @@ def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs:
     """Fuzz the guard of every library rule (or of ``rules``); a ``CampaignReport``.
 
     Each rule is checked on its own example and on instances drawn from its
-    ``example_space()``: see :func:`patternkit.testing.fuzz.verify` for the parameters.
+    ``example_space()``: see :func:`patternkit.testing.fuzz.verify_rules` for the
+    parameters.
     Rewrites are held to ``rule.tolerance(dtype)``; composites, which only wrap bindings
     in functions, must give bit-identical results.
     """
-    from ..testing.fuzz import verify as fuzz_verify
+    from ..testing.fuzz import verify_rules
 
-    return fuzz_verify(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
+    return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
                        progress=progress, **options)

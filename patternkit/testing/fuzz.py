@@ -4,7 +4,7 @@ Three campaigns, one machinery.  Each draws ``budget`` instances with hypothesis
 so a campaign is a value: the same arguments give the same instances in every process),
 checks each, and returns a :class:`~patternkit.verification.report.CampaignReport`.
 
-:func:`verify` (``patternkit verify``)
+:func:`verify_rules` (``patternkit verify``, ``pk.verify``)
     For each rule, instances are knob combinations of its ``example(**knobs)`` drawn from
     :meth:`~patternkit.Rule.example_space` -- the default first -- and each is also tried
     with its scalar constants nudged to the edge of the patterns' scalar tolerance
@@ -39,7 +39,6 @@ import multiprocessing
 import os
 import pickle
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -54,14 +53,13 @@ from ..ir import compat as C
 from ..ir.dtypes import machine_epsilon
 from ..ir.rebuild import make_block, rebuild_function
 from ..ir.walk import substitute
-from ..verification import numeric
 from ..verification.differential import (Outcome, apply_transform, judge_result,
                                          narrowest_float_dtype)
 from ..verification.report import CampaignReport, Failure, TargetReport
 from ..verification.roundtrip import check_roundtrip
 from ..verification.shrink import shrink_module
 
-__all__ = ["verify", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
+__all__ = ["verify_rules", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
            "default_budget", "EDGES", "BUDGETS"]
 
 log = logging.getLogger(__name__)
@@ -95,7 +93,7 @@ def as_transform(target: Any) -> Callable[[tvm.IRModule], Any]:
     A rewrite rule or ``RuleSet`` rewrites (a ``RuleSet``'s composites are not applied);
     a composite rule forms its composites (``merge_composite``).
     """
-    if isinstance(target, RuleSet) or isinstance(target, RewriteRule):
+    if isinstance(target, (RuleSet, RewriteRule)):
         return lambda mod: rewrite(target, mod)
     if isinstance(target, CompositeRule):
         return lambda mod: _compose(target, mod, None)
@@ -256,10 +254,11 @@ def _target(spec: Any) -> Any:
 
 
 # -- rules: guard fuzzing --------------------------------------------------------------------
-def verify(rules: Rule | RuleSet | Sequence[Rule] | None = None, *, budget: int | None = None,
-           seed: int = 0, jobs: int = 1, shard: tuple[int, int] | None = None,
-           timeout: float | None = DEFAULT_TIMEOUT, shrink: bool = True,
-           progress: Callable[[str], None] | None = None) -> CampaignReport:
+def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
+                 budget: int | None = None, seed: int = 0, jobs: int = 1,
+                 shard: tuple[int, int] | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT, shrink: bool = True,
+                 progress: Callable[[str], None] | None = None) -> CampaignReport:
     """Fuzz the guard of every rule (default: the library's) from its example space.
 
     Parameters
@@ -493,7 +492,7 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
         :func:`patternkit.engine.tolerance.default_tolerance` of each program's coarsest
         floating dtype (a rule's own :meth:`~patternkit.Rule.tolerance` for a rule).
     seed, jobs, shard, timeout, shrink :
-        As for :func:`verify`.
+        As for :func:`verify_rules`.
     name : str, optional
         The target's name in the report (default :func:`transform_name`).
 
@@ -564,9 +563,7 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
                 continue
             shrunk_kinds.add(outcome.kind)
             if shrink:
-                kind = outcome.kind
-
-                def still_fails(candidate):
+                def still_fails(candidate, kind=outcome.kind):
                     again, _ = check(candidate)
                     return again is not None and again.kind == kind
 

@@ -67,7 +67,7 @@ def cones(mod: tvm.IRModule) -> list[tvm.IRModule]:
     func = mod["main"]
     index = {C.handle(b.var): i for i, b in enumerate(bindings)}
     found = []
-    for i, binding in enumerate(bindings):
+    for i in range(len(bindings)):
         keep = _cone(bindings, index, i)
         if len(keep) < len(bindings):
             found.append((len(keep), i, keep))

@@ -16,7 +16,7 @@ import patternkit as pk  # noqa: E402
 from patternkit.patterns import LIBRARY  # noqa: E402
 from patternkit.patterns.batchnorm import BatchnormCollapse, CollapsePlan  # noqa: E402
 from patternkit.testing.fuzz import (fuzz_pass, knob_instances, nudge_scalars,  # noqa: E402
-                                     verify)
+                                     verify_rules)
 from patternkit.testing.strategies import relax_programs  # noqa: E402
 from patternkit.verification import numeric  # noqa: E402
 from patternkit.verification.script import parse_module_text  # noqa: E402
@@ -48,7 +48,7 @@ def test_instances_are_the_same_for_the_same_seed_and_differ_for_another():
 
 
 def test_a_library_rule_passes_and_the_report_counts_what_happened():
-    report = verify([LIBRARY["conv.fold_batchnorm"]], budget=6, seed=0)
+    report = verify_rules([LIBRARY["conv.fold_batchnorm"]], budget=6, seed=0)
     target = report["conv.fold_batchnorm"]
     assert report.ok, str(report)
     assert target.tried >= 4
@@ -59,7 +59,7 @@ def test_a_library_rule_passes_and_the_report_counts_what_happened():
 
 def test_a_broken_copy_of_a_rule_is_caught_and_shrunk_to_a_reproducer():
     broken = AssumesChannelsFirst()
-    report = verify([broken], budget=40, seed=0)
+    report = verify_rules([broken], budget=40, seed=0)
     assert not report.ok
     mismatches = [f for f in report.failures if f.kind == "mismatch"]
     assert mismatches, str(report)
@@ -83,7 +83,7 @@ def test_scalar_nudges_scale_only_scalar_constants_by_the_dtype_epsilon():
     nudged = nudge_scalars(mod, 16.0)
     assert not tvm_equal(nudged, mod)
     assert tvm_equal(nudge_scalars(mod, 0.0), mod)
-    eps = [c for c in constants(nudged) if c.size == 1][0]
+    eps = next(c for c in constants(nudged) if c.size == 1)
     assert eps.item() == pytest.approx(1e-5 * (1 + 16 * 2 ** -23), rel=1e-7)
 
 

@@ -9,7 +9,7 @@ import patternkit as pk
 from patternkit.dpl import is_op, wildcard
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.batchnorm import BatchnormCollapse
-from patternkit.testing.bisect import bisect
+from patternkit.testing.bisection import bisect
 
 
 class ReluOfReluIsRelu(pk.DFPatternCallback):
