@@ -102,7 +102,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.target == "roundtrip":
         report = fuzz_roundtrip(**options)
     else:
-        report = fuzz_pass(resolve_transform(args.target), **options)
+        resolve_transform(args.target)  # a bad name is an error here, not in a worker
+        report = fuzz_pass(args.target, **options)
     return _print_campaign(report, args.quiet)
 
 
@@ -127,28 +128,13 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def resolve_transform(name: str):
-    """A library rule name, a ``relax.transform`` pass (``FoldBatchnormToConv2D`` or
-    ``relax.transform.FoldBatchnormToConv2D``), or ``package.module:callable``."""
-    import importlib
+    """A rule or pass by name (see :func:`patternkit.testing.fuzz.resolve_target`)."""
+    from ..testing.fuzz import resolve_target
 
-    from patternkit.patterns import LIBRARY
-    from tvm import relax
-
-    if name in LIBRARY.names:
-        return LIBRARY[name]
-    short = name.removeprefix("relax.transform.").removeprefix("tvm.relax.transform.")
-    factory = getattr(relax.transform, short, None)
-    if factory is not None and callable(factory) and short[:1].isupper():
-        return factory()
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            value = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as err:
-            raise PatternkitError(f"cannot load {name}: {err}") from None
-        return value() if isinstance(value, type) else value
-    raise PatternkitError(f"{name!r} is not a library rule, a relax.transform pass or "
-                          f"module:callable")
+    try:
+        return resolve_target(name)
+    except ValueError as err:
+        raise PatternkitError(str(err)) from None
 
 
 def _add_campaign_options(parser: argparse.ArgumentParser, budget_help: str) -> None:

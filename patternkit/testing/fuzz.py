@@ -26,6 +26,10 @@ Scale: ``shard=(k, n)`` keeps the instances whose index is ``k - 1`` modulo ``n`
 ``n`` machines split a campaign without talking to each other; ``jobs`` runs a shard's
 instances in that many processes (``spawn``: TVM is not fork-safe), each drawing the same
 instances and checking its share.  Reports of all shards merge into the whole campaign's.
+Workers rebuild their target: library rules and targets given by name
+(:func:`resolve_target`) travel, as do picklable callables; a ``Pass`` object does not
+pickle and is checked in the calling process.  As with any ``spawn`` pool, a script that
+uses ``jobs > 1`` needs the ``if __name__ == "__main__":`` guard.
 
 Bad input never stops a campaign: a transform that raises, runs past ``timeout`` seconds
 or returns a non-module is reported per instance with the module that caused it.
@@ -60,6 +64,7 @@ from ..verification.roundtrip import check_roundtrip
 from ..verification.shrink import shrink_module
 
 __all__ = ["verify_rules", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
+           "resolve_target", "parse_shard",
            "default_budget", "EDGES", "BUDGETS"]
 
 log = logging.getLogger(__name__)
@@ -93,6 +98,8 @@ def as_transform(target: Any) -> Callable[[tvm.IRModule], Any]:
     A rewrite rule or ``RuleSet`` rewrites (a ``RuleSet``'s composites are not applied);
     a composite rule forms its composites (``merge_composite``).
     """
+    if isinstance(target, str):
+        return as_transform(resolve_target(target))
     if isinstance(target, (RuleSet, RewriteRule)):
         return lambda mod: rewrite(target, mod)
     if isinstance(target, CompositeRule):
@@ -112,7 +119,7 @@ def transform_name(target: Any) -> str:
     if isinstance(target, tvm.transform.Pass):
         return str(target.info.name)
     if isinstance(target, str):
-        return target
+        return target.rsplit(".", 1)[-1] if target.startswith(("relax.", "tvm.")) else target
     return getattr(target, "__qualname__", None) or type(target).__name__
 
 
@@ -187,15 +194,9 @@ def _portable(target: Any) -> Any:
     if isinstance(target, Rule) and target.rule_name in LIBRARY.names and \
             type(LIBRARY[target.rule_name]) is type(target):
         return ("library", target.rule_name)
-    if isinstance(target, tvm.transform.Pass):
-        name = str(target.info.name)
-        factory = getattr(relax.transform, name, None)
-        if callable(factory):
-            try:
-                if C.structural_equal(factory(), target):
-                    return ("relax.transform", name)
-            except Exception:  # a pass factory that needs arguments
-                pass
+    if isinstance(target, str):  # a name (resolve_target) is rebuilt in the worker
+        return ("name", target)
+    if isinstance(target, tvm.transform.Pass):  # passes do not pickle: give its name
         return None
     try:
         pickle.dumps(target)
@@ -209,9 +210,41 @@ def _restore(spec: Any) -> Any:
     if kind == "library":
         from patternkit.patterns import LIBRARY
         return LIBRARY[value]
-    if kind == "relax.transform":
-        return getattr(relax.transform, value)()
+    if kind == "name":
+        return resolve_target(value)
     return value
+
+
+def resolve_target(name: str) -> Any:
+    """A target by name: a library rule (``conv.fold_batchnorm``), a ``relax.transform``
+    pass built with its default arguments (``FoldBatchnormToConv2D``, also spelled
+    ``relax.transform.FoldBatchnormToConv2D``), or ``package.module:callable`` (a class
+    is instantiated).  Targets given by name can be sent to worker processes.
+
+    Raises
+    ------
+    ValueError
+        The name is none of these.
+    """
+    import importlib
+
+    from patternkit.patterns import LIBRARY
+
+    if name in LIBRARY.names:
+        return LIBRARY[name]
+    short = name.removeprefix("tvm.").removeprefix("relax.transform.")
+    factory = getattr(relax.transform, short, None)
+    if callable(factory) and short[:1].isupper():
+        return factory()
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            value = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"cannot load {name}: {err}") from None
+        return value() if isinstance(value, type) else value
+    raise ValueError(f"{name!r} is not a library rule, a relax.transform pass or "
+                     f"module:callable")
 
 
 def _units(worker: Callable, targets: list, jobs: int, args: tuple) -> tuple[list, int]:
@@ -481,8 +514,10 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
 
     Parameters
     ----------
-    transform : tvm.transform.Pass, Rule, RuleSet or callable
-        Anything :func:`as_transform` takes.
+    transform : tvm.transform.Pass, Rule, RuleSet, callable or str
+        Anything :func:`as_transform` takes, or a name (:func:`resolve_target`): only
+        targets given by name, library rules and picklable callables run in ``jobs``
+        worker processes (a ``Pass`` object does not pickle; it runs in this process).
     strategy : hypothesis strategy of IRModules, optional
         Default :func:`patternkit.testing.strategies.relax_programs`.
     budget : int, optional
@@ -514,6 +549,8 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
                strategy: Any, tolerance: Any, timeout: float | None, shrink: bool,
                label: str) -> TargetReport:
     target = _target(spec)
+    if isinstance(target, str):
+        target = resolve_target(target)
     transform = as_transform(target)
     if strategy is None:
         from .strategies import relax_programs

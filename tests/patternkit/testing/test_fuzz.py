@@ -135,6 +135,13 @@ def test_shards_split_a_campaign_and_add_up_to_it():
     assert sum(p["CanonicalizeBindings"].fired for p in parts) == whole["CanonicalizeBindings"].fired
 
 
+def test_worker_processes_check_the_same_instances_as_one_process():
+    one = fuzz_pass("CanonicalizeBindings", budget=4, seed=2)
+    two = fuzz_pass("CanonicalizeBindings", budget=4, seed=2, jobs=2)
+    assert two.ok and two.tried == one.tried == 4
+    assert two["CanonicalizeBindings"].fired == one["CanonicalizeBindings"].fired
+
+
 def test_a_bad_shard_is_refused():
     with pytest.raises(ValueError, match="1 <= k <= n"):
         fuzz_pass(relax.transform.CanonicalizeBindings(), budget=2, shard=(4, 3))
