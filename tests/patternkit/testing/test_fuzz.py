@@ -93,6 +93,14 @@ def test_fuzz_pass_finds_nothing_in_a_pass_that_keeps_the_numbers():
     assert report.tried == 12
 
 
+def test_fuzz_pass_takes_a_sequential_a_rule_set_and_a_plain_function():
+    sequential = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(),
+                                           relax.transform.DeadCodeElimination()])
+    for target in (sequential, LIBRARY, lambda mod: mod):
+        report = fuzz_pass(target, relax_programs(max_ops=3), budget=3, seed=5)
+        assert report.ok and report.tried == 3, str(report)
+
+
 def test_fuzz_pass_finds_the_nhwc_miscompilation_of_fold_batchnorm_to_conv2d():
     """From the generic strategy, within the documented budget (docs/tvm-bugs.md)."""
     report = fuzz_pass(relax.transform.FoldBatchnormToConv2D(), budget=300, seed=0)
