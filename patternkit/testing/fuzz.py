@@ -247,7 +247,7 @@ def resolve_target(name: str) -> Any:
                      f"module:callable")
 
 
-def _units(worker: Callable, targets: list, jobs: int, args: tuple) -> tuple[list, int]:
+def _units(worker: Callable, targets: list, jobs: int, args: tuple) -> tuple[list, list]:
     """Units for ``jobs`` workers per target; targets that cannot travel run here."""
     specs = [_portable(t) for t in targets] if jobs > 1 else [None] * len(targets)
     if jobs > 1 and any(s is None for s in specs):
@@ -530,6 +530,9 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
         As for :func:`verify_rules`.
     name : str, optional
         The target's name in the report (default :func:`transform_name`).
+
+    With a ``strategy`` of its own the campaign runs in this process (strategies need
+    not pickle).
 
     Returns
     -------
