@@ -50,6 +50,8 @@ __all__ = [
     "DefuseOps", "defuse", "check_roundtrip", "RoundTripResult", "RoundTripError",
     # the main job
     "run", "verify", "JobReport",
+    # verification campaigns
+    "fuzz_pass", "bisect",
     # expressions and numerics
     "from_expr", "to_expr", "compare", "assert_same_numerics", "Comparison",
     # visualiser
@@ -98,6 +100,8 @@ _HOME = {
     "assert_same_numerics": "verification", "Comparison": "verification",
     # app.job
     "run": "app.job", "verify": "app.job", "JobReport": "app.job",
+    # testing
+    "fuzz_pass": "testing", "bisect": "testing",
     # ir
     "from_expr": "ir", "to_expr": "ir",
     # viz
@@ -132,6 +136,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from .app.job import JobReport, run, verify
+    from .testing import bisect, fuzz_pass
     from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
                        OffloadReport, PartitionGraph, PatternTable, PatternTableError,
                        composite_counts, composite_functions, external_functions, graph_split,

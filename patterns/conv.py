@@ -41,19 +41,20 @@ folding would change the numbers).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
-from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, RuleMatch, reject,
-                               variant_method)
-from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, static_shape,
-                           type_of)
+from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, NoSuchExample, RuleMatch,
+                               reject, variant_method)
+from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, prove_equal,
+                           static_shape, type_of)
 
 
 class Presence(str, Enum):
@@ -80,8 +81,8 @@ def conv2d_add_relu() -> DFPattern:
 
 
 def _single_value(shape: tuple) -> bool:
-    """A tensor of this shape broadcasts one value everywhere."""
-    return all(isinstance(d, int) and d == 1 for d in shape)
+    """A tensor of this shape broadcasts one value everywhere (every dim provably 1)."""
+    return all(prove_equal(d, 1) for d in shape)
 
 
 #: Activations a conv composite may end with: name (as in the composite name) -> the
@@ -169,42 +170,113 @@ class ConvAddReluComposite(CompositeRule):
                           f"{channel_axis}")
         return True
 
-    # -- self-check example (used by tests and benchmarks) ------------------------------------
+    # -- self-check example (used by tests, benchmarks and `patternkit verify`) --------------
     @variant_method
-    def example(self, channels: int = 8, size: int = 16, seed: int = 0,
-                activation: str | None = None, dtype: str = "float32") -> tvm.IRModule:
+    def example(self, channels: int = 8, size: int = 16, seed: int = 0, layout: str = "NCHW",
+                kernel_layout: str = "OIHW", bias: str = "1C11", bias_source: str = "constant",
+                activation: str | None = None, dtype: str = "float32",
+                batch: int | str = 1) -> tvm.IRModule:
         """ResNet's first block after batch-norm folding, constants seeded.
 
         ``conv7x7/2 + bias + act -> max_pool -> conv3x3 + bias + act -> conv3x3 + bias``,
-        then the residual ``add`` with the pooled value; ``act`` is ``activation``
-        (``"relu"``, ``"silu"`` or ``"clip"``, i.e. relu6), by default this variant's;
-        input and constants are ``dtype``.
+        then the residual ``add`` with the pooled value.
+
+        Parameters
+        ----------
+        channels, size : int
+            Channels of every conv, and ``x``'s spatial size (the last two convs see
+            ``size / 4``: 4 channels with the default size make it the channel count).
+        seed : int
+            Seed of the constants.
+        layout, kernel_layout : str
+            Data layout of ``x`` and every op, kernel layout of every conv (the same
+            weights, laid out accordingly).
+        bias : {"1C11", "C11", "C", "1", "full", "none"}
+            The shape of each bias as written: on the channel axis of the layout
+            (``"1C11"``), right-aligned shapes that broadcast along another axis or none
+            (``"C11"``, ``"C"``, ``"1"``), the conv output's whole shape, or no bias.
+        bias_source : {"constant", "input"}
+            Biases as constants or as inputs of ``main``.
+        activation : {"relu", "silu", "clip", "none"}, optional
+            The activation after the first two biased convs (``"clip"`` is relu6 as the
+            torch importer writes it); by default this variant's; ``"none"``: none.
+        dtype : str
+            Of ``x`` and every weight and bias.
+        batch : int or str
+            ``N``; a string is a symbolic dimension.
         """
-        act = _EXAMPLE_ACTIVATIONS[activation or self.activation]
+        chosen = activation or self.activation
+        act = None if chosen == "none" else _EXAMPLE_ACTIVATIONS[chosen]
         rng = np.random.default_rng(seed)
+        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+        if bias == "full" and not isinstance(n, int):
+            raise NoSuchExample("a full-tensor bias needs a static batch")
 
-        def const(*shape):
-            return relax.const((rng.standard_normal(shape) * 0.2).astype(dtype))
+        def bias_shape(spatial):
+            out_shape = {"N": n, "C": channels, "H": spatial, "W": spatial}
+            return {"1C11": tuple(channels if a == "C" else 1 for a in layout),
+                    "C11": (channels, 1, 1), "C": (channels,), "1": (1,),
+                    "full": tuple(out_shape[a] for a in layout)}[bias]
 
-        x = relax.Var("x", relax.TensorType((1, 3, size, size), dtype))
+        spatial = (size // 2, size // 4, size // 4)  # of the three conv outputs
+        inputs = [relax.Var(f"b{i}", relax.TensorType(bias_shape(s), dtype))
+                  for i, s in enumerate(spatial)] if bias_source == "input" else []
+
+        def weight(out_channels, in_channels, k):
+            oihw = rng.standard_normal((out_channels, in_channels, k, k)) * 0.2
+            return relax.const(oihw.transpose(["OIHW".index(a) for a in kernel_layout])
+                               .astype("float32"), dtype)
+
+        def biased(bb, value, index, activation):
+            if bias != "none":
+                shape = bias_shape(spatial[index])
+                if inputs:
+                    term = inputs[index]
+                else:
+                    values = rng.standard_normal((1, channels, 1, 1)) * 0.2
+                    if bias == "full":
+                        values = rng.standard_normal(shape) * 0.2
+                    term = relax.const(values.reshape(-1)[:int(np.prod(shape))]
+                                       .reshape(shape).astype("float32"), dtype)
+                try:
+                    value = bb.emit(relax.op.add(value, term))
+                except ValueError as err:  # Relax's type inference: no broadcast
+                    raise NoSuchExample(f"a bias shaped {shape} does not broadcast against "
+                                        f"{tuple(value.ty.shape)}") from err
+            return bb.emit(activation(value)) if activation else value
+
+        dims = {"N": n, "C": 3, "H": size, "W": size}
+        x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
+        conv = functools.partial(relax.op.nn.conv2d, data_layout=layout,
+                                 kernel_layout=kernel_layout)
         bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
+        with bb.function("main", [x, *inputs]):
             with bb.dataflow():
-                c = bb.emit(relax.op.nn.conv2d(x, const(channels, 3, 7, 7), strides=2, padding=3))
-                r = bb.emit(act(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
-                p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1))
-                c = bb.emit(relax.op.nn.conv2d(p, const(channels, channels, 3, 3), padding=1))
-                r = bb.emit(act(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
-                c = bb.emit(relax.op.nn.conv2d(r, const(channels, channels, 3, 3), padding=1))
-                a = bb.emit(relax.op.add(c, const(1, channels, 1, 1)))
+                c = bb.emit(conv(x, weight(channels, 3, 7), strides=2, padding=3))
+                r = biased(bb, c, 0, act)
+                p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1,
+                                                   layout=layout))
+                c = bb.emit(conv(p, weight(channels, channels, 3), padding=1))
+                r = biased(bb, c, 1, act)
+                c = bb.emit(conv(r, weight(channels, channels, 3), padding=1))
+                a = biased(bb, c, 2, False)
                 out = bb.emit_output(relax.op.add(a, p))
             bb.emit_func_output(out)
         return bb.get()
 
     @variant_method
-    def example_space(self) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, tuple]:
+        """Both layouts, three kernel layouts, biases on the channel axis, on another axis
+        (4 channels make the later convs' width the channel count), on none, the whole
+        output, none; biases as inputs; this variant's activation, the others and none;
+        the float dtypes; a symbolic batch."""
         others = tuple(a for a in _EXAMPLE_ACTIVATIONS if a != self.activation)
-        return {"activation": (self.activation, *others), "dtype": ("float32", "float16")}
+        return {"channels": (8, 4), "size": (16,), "seed": (0, 1),
+                "layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI"),
+                "bias": ("1C11", "C11", "C", "1", "full", "none"),
+                "bias_source": ("constant", "input"),
+                "activation": (self.activation, *others, "none"),
+                "dtype": ("float32", "float16", "bfloat16"), "batch": (1, "n")}
 
 
 #: How the examples spell each activation (relu6 as the torch importer writes it).
@@ -305,37 +377,96 @@ class BatchnormFoldIntoConv(DFPatternCallback):
                               conv.attrs)
         return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
 
-    # -- self-check example (used by tests) ----------------------------------------------------
+    # -- self-check example (used by tests and `patternkit verify`) ---------------------------
     @staticmethod
     def example(conv_bias: bool = False, training: bool = False, channels: int = 4,
-                seed: int = 0) -> tvm.IRModule:
-        """``conv2d [+ reshape(bias)] -> batch_norm[0] -> relu`` with seeded constants.
+                seed: int = 0, layout: str = "NCHW", kernel_layout: str = "OIHW",
+                bias: str = "reshape", bn_axis: str = "channel", dtype: str = "float32",
+                out_dtype: str = "same", batch: int | str = 1) -> tvm.IRModule:
+        """``conv2d [+ bias] -> batch_norm[0] -> relu`` on ``x: (1, 3, 8, 8)``, constants seeded.
 
-        ``conv_bias=True`` spells the bias as the torch importer does (``reshape`` of a
-        ``(C,)`` constant, then ``add``).
+        Parameters
+        ----------
+        conv_bias : bool
+            Add a bias between the conv and the batch norm.
+        training : bool
+            The batch norm's ``training`` flag.
+        channels : int
+            Output channels (8 equals the spatial size).
+        seed : int
+            Seed of the constants.
+        layout, kernel_layout : str
+            The conv's data (and output) layout and its kernel layout.
+        bias : {"reshape", "1C11", "C11", "C", "1"}
+            How the bias is spelled: ``"reshape"`` as the torch importer does (``reshape``
+            of a ``(C,)`` constant to the output's channel axis), ``"1C11"`` a constant
+            of that broadcast shape, ``"C11"``, ``"C"`` and ``"1"`` constants shaped so
+            (right-aligned by broadcasting: on another axis, or on none).
+        bn_axis : {"channel", "height"}
+            The batch norm's axis, with parameters sized to match it.
+        dtype : {"float32", "float16", "bfloat16", "int8"}
+            Of ``x`` and the weight (``int8`` convolves into ``float32``).
+        out_dtype : {"same", "float32"}
+            The conv's ``out_dtype``; the bias and the batch norm take the output's.
+        batch : int or str
+            ``N``; a string is a symbolic dimension.
         """
         rng = np.random.default_rng(seed)
+        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+        out = "float32" if dtype == "int8" or out_dtype == "float32" else dtype
+        dims = {"N": n, "C": 3, "H": 8, "W": 8}
+        x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
+        kernel = {"O": channels, "I": 3, "H": 3, "W": 3}
+        if dtype == "int8":
+            weight = rng.integers(-4, 4, tuple(kernel[a] for a in kernel_layout))
+        else:
+            weight = rng.standard_normal(tuple(kernel[a] for a in kernel_layout))
+        bias_shape = {"1C11": tuple(channels if a == "C" else 1 for a in layout),
+                      "C11": (channels, 1, 1), "C": (channels,), "1": (1,)}
+        out_shape = tuple({"N": n, "C": channels, "H": 8, "W": 8}[a] for a in layout)
+        axis = layout.index("C" if bn_axis == "channel" else "H")
 
-        def const(values):
-            return relax.const(np.asarray(values, dtype="float32"))
+        def const(values, as_dtype=out):
+            return relax.const(np.asarray(values, dtype="float32"), as_dtype)
 
-        x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
         bb = relax.BlockBuilder()
         with bb.function("main", [x]):
             with bb.dataflow():
-                y = bb.emit(relax.op.nn.conv2d(x, const(rng.standard_normal((channels, 3, 3, 3))),
-                                               padding=1))
-                if conv_bias:
+                y = bb.emit(relax.op.nn.conv2d(
+                    x, relax.const(weight.astype("float32"), dtype), padding=1,
+                    data_layout=layout, kernel_layout=kernel_layout,
+                    out_dtype=None if out == dtype else out))
+                if conv_bias and bias == "reshape":
                     b = bb.emit(relax.op.reshape(const(rng.standard_normal(channels)),
-                                                 (1, channels, 1, 1)))
+                                                 bias_shape["1C11"]))
                     y = bb.emit(relax.op.add(y, b))
+                elif conv_bias:
+                    try:
+                        y = bb.emit(relax.op.add(y, const(rng.standard_normal(bias_shape[bias]))))
+                    except ValueError as err:  # Relax's type inference: no broadcast
+                        raise NoSuchExample(f"a bias shaped {bias_shape[bias]} does not "
+                                            f"broadcast against {out_shape}") from err
+                size = out_shape[axis]
                 bn = bb.emit(relax.op.nn.batch_norm(
-                    y, const(rng.uniform(0.5, 1.5, channels)), const(rng.standard_normal(channels)),
-                    const(rng.standard_normal(channels)), const(rng.uniform(0.5, 2.0, channels)),
-                    axis=1, training=training))
-                out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
-            bb.emit_func_output(out)
+                    y, const(rng.uniform(0.5, 1.5, size)), const(rng.standard_normal(size)),
+                    const(rng.standard_normal(size)), const(rng.uniform(0.5, 2.0, size)),
+                    axis=axis, training=training))
+                result = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+            bb.emit_func_output(result)
         return bb.get()
+
+    @classmethod
+    def example_space(cls) -> dict[str, tuple]:
+        """Both data layouts and three kernel layouts, every bias spelling (some broadcast
+        along another axis, which 8 output channels make the width), a batch norm along
+        the height, training mode, the float dtypes, an int8 conv into float32, a wider
+        ``out_dtype``, a symbolic batch."""
+        return {"conv_bias": (False, True), "training": (False, True), "channels": (4, 8),
+                "seed": (0, 1), "layout": ("NCHW", "NHWC"),
+                "kernel_layout": ("OIHW", "HWIO", "OHWI"),
+                "bias": ("reshape", "1C11", "C11", "C", "1"), "bn_axis": ("channel", "height"),
+                "dtype": ("float32", "float16", "bfloat16", "int8"),
+                "out_dtype": ("same", "float32"), "batch": (1, "n")}
 
 
 #: The rewrite rules of this file (composite rules are table entries, not rewrites).

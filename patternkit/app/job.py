@@ -31,10 +31,9 @@ from typing import Any, Callable, Sequence
 import tvm
 
 from ..byoc.external import inline_external, partition_graph
-from ..byoc.merge import CompositeLog, merge_composite
+from ..byoc.merge import merge_composite
 from ..byoc.offload import offload_report
 from ..engine.driver import RewriteLog, rewrite
-from ..engine.rule import CompositeRule
 from ..engine.ruleset import RuleSet
 from ..errors import PatternkitError
 from ..verification import numeric
@@ -280,35 +279,18 @@ def report_markdown(report: JobReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verify(progress: Callable[[str], None] | None = None) -> list[tuple[str, bool, str]]:
-    """Build every library rule's own example before and after; ``(name, ok, detail)``.
+def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs: int = 1,
+           shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+           **options: Any) -> Any:
+    """Fuzz the guard of every library rule (or of ``rules``); a ``CampaignReport``.
 
-    Rewrites are compared within 1e-4 (they change arithmetic); composites, which only
-    wrap bindings in functions, must give bit-identical results.
+    Each rule is checked on its own example and on instances drawn from its
+    ``example_space()``: see :func:`patternkit.testing.fuzz.verify_rules` for the
+    parameters.
+    Rewrites are held to ``rule.tolerance(dtype)``; composites, which only wrap bindings
+    in functions, must give bit-identical results.
     """
-    from patternkit.patterns import LIBRARY
+    from ..testing.fuzz import verify_rules
 
-    say = progress or (lambda message: None)
-    results = []
-    for rule in LIBRARY:
-        before = rule.example()
-        if before is None:
-            results.append((rule.rule_name, False, "no example() to verify"))
-            continue
-        say(f"verifying {rule.rule_name} ...")
-        if isinstance(rule, CompositeRule):
-            log = CompositeLog()
-            after = inline_external(partition_graph(
-                merge_composite(before, [rule.for_compiler(DEFAULT_COMPILER)], log=log),
-                DEFAULT_COMPILER))
-            fired, tolerance = bool(log.formed), 0.0
-        else:
-            rewrite_log = RewriteLog()
-            after = rewrite(rule, before, log=rewrite_log)
-            fired, tolerance = rewrite_log.count() > 0, 1e-4
-        comparison = numeric.compare(before, after, rtol=tolerance, atol=tolerance,
-                                     positive=("var",))
-        ok = fired and comparison.ok
-        detail = str(comparison) if fired else "the rule did not fire on its own example"
-        results.append((rule.rule_name, ok, detail))
-    return results
+    return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
+                       progress=progress, **options)

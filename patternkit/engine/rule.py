@@ -44,6 +44,7 @@ import numpy as np
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
 from ..errors import PatternError
+from .tolerance import EXACT, Tolerance, default_tolerance
 
 #: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
 MatchCheck = Callable[["RuleMatch"], Any]
@@ -78,6 +79,15 @@ class Reject(Exception):
 
     def __repr__(self) -> str:
         return f"reject({self.reason!r})"
+
+
+class NoSuchExample(ValueError):
+    """The knobs given to :meth:`Rule.example` describe no well-typed module.
+
+    Raise it from ``example(**knobs)`` for a combination of knob values that cannot be
+    built (parameter shapes that do not broadcast against ``x``, say); verification
+    skips such combinations instead of counting them as instances.
+    """
 
 
 def reject(reason: str, at: Any = None) -> Reject:
@@ -312,7 +322,8 @@ class Rule:
 
         Keyword arguments (all with defaults) may vary the instance: dtype, layout, rank,
         parameter shapes, symbolic dimensions.  :meth:`example_space` says which values
-        each may take, and the library's verification draws instances from it.
+        each may take, and the library's verification draws instances from it; a
+        combination that makes no well-typed module raises :class:`NoSuchExample`.
         """
         return None
 
@@ -325,6 +336,16 @@ class Rule:
         collide with the channel count).  ``{}``: the example has no knobs.
         """
         return {}
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        """How far the rule's result may drift from its input on llvm, for ``dtype`` results.
+
+        Verification (``patternkit verify``, the rule contract) holds the rule to it.  The
+        default (:func:`patternkit.engine.tolerance.default_tolerance`) is exact for
+        integer dtypes and ``max(1e-5, 8 * eps)`` for floating ones; a rule whose
+        arithmetic needs more (or promises less) overrides this and says why.
+        """
+        return default_tolerance(dtype)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.rule_name}>"
@@ -379,6 +400,10 @@ class CompositeRule(Rule):
 
     #: The composite's name after the compiler prefix; subclasses set it.
     pattern_name: str = ""
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        """:data:`EXACT` for every dtype: a composite only wraps bindings in a function."""
+        return EXACT
 
     def __init__(self, compiler: str = "byoc"):
         super().__init__()

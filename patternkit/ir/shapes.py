@@ -5,15 +5,54 @@ Frontends spell a per-channel parameter many ways (``(C,)``, ``(C, 1, 1)``,
 tensor varies along ``W``, not ``C``.  A rule that folds or collapses per-channel
 arithmetic must find the axis the way broadcasting does, or it changes the numbers when
 a dimension merely happens to equal the channel count.
+
+Shapes may be symbolic (``(n, c, h, w)``).  A guard then needs a proof, not a hope:
+:func:`prove_equal` asks TVM's arithmetic analyzer (``tvm.sym.Analyzer``) at
+``ProofStrength.SYMBOLIC_BOUND``, where the 0.27 wheel falls back to Z3, and a condition
+that cannot be proved is refused with the condition in the reason (``cannot prove
+c == w``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import tvm
+from tvm.sym import Analyzer, ProofStrength
+
 
 class NotPerChannel(ValueError):
     """A tensor is not a per-channel parameter of another; the message says why."""
+
+
+def _prim(value: Any, like: Any) -> Any:
+    """``value`` as a PrimExpr of ``like``'s dtype (shape dims are int64)."""
+    if isinstance(value, int):
+        dtype = str(like.ty) if isinstance(getattr(like, "ty", None), tvm.ir.PrimType) else "int64"
+        return tvm.tirx.IntImm(dtype, value)
+    return value
+
+
+def prove_equal(a: Any, b: Any) -> bool:
+    """Whether two shape dimensions (ints or PrimExprs) are equal for every binding of
+    their symbolic variables; ints compare directly, the rest asks the analyzer."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    a, b = _prim(a, b), _prim(b, a)
+    analyzer = Analyzer()
+    return bool(analyzer.can_prove(tvm.tirx.EQ(a, b), ProofStrength.SYMBOLIC_BOUND))
+
+
+def same_shape(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+    """Two shapes are provably equal (same rank, every dimension :func:`prove_equal`)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(prove_equal(x, y) for x, y in zip(a, b))
+
+
+def is_one(dim: Any) -> bool:
+    """The dimension is provably 1 (a symbolic one that might be 1 is not)."""
+    return prove_equal(dim, 1)
 
 
 def per_channel_axis(param_shape: Sequence[Any] | None, x_shape: Sequence[Any], *,
@@ -22,8 +61,8 @@ def per_channel_axis(param_shape: Sequence[Any] | None, x_shape: Sequence[Any], 
 
     Parameters
     ----------
-    param_shape : sequence of int, or None
-        The parameter's static shape (``None`` or a symbolic dimension: not static).
+    param_shape : sequence of int or PrimExpr, or None
+        The parameter's shape (``None``: unknown).
     x_shape : sequence of int or PrimExpr
         The shape of the tensor the parameter broadcasts against.
     name, of : str
@@ -32,32 +71,41 @@ def per_channel_axis(param_shape: Sequence[Any] | None, x_shape: Sequence[Any], 
     Returns
     -------
     int
-        The one axis of ``x`` where the right-aligned parameter has a non-unit
-        dimension, which equals ``x``'s size there.
+        The one axis of ``x`` where the right-aligned parameter has a dimension that is
+        not provably 1, and whose size provably equals ``x``'s there.
 
     Raises
     ------
     NotPerChannel
-        The parameter has no static shape, more dimensions than ``x``, no or several
-        non-unit dimensions, or a size that differs from ``x``'s on its axis.  The
-        message is the reason, ready for :func:`patternkit.reject`.
+        The parameter has no known shape, more dimensions than ``x``, no or several
+        dimensions that are not provably 1, or a size that is not provably ``x``'s on
+        its axis (the unproved condition is in the message).  The message is the
+        reason, ready for :func:`patternkit.reject`.
     """
-    if param_shape is None or any(not isinstance(d, int) for d in param_shape):
-        raise NotPerChannel(f"{name} has no static shape")
+    if param_shape is None:
+        raise NotPerChannel(f"{name} has no known shape")
     shape, n = tuple(param_shape), len(x_shape)
     if len(shape) > n:
         raise NotPerChannel(f"{name} has more dimensions ({len(shape)}) than {of} ({n})")
     padded = (1,) * (n - len(shape)) + shape
-    varying = [i for i, d in enumerate(padded) if d != 1]
+    varying = [i for i, d in enumerate(padded) if not is_one(d)]
     if len(varying) != 1:
-        raise NotPerChannel(f"{name} has shape {shape}: a per-channel parameter varies along "
-                            f"exactly one axis of {of} {tuple(x_shape)}")
+        raise NotPerChannel(f"{name} has shape {_text(shape)}: a per-channel parameter "
+                            f"varies along exactly one axis of {of} {_text(x_shape)}")
     axis = varying[0]
-    size = x_shape[axis]
-    if not isinstance(size, int):
-        raise NotPerChannel(f"{name} varies along axis {axis}, where {of} has the symbolic "
-                            f"size {size}")
-    if padded[axis] != size:
-        raise NotPerChannel(f"{name} has {padded[axis]} channels on axis {axis}, {of} has "
-                            f"{size}")
+    size, channels = x_shape[axis], padded[axis]
+    if not prove_equal(channels, size):
+        if isinstance(channels, int) and isinstance(size, int):
+            raise NotPerChannel(f"{name} has {channels} channels on axis {axis}, {of} has "
+                                f"{size}")
+        where = (f"has size {size}" if isinstance(size, int)
+                 else f"has the symbolic size {size}")
+        raise NotPerChannel(f"{name} varies along axis {axis}, where {of} {where}: "
+                            f"cannot prove {channels} == {size}")
     return axis
+
+
+def _text(shape: Sequence[Any]) -> str:
+    """A shape as the user reads it: ``(2, n, 4)``, not ``(2, T.int64(n), 4)``."""
+    items = [str(d) for d in shape]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"

@@ -138,3 +138,32 @@ def test_verify_checks_every_library_entry(capsys):
     assert main(["verify", "--quiet"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[:2] for line in lines] == [["ok", f"{name}:"] for name in LIBRARY.names]
+
+
+def test_verify_fuzzes_one_rule_with_a_budget_and_a_shard(capsys):
+    assert main(["verify", "conv.fold_batchnorm", "--budget", "4", "--shard", "1/2"]) == 0
+    out = capsys.readouterr().out
+    assert "conv.fold_batchnorm: 2 tried" in out or "conv.fold_batchnorm: 1 tried" in out
+    assert "PASS: verify:" in out and "shard 1/2" in out
+
+
+def test_verify_refuses_an_unknown_rule_and_a_bad_shard(capsys):
+    assert main(["verify", "no.such_rule"]) == 2
+    assert "no library rule no.such_rule" in capsys.readouterr().err
+    assert main(["verify", "--shard", "3/2"]) == 2
+    assert "1 <= k <= n" in capsys.readouterr().err
+
+
+def test_fuzz_runs_a_relax_pass_by_name(capsys):
+    assert main(["fuzz", "CanonicalizeBindings", "--budget", "3", "--quiet"]) == 0
+    assert capsys.readouterr().out.split()[:3] == ["ok", "CanonicalizeBindings:", "3"]
+
+
+def test_fuzz_refuses_what_it_cannot_resolve(capsys):
+    assert main(["fuzz", "NoSuchPass"]) == 2
+    assert "not a library rule, a relax.transform pass" in capsys.readouterr().err
+
+
+def test_bisect_passes_when_the_library_keeps_the_numbers(capsys):
+    assert main(["bisect", "seed-batchnorm"]) == 0
+    assert capsys.readouterr().out.startswith("PASS: no step")
