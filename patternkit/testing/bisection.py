@@ -15,14 +15,25 @@ shapes it read, the error, the modules on both sides and a drawing with
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import tvm
 from tvm import relax
 
-from ..engine import (RewriteLog, RewriteRecord, RewriteRule, Rule, RuleSet, Tolerance,
-                      default_tolerance, reject, rewrite)
+from ..engine import (
+    BindingsRewriteRule,
+    RewriteLog,
+    RewriteRecord,
+    RewriteRule,
+    Rule,
+    RuleSet,
+    Tolerance,
+    default_tolerance,
+    reject,
+    rewrite,
+)
 from ..engine.rule import Reject
 from ..ir import compat as C
 from ..ir.rebuild import binding_text
@@ -161,7 +172,10 @@ def _replay_rules(rules: list, state: dict, judge) -> BrokenStep | None:
         for rule in rules:
             while True:
                 log = RewriteLog()
-                after = rewrite(_OneApplication(rule), state["mod"], max_passes=1, log=log)
+                # A multi-root rule takes all its roots at once: its one pass is the step.
+                step = _one_pass(rule) if isinstance(rule, BindingsRewriteRule) \
+                    else _OneApplication(rule)
+                after = rewrite(step, state["mod"], max_passes=1, log=log)
                 if not log.records:
                     break
                 fired = True
@@ -171,6 +185,13 @@ def _replay_rules(rules: list, state: dict, judge) -> BrokenStep | None:
         if not fired:
             return None
     return None
+
+
+def _one_pass(rule: BindingsRewriteRule) -> BindingsRewriteRule:
+    """A copy of ``rule`` that stops after one pass (``rewrite_once``)."""
+    once = copy.copy(rule)
+    once.rewrite_once = True
+    return once
 
 
 class _OneApplication(RewriteRule):
