@@ -25,12 +25,13 @@ __version__ = "0.1.0"
 __all__ = [
     # pattern language
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-    "VarPattern",
-    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
-    "TypePattern", "DataTypePattern", "ShapePattern",
+    "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
+    "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
-    "match", "find_match", "Match", "explain", "through", "up_to_cast",
+    "match", "find_match", "Match", "explain", "through", "up_to_cast", "from_dpl",
+    "FromDplError",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
@@ -60,6 +61,8 @@ _HOME = {
     "DFPattern": "dpl", "WildcardPattern": "dpl", "ExprPattern": "dpl",
     "ConstantPattern": "dpl", "ScalarPattern": "dpl", "VarPattern": "dpl", "CallPattern": "dpl",
     "TuplePattern": "dpl", "TupleGetItemPattern": "dpl", "AltPattern": "dpl",
+    "DataflowVarPattern": "dpl", "GlobalVarPattern": "dpl", "ExternFuncPattern": "dpl",
+    "AndPattern": "dpl", "NotPattern": "dpl", "from_dpl": "dpl", "FromDplError": "dpl",
     "AttrPattern": "dpl", "TypePattern": "dpl", "DataTypePattern": "dpl", "ShapePattern": "dpl",
     "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl",
     "is_scalar": "dpl", "is_var": "dpl", "is_expr": "dpl", "is_tuple": "dpl",
@@ -126,12 +129,14 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
-    from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                      DFPattern, ExprPattern, Match, ScalarPattern, ShapePattern,
-                      TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
-                      WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
-                      has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
-                      is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .dpl import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
+                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
+                      ExternFuncPattern, FromDplError, GlobalVarPattern, Match, NotPattern,
+                      ScalarPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
+                      TypePattern, VarPattern, WildcardPattern, explain, find_match, from_dpl,
+                      has_attr, has_dtype, has_shape, has_type, is_const, is_constant, is_expr,
+                      is_op, is_scalar, is_tuple, is_tuple_get_item, is_var, match, through,
+                      up_to_cast, wildcard)
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)
