@@ -12,7 +12,9 @@ and reports
   ``"overlap"``    an entry matched, but a higher-priority entry (or an earlier match of
                    the same entry) had already taken one of the match's ops;
   ``"escape"``     an entry matched, but an intermediate result of the match is also
-                   used outside it (Relay's rule: such a match is not partitioned).
+                   used outside it (Relay's rule: such a match is not partitioned);
+  ``"cycle"``      an entry matched, but fusing it would make the composite depend on
+                   itself (TVM's semantics, :mod:`patternkit.byoc.tvm_fusion`).
 
 When several matches covered an op, the reason of the highest-priority entry is given
 and the others are kept in :attr:`HostOp.others`.  The partitioned module itself is in
@@ -32,8 +34,8 @@ from .external import annotation_table
 from .merge import CompositeLog, composite_counts, merge_composite
 from .table import PatternTable
 
-_KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2}
-_LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape"}
+_KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2, "cycle": 3}
+_LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape", "cycle": "cycle"}
 
 
 @dataclass(frozen=True)
