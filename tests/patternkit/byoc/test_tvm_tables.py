@@ -205,3 +205,19 @@ def test_a_match_that_would_depend_on_itself_is_skipped_where_tvm_crashes():
 def test_an_unknown_semantics_is_refused():
     with pytest.raises(pk.PatternTableError, match="semantics"):
         pk.MergeComposite(pk.PatternTable.from_tvm([MATMUL_ADD]), semantics="onnx")
+
+
+# -- PartitionGraph ----------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["tensorrt", "example_npu"])
+def test_partition_graph_of_tvm_composites_is_merge_composite_functions(resnet, prefix):
+    theirs = relax.transform.MergeCompositeFunctions()(
+        FuseOpsByPattern(tvm_tables.registered_patterns(prefix + "."))(resnet))
+    ours = pk.PartitionGraph()(pk.MergeComposite(pk.PatternTable.from_tvm(prefix))(resnet))
+    _assert_same_module(ours, theirs)
+    assert any(name.endswith("_" + prefix) for name in (gv.name_hint for gv in ours.functions))
+
+
+def test_partition_graph_refuses_to_leave_another_compilers_tvm_composites_behind(resnet):
+    fused = pk.MergeComposite(pk.PatternTable.from_tvm("cublas,tensorrt"))(resnet)
+    with pytest.raises(pk.PatternTableError, match="also has composites of tensorrt"):
+        pk.partition_graph(fused, "cublas")
