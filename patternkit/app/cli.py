@@ -26,7 +26,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else None
     report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
-                 seed=args.seed, draw=not args.no_draw, progress=_progress(args))
+                 seed=args.seed, draw=not args.no_draw, progress=_progress(args),
+                 tables=args.table)
     if not args.quiet:
         composites = sum(report.composites.values())
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "IRModule, or an .onnx file")
     run.add_argument("--patterns", help="comma-separated library names (default: all)")
     run.add_argument("--compiler", default="ccompiler", help="external compiler name")
+    run.add_argument("--table", default=None,
+                     help="partition with TVM's registered pattern tables instead of the "
+                          "library's composites (comma-separated: cutlass,tensorrt)")
     run.add_argument("--out", default="patternkit-out", help="output folder")
     run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")

@@ -7,8 +7,10 @@ directly.  The steps, each timed:
    a Python file that defines an ``IRModule``, or an ``.onnx`` file;
 2. **rewrite** with the library's rewrite rules (or the ones named with ``patterns=``);
 3. **composites**: ``MergeComposite`` with the library's composite entries, renamed for
-   ``compiler``, then ``PartitionGraph(compiler)``; the offload report says which ops
-   went to the compiler and, for each op left on the host, why;
+   ``compiler``, then ``PartitionGraph(compiler)``; or, with ``tables="cutlass"`` (TVM's
+   registered tables, :meth:`patternkit.PatternTable.from_tvm`), with those tables and
+   TVM's semantics instead; the offload report says which ops went to the compiler and,
+   for each op left on the host, why;
 4. **numeric check**: ``before`` and ``after`` (external functions inlined back) built
    for ``llvm`` and run on seeded random inputs;
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
@@ -32,6 +34,7 @@ import tvm
 from ..byoc.external import inline_external, partition_graph
 from ..byoc.merge import CompositeLog, merge_composite
 from ..byoc.offload import offload_report
+from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.rule import CompositeRule
 from ..engine.ruleset import RuleSet
@@ -141,8 +144,12 @@ def select_patterns(names: Sequence[str] | None, compiler: str) -> tuple[RuleSet
 def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[str] | None = None,
         compiler: str = DEFAULT_COMPILER, out_dir: str | Path | None = "patternkit-out",
         seed: int = 0, draw: bool = True,
-        progress: Callable[[str], None] | None = None) -> JobReport:
-    """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing."""
+        progress: Callable[[str], None] | None = None, tables: str | None = None) -> JobReport:
+    """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing.
+
+    ``tables`` (``"cutlass"``, ``"cutlass,tensorrt"``) partitions with TVM's registered
+    pattern tables instead of the library's composites (the rewrites still run first).
+    """
     say = progress or (lambda message: None)
     timer = time.perf_counter
     seconds: dict[str, float] = {}
@@ -170,8 +177,12 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
     else:
         before, description = step("load", load_model, model)
     rules, composites = select_patterns(patterns, compiler)
-    report = JobReport(model=description, compiler=compiler,
-                       patterns=[r.rule_name for r in rules] + [c.name for c in composites])
+    table: Any = composites
+    if tables:
+        table, compiler = PatternTable.from_tvm(tables), None
+    report = JobReport(model=description, compiler=tables or compiler,
+                       patterns=[r.rule_name for r in rules] + list(dict.fromkeys(
+                           c.name for c in table)))
 
     rewritten = before
     if rules:
@@ -180,10 +191,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
         rewritten = step("rewrite", rewrite, rules, before, log=log)
         report.rewrites = log.counts()
 
-    table = composites
     after = rewritten
     if table:
-        say(f"forming composites for {compiler} ...")
+        say(f"forming composites for {tables or compiler} ...")
         offload = step("composites", offload_report, rewritten, table, compiler=compiler)
         report.composites = offload.composites
         report.offloaded_ops = offload.offloaded_ops

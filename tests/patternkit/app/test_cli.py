@@ -63,6 +63,18 @@ def test_run_an_onnx_model(tmp_path):
         "ccompiler.conv2d_add_relu": 1}
 
 
+def test_run_with_a_tvm_table_partitions_with_it_and_keeps_the_numbers(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("from patternkit.app.models import seed_batchnorm\n"
+                     "mod = seed_batchnorm()\n")
+    out = tmp_path / "out"
+    assert main(["run", str(model), "--table", "tensorrt", "--out", str(out), "--quiet",
+                 "--no-draw"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and report["compiler"] == "tensorrt"
+    assert report["composites"] and all(n.startswith("tensorrt.") for n in report["composites"])
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: ["run", str(d / "missing.py")], "model file not found"),
     (lambda d: (d / "empty.py").write_text("x = 1\n") and ["run", str(d / "empty.py")],
@@ -71,6 +83,7 @@ def test_run_an_onnx_model(tmp_path):
      "not a loadable ONNX model"),
     (lambda d: ["run", "--patterns", "batchnorm.colapse"], "did you mean batchnorm.collapse"),
     (lambda d: ["run", "model.txt"], "unknown model"),
+    (lambda d: ["run", "seed-batchnorm", "--table", "cutlas"], "registered prefixes: coreml"),
 ])
 def test_bad_input_is_a_one_line_error_with_exit_code_2(tmp_path, capsys, setup, message):
     argv = setup(tmp_path)
