@@ -42,7 +42,8 @@ __all__ = [
     "CompositeLog", "composite_counts", "composite_functions", "AnnotateTarget",
     "PartitionGraph", "partition_graph", "inline_external", "external_functions",
     "graph_split", "run_split", "GraphSplitError", "offload_report", "OffloadReport", "HostOp",
-    "verify_table", "TableVerification", "EntryFailure",
+    "verify_table", "TableVerification", "EntryFailure", "coverage", "CoverageReport",
+    "OpRecord",
     # fusion round trips
     "DefuseOps", "defuse", "check_roundtrip", "RoundTripResult", "RoundTripError",
     # the main job
@@ -84,6 +85,7 @@ _HOME = {
     "external_functions": "byoc", "graph_split": "byoc", "run_split": "byoc",
     "GraphSplitError": "byoc", "offload_report": "byoc", "OffloadReport": "byoc",
     "verify_table": "byoc", "TableVerification": "byoc", "EntryFailure": "byoc",
+    "coverage": "byoc", "CoverageReport": "byoc", "OpRecord": "byoc",
     "HostOp": "byoc",
     # fusion
     "DefuseOps": "fusion", "defuse": "fusion",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
+    from .byoc.table_coverage import CoverageReport, OpRecord, coverage
     from .byoc.table_verification import EntryFailure, TableVerification, verify_table
     from .dpl import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
                       DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,

@@ -310,3 +310,49 @@ def verify(progress: Callable[[str], None] | None = None) -> list[tuple[str, boo
         detail = str(comparison) if fired else "the rule did not fire on its own example"
         results.append((rule.rule_name, ok, detail))
     return results
+
+
+def table_coverage(models: Sequence[str], tables: Sequence[str],
+                   out_dir: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[dict]:
+    """How much of each model each of TVM's tables offloads, before and after the rewrites.
+
+    For every model (as :func:`load_model` takes it) and table prefix
+    (:meth:`patternkit.PatternTable.from_tvm`), :func:`patternkit.coverage` on the model
+    as loaded and after the library's rewrite rules (which collapse decomposed ops into
+    the fused ops the tables expect).  Writes ``coverage.json`` (every op record) and
+    ``coverage.md`` (one row per model and table) to ``out_dir`` when given.
+    """
+    from patternkit.patterns import LIBRARY
+
+    from ..byoc.table_coverage import coverage
+
+    say = progress or (lambda message: None)
+    tables_ = {prefix: PatternTable.from_tvm(prefix) for prefix in tables}
+    rules = LIBRARY.rewrite_rules()
+    rows: list[dict] = []
+    for spec in models:
+        mod, description = load_model(spec)
+        rewritten = rewrite(rules, mod)
+        for prefix, table in tables_.items():
+            say(f"{description}: {prefix} ...")
+            for stage, module in (("as loaded", mod), ("after rewrites", rewritten)):
+                report = coverage(module, table)
+                rows.append({"model": description, "table": prefix, "stage": stage,
+                             "share": report.share, "op_calls": len(report.ops),
+                             "regions": report.regions, "largest_region": report.largest_region,
+                             "host": report.host_reasons(),
+                             "report": json.loads(report.to_json())})
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "coverage.json").write_text(json.dumps(rows, indent=1))
+        lines = ["# Coverage of TVM's pattern tables", "",
+                 "| model | table | stage | op calls | offloaded | regions | largest | "
+                 "left on the host |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
+            lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
+                         f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} |")
+        (out / "coverage.md").write_text("\n".join(lines) + "\n")
+    return rows

@@ -64,6 +64,7 @@ class OffloadReport:
     composites: dict[str, int] = field(default_factory=dict)
     host_ops: list[HostOp] = field(default_factory=list)
     offloaded_ops: int = 0
+    formed: list = field(default_factory=list)  # the FormedComposite records, per match
 
     def host_ops_of_kind(self, kind: str) -> list[HostOp]:
         return [h for h in self.host_ops if h.kind == kind]
@@ -125,7 +126,7 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
                 host.append(HostOp(gv.name_hint, var, name, kind, reason, entry,
                                    tuple((k, r, e) for k, r, e, _ in found[1:])))
     offloaded = sum(len(f.vars) for f in log.formed)
-    return OffloadReport(out, composite_counts(out), host, offloaded)
+    return OffloadReport(out, composite_counts(out), host, offloaded, list(log.formed))
 
 
 def _priority(table: PatternTable, entry: str) -> int:
