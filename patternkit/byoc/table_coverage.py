@@ -116,7 +116,7 @@ def _region_sizes(mod: tvm.IRModule) -> list[int]:
     A composite used twice is one function bound once: it is counted per call.
     """
     sizes = []
-    for _, func in mod.functions.items():
+    for func in mod.functions.values():
         if isinstance(func, relax.Function) and attr(func, CODEGEN) is not None:
             sizes.append(_ops_executed(func))
     return sizes

@@ -80,7 +80,7 @@ def load_backends() -> tuple[str, ...]:
     for name in BACKEND_MODULES:
         try:
             importlib.import_module(name)
-        except Exception as err:  # pylint: disable=broad-except  (any import-time failure)
+        except Exception as err:  # noqa: BLE001 (any import-time failure loses one table)
             logger.warning("could not import TVM backend %s: %s", name, err)
             failed.append(name)
     return tuple(failed)
