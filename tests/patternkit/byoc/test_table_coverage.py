@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from patternkit.patterns import LIBRARY
 
 import patternkit as pk
 from patternkit.app.models import resnet18
+from patternkit.patterns import LIBRARY
 
 
 @pytest.fixture(scope="module")
