@@ -321,7 +321,9 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
     (:meth:`patternkit.PatternTable.from_tvm`), :func:`patternkit.coverage` on the model
     as loaded and after the library's rewrite rules (which collapse decomposed ops into
     the fused ops the tables expect).  Writes ``coverage.json`` (every op record) and
-    ``coverage.md`` (one row per model and table) to ``out_dir`` when given.
+    ``coverage.md`` (one row per model and table) and one bar chart per model
+    (``coverage_<i>.svg``: a pair of bars per table, as loaded and after the rewrites) to
+    ``out_dir`` when given.
     """
     from patternkit.patterns import LIBRARY
 
@@ -354,5 +356,34 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
             host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
             lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
                          f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} |")
+        models_seen = list(dict.fromkeys(r["model"] for r in rows))
+        lines.append("")
+        for i, model in enumerate(models_seen):
+            (out / f"coverage_{i}.svg").write_text(
+                _coverage_chart(model, [r for r in rows if r["model"] == model]))
+            lines.append(f"![{model}](coverage_{i}.svg)")
         (out / "coverage.md").write_text("\n".join(lines) + "\n")
     return rows
+
+
+def _coverage_chart(model: str, rows: list[dict]) -> str:
+    """A horizontal bar per (table, stage): the share of op calls offloaded."""
+    from html import escape
+
+    bar, label, width = 18, 190, 300
+    height = 40 + bar * len(rows) + 6 * len(rows)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label + width + 60}" '
+             f'height="{height}" font-family="sans-serif" font-size="12">',
+             f'<text x="4" y="18" font-weight="bold">{escape(model)}: share of op calls '
+             f'offloaded</text>']
+    for k, r in enumerate(rows):
+        y = 32 + k * (bar + 6)
+        colour = "#4e79a7" if r["stage"] == "as loaded" else "#f28e2b"
+        parts.append(f'<text x="4" y="{y + 13}">{escape(r["table"])} ({escape(r["stage"])})'
+                     f'</text>')
+        parts.append(f'<rect x="{label}" y="{y}" width="{width * r["share"]:.1f}" '
+                     f'height="{bar}" fill="{colour}"/>')
+        parts.append(f'<text x="{label + width * r["share"] + 4:.1f}" y="{y + 13}">'
+                     f'{r["share"]:.0%}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

@@ -75,6 +75,20 @@ def test_run_with_a_tvm_table_partitions_with_it_and_keeps_the_numbers(tmp_path)
     assert report["composites"] and all(n.startswith("tensorrt.") for n in report["composites"])
 
 
+def test_coverage_writes_markdown_json_and_a_chart_per_model(tmp_path):
+    out = tmp_path / "cov"
+    assert main(["coverage", "--table", "cutlass,tensorrt", "seed-batchnorm", "--out",
+                 str(out), "--quiet"]) == 0
+    rows = json.loads((out / "coverage.json").read_text())
+    assert [(r["table"], r["stage"]) for r in rows] == [
+        ("cutlass", "as loaded"), ("cutlass", "after rewrites"),
+        ("tensorrt", "as loaded"), ("tensorrt", "after rewrites")]
+    assert all(0.0 <= r["share"] <= 1.0 for r in rows)
+    assert rows[2]["share"] == 1.0 and rows[0]["host"] == {"uncovered": rows[0]["op_calls"]}
+    assert "| builtin:seed-batchnorm | tensorrt | as loaded |" in (out / "coverage.md").read_text()
+    assert "<svg" in (out / "coverage_0.svg").read_text()
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: ["run", str(d / "missing.py")], "model file not found"),
     (lambda d: (d / "empty.py").write_text("x = 1\n") and ["run", str(d / "empty.py")],
