@@ -26,12 +26,13 @@ __version__ = "0.1.0"
 __all__ = [
     # pattern language
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-    "VarPattern",
-    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
-    "TypePattern", "DataTypePattern", "ShapePattern",
+    "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
+    "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
-    "match", "find_match", "Match", "explain", "through", "up_to_cast",
+    "match", "find_match", "Match", "explain", "through", "up_to_cast", "from_dpl",
+    "FromDplError",
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "PatternContext",
@@ -46,6 +47,8 @@ __all__ = [
     "CompositeLog", "composite_counts", "composite_functions", "AnnotateTarget",
     "PartitionGraph", "partition_graph", "inline_external", "external_functions",
     "graph_split", "run_split", "GraphSplitError", "offload_report", "OffloadReport", "HostOp",
+    "verify_table", "TableVerification", "EntryFailure", "coverage", "CoverageReport",
+    "OpRecord",
     # fusion round trips
     "DefuseOps", "defuse", "check_roundtrip", "RoundTripResult", "RoundTripError",
     # the main job
@@ -67,6 +70,8 @@ _HOME = {
     "DFPattern": "dpl", "WildcardPattern": "dpl", "ExprPattern": "dpl",
     "ConstantPattern": "dpl", "ScalarPattern": "dpl", "VarPattern": "dpl", "CallPattern": "dpl",
     "TuplePattern": "dpl", "TupleGetItemPattern": "dpl", "AltPattern": "dpl",
+    "DataflowVarPattern": "dpl", "GlobalVarPattern": "dpl", "ExternFuncPattern": "dpl",
+    "AndPattern": "dpl", "NotPattern": "dpl", "from_dpl": "dpl", "FromDplError": "dpl",
     "AttrPattern": "dpl", "TypePattern": "dpl", "DataTypePattern": "dpl", "ShapePattern": "dpl",
     "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl",
     "is_scalar": "dpl", "is_var": "dpl", "is_expr": "dpl", "is_tuple": "dpl",
@@ -91,6 +96,8 @@ _HOME = {
     "PartitionGraph": "byoc", "partition_graph": "byoc", "inline_external": "byoc",
     "external_functions": "byoc", "graph_split": "byoc", "run_split": "byoc",
     "GraphSplitError": "byoc", "offload_report": "byoc", "OffloadReport": "byoc",
+    "verify_table": "byoc", "TableVerification": "byoc", "EntryFailure": "byoc",
+    "coverage": "byoc", "CoverageReport": "byoc", "OpRecord": "byoc",
     "HostOp": "byoc",
     # fusion
     "DefuseOps": "fusion", "defuse": "fusion",
@@ -142,15 +149,19 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
+    from .byoc.table_coverage import CoverageReport, OpRecord, coverage
+    from .byoc.table_verification import EntryFailure, TableVerification, verify_table
     from .dpl import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
                       K_OUT_EWISE_FUSABLE, K_TUPLE, AmbiguousDominator, DominatorPattern,
                       IfPattern, PatternContext, dominates, is_if)
-    from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                      DFPattern, ExprPattern, Match, ScalarPattern, ShapePattern,
-                      TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
-                      WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
-                      has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
-                      is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .dpl import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
+                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
+                      ExternFuncPattern, FromDplError, GlobalVarPattern, Match, NotPattern,
+                      ScalarPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
+                      TypePattern, VarPattern, WildcardPattern, explain, find_match, from_dpl,
+                      has_attr, has_dtype, has_shape, has_type, is_const, is_constant, is_expr,
+                      is_op, is_scalar, is_tuple, is_tuple_get_item, is_var, match, through,
+                      up_to_cast, wildcard)
     from .engine import BindingsMatch, BindingsRewriteRule, rewrite_bindings
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,

@@ -1,4 +1,4 @@
-"""The ``patternkit`` command line: ``run``, ``list``, ``viz``, ``verify``, ``fuzz``, ``bisect``.
+"""The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``, ``fuzz``, ``bisect``.
 
 Each command is a thin shell over :mod:`patternkit.app.job` (or the visualiser), so
 everything is also one Python call away.  Exit codes: 0 success, 1 a check failed,
@@ -26,7 +26,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else None
     report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
-                 seed=args.seed, draw=not args.no_draw, progress=_progress(args))
+                 seed=args.seed, draw=not args.no_draw, progress=_progress(args),
+                 tables=args.table)
     if not args.quiet:
         composites = sum(report.composites.values())
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
@@ -36,6 +37,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{'ok' if all(r['ok'] for r in report.roundtrip.values()) else 'FAILED'}; "
               f"report in {args.out}/report.md")
     return 0 if report.ok else 1
+
+
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    from .job import table_coverage
+
+    tables = [t.strip() for t in args.table.split(",") if t.strip()]
+    rows = table_coverage(args.models, tables, args.out, progress=_progress(args))
+    if not args.quiet:
+        for r in rows:
+            print(f"{r['model']}  {r['table']:<12} {r['stage']:<15} {r['share']:>5.0%} of "
+                  f"{r['op_calls']} op calls, {r['regions']} region(s)")
+        print(f"report in {args.out}/coverage.md")
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -178,11 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
                           "an IRModule, or an .onnx file")
     run.add_argument("--patterns", help="comma-separated library names (default: all)")
     run.add_argument("--compiler", default="ccompiler", help="external compiler name")
+    run.add_argument("--table", default=None,
+                     help="partition with TVM's registered pattern tables instead of the "
+                          "library's composites (comma-separated: cutlass,tensorrt)")
     run.add_argument("--out", default="patternkit-out", help="output folder")
     run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.set_defaults(handler=_cmd_run)
+
+    cov = sub.add_parser("coverage", help="how much of a model TVM's pattern tables offload")
+    cov.add_argument("models", nargs="+", help="built-in model names, .py or .onnx files")
+    cov.add_argument("--table", required=True,
+                     help="comma-separated registered prefixes (cutlass,tensorrt)")
+    cov.add_argument("--out", default="patternkit-coverage", help="output folder")
+    cov.add_argument("--quiet", action="store_true")
+    cov.set_defaults(handler=_cmd_coverage)
 
     lst = sub.add_parser("list", help="the pattern library: names, kinds, one-line docs")
     lst.add_argument("--models", action="store_true",

@@ -8,8 +8,10 @@ directly.  The steps, each timed:
    file that defines an ``IRModule``, or an ``.onnx`` file;
 2. **rewrite** with the library's rewrite rules (or the ones named with ``patterns=``);
 3. **composites**: ``MergeComposite`` with the library's composite entries, renamed for
-   ``compiler``, then ``PartitionGraph(compiler)``; the offload report says which ops
-   went to the compiler and, for each op left on the host, why;
+   ``compiler``, then ``PartitionGraph(compiler)``; or, with ``tables="cutlass"`` (TVM's
+   registered tables, :meth:`patternkit.PatternTable.from_tvm`), with those tables and
+   TVM's semantics instead; the offload report says which ops went to the compiler and,
+   for each op left on the host, why;
 4. **numeric check**: ``before`` and ``after`` (external functions inlined back) built
    for ``llvm`` and run on seeded random inputs;
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
@@ -33,6 +35,7 @@ import tvm
 from ..byoc.external import inline_external, partition_graph
 from ..byoc.merge import merge_composite
 from ..byoc.offload import offload_report
+from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
 from ..errors import PatternkitError
@@ -152,8 +155,12 @@ def select_patterns(names: Sequence[str] | None, compiler: str) -> tuple[RuleSet
 def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[str] | None = None,
         compiler: str = DEFAULT_COMPILER, out_dir: str | Path | None = "patternkit-out",
         seed: int = 0, draw: bool = True,
-        progress: Callable[[str], None] | None = None) -> JobReport:
-    """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing."""
+        progress: Callable[[str], None] | None = None, tables: str | None = None) -> JobReport:
+    """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing.
+
+    ``tables`` (``"cutlass"``, ``"cutlass,tensorrt"``) partitions with TVM's registered
+    pattern tables instead of the library's composites (the rewrites still run first).
+    """
     say = progress or (lambda message: None)
     timer = time.perf_counter
     seconds: dict[str, float] = {}
@@ -181,8 +188,12 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
     else:
         before, description = step("load", load_model, model)
     rules, composites = select_patterns(patterns, compiler)
-    report = JobReport(model=description, compiler=compiler,
-                       patterns=[r.rule_name for r in rules] + [c.name for c in composites])
+    table: Any = composites
+    if tables:
+        table, compiler = PatternTable.from_tvm(tables), None
+    report = JobReport(model=description, compiler=tables or compiler,
+                       patterns=[r.rule_name for r in rules] + list(dict.fromkeys(
+                           c.name for c in table)))
 
     rewritten = before
     if rules:
@@ -191,10 +202,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
         rewritten = step("rewrite", rewrite, rules, before, log=log)
         report.rewrites = log.counts()
 
-    table = composites
     after = rewritten
     if table:
-        say(f"forming composites for {compiler} ...")
+        say(f"forming composites for {tables or compiler} ...")
         offload = step("composites", offload_report, rewritten, table, compiler=compiler)
         report.composites = offload.composites
         report.offloaded_ops = offload.offloaded_ops
@@ -294,3 +304,80 @@ def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs:
 
     return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
                        progress=progress, **options)
+
+
+def table_coverage(models: Sequence[str], tables: Sequence[str],
+                   out_dir: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[dict]:
+    """How much of each model each of TVM's tables offloads, before and after the rewrites.
+
+    For every model (as :func:`load_model` takes it) and table prefix
+    (:meth:`patternkit.PatternTable.from_tvm`), :func:`patternkit.coverage` on the model
+    as loaded and after the library's rewrite rules (which collapse decomposed ops into
+    the fused ops the tables expect).  Writes ``coverage.json`` (every op record) and
+    ``coverage.md`` (one row per model and table) and one bar chart per model
+    (``coverage_<i>.svg``: a pair of bars per table, as loaded and after the rewrites) to
+    ``out_dir`` when given.
+    """
+    from patternkit.patterns import LIBRARY
+
+    from ..byoc.table_coverage import coverage
+
+    say = progress or (lambda message: None)
+    tables_ = {prefix: PatternTable.from_tvm(prefix) for prefix in tables}
+    rules = LIBRARY.rewrite_rules()
+    rows: list[dict] = []
+    for spec in models:
+        mod, description = load_model(spec)
+        rewritten = rewrite(rules, mod)
+        for prefix, table in tables_.items():
+            say(f"{description}: {prefix} ...")
+            for stage, module in (("as loaded", mod), ("after rewrites", rewritten)):
+                report = coverage(module, table)
+                rows.append({"model": description, "table": prefix, "stage": stage,
+                             "share": report.share, "op_calls": len(report.ops),
+                             "regions": report.regions, "largest_region": report.largest_region,
+                             "host": report.host_reasons(),
+                             "report": json.loads(report.to_json())})
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "coverage.json").write_text(json.dumps(rows, indent=1))
+        lines = ["# Coverage of TVM's pattern tables", "",
+                 "| model | table | stage | op calls | offloaded | regions | largest | "
+                 "left on the host |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
+            lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
+                         f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} |")
+        models_seen = list(dict.fromkeys(r["model"] for r in rows))
+        lines.append("")
+        for i, model in enumerate(models_seen):
+            (out / f"coverage_{i}.svg").write_text(
+                _coverage_chart(model, [r for r in rows if r["model"] == model]))
+            lines.append(f"![{model}](coverage_{i}.svg)")
+        (out / "coverage.md").write_text("\n".join(lines) + "\n")
+    return rows
+
+
+def _coverage_chart(model: str, rows: list[dict]) -> str:
+    """A horizontal bar per (table, stage): the share of op calls offloaded."""
+    from html import escape
+
+    bar, label, width = 18, 190, 300
+    height = 40 + bar * len(rows) + 6 * len(rows)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label + width + 60}" '
+             f'height="{height}" font-family="sans-serif" font-size="12">',
+             f'<text x="4" y="18" font-weight="bold">{escape(model)}: share of op calls '
+             f'offloaded</text>']
+    for k, r in enumerate(rows):
+        y = 32 + k * (bar + 6)
+        colour = "#4e79a7" if r["stage"] == "as loaded" else "#f28e2b"
+        parts.append(f'<text x="4" y="{y + 13}">{escape(r["table"])} ({escape(r["stage"])})'
+                     f'</text>')
+        parts.append(f'<rect x="{label}" y="{y}" width="{width * r["share"]:.1f}" '
+                     f'height="{bar}" fill="{colour}"/>')
+        parts.append(f'<text x="{label + width * r["share"] + 4:.1f}" y="{y + 13}">'
+                     f'{r["share"]:.0%}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

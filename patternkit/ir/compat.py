@@ -290,3 +290,22 @@ def module_pass(transform: Callable[[tvm.IRModule, Any], tvm.IRModule],
     """``transform(mod, ctx)`` as a ``tvm.transform.Pass`` named ``name`` (opt level 0)."""
     _register_errors()
     return tvm.transform.module_pass(transform, opt_level=0, name=name)
+
+
+# -- tvm.relax.dpl fields that the FFI does not reflect ---------------------------------------
+# ``CallPattern.varg_default_wildcard`` and ``GlobalVarPattern``'s name are C++ fields that
+# 0.27 does not register for reflection: Python cannot read them.  TVM's printer does show
+# them (``op(*, *, ...)``, ``GlobalVarPattern(name)``), so they are read from its text.
+def dpl_call_has_varargs(pattern: Any) -> bool:
+    """Does a ``tvm.relax.dpl.CallPattern`` accept more arguments than it lists?"""
+    text = str(pattern)
+    return text.endswith(", ...)") or text.endswith("(...)")
+
+
+def dpl_global_var_name(pattern: Any) -> str:
+    """The name (a substring to find) of a ``tvm.relax.dpl.GlobalVarPattern``; ``""``: any."""
+    text = str(pattern)
+    prefix = "GlobalVarPattern("
+    if not (text.startswith(prefix) and text.endswith(")")):
+        raise ValueError(f"unexpected text for a GlobalVarPattern: {text!r}")
+    return text[len(prefix):-1]

@@ -64,6 +64,32 @@ def test_run_an_onnx_model(tmp_path):
         "ccompiler.conv2d_add_relu": 1}
 
 
+def test_run_with_a_tvm_table_partitions_with_it_and_keeps_the_numbers(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("from patternkit.app.models import seed_batchnorm\n"
+                     "mod = seed_batchnorm()\n")
+    out = tmp_path / "out"
+    assert main(["run", str(model), "--table", "tensorrt", "--out", str(out), "--quiet",
+                 "--no-draw"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and report["compiler"] == "tensorrt"
+    assert report["composites"] and all(n.startswith("tensorrt.") for n in report["composites"])
+
+
+def test_coverage_writes_markdown_json_and_a_chart_per_model(tmp_path):
+    out = tmp_path / "cov"
+    assert main(["coverage", "--table", "cutlass,tensorrt", "seed-batchnorm", "--out",
+                 str(out), "--quiet"]) == 0
+    rows = json.loads((out / "coverage.json").read_text())
+    assert [(r["table"], r["stage"]) for r in rows] == [
+        ("cutlass", "as loaded"), ("cutlass", "after rewrites"),
+        ("tensorrt", "as loaded"), ("tensorrt", "after rewrites")]
+    assert all(0.0 <= r["share"] <= 1.0 for r in rows)
+    assert rows[2]["share"] == 1.0 and rows[0]["host"] == {"uncovered": rows[0]["op_calls"]}
+    assert "| builtin:seed-batchnorm | tensorrt | as loaded |" in (out / "coverage.md").read_text()
+    assert "<svg" in (out / "coverage_0.svg").read_text()
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: ["run", str(d / "missing.py")], "model file not found"),
     (lambda d: (d / "empty.py").write_text("x = 1\n") and ["run", str(d / "empty.py")],
@@ -74,6 +100,7 @@ def test_run_an_onnx_model(tmp_path):
     (lambda d: ["run", "model.txt"], "unknown model"),
     (lambda d: ["run", "zoo:gtp2"], "did you mean gpt2?"),
     (lambda d: ["run", "zoo:gpt2?layer=1"], "unknown option 'layer'"),
+    (lambda d: ["run", "seed-batchnorm", "--table", "cutlas"], "registered prefixes: coreml"),
 ])
 def test_bad_input_is_a_one_line_error_with_exit_code_2(tmp_path, capsys, setup, message):
     argv = setup(tmp_path)
