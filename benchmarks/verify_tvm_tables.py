@@ -7,7 +7,7 @@ semantics, as ``FuseOpsByPattern``), builds it for ``llvm`` and compares it with
 original on seeded inputs.  One JSON line per (model, table): the entries that fired with
 their composite counts and max abs error, and the failures.
 
-Models: ``resnet18`` is :func:`patternkit.app.models.resnet18` with ``R.nn.batch_norm``
+Models: ``resnet18`` is :func:`patternkit.models.resnet18` with ``R.nn.batch_norm``
 ops; ``gpt2`` (1 layer, width 64) and ``bert`` (1 layer, width 64) come from
 ``transformers`` configs with random weights through ``torch.export`` (the same
 importer the benchmark uses).  Token ids stay inside the vocabulary and the attention
@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 
 import patternkit as pk
-from patternkit.app.models import resnet18
+from patternkit.models import resnet18
 from patternkit.byoc import tvm_tables
 
 

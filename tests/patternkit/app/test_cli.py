@@ -66,7 +66,7 @@ def test_run_an_onnx_model(tmp_path):
 
 def test_run_with_a_tvm_table_partitions_with_it_and_keeps_the_numbers(tmp_path):
     model = tmp_path / "model.py"
-    model.write_text("from patternkit.app.models import seed_batchnorm\n"
+    model.write_text("from patternkit.models import seed_batchnorm\n"
                      "mod = seed_batchnorm()\n")
     out = tmp_path / "out"
     assert main(["run", str(model), "--table", "tensorrt", "--out", str(out), "--quiet",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import patternkit as pk
-from patternkit.app.models import resnet18
+from patternkit.models import resnet18
 from patternkit.patterns import LIBRARY
 
 

@@ -10,7 +10,7 @@ from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, FusionPattern
 
 import patternkit as pk
-from patternkit.app.models import resnet18
+from patternkit.models import resnet18
 from patternkit.byoc import tvm_tables
 
 
