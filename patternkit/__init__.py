@@ -31,6 +31,7 @@ __all__ = [
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
     "match", "find_match", "Match", "explain", "through", "up_to_cast",
+    "square", "divide_by_sqrt",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
@@ -66,6 +67,7 @@ _HOME = {
     "is_tuple_get_item": "dpl", "has_attr": "dpl", "has_dtype": "dpl", "has_shape": "dpl",
     "has_type": "dpl", "match": "dpl", "find_match": "dpl", "Match": "dpl", "explain": "dpl",
     "through": "dpl", "up_to_cast": "dpl",
+    "square": "dpl", "divide_by_sqrt": "dpl",
     # engine
     "Rule": "engine", "RewriteRule": "engine", "CompositeRule": "engine", "RuleSet": "engine",
     "RuleMatch": "engine", "Reject": "engine", "DFPatternCallback": "engine",
@@ -132,6 +134,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                       WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
                       has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
                       is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .dpl import divide_by_sqrt, square
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)

@@ -18,22 +18,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from patternkit.engine import CompositeRule, RuleSet
+from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import batchnorm, conv
+from . import batchnorm, conv, layernorm, rmsnorm, softmax
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
 
 def _family_rules(module: Any) -> RuleSet:
-    """A family module's rules (``RULES``, then ``COMPOSITES``) as a rule set."""
-    rules = [cls() for cls in module.RULES]
-    rules += [cls(COMPOSITE_PREFIX) for cls in getattr(module, "COMPOSITES", ())]
+    """A family module's rules (``RULES``, then ``COMPOSITES``) as a rule set.
+
+    An entry is a rule class, built with its defaults, or a rule already built with
+    variant arguments (``LayerNormComposite(skip=True)``).
+    """
+    rules = [_built(entry) for entry in module.RULES]
+    rules += [_built(entry, COMPOSITE_PREFIX) for entry in getattr(module, "COMPOSITES", ())]
     return RuleSet(rules)
 
 
+def _family_expansions(module: Any) -> RuleSet:
+    """A family module's expand rules (``EXPANSIONS``) as a rule set."""
+    return RuleSet(_built(entry) for entry in getattr(module, "EXPANSIONS", ()))
+
+
+def _built(entry: Any, compiler: str | None = None) -> Rule:
+    if isinstance(entry, CompositeRule):
+        return entry.for_compiler(compiler or COMPOSITE_PREFIX)
+    if isinstance(entry, Rule):
+        return entry
+    return entry(compiler) if compiler else entry()
+
+
 #: Every rewrite rule and composite of the library, in application order.
-LIBRARY = _family_rules(batchnorm) | _family_rules(conv)
+LIBRARY = (_family_rules(batchnorm) | _family_rules(conv) | _family_rules(layernorm)
+           | _family_rules(rmsnorm) | _family_rules(softmax))
+
+#: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
+#: differentiate), for training graphs.  Kept apart from :data:`LIBRARY`: its collapse
+#: rules undo them, so applying both would never settle.  Ops TVM decomposes itself
+#: (``layer_norm`` with ``DecomposeOpsForTraining``) have no expand rule here.
+EXPANSIONS = _family_expansions(rmsnorm)
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

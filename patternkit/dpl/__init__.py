@@ -6,7 +6,7 @@ bindings), and :mod:`~patternkit.dpl.near_miss` explains why a pattern did not m
 This layer knows the IR layer only; the rewrite engine is built on it.
 """
 
-from .combinators import PLUMBING_OPS, through, up_to_cast
+from .combinators import PLUMBING_OPS, divide_by_sqrt, square, through, up_to_cast
 from .matcher import Match, find_match, match
 from .near_miss import explain
 from .pattern import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
@@ -23,4 +23,5 @@ __all__ = [
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
     "match", "find_match", "Match", "explain", "through", "up_to_cast", "PLUMBING_OPS",
+    "square", "divide_by_sqrt",
 ]
