@@ -1,16 +1,19 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
-One module per family (``batchnorm``, ``conv``).  Each module documents what it
-recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
-(rewrite rules) and, where it has them, a ``COMPOSITES`` tuple (composite rules for
-external compilers).  Importing a module registers nothing anywhere.
+One module per family (``batchnorm``, ``conv``, ``layernorm``, ``rmsnorm``,
+``softmax``).  Each module documents what it recognises and produces, defines one class
+per rule and ends with a ``RULES`` tuple (rewrite rules) and, where it has them, a
+``COMPOSITES`` tuple (composite rules for external compilers) and an ``EXPANSIONS``
+tuple (expand rules).  An entry is a rule class or a rule built with its variant
+arguments.  Importing a module registers nothing anywhere.
 
 :data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
 order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
 ``pk.MergeComposite(LIBRARY.for_compiler("ccompiler"))`` forms its composites, and
 ``LIBRARY.by_prefix("batchnorm.")`` picks a family.  Composites are named for the
 placeholder compiler :data:`COMPOSITE_PREFIX` until renamed with ``for_compiler``.
-Adding a family is one import and one ``|`` term in :data:`LIBRARY`.
+Adding a family is one import and one ``|`` term in :data:`LIBRARY`.  The expand rules
+(fused op -> written-out ops, for training graphs) are the separate :data:`EXPANSIONS`.
 """
 
 from __future__ import annotations
@@ -55,9 +58,10 @@ LIBRARY = (_family_rules(batchnorm) | _family_rules(conv) | _family_rules(layern
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
 #: differentiate), for training graphs.  Kept apart from :data:`LIBRARY`: its collapse
-#: rules undo them, so applying both would never settle.  Ops TVM decomposes itself
-#: (``layer_norm`` with ``DecomposeOpsForTraining``) have no expand rule here.
-EXPANSIONS = _family_expansions(rmsnorm)
+#: rules undo them, so applying both would never settle.  ``softmax`` has none:
+#: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
+#: its written-out form.
+EXPANSIONS = _family_expansions(layernorm) | _family_expansions(rmsnorm)
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

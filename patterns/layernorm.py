@@ -42,10 +42,15 @@ last, with ``center`` and ``scale``) and, with ``skip=True``, ``<compiler>.add_l
 SkipLayerNormalization).  Where the sum is also read by the next residual, as in pre-norm
 transformers, the skip composite is left alone and the norm alone is taken.
 
-No expand rule: ``relax.transform.DecomposeOpsForTraining`` already writes
-``layer_norm`` out in ops that ``relax.transform.Gradient`` differentiates (``mean``,
-``subtract``, ``variance``, ``add``, ``sqrt``, ``divide``, ``multiply``), and
-``layernorm.collapse`` recognises its output.
+:class:`LayerNormExpand` (``layernorm.expand``, in :data:`patternkit.patterns.EXPANSIONS`)
+writes ``R.nn.layer_norm`` out for training graphs: ``relax.transform.Gradient`` has no
+gradient for it in TVM 0.27.  ``relax.transform.DecomposeOpsForTraining`` writes it out
+too, but all at once with every other op it decomposes (batch norm in training mode
+among them); the rule writes out layer norms only, in the ONNX spelling (``mean``,
+``subtract``, ``multiply``, ``mean``, ``add``, ``sqrt``, ``divide``, then gamma and
+beta), every op of which has a gradient, and which ``layernorm.collapse`` undoes in
+float32.  A float16 norm is expanded in float32 between casts, as the fused op computes
+it, so the expansion keeps the fused op's accuracy.
 
 Deliberately not covered: a layer norm computed in float32 between casts of a float16
 ``x`` (write it with :func:`patternkit.dpl.up_to_cast` if a model needs it: none of the
@@ -278,6 +283,67 @@ def example_shape(rank: int, symbolic: bool) -> tuple:
     return (*(tvm.tirx.Var(name, "int64") for name in names), static[-1])
 
 
+# -- the expansion -----------------------------------------------------------------------------
+class LayerNormExpand(RewriteRule):
+    """Write ``layer_norm`` out in ops that ``relax.transform.Gradient`` differentiates."""
+
+    name = "layernorm.expand"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x, self.gamma, self.beta = wildcard(), wildcard(), wildcard()
+        self.norm = is_op("nn.layer_norm")(self.x, self.gamma, self.beta)
+        self.pattern: DFPattern = self.norm
+
+    def check(self, match: RuleMatch) -> Any:
+        """The dtype of ``x`` when it is float32 or float16 and its rank is known."""
+        ty = type_of(match.x)
+        if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
+            return reject("x has an unknown rank: cannot tell which axes the norm "
+                          "reduces", at=match.x)
+        dtype = dtype_of(ty)
+        if dtype not in LAYER_NORM_DTYPES:
+            return reject(f"x has dtype {dtype}: layernorm.expand writes out "
+                          f"{' and '.join(LAYER_NORM_DTYPES)} norms only", at=match.x)
+        return dtype
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        dtype, attrs = match.plan, match.norm.attrs
+        axes = [int(a) for a in attrs.axes]
+        widen = dtype != "float32"  # compute in float32 as the fused op does
+
+        def f32(value: Any) -> Any:
+            return relax.op.astype(value, "float32") if widen else value
+
+        h = f32(match.x)
+        centered = relax.op.subtract(h, relax.op.mean(h, axes, keepdims=True))
+        variance = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+        radicand = relax.op.add(variance, relax.const(float(attrs.epsilon), "float32"))
+        y = relax.op.divide(centered, relax.op.sqrt(radicand))
+        if bool(attrs.scale):
+            y = relax.op.multiply(y, f32(match.gamma))
+        if bool(attrs.center):
+            y = relax.op.add(y, f32(match.beta))
+        return relax.op.astype(y, dtype) if widen else y
+
+    def example(self, dtype: str = "float32", rank: int = 3, axes: int = 1,
+                symbolic: bool = False, known_rank: bool = True) -> tvm.IRModule:
+        """``layer_norm(x, gamma, beta)`` over the last ``axes`` axes of a rank-``rank``
+        ``x`` (``known_rank=False``: an ``x`` of unknown rank, refused)."""
+        shape = example_shape(rank, symbolic)
+        features = shape[rank - axes:]
+        x_ty = (relax.TensorType(shape, dtype) if known_rank
+                else relax.TensorType(ndim=-1, dtype=dtype))
+        x = relax.Var("x", x_ty)
+        g, b = (relax.Var(n, relax.TensorType(features, dtype)) for n in ("gamma", "beta"))
+        return from_expr(relax.op.nn.layer_norm(x, g, b, axes=list(range(-axes, 0))))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16", "float64"), "rank": (3, 2, 4),
+                "axes": (1, 2), "symbolic": (False, True), "known_rank": (True, False)}
+
+
 # -- composites --------------------------------------------------------------------------------
 class LayerNormComposite(CompositeRule):
     """``layer_norm`` (optionally after a residual ``add``) as a pattern-table entry.
@@ -326,11 +392,11 @@ class LayerNormComposite(CompositeRule):
                                   f"shape", at=match[role])
         return True
 
-    @staticmethod
-    def example(skip: bool = False, dtype: str = "float32", symbolic: bool = False,
+    def example(self, dtype: str = "float32", symbolic: bool = False,
                 axes: int = 1) -> tvm.IRModule:
-        """``layer_norm`` over the last ``axes`` axes of ``(2, 5, 16)``, after ``h + r``
-        if ``skip`` (``axes=2``: refused)."""
+        """``layer_norm`` over the last ``axes`` axes of ``(2, 5, 16)``, after ``x + r``
+        for the skip variant (``axes=2``: refused)."""
+        skip = self.skip
         shape = example_shape(3, symbolic)
         x = relax.Var("x", relax.TensorType(shape, dtype))
         r = relax.Var("r", relax.TensorType(shape, dtype))
@@ -341,8 +407,7 @@ class LayerNormComposite(CompositeRule):
 
     @classmethod
     def example_space(cls) -> dict[str, Sequence[Any]]:
-        return {"skip": (False, True), "dtype": ("float32", "float16"),
-                "symbolic": (False, True), "axes": (1, 2)}
+        return {"dtype": ("float32", "float16"), "symbolic": (False, True), "axes": (1, 2)}
 
 
 def _same_shape(a: tuple | None, b: tuple | None) -> bool:
@@ -354,6 +419,9 @@ def _same_shape(a: tuple | None, b: tuple | None) -> bool:
 
 #: The rewrite rules of this file.
 RULES = (LayerNormCollapse,)
+
+#: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
+EXPANSIONS = (LayerNormExpand,)
 
 #: Pattern-table entries, the residual form first (a table's earlier entries win).
 COMPOSITES = (LayerNormComposite(skip=True), LayerNormComposite())

@@ -20,12 +20,12 @@ import pytest
 
 import patternkit as pk
 import patternkit.patterns as library
-from patternkit.patterns import FAMILIES, LIBRARY
+from patternkit.patterns import EXPANSIONS, FAMILIES, LIBRARY
 from patternkit.testing import RuleCase
 from patternkit.testing.contract import prove_reasons
 
 TESTS = Path(__file__).resolve().parent
-RULES = list(LIBRARY)
+RULES = list(LIBRARY) + list(EXPANSIONS)  # the contract binds expand rules too
 
 
 def _family(rule) -> str:
@@ -54,7 +54,7 @@ def _case(rule) -> RuleCase:
 
 
 def test_library_rule_names_are_unique_and_dotted():
-    names = LIBRARY.names
+    names = LIBRARY.names + EXPANSIONS.names
     assert len(names) == len(set(names)) == len(RULES)
     for name in names:
         assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)+", name), name
@@ -63,10 +63,21 @@ def test_library_rule_names_are_unique_and_dotted():
 def test_the_library_holds_every_rule_and_composite_of_every_family_module():
     modules = sorted(info.name for info in pkgutil.iter_modules(library.__path__))
     assert sorted(FAMILIES) == modules, "a rule module that LIBRARY does not include"
-    expected = [cls for family in FAMILIES
-                for cls in (*getattr(library, family).RULES,
-                            *getattr(getattr(library, family), "COMPOSITES", ()))]
+    def classes(family, *tuples):  # an entry is a rule class or a built variant
+        module = getattr(library, family)
+        return [entry if isinstance(entry, type) else type(entry)
+                for name in tuples for entry in getattr(module, name, ())]
+
+    expected = [cls for family in FAMILIES for cls in classes(family, "RULES", "COMPOSITES")]
     assert [type(rule) for rule in LIBRARY] == expected
+    expansions = [cls for family in FAMILIES for cls in classes(family, "EXPANSIONS")]
+    assert [type(rule) for rule in EXPANSIONS] == expansions
+
+
+def test_expand_rules_are_kept_out_of_the_library():
+    assert EXPANSIONS.names and all(".expand" in name for name in EXPANSIONS.names)
+    assert not set(EXPANSIONS.names) & set(LIBRARY.names)
+    assert not any(".expand" in name for name in LIBRARY.names)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
