@@ -157,7 +157,8 @@ class RmsNormCollapse(RewriteRule):
     @staticmethod
     def example(dtype: str = "float32", spelling: str = "llama", rank: int = 3, axes: int = 1,
                 symbolic: bool = False, weight: str = "per_feature", root: str = "rsqrt",
-                square: str = "power", eps: str = "scalar") -> tvm.IRModule:
+                square: str = "power", eps: str = "scalar",
+                mean_axes: str = "trailing") -> tvm.IRModule:
         """An RMS norm over the last ``axes`` axes of a rank-``rank`` ``x`` of ``dtype``.
 
         ``spelling``: ``"llama"`` (``LlamaRMSNorm``: cast to float32 once for a float16
@@ -166,7 +167,8 @@ class RmsNormCollapse(RewriteRule):
         ``dtype``).  ``weight``: ``"per_feature"``, ``"none"``, or ``"full"`` (a weight of
         ``x``'s whole shape: refused).  ``root``: ``"rsqrt"`` or ``"sqrt"`` (divide);
         ``square``: ``"power"``, ``"multiply"`` or ``"square"``; ``eps``: ``"scalar"`` or
-        ``"vector"`` (refused).
+        ``"vector"`` (refused); ``mean_axes``: ``"trailing"`` or ``"leading"`` (the mean
+        over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too.
         """
         x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
         shape = static_shape(x.ty)
@@ -182,7 +184,8 @@ class RmsNormCollapse(RewriteRule):
                 sq = bb.emit({"power": lambda: relax.op.power(h, relax.const(2.0, compute)),
                               "multiply": lambda: relax.op.multiply(h, h),
                               "square": lambda: relax.op.square(h)}[square]())
-                var = bb.emit(relax.op.mean(sq, list(range(-axes, 0)), keepdims=True))
+                reduce = range(-axes, 0) if mean_axes == "trailing" else range(axes)
+                var = bb.emit(relax.op.mean(sq, list(reduce), keepdims=True))
                 radicand = bb.emit(relax.op.add(var, eps_value))
                 if spelling == "t5" and compute != dtype:
                     h = bb.emit(relax.op.astype(x, compute))
@@ -200,10 +203,11 @@ class RmsNormCollapse(RewriteRule):
 
     @classmethod
     def example_space(cls) -> dict[str, Sequence[Any]]:
-        return {"dtype": ("float32", "float16"), "spelling": ("llama", "t5", "plain"),
-                "rank": (3, 2, 4), "axes": (1, 2), "symbolic": (False, True),
-                "weight": ("per_feature", "none", "full"), "root": ("rsqrt", "sqrt"),
-                "square": ("power", "multiply", "square"), "eps": ("scalar", "vector")}
+        return {"dtype": ("float32", "float16", "float64"),
+                "spelling": ("llama", "t5", "plain"), "rank": (3, 2, 4), "axes": (1, 2),
+                "symbolic": (False, True), "weight": ("per_feature", "none", "full"),
+                "root": ("rsqrt", "sqrt"), "square": ("power", "multiply", "square"),
+                "eps": ("scalar", "vector"), "mean_axes": ("trailing", "leading")}
 
 
 # -- the expansion -----------------------------------------------------------------------------
@@ -246,12 +250,14 @@ class RmsNormExpand(RewriteRule):
     @staticmethod
     def example(dtype: str = "float32", rank: int = 3, axes: int = 1,
                 symbolic: bool = False) -> tvm.IRModule:
-        """``rms_norm(x, w)`` over the last ``axes`` axes (``axes=0``: the first axis, refused)."""
+        """``rms_norm(x, w)`` over the last ``axes`` axes (``axes=0``: the first axis, and
+        ``dtype="float64"``: refused)."""
         return from_expr(_rms_norm(dtype, rank, axes, symbolic))
 
     @classmethod
     def example_space(cls) -> dict[str, Sequence[Any]]:
-        return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2, 0),
+        return {"dtype": ("float32", "float16", "float64"), "rank": (3, 2, 4),
+                "axes": (1, 2, 0),
                 "symbolic": (False, True)}
 
 
