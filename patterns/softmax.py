@@ -6,9 +6,12 @@ Recognises (:class:`SoftmaxCollapse`, ``softmax.collapse``)::
     e = exp(x - m)                      # one binding read twice, or computed twice
     y = e / sum(e, axis=[a], keepdims=True)
 
-the numerically stable softmax as hand-written attention code and ONNX exports of a
-softmax over a non-final axis spell it, with the max and the sum over the same single
-axis (negative and non-negative spellings of the axis agree).  Produces
+the numerically stable softmax as hand-written code spells it (a model's own attention
+or loss written with ``max``, ``exp`` and ``sum``), with the max and the sum over the same
+single axis (negative and non-negative spellings of the axis agree).  The torch importer
+and ONNX exports deliver ``R.nn.softmax`` itself (torch's ONNX exporter writes a softmax
+over a non-final axis as ``Transpose, Softmax, Transpose`` at opset 11 and as ``Softmax``
+at 14: checked), so they need no collapse.  Produces
 ``R.nn.softmax(x, axis=a)``, whose legalisation subtracts the max too, so the result
 agrees to rounding in float32 and float16.
 

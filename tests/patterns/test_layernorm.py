@@ -475,3 +475,33 @@ def test_a_pre_norm_residual_read_again_keeps_the_norm_composite_only():
     names = sorted(str(func.attrs["Composite"]) for _, func in composite_functions(after))
     assert names == ["byoc.layer_norm"]
     pk.assert_same_numerics(before, after, rtol=0, atol=0)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("opset", [11, 14])
+def test_an_onnx_export_below_opset_17_collapses_back_to_one_layer_norm(opset):
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    import io
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(16).eval()
+    torch.nn.init.uniform_(norm.weight)
+    torch.nn.init.uniform_(norm.bias)
+    buffer = io.BytesIO()
+    torch.onnx.export(norm, (torch.randn(2, 5, 16),), buffer, opset_version=opset,
+                      dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    model = onnx.load_from_string(buffer.getvalue())
+    assert "LayerNormalization" not in {node.op_type for node in model.graph.node}
+    before = from_onnx(model, keep_params_in_input=False)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count("layernorm.collapse") == 1
+    ops = {pk.ir.op_name(b.value) for block in after["main"].body.blocks
+           for b in block.bindings} - {None}
+    assert ops == {"relax.nn.layer_norm"}
+    pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol,
+                            shape_vars={"batch": 2, "seq": 5})
