@@ -263,3 +263,31 @@ def test_rms_norm_composite_meets_the_rule_contract():
 def test_the_composite_is_named_for_the_compiler():
     assert RmsNormComposite("cutlass").rule_name == "cutlass.rms_norm"
     assert "byoc.rms_norm" in LIBRARY.names
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("module", ["llama", "t5"])
+def test_transformers_rms_norms_as_torch_export_delivers_them_collapse(module, dtype):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+    from tvm.relax.frontend.torch import from_exported_program
+
+    torch.manual_seed(0)
+    cls = {"llama": LlamaRMSNorm, "t5": T5LayerNorm}[module]
+    norm = cls(16, eps=1e-6).eval().to(getattr(torch, dtype))
+    torch.nn.init.uniform_(norm.weight)
+    program = torch.export.export(norm, (torch.randn(2, 5, 16, dtype=norm.weight.dtype),),
+                                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    before = from_exported_program(program, unwrap_unit_return_tuple=True)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count(RULE) == 1
+    ops = {pk.ir.op_name(b.value) for block in after["main"].body.blocks
+           for b in block.bindings} - {None}
+    assert ops == {"relax.nn.rms_norm"}
+    tol = TOLERANCE[dtype]
+    pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars={"batch": 2})
