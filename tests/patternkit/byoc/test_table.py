@@ -73,7 +73,8 @@ def test_a_rule_set_is_a_table_of_its_composites():
 
     rules = LIBRARY.for_compiler("ccompiler")
     table = PatternTable(rules)
-    assert table.names == ["ccompiler.conv2d_add_relu"]
+    assert table.names == ["ccompiler.conv2d_add_relu", "ccompiler.add_layer_norm",
+                           "ccompiler.layer_norm", "ccompiler.rms_norm"]
     assert table[0].rule is rules.composites()[0]
 
 
