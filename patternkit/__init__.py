@@ -5,14 +5,15 @@ is first used: ``import patternkit`` (and ``patternkit --help``) does not import
 The package is layered, each layer importing only the ones below it (a test enforces it):
 
 * :mod:`patternkit.ir`: access to TVM's Relax IR (the only layer touching private TVM API);
-* :mod:`patternkit.dpl`: the pattern language and the matcher;
+* :mod:`patternkit.dpl`: the pattern language and the matcher; beside it
+  :mod:`patternkit.models`: built-in models and the zoo of real models (imports only ``ir``);
 * :mod:`patternkit.engine`: the linear rewrite engine (index, proposals, emission),
   rewrite rules, ``rewrite`` and ``partition``; :mod:`patternkit.fusion`: ``DefuseOps``;
 * :mod:`patternkit.verification`: numeric checks on llvm and fuse/defuse round trips;
 * :mod:`patternkit.byoc`: pattern tables, composites and external compilers;
   :mod:`patternkit.viz`: the Graphviz visualiser;
 * :mod:`patternkit.testing` (test helpers) and :mod:`patternkit.patterns` (the library);
-* :mod:`patternkit.app`: the main job, the command line and the built-in models.
+* :mod:`patternkit.app`: the main job and the command line.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ _HOME = {
 
 #: Subpackages reachable as attributes (``pk.viz``, ``pk.ir``) without importing them first.
 _SUBPACKAGES = ("ir", "dpl", "engine", "fusion", "verification", "byoc", "viz", "testing",
-                "patterns", "app", "errors")
+                "patterns", "training", "app", "errors")
 
 
 def __getattr__(name: str) -> Any:

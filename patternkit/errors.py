@@ -47,3 +47,9 @@ class MalformedIRError(PatternkitError, ValueError):
 #: type when they cross a ``tvm.transform.Pass`` boundary.
 ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
                MalformedIRError)
+
+
+class GradientError(PatternkitError):
+    """A function cannot be differentiated as asked: bad ``wrt``, no scalar loss, an op
+    with no gradient and no expansion.  Raised before ``relax.transform.Gradient`` runs,
+    so the user sees the op or name at fault instead of TVM's internal check failure."""

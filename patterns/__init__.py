@@ -61,7 +61,8 @@ LIBRARY = (_family_rules(batchnorm) | _family_rules(conv) | _family_rules(layern
 #: rules undo them, so applying both would never settle.  ``softmax`` has none:
 #: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
 #: its written-out form.
-EXPANSIONS = _family_expansions(layernorm) | _family_expansions(rmsnorm)
+EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(layernorm)
+              | _family_expansions(rmsnorm))
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

@@ -30,7 +30,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import DFPatternCallback, NodeMap, reject
+from patternkit.engine import DFPatternCallback, NodeMap, RewriteRule, reject
 from patternkit.ir import (NotPerChannel, const_value, dtype_of, from_expr, is_tensor_constant,
                            per_channel_axis, static_shape, type_of)
 
@@ -144,3 +144,98 @@ BatchnormCallback = BatchnormCollapse
 
 #: The rules of this file, in priority order.
 RULES = (BatchnormCollapse,)
+
+
+@dataclass(frozen=True)
+class ExpandPlan:
+    """What the check found: the rank of ``x``, to reshape parameters along ``axis``."""
+
+    rank: int
+    channels: Any  # the length of x's channel axis: an int or a symbolic PrimExpr
+
+
+class BatchnormExpand(RewriteRule):
+    """Write ``nn.batch_norm`` out in ops that ``relax.transform.Gradient`` differentiates.
+
+    ``batchnorm.expand`` is the inverse direction of :class:`BatchnormCollapse`, for
+    training graphs: Relax 0.27 has no gradient for ``nn.batch_norm``.  Each call keeps its
+    own semantics, read from its attributes: ``training=False`` normalises with the moving
+    statistics and returns them unchanged; ``training=True`` normalises with the batch's
+    statistics (biased variance, as the legalised op) and returns the moving statistics
+    updated with ``momentum``.  ``center`` and ``scale`` are respected.  (TVM's
+    ``DecomposeOpsForTraining`` uses batch statistics for every call, whatever its flag.)
+
+    The replacement is the tuple ``(out, moving_mean', moving_var')`` the op returns, so
+    every reader of the call's fields keeps reading the same values.
+    """
+
+    name = "batchnorm.expand"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = is_op("relax.nn.batch_norm")(wildcard(), wildcard(), wildcard(), wildcard(),
+                                               wildcard())
+        self.pattern = self.bn
+
+    def roles(self) -> dict[str, DFPattern]:
+        return {"bn": self.bn}
+
+    def check(self, match: Any) -> Any:
+        """An :class:`ExpandPlan` when the shape of ``x`` is known (static or symbolic)."""
+        x = match.bn.args[0]
+        shape = getattr(type_of(x), "shape", None)
+        if not isinstance(shape, relax.ShapeExpr):
+            return reject("x has no known shape", at=x)
+        rank = len(shape.values)
+        return ExpandPlan(rank, shape.values[int(match.bn.attrs.axis) % rank])
+
+    def rewrite(self, match: Any) -> Any:
+        call = match.bn
+        x, gamma, beta, moving_mean, moving_var = call.args
+        attrs, rank = call.attrs, match.plan.rank
+        axis = int(attrs.axis) % rank
+        dtype = dtype_of(type_of(x))
+        others = [i for i in range(rank) if i != axis]
+        broadcast = [match.plan.channels if i == axis else 1 for i in range(rank)]
+        channels = [match.plan.channels]
+
+        def along_axis(param: Any) -> Any:
+            return relax.op.reshape(param, broadcast)
+
+        if bool(attrs.training):
+            mean = relax.op.mean(x, axis=others, keepdims=True)
+            centred = relax.op.subtract(x, mean)
+            var = relax.op.mean(relax.op.multiply(centred, centred), axis=others, keepdims=True)
+            momentum = relax.const(float(attrs.momentum), dtype)
+            keep = relax.const(1.0 - float(attrs.momentum), dtype)
+            new_mean = keep * moving_mean + momentum * relax.op.reshape(mean, channels)
+            new_var = keep * moving_var + momentum * relax.op.reshape(var, channels)
+        else:
+            centred = relax.op.subtract(x, along_axis(moving_mean))
+            var = along_axis(moving_var)
+            new_mean, new_var = moving_mean, moving_var
+        eps = relax.const(float(attrs.epsilon), dtype)
+        out = relax.op.divide(centred, relax.op.sqrt(relax.op.add(var, eps)))
+        if bool(attrs.scale):
+            out = relax.op.multiply(out, along_axis(gamma))
+        if bool(attrs.center):
+            out = relax.op.add(out, along_axis(beta))
+        return relax.Tuple([out, new_mean, new_var])
+
+    @staticmethod
+    def example(training: bool = False, axis: int = 1, dtype: str = "float32") -> tvm.IRModule:
+        """One ``batch_norm`` of ``x: (2, 3, 4, 4)`` (``axis=3``: ``(2, 4, 4, 3)``), all outputs read."""
+        shape = (2, 3, 4, 4) if axis == 1 else (2, 4, 4, 3)
+        x = relax.Var("x", relax.TensorType(shape, dtype))
+        params = [relax.Var(n, relax.TensorType((3,), dtype)) for n in _ROLES]
+        bn = relax.op.nn.batch_norm(x, *params, axis=axis, epsilon=1e-5, training=training,
+                                    momentum=0.1)
+        return from_expr(bn)
+
+    @classmethod
+    def example_space(cls) -> dict[str, Any]:
+        return {"training": (False, True), "axis": (1, 3), "dtype": ("float32", "float16")}
+
+
+#: The expand rules of this file (for training graphs; never mixed with ``RULES``).
+EXPANSIONS = (BatchnormExpand,)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from tvm import relax
 
@@ -100,3 +101,64 @@ def resnet_block():
     residual add: three conv2d -> add [-> relu] chains, the seed's BYOC workload.
     """
     return ConvAddReluComposite.example()
+
+
+# -- the model zoo (patternkit.models): session-scoped, shared by every test that needs it ---
+#: The smallest configs that still show each family's structure (one layer, narrow).
+TINY_ZOO = {
+    "gpt2": dict(layers=1, hidden=32, heads=2),
+    "bert": dict(layers=1, hidden=32, heads=2),
+    "llama": dict(layers=1, hidden=32, heads=4, kv_heads=2, intermediate=64),  # GQA 4:2
+    "vit": dict(layers=1, hidden=32, heads=2),
+    "resnet18": dict(width=8),
+    "onnx:gpt2": dict(layers=1, hidden=32, heads=2),
+    "onnx:bert": dict(layers=1, hidden=32, heads=2),
+}
+
+
+def _require_extras(name: str) -> None:
+    from patternkit.models import ZOO
+
+    for extra in ZOO[name].extras:
+        pytest.importorskip(extra, reason=f"zoo:{name} needs the {extra} extra")
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """``zoo(name, **options)`` -> the cached tiny :class:`~patternkit.models.ZooModel`.
+
+    Options default to :data:`TINY_ZOO`; the test skips when the entry's extras (torch,
+    transformers, onnx) are not installed.  Mark such tests ``@pytest.mark.models``.
+    """
+    from patternkit.models import zoo_model
+
+    def get(name: str, **options):
+        _require_extras(name)
+        return zoo_model(name, **{**TINY_ZOO.get(name, {}), **options})
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def zoo_vm():
+    """``zoo_vm(model)`` -> ``run(inputs=None)``: the model built for llvm once per session.
+
+    ``run`` calls the entry function on ``inputs`` (default ``model.inputs``) plus the
+    kept weights and returns its first output as numpy.
+    """
+    import functools
+
+    import tvm
+
+    @functools.cache
+    def build(model):
+        vm = relax.VirtualMachine(relax.build(model.mod, target="llvm"), tvm.cpu())
+
+        def run(inputs=None):
+            out = vm[model.entry](*(tvm.runtime.tensor(np.array(a))
+                                    for a in model.arguments(inputs)))
+            return (out if hasattr(out, "numpy") else out[0]).numpy()
+
+        return run
+
+    return build

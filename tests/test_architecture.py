@@ -24,11 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("patternkit.errors",),
     ("patternkit.ir",),
-    ("patternkit.dpl",),
+    ("patternkit.dpl", "patternkit.models"),  # siblings: neither imports the other
     ("patternkit.engine", "patternkit.fusion"),
     ("patternkit.verification",),
     ("patternkit.byoc", "patternkit.viz"),
     ("patternkit.testing", "patternkit.patterns"),
+    ("patternkit.training",),
     ("patternkit.app",),
     ("patternkit",),  # the facade re-exports everything
 ]
@@ -132,6 +133,13 @@ def test_private_names_do_not_cross_module_boundaries():
                if name.startswith("_") and not name.startswith("__")
                and imp.target != imp.source]
     assert not private, "private names imported across modules:\n" + "\n".join(private)
+
+
+def test_the_model_zoo_imports_only_the_ir_and_errors():
+    allowed = ("patternkit.models", "patternkit.ir", "patternkit.errors")
+    bad = [_where(imp) for imp in INTERNAL if imp.source.startswith("patternkit.models")
+           and not any(imp.target == a or imp.target.startswith(a + ".") for a in allowed)]
+    assert not bad, "patternkit.models may import only ir/ and errors:\n" + "\n".join(bad)
 
 
 def test_only_the_compat_module_touches_private_tvm_api():

@@ -39,12 +39,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.models:
+        return _list_models()
     from patternkit.patterns import catalog
 
     entries = catalog()
     width = max(len(e.name) for e in entries)
     for e in entries:
         print(f"{e.name:<{width}}  {e.kind:<9}  {e.summary}")
+    return 0
+
+
+def _list_models() -> int:
+    from ..models import BUILTIN_MODELS, ZOO  # lists without importing transformers or onnx
+
+    print("built-in models (Relax, no extras needed):")
+    for name in BUILTIN_MODELS:
+        print(f"  {name}")
+    print("zoo models (zoo:NAME?option=value&...; needs the torch / onnx extras):")
+    for entry in ZOO.values():
+        print(f"  zoo:{entry.name}  {entry.summary}")
+        for key, option in entry.options.items():
+            choices = f" ({'|'.join(map(str, option.choices))})" if option.choices else ""
+            default = str(option.default).lower() if isinstance(option.default, bool) \
+                else option.default
+            print(f"      {key}={default}{choices}  {option.help}")
     return 0
 
 
@@ -78,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="rewrite, partition and verify a model")
     run.add_argument("model", nargs="?", default=None,
-                     help="built-in model name (default resnet18), a .py file defining an "
-                          "IRModule, or an .onnx file")
+                     help="built-in model name (default resnet18), a zoo spec "
+                          "(zoo:gpt2?batch=dynamic; see list --models), a .py file defining "
+                          "an IRModule, or an .onnx file")
     run.add_argument("--patterns", help="comma-separated library names (default: all)")
     run.add_argument("--compiler", default="ccompiler", help="external compiler name")
     run.add_argument("--out", default="patternkit-out", help="output folder")
@@ -89,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     lst = sub.add_parser("list", help="the pattern library: names, kinds, one-line docs")
+    lst.add_argument("--models", action="store_true",
+                     help="list the built-in and zoo models and their options instead")
     lst.set_defaults(handler=_cmd_list)
 
     viz = sub.add_parser("viz", help="draw a model")
-    viz.add_argument("model", help="built-in model name, .py or .onnx file")
+    viz.add_argument("model", help="built-in model name, zoo spec, .py or .onnx file")
     viz.add_argument("-o", "--output", default="graph.svg", help="output file (svg, png, pdf)")
     viz.add_argument("--quiet", action="store_true")
     viz.set_defaults(handler=_cmd_viz)

@@ -4,7 +4,8 @@
 directly.  The steps, each timed:
 
 1. **load** the model: a built-in one (default ``resnet18``, see :mod:`patternkit.models`),
-   a Python file that defines an ``IRModule``, or an ``.onnx`` file;
+   a zoo model (``zoo:gpt2?batch=dynamic``, see :mod:`patternkit.models.zoo`), a Python
+   file that defines an ``IRModule``, or an ``.onnx`` file;
 2. **rewrite** with the library's rewrite rules (or the ones named with ``patterns=``);
 3. **composites**: ``MergeComposite`` with the library's composite entries, renamed for
    ``compiler``, then ``PartitionGraph(compiler)``; the offload report says which ops
@@ -38,7 +39,8 @@ from ..engine.ruleset import RuleSet
 from ..errors import PatternkitError
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
-from .models import BUILTIN_MODELS
+from ..models import BUILTIN_MODELS, ZooError, zoo_model
+from ..models.zoo import PREFIX as ZOO_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -74,16 +76,26 @@ class JobReport:
 
 # -- loading ---------------------------------------------------------------------------------
 def load_model(spec: str | Path | None = None) -> tuple[tvm.IRModule, str]:
-    """``(module, description)`` for a built-in name, a ``.py`` file or an ``.onnx`` file."""
+    """``(module, description)`` for a built-in name, a zoo spec, a ``.py`` or ``.onnx`` file.
+
+    A zoo spec's description is its canonical text (``zoo:gpt2?batch=dynamic``).
+    """
     if spec is None:
         spec = DEFAULT_MODEL
     text = str(spec)
     if text in BUILTIN_MODELS:
         return BUILTIN_MODELS[text](), f"builtin:{text}"
+    if text.startswith(ZOO_PREFIX):
+        try:
+            model = zoo_model(text)
+        except ZooError as err:
+            raise JobError(str(err)) from err
+        return model.mod, model.name
     path = Path(text)
     if path.suffix not in (".py", ".onnx"):
         raise JobError(f"unknown model {text!r}: give a built-in name "
-                       f"({', '.join(sorted(BUILTIN_MODELS))}), a .py file or an .onnx file")
+                       f"({', '.join(sorted(BUILTIN_MODELS))}), a zoo:NAME spec "
+                       f"(patternkit list --models), a .py file or an .onnx file")
     if not path.is_file():
         raise JobError(f"model file not found: {path}")
     if path.suffix == ".py":

@@ -12,7 +12,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import patternkit as pk
-from patternkit.patterns.batchnorm import BatchnormCallback, BatchnormCollapse
+from patternkit.patterns.batchnorm import BatchnormCallback, BatchnormCollapse, BatchnormExpand
 from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
 
 RULE = "batchnorm.collapse"
@@ -282,3 +282,95 @@ def test_batchnorm_collapse_with_a_symbolic_batch_dimension():
     assert relax.analysis.check_well_formed(after)
     pk.assert_same_numerics(mod, after, positive=("var",), shape_vars={"n": 2},
                             rtol=1e-5, atol=1e-5)
+
+
+# -- batchnorm.expand ---------------------------------------------------------------------
+@I.ir_module
+class ExpandBefore:
+    @R.function
+    def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3,), "float32"),
+             beta: R.Tensor((3,), "float32"), mean: R.Tensor((3,), "float32"),
+             var: R.Tensor((3,), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+        with R.dataflow():
+            bn = R.nn.batch_norm(x, gamma, beta, mean, var, axis=1, epsilon=1e-5, training=False)
+            out = bn[0]
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class ExpandExpected:
+    @R.function
+    def main(x: R.Tensor((2, 3, 4, 4), "float32"), gamma: R.Tensor((3,), "float32"),
+             beta: R.Tensor((3,), "float32"), mean: R.Tensor((3,), "float32"),
+             var: R.Tensor((3,), "float32")) -> R.Tensor((2, 3, 4, 4), "float32"):
+        with R.dataflow():
+            m = R.reshape(mean, R.shape([1, 3, 1, 1]))
+            centred = R.subtract(x, m)
+            v = R.reshape(var, R.shape([1, 3, 1, 1]))
+            shifted = R.add(v, R.const(1e-5, "float32"))
+            std = R.sqrt(shifted)
+            normalised = R.divide(centred, std)
+            g = R.reshape(gamma, R.shape([1, 3, 1, 1]))
+            scaled = R.multiply(normalised, g)
+            b = R.reshape(beta, R.shape([1, 3, 1, 1]))
+            shifted_out = R.add(scaled, b)
+            bn = (shifted_out, mean, var)
+            out = bn[0]
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class ExpandNoShape:
+    @R.function
+    def main(x: R.Tensor(ndim=4, dtype="float32"), gamma: R.Tensor((3,), "float32"),
+             beta: R.Tensor((3,), "float32"), mean: R.Tensor((3,), "float32"),
+             var: R.Tensor((3,), "float32")):
+        with R.dataflow():
+            bn = R.nn.batch_norm(x, gamma, beta, mean, var, axis=1, epsilon=1e-5, training=False)
+            out = bn[0]
+            R.output(out)
+        return out
+
+
+EXPAND_CASE = RuleCase(
+    BatchnormExpand(), ExpandBefore, ExpandExpected,
+    negatives=[Negative("x_without_shape", ExpandNoShape, "x has no known shape")],
+    # The legalised op computes (x - mean) / sqrt(var + eps) * gamma + beta, the same
+    # operations in the same order; LLVM may still contract a multiply-add differently.
+    tolerance=Tolerance(1e-6, 1e-6, "the same float32 operations in the same order as the "
+                                    "legalised batch_norm"),
+    positive=("var",))
+
+
+def test_batchnorm_expand_meets_the_rule_contract():
+    proof = check_rule(EXPAND_CASE)
+    assert {r.negative.name for r in proof.negatives} == {"x_without_shape"}
+
+
+@pytest.mark.parametrize("knobs", [dict(training=t, axis=a) for t in (False, True) for a in (1, 3)])
+def test_batchnorm_expand_keeps_every_output_of_each_training_flag(knobs):
+    """All three outputs (normalised, new moving mean, new moving variance) are kept."""
+    mod = BatchnormExpand.example(**knobs)
+    expanded = pk.rewrite(BatchnormExpand(), mod)
+    assert relax.analysis.check_well_formed(expanded)
+    assert not batch_norm_calls(expanded)
+    assert pk.compare(mod, expanded, rtol=1e-5, atol=1e-5, positive=("var",)).ok
+
+
+def test_batchnorm_expand_handles_a_symbolic_batch():
+    x = relax.Var("x", relax.TensorType((N, 3, 4, 4), "float32"))
+    params = [relax.Var(n, relax.TensorType((3,), "float32")) for n in ("g", "b", "m", "var")]
+    mod = pk.from_expr(relax.TupleGetItem(relax.op.nn.batch_norm(x, *params, axis=1), 0))
+    expanded = pk.rewrite(BatchnormExpand(), mod)
+    assert relax.analysis.check_well_formed(expanded)
+    assert not batch_norm_calls(expanded)
+    assert pk.compare(mod, expanded, rtol=1e-5, atol=1e-5, positive=("var",),
+                      shape_vars={"n": 3}).ok
+
+
+def test_batchnorm_expand_in_float16_stays_within_half_precision():
+    mod = BatchnormExpand.example(dtype="float16")
+    expanded = pk.rewrite(BatchnormExpand(), mod)
+    assert pk.compare(mod, expanded, rtol=1e-2, atol=1e-2, positive=("var",)).ok

@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 from tvm.relax.op import nn
 
-from ..ir.targets import from_expr
+from ..ir import from_expr
 
 BATCHNORM_STYLES = ("op", "elementwise")
 

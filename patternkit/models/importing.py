@@ -1,0 +1,102 @@
+"""From an exported program or an ONNX graph to the Relax module a zoo entry hands out.
+
+Both frontends are called as a user would call them; what follows is the same for both:
+weights kept as parameters are detached into numpy arrays (``keep_params=true``), the
+entry function is renamed when asked, and the result must be well formed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.frontend import detach_params
+
+from ..ir import var_name
+from .zoomodel import ZooImportError
+
+MAIN = "main"
+
+
+def timed(seconds: dict[str, float], step: str, fn: Callable, *args, **kwargs) -> Any:
+    """``fn(*args, **kwargs)``, adding its wall-clock time to ``seconds[step]``."""
+    start = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - start
+
+
+def failure(what: str, text: str, err: BaseException) -> ZooImportError:
+    """A one-line :class:`ZooImportError` naming the step and the frontend's error."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return ZooImportError(f"{text}: {what} failed in TVM {tvm.__version__}: "
+                          f"{type(err).__name__}: {first}")
+
+
+def rename_entry(mod: tvm.IRModule, entry: str) -> tvm.IRModule:
+    """A copy of ``mod`` whose ``main`` is called ``entry`` (global symbol included)."""
+    if entry == MAIN:
+        return mod
+    functions = {}
+    for gv, func in mod.functions.items():
+        if gv.name_hint == MAIN:
+            functions[tvm.ir.GlobalVar(entry)] = func.with_attr("global_symbol", entry)
+        else:
+            functions[gv] = func
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def finish(mod: tvm.IRModule, keep_params: bool, entry: str,
+           text: str) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """Detach kept weights, rename the entry function, check well-formedness."""
+    params: dict[str, np.ndarray] = {}
+    if keep_params:
+        mod, detached = detach_params(mod)
+        values = detached.get(MAIN, [])
+        weights = mod[MAIN].params[len(mod[MAIN].params) - len(values):]
+        params = {var_name(v): t.numpy() for v, t in zip(weights, values)}
+    mod = rename_entry(mod, entry)
+    if not relax.analysis.check_well_formed(mod):
+        raise ZooImportError(f"{text}: the imported module is not well formed")
+    return mod, params
+
+
+def from_torch(program, keep_params: bool, entry: str, text: str,
+               seconds: dict[str, float]) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """``from_exported_program(program, unwrap_unit_return_tuple=True)``, then :func:`finish`."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        mod = timed(seconds, "import", from_exported_program, program,
+                    keep_params_as_input=keep_params, unwrap_unit_return_tuple=True)
+    except Exception as err:
+        raise failure("from_exported_program", text, err) from err
+    return finish(mod, keep_params, entry, text)
+
+
+def from_onnx_model(model, keep_params: bool, entry: str, text: str,
+                    seconds: dict[str, float]) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """``from_onnx(model)`` (input shapes and dtypes from the graph), then :func:`finish`."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        mod = timed(seconds, "import", from_onnx, model, keep_params_in_input=keep_params)
+    except Exception as err:
+        raise failure("from_onnx", text, err) from err
+    return finish(mod, keep_params, entry, text)
+
+
+def symbolic_dims(func: relax.Function, input_specs) -> dict[str, str]:
+    """Dimension role -> name of the symbolic variable standing for it in ``func``."""
+    params = {var_name(p): p for p in func.params}
+    found: dict[str, str] = {}
+    for spec in input_specs:
+        shape = params[spec.name].ty.shape
+        for axis, role in enumerate(spec.shape):
+            if isinstance(role, str) and tvm.ir.is_prim_var(shape[axis]):
+                found.setdefault(role, shape[axis].name)
+    return found

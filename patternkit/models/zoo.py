@@ -1,0 +1,265 @@
+"""The model zoo: real models built offline with seeded random weights, imported into Relax.
+
+Transformers models (GPT-2, BERT, a Llama-style decoder, ViT, ResNet-18/50) are built
+from small configs (nothing is downloaded), given seeded random weights and imported
+with ``torch.export`` + ``from_exported_program``; ``onnx:`` entries go through
+``torch.onnx.export`` and ``from_onnx`` instead, and ``onnx:conv_bn`` is a hand-made
+ONNX graph.  Each build returns a :class:`~patternkit.models.ZooModel`.
+
+Spec syntax
+-----------
+``zoo:NAME[?OPTION=VALUE[&OPTION=VALUE...]]``, like a URL query, for example
+``zoo:gpt2``, ``zoo:gpt2?layers=12&batch=dynamic``, ``zoo:bert?batch=dynamic&seq=dynamic``,
+``zoo:onnx:bert?opset=14``, ``zoo:llama?keep_params=true&entry=forward``.  The ``zoo:``
+prefix is optional in Python calls.  Booleans are ``true``/``false``; every entry's
+options and defaults are in :data:`ZOO` (``patternkit list --models`` prints them).
+Options shared by most entries:
+
+``batch``, ``seq``: ``static`` (default) or ``dynamic``
+    Export that dimension as a symbolic variable (``seq`` only for token models).
+``batch_size``, ``seq_len``
+    The example sizes (the export's sample; a dynamic dimension's sample must be >= 2).
+``keep_params``
+    ``true``: weights become parameters of the entry function (``ZooModel.params``),
+    as ``keep_params_as_input`` does; ``false`` (default): constants.
+``entry``
+    The entry function's name (default ``main``), to exercise modules whose entry is
+    not ``main``.
+``seed``
+    Seed of the random weights (inputs take their own seed in ``make_inputs``).
+``dtype`` (``zoo:llama`` only)
+    ``float16`` converts the torch module to half precision before the export; the
+    other entries do not import in float16 with TVM 0.27 (see :data:`_DTYPE`'s note).
+
+Weights follow the "Traps" of the TVM 0.27 notes: matrices and kernels are drawn with
+variance ``1/fan_in``, norm weights in ``[0.5, 1.5]`` and biases in ``[-0.5, 0.5]``, never
+Hugging Face's init (whose tiny weights and exact ones and zeros hide wrong rewrites);
+batch norms' running statistics are calibrated on a seeded batch.  Models with an
+attention mask take it as an input, all ones in the examples: transformers 5 models
+exported without one import but do not build for llvm.
+
+Builds are cached per process (:func:`zoo_model` returns the same object for the same
+canonical spec); nothing is written to disk except ONNX exports' scratch bytes in memory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import logging
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+from urllib.parse import parse_qsl
+
+from .zoomodel import ZooError, ZooModel, ZooSpec
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "zoo:"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a zoo entry: its default (which fixes its type), help and choices."""
+
+    default: Any
+    help: str
+    choices: tuple = ()
+
+    def parse(self, text: Any) -> Any:
+        """The typed value of ``text`` (a string from a spec, or a Python value)."""
+        kind = type(self.default)
+        if isinstance(text, str) and kind is not str:
+            if kind is bool:
+                lowered = text.lower()
+                if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(f"expected true or false, got {text!r}")
+                value = lowered in ("true", "1", "yes")
+            else:
+                value = kind(text)
+        else:
+            value = text
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"expected {kind.__name__}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"expected one of {', '.join(map(str, self.choices))}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A model of the zoo: name, one-line summary, options and its builder.
+
+    ``builder`` is ``"module.function"`` inside :mod:`patternkit.models`, imported on the
+    first build so that listing the zoo needs neither torch nor onnx.
+    """
+
+    name: str
+    summary: str
+    options: Mapping[str, Option]
+    builder: str
+    extras: tuple[str, ...]
+
+    def build_function(self) -> Callable[[ZooSpec], ZooModel]:
+        for extra in self.extras:
+            try:
+                importlib.import_module(extra)
+            except ImportError as err:
+                hint = "torch" if extra in ("torch", "transformers") else extra
+                raise ZooError(f"zoo:{self.name} needs {extra}: pip install "
+                               f"'patternkit[{hint}]'") from err
+        module, function = self.builder.rsplit(".", 1)
+        return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+
+
+# -- the registry ----------------------------------------------------------------------------
+def _common(static_seq: bool = False) -> dict[str, Option]:
+    options = {
+        "batch": Option("static", "static or dynamic (symbolic) batch dimension",
+                        ("static", "dynamic")),
+        "batch_size": Option(2, "example batch size"),
+        "keep_params": Option(False, "weights as entry-function parameters"),
+        "entry": Option("main", "name of the entry function"),
+        "seed": Option(0, "seed of the random weights"),
+    }
+    if not static_seq:
+        options["seq"] = Option("static", "static or dynamic (symbolic) sequence length",
+                                ("static", "dynamic"))
+        options["seq_len"] = Option(8, "example sequence length")
+    return options
+
+
+def _transformer(layers=2, hidden=64, heads=4, **extra) -> dict[str, Option]:
+    return {
+        "layers": Option(layers, "number of transformer layers"),
+        "hidden": Option(hidden, "hidden size"),
+        "heads": Option(heads, "attention heads"),
+        **extra,
+    }
+
+
+_ATTENTION = Option("eager", "attention implementation; with sdpa BERT imports, GPT-2 does not "
+                    "in TVM 0.27 (a strided view the importer cannot reshape)", ("eager", "sdpa"))
+#: Offered where it imports: TVM 0.27's torch importer mixes float16 and float32 in the
+#: biased linears of GPT-2 and BERT, the patch conv of ViT and ResNet's batch norms
+#: ("Binary operators must have the same datatype"), so only Llama (no biases) has it.
+_DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
+                ("float32", "float16"))
+_TORCH = ("torch", "transformers")
+_ONNX = ("torch", "transformers", "onnx")
+
+
+def _entries() -> dict[str, ZooEntry]:
+    text = dict(_common(), **_transformer(vocab=Option(128, "vocabulary size"),
+                                          positions=Option(64, "position table size")))
+    entries = [
+        ZooEntry("gpt2", "GPT-2 (GPT2Model): pre-LN, GELU-tanh (NewGELUActivation), causal "
+                 "attention", {**text, "attention": _ATTENTION}, "torch_models.gpt2", _TORCH),
+        ZooEntry("bert", "BERT (BertModel, no pooler): token types, padding mask, GELU erf",
+                 {**text, "attention": _ATTENTION,
+                  "type_vocab": Option(2, "token type vocabulary size")},
+                 "torch_models.bert", _TORCH),
+        ZooEntry("llama", "Llama-style decoder (LlamaModel): RMSNorm, SiLU-gated MLP, RoPE, "
+                 "grouped-query attention",
+                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
+                  "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
+                  "intermediate": Option(128, "MLP width")},
+                 "torch_models.llama", _TORCH),
+        ZooEntry("vit", "ViT (ViTModel, no pooler): patch conv, pre-LN, GELU erf",
+                 {**_common(static_seq=True), **_transformer(), "attention": _ATTENTION,
+                  "image": Option(32, "image size"), "patch": Option(8, "patch size")},
+                 "torch_models.vit", _TORCH),
+        ZooEntry("resnet18", "ResNet-18 (transformers ResNetModel, basic blocks 2-2-2-2)",
+                 {**_common(static_seq=True), "width": Option(16, "stem width (64 in the paper)"),
+                  "image": Option(32, "image size")}, "torch_models.resnet18", _TORCH),
+        ZooEntry("resnet50", "ResNet-50 (transformers ResNetModel, bottlenecks 3-4-6-3)",
+                 {**_common(static_seq=True), "width": Option(8, "stem width (64 in the paper)"),
+                  "image": Option(32, "image size")}, "torch_models.resnet50", _TORCH),
+        ZooEntry("onnx:gpt2", "GPT-2 through torch.onnx.export (opset 14 writes LayerNorm out)",
+                 {**text, "opset": Option(17, "ONNX opset", (14, 17))},
+                 "onnx_models.gpt2", _ONNX),
+        ZooEntry("onnx:bert", "BERT through torch.onnx.export (opset 14 writes LayerNorm out)",
+                 {**text, "opset": Option(17, "ONNX opset", (14, 17)),
+                  "type_vocab": Option(2, "token type vocabulary size")},
+                 "onnx_models.bert", _ONNX),
+        ZooEntry("onnx:conv_bn", "hand-made ONNX Conv + BatchNormalization + Relu; TVM's "
+                 "importer leaves dead bindings of the batch-norm statistics",
+                 {**_common(static_seq=True), "opset": Option(17, "ONNX opset", (14, 17))},
+                 "onnx_models.conv_bn", ("onnx",)),
+    ]
+    return {e.name: e for e in entries}
+
+
+#: name -> :class:`ZooEntry`, in listing order.
+ZOO: Mapping[str, ZooEntry] = MappingProxyType(_entries())
+
+
+def _unknown(kind: str, value: str, known) -> str:
+    close = difflib.get_close_matches(value, list(known), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown {kind} {value!r} (known: {', '.join(known)}){hint}"
+
+
+def parse_spec(text: str, **overrides: Any) -> ZooSpec:
+    """The :class:`ZooSpec` of ``zoo:NAME?option=value&...``; ``overrides`` win.
+
+    Raises
+    ------
+    ZooError
+        Unknown model or option, or a value of the wrong type or outside the choices.
+    """
+    body = text[len(PREFIX):] if text.startswith(PREFIX) else text
+    name, _, query = body.partition("?")
+    if name not in ZOO:
+        raise ZooError(f"{PREFIX}{name}: " + _unknown("zoo model", name, ZOO))
+    entry = ZOO[name]
+    given: dict[str, Any] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        given[key] = value
+    given.update(overrides)
+    values = {}
+    for key, value in given.items():
+        if key not in entry.options:
+            raise ZooError(f"{PREFIX}{name}: " + _unknown("option", key, entry.options))
+        try:
+            values[key] = entry.options[key].parse(value)
+        except ValueError as err:
+            raise ZooError(f"{PREFIX}{name}: option {key}: {err}") from None
+    resolved = {key: values.get(key, option.default) for key, option in entry.options.items()}
+    changed = [f"{k}={_format(v)}" for k, v in resolved.items() if k in values
+               and v != entry.options[k].default]
+    canonical = PREFIX + name + ("?" + "&".join(changed) if changed else "")
+    return ZooSpec(name, tuple(sorted(resolved.items())), canonical)
+
+
+def _format(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def zoo_model(spec: str | ZooSpec, **options: Any) -> ZooModel:
+    """Build (or return the cached) zoo model ``spec``, with ``options`` on top.
+
+    ``zoo_model("gpt2", layers=4, batch="dynamic")`` is
+    ``zoo_model("zoo:gpt2?layers=4&batch=dynamic")``; both return the same object.
+
+    Raises
+    ------
+    ZooError
+        Bad spec, or the extra the entry needs (torch, transformers, onnx) is missing.
+    ZooImportError
+        The export or the Relax import failed (see the entry's notes).
+    """
+    resolved = spec if isinstance(spec, ZooSpec) and not options else parse_spec(
+        spec.text if isinstance(spec, ZooSpec) else spec, **options)
+    return _build(resolved)
+
+
+@functools.cache
+def _build(spec: ZooSpec) -> ZooModel:
+    builder = ZOO[spec.name].build_function()
+    model = builder(spec)
+    logger.info("built %s in %s", spec.text,
+                ", ".join(f"{step} {t:.1f}s" for step, t in model.seconds.items()))
+    return model

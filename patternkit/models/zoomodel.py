@@ -1,0 +1,229 @@
+"""What a zoo entry gives back: :class:`ZooModel`, its inputs, its resolved spec and errors.
+
+A :class:`ZooModel` is everything a test, a benchmark or the main job needs to run a real
+model through patternkit and judge the result: the Relax module, a reference that says
+what the right numbers are (the torch module, or onnx's reference evaluator), seeded
+example inputs with the ranges integer inputs must stay in, and the number of instances
+of each rule family (layer norms, GELUs, attentions...) counted in the source model, so
+that a coverage table can compare what was present with what the library collapsed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import PatternkitError
+
+if TYPE_CHECKING:
+    import tvm
+
+
+class ZooError(PatternkitError):
+    """A zoo spec that cannot be served: unknown model or option, bad value, missing extra."""
+
+
+class ZooImportError(ZooError):
+    """The model was built, but exporting it or importing it into Relax failed.
+
+    Raised for the variants TVM 0.27 cannot import (for example SDPA attention); the
+    exporter's or importer's own exception is chained as ``__cause__``.
+    """
+
+
+#: Rule families counted in every zoo model; the names are the library's rule prefixes
+#: (``LIBRARY.by_prefix("layernorm.")``), plus ``conv2d`` for the conv composites.
+FAMILIES = ("layernorm", "rmsnorm", "gelu", "gelu_tanh", "silu", "softmax", "attention",
+            "batchnorm", "conv2d")
+
+
+@dataclass(frozen=True)
+class ZooSpec:
+    """A zoo entry with every option resolved (defaults filled in): the cache key.
+
+    Attributes
+    ----------
+    name : str
+        The entry name (``"gpt2"``, ``"onnx:bert"``).
+    options : tuple of (str, value)
+        Every option of the entry, sorted by name.
+    text : str
+        The canonical spec, naming only the options that differ from their defaults.
+    """
+
+    name: str
+    options: tuple[tuple[str, Any], ...]
+    text: str
+
+    def __getitem__(self, option: str) -> Any:
+        return dict(self.options)[option]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a zoo model.
+
+    Attributes
+    ----------
+    name : str
+        The entry function's parameter name.
+    dtype : str
+        ``"int64"`` (token ids, type ids, masks) or ``"float32"``.
+    shape : tuple of int or str
+        Static sizes, or a dimension role (``"batch"``, ``"seq"``) resolved per call.
+    low, high : int, optional
+        Integer inputs only: valid values ``v`` satisfy ``low <= v < high`` (``high`` is the
+        embedding table size for ids; reading outside it is out of bounds).
+    fill : int, optional
+        The example value of every element (attention masks are all ones: the models
+        must be exported with an explicit mask, see the module docstring of
+        :mod:`patternkit.models.zoo`), instead of a random draw in ``[low, high)``.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+    low: int | None = None
+    high: int | None = None
+    fill: int | None = None
+
+    @property
+    def is_integer(self) -> bool:
+        return np.dtype(self.dtype).kind in "iu"
+
+    def concrete_shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
+
+    def draw(self, sizes: Mapping[str, int], rng: np.random.Generator) -> np.ndarray:
+        """A seeded example value; integers stay inside ``[low, high)``."""
+        shape = self.concrete_shape(sizes)
+        if self.fill is not None:
+            return np.full(shape, self.fill, dtype=self.dtype)
+        if self.is_integer:
+            return rng.integers(self.low, self.high, size=shape, dtype=self.dtype)
+        return rng.standard_normal(size=shape).astype(self.dtype)
+
+
+def _frozen(mapping: Mapping) -> Mapping:
+    return MappingProxyType(dict(mapping))
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    array.setflags(write=False)  # shared through the build cache: nobody may change it
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class ZooModel:
+    """A real model imported into Relax, with what it takes to check it.
+
+    Instances are cached and shared (see :func:`patternkit.models.zoo_model`): the
+    IRModule is immutable, the arrays are read-only; do not change the torch module.
+
+    Attributes
+    ----------
+    spec : ZooSpec
+        The spec that built it; ``spec.text`` is the canonical ``zoo:...`` string.
+    mod : tvm.IRModule
+        The imported module; its entry function is ``entry`` (``main`` unless renamed).
+    entry : str
+        Name of the entry function.
+    input_specs : tuple of InputSpec
+        The data inputs, in the entry function's parameter order.
+    sizes : Mapping[str, int]
+        The example size of each dimension role (``{"batch": 2, "seq": 8}``).
+    symbolic_dims : Mapping[str, str]
+        Dynamic roles -> the name of their symbolic variable in the entry function
+        (``{"batch": "s43"}``); empty for a static model.
+    dim_bounds : Mapping[str, tuple[int, int]]
+        Inclusive bounds of each role's size (``seq`` is bounded by the position table).
+    params : Mapping[str, numpy.ndarray]
+        With ``keep_params=true`` the weights, in parameter order after the inputs (the
+        entry function takes them as arguments); else empty (weights are constants).
+    families : Mapping[str, int]
+        Instances of each family of :data:`FAMILIES` in the source model, counted from
+        its torch modules (norms, activations, attention blocks) and its traced program
+        (softmax); see :mod:`patternkit.models.families`.
+    source : object
+        The torch module (``torch.nn.Module``, in eval mode) or the ``onnx.ModelProto``.
+    metadata : Mapping[str, Any]
+        Facts about the build (config sizes, GELU form, attention implementation,
+        exporter, opset, ONNX fix-ups).
+    seconds : Mapping[str, float]
+        Wall-clock seconds of each build step (``export``, ``import``, ...).
+    """
+
+    spec: ZooSpec
+    mod: tvm.IRModule
+    entry: str
+    input_specs: tuple[InputSpec, ...]
+    sizes: Mapping[str, int]
+    symbolic_dims: Mapping[str, str]
+    dim_bounds: Mapping[str, tuple[int, int]]
+    params: Mapping[str, np.ndarray]
+    families: Mapping[str, int]
+    source: Any
+    metadata: Mapping[str, Any]
+    seconds: Mapping[str, float]
+    reference_fn: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]] = field(repr=False)
+    inputs: Mapping[str, np.ndarray] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        for name in ("sizes", "symbolic_dims", "dim_bounds", "families", "metadata", "seconds"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+        object.__setattr__(self, "params", _frozen(
+            {k: _read_only(v) for k, v in self.params.items()}))
+        object.__setattr__(self, "inputs", _frozen(
+            {k: _read_only(v) for k, v in self.make_inputs().items()}))
+
+    @property
+    def name(self) -> str:
+        """The canonical spec text, ``zoo:NAME[?option=value&...]``."""
+        return self.spec.text
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.input_specs)
+
+    @property
+    def input_ranges(self) -> dict[str, tuple[int, int]]:
+        """Integer inputs -> ``(low, high)``: valid values satisfy ``low <= v < high``."""
+        return {s.name: (s.low, s.high) for s in self.input_specs if s.is_integer}
+
+    def make_inputs(self, seed: int = 0, **sizes: int) -> dict[str, np.ndarray]:
+        """Seeded inputs, by name; ``sizes`` override the example size of a role.
+
+        Only dynamic roles may change (``model.make_inputs(batch=3)`` on a
+        ``batch=dynamic`` model); integer inputs stay inside :attr:`input_ranges`.
+        """
+        for role, size in sizes.items():
+            if role not in self.symbolic_dims:
+                raise ZooError(f"{self.name}: dimension {role!r} is not dynamic "
+                               f"(dynamic: {', '.join(self.symbolic_dims) or 'none'})")
+            low, high = self.dim_bounds.get(role, (1, None))
+            if size < low or (high is not None and size > high):
+                raise ZooError(f"{self.name}: {role}={size} is outside [{low}, {high}]")
+        resolved = {**self.sizes, **sizes}
+        rng = np.random.default_rng(seed)
+        return {s.name: s.draw(resolved, rng) for s in self.input_specs}
+
+    def shape_vars(self, **sizes: int) -> dict[str, int]:
+        """Symbolic variable name -> size, for the roles given (others: example size)."""
+        resolved = {**self.sizes, **sizes}
+        return {var: resolved[role] for role, var in self.symbolic_dims.items()}
+
+    def arguments(self, inputs: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The entry function's arguments, in order: the inputs, then :attr:`params`."""
+        inputs = self.inputs if inputs is None else inputs
+        return [inputs[n] for n in self.input_names] + list(self.params.values())
+
+    def reference(self, inputs: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The source model's outputs on ``inputs`` (default: :attr:`inputs`), as numpy."""
+        return self.reference_fn(self.inputs if inputs is None else inputs)

@@ -1,0 +1,227 @@
+"""``gradient``: ``relax.transform.Gradient`` on real models, fused ops expanded first.
+
+Relax 0.27's ``Gradient`` differentiates 52 of 230 ops, and a model imported from torch or
+ONNX calls ``nn.batch_norm``, ``nn.layer_norm``, ``nn.gelu``, ``nn.rms_norm`` ...; it
+then fails with an internal check.  :func:`gradient` expands those ops first: the
+library's expand rules (``patternkit.patterns.EXPANSIONS``: ``batchnorm.expand`` keeps each
+call's own ``training`` flag), then TVM's ``DecomposeOpsForTraining`` for what the rules
+leave (``layer_norm``); it registers gradients for ``erf`` and ``rsqrt``, which the
+expansions use and Relax lacks; and it names every op that remains undifferentiable before
+``Gradient`` runs.
+
+The returned module holds the user's functions unchanged (the primal ``main`` keeps its
+fused ops) plus ``<func>_adjoint``, which ``Gradient`` builds from the expanded copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import tvm
+from tvm import relax
+
+from ..engine import RewriteLog, RuleSet, rewrite
+from ..errors import GradientError
+from ..ir import type_of
+from ..patterns import EXPANSIONS, LIBRARY
+from .ops import ensure_extra_gradients, ops_without_gradient
+
+logger = logging.getLogger(__name__)
+
+#: Attribute of the adjoint function: the parameter names its gradients are for, in order.
+WRT_ATTR = "patternkit.wrt"
+
+
+@dataclass
+class GradientReport:
+    """What :func:`gradient` did: pass one in (``report=GradientReport()``) to read it.
+
+    Attributes
+    ----------
+    expanded : dict of str to int
+        Ops without a gradient that were expanded, with their number of calls.
+    expansion_log : RewriteLog
+        The expand rules' rewrites, binding by binding.
+    decomposed_by_tvm : bool
+        Whether ``DecomposeOpsForTraining`` was needed after the rules.
+    collapsed : RewriteLog or None
+        With ``collapse_forward=True``: the collapses applied to the adjoint function.
+    """
+
+    expanded: dict[str, int] = field(default_factory=dict)
+    expansion_log: RewriteLog = field(default_factory=RewriteLog)
+    decomposed_by_tvm: bool = False
+    collapsed: RewriteLog | None = None
+
+
+def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = None, *,
+             expansions: Any = None, collapse_forward: bool = False,
+             collapse_rules: Any = None, report: GradientReport | None = None) -> tvm.IRModule:
+    """Differentiate ``mod[func]``'s scalar result w.r.t. the parameters named in ``wrt``.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Never modified.  ``mod[func]`` must return a scalar (0-d) tensor, the loss; see
+        :func:`with_loss` to reduce an output to one.
+    func : str
+        The function to differentiate; the result adds ``func + "_adjoint"``.
+    wrt : sequence of str, optional
+        Parameter names to differentiate with respect to; default: every parameter.
+    expansions : RuleSet or rules, optional
+        Expand rules for ops without a gradient; default the library's ``EXPANSIONS``.
+    collapse_forward : bool
+        Apply the collapse rules (``collapse_rules``, default the library's rewrite
+        rules) to the adjoint function afterwards, so its primal half gets its fused ops
+        back where the backward half does not read their interior.
+    report : GradientReport, optional
+        Filled with what was expanded and collapsed.
+
+    Raises
+    ------
+    GradientError
+        ``func`` is missing, a ``wrt`` name is not a parameter, the result is not a
+        scalar, or an op has neither a gradient nor an expansion (each named, with the
+        bindings that call it).  ``mod`` is left as it was.
+    """
+    report = report if report is not None else GradientReport()
+    target = _function(mod, func)
+    params = _wrt_params(target, func, wrt)
+    _require_scalar_loss(target, func)
+    ensure_extra_gradients()
+
+    expanded = expand_for_gradient(target, func, expansions, report)
+    _require_one_dataflow_block(expanded, func)
+    remaining = ops_without_gradient(expanded, func)
+    if remaining:
+        lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})" for op, sites in sorted(remaining.items())]
+        raise GradientError(f"{func}: no gradient and no expansion for: " + "; ".join(lines))
+
+    by_name = {p.name: p for p in expanded.params}
+    single = tvm.IRModule({func: expanded})
+    with_adjoint = relax.transform.Gradient(func, [by_name[p.name] for p in params])(single)
+    adjoint_name = func + "_adjoint"
+    adjoint = with_adjoint[adjoint_name]
+    if collapse_forward:
+        report.collapsed = RewriteLog()
+        adjoint = rewrite(_rules(collapse_rules, LIBRARY).rewrite_rules(), adjoint,
+                          log=report.collapsed)
+    out = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    adjoint = adjoint.with_attr("global_symbol", adjoint_name)
+    out[adjoint_name] = adjoint.with_attr(WRT_ATTR, [p.name for p in params])
+    logger.info("%s: expanded %s; differentiated w.r.t. %s", func, report.expanded or "nothing",
+                [p.name for p in params])
+    return out
+
+
+def with_loss(mod: tvm.IRModule, func: str = "main", reduce: str = "sum",
+              name: str | None = None) -> tvm.IRModule:
+    """A copy of ``mod`` plus ``name`` (default ``func + "_loss"``): ``reduce(func(...))``.
+
+    The usual test loss (the ``sum`` of the output, whose gradient seed is ``ones_like``,
+    as in the Relay-era tests) for a model that returns one tensor.  The new function is
+    ``func`` with one more binding at the end of its dataflow block.
+    """
+    target = _function(mod, func)
+    reducer = {"sum": relax.op.sum, "mean": relax.op.mean}.get(reduce)
+    if reducer is None:
+        raise GradientError(f"with_loss: reduce must be 'sum' or 'mean', found {reduce!r}")
+    ret = type_of(target.body)
+    if not isinstance(ret, relax.TensorType):
+        raise GradientError(f"with_loss: {func} returns {ret}, not one tensor")
+    copy = relax.utils.copy_with_new_vars(target)
+    body = copy.body
+    loss = relax.Var("loss", relax.TensorType((), ret.dtype))
+    binding = relax.VarBinding(loss, reducer(body.body))
+    blocks = list(body.blocks)
+    if blocks and isinstance(blocks[-1], relax.DataflowBlock):
+        blocks[-1] = relax.DataflowBlock(list(blocks[-1].bindings) + [binding])
+    else:
+        blocks.append(relax.DataflowBlock([binding]))
+    loss_name = name or func + "_loss"
+    loss_func = relax.Function(copy.params, relax.SeqExpr(blocks, loss),
+                               relax.TensorType((), ret.dtype), copy.is_pure,
+                               copy.attrs).with_attr("global_symbol", loss_name)
+    out = tvm.IRModule(dict(mod.functions))
+    out[loss_name] = loss_func
+    return relax.transform.Normalize()(out)
+
+
+def _function(mod: tvm.IRModule, func: str) -> relax.Function:
+    if not isinstance(mod, tvm.IRModule):
+        raise GradientError(f"expected a tvm.IRModule, found {type(mod).__name__}")
+    names = [gv.name_hint for gv in mod.get_global_vars()]
+    if func not in names:
+        raise GradientError(f"the module has no function {func!r} (it has {sorted(names)})")
+    target = mod[func]
+    if not isinstance(target, relax.Function):
+        raise GradientError(f"{func} is not a Relax function")
+    return target
+
+
+def _wrt_params(target: relax.Function, func: str, wrt: Sequence[str] | None) -> list:
+    params = list(target.params)
+    if wrt is None:
+        return params
+    if isinstance(wrt, str):
+        wrt = [wrt]
+    by_name = {p.name: p for p in params}
+    unknown = [name for name in wrt if name not in by_name]
+    if unknown:
+        raise GradientError(f"{func}: wrt names {unknown} are not parameters "
+                            f"(parameters: {list(by_name)})")
+    return [by_name[name] for name in wrt]
+
+
+def _require_scalar_loss(target: relax.Function, func: str) -> None:
+    ret = type_of(target.body)
+    if isinstance(ret, relax.TensorType) and ret.ndim == 0:
+        return
+    raise GradientError(f"{func} must return a scalar loss (a 0-d tensor), found {ret}; "
+                        "reduce the output first, e.g. with patternkit.training.with_loss")
+
+
+def _rules(rules: Any, default: RuleSet) -> RuleSet:
+    if rules is None:
+        return default
+    return rules if isinstance(rules, RuleSet) else RuleSet(rules)
+
+
+def expand_for_gradient(target: relax.Function, func: str = "main", expansions: Any = None,
+                        report: GradientReport | None = None) -> relax.Function:
+    """``target`` with every op that lacks a gradient expanded, where a rule or TVM can.
+
+    The expand rules run first (``expansions``, default the library's), then TVM's
+    ``DecomposeOpsForTraining`` if an op it decomposes is left; ops that remain are left
+    in place (:func:`gradient` names them).
+    """
+    report = report if report is not None else GradientReport()
+    ensure_extra_gradients()
+    missing = ops_without_gradient(target, func)
+    if not missing:
+        return target
+    report.expanded = {op: len(sites) for op, sites in missing.items()}
+    expanded = rewrite(_rules(expansions, EXPANSIONS), target, log=report.expansion_log)
+    if any(op in ops_without_gradient(expanded, func) for op in _TVM_DECOMPOSES):
+        single = relax.transform.DecomposeOpsForTraining()(tvm.IRModule({func: expanded}))
+        expanded = single[func]
+        report.decomposed_by_tvm = True
+    still = ops_without_gradient(expanded, func)
+    report.expanded = {op: n for op, n in report.expanded.items() if op not in still}
+    return expanded
+
+
+#: Ops TVM's ``DecomposeOpsForTraining`` writes out.  It also decomposes ``batch_norm``, with
+#: batch statistics whatever the call's ``training`` flag; ``batchnorm.expand`` runs first,
+#: so no batch norm is left for it.
+_TVM_DECOMPOSES = ("relax.nn.layer_norm",)
+
+
+def _require_one_dataflow_block(func: relax.Function, name: str) -> None:
+    blocks = func.body.blocks
+    if len(blocks) == 1 and isinstance(blocks[0], relax.DataflowBlock):
+        return
+    raise GradientError(f"{name}: relax.transform.Gradient needs the body as one dataflow block, "
+                        f"found {len(blocks)} block(s); run relax.transform.ConvertToDataflow first")

@@ -1,0 +1,64 @@
+"""ONNX entries: torch.onnx exports at opset 14 and 17, and a hand-made conv + batch norm.
+
+Reference: onnx's ``ReferenceEvaluator`` on the same graph; float32 tolerance
+``rtol=1e-4, atol=1e-4`` (errors seen: about 2e-6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from patternkit.ir import op_name, var_name
+from patternkit.ir.walk import vars_read
+
+pytestmark = pytest.mark.models
+
+FLOAT32 = dict(rtol=1e-4, atol=1e-4)
+
+
+def _ops(mod, func="main"):
+    return [op_name(b.value) for block in mod[func].body.blocks for b in block.bindings]
+
+
+@pytest.mark.parametrize("name, opset", [("onnx:gpt2", 14), ("onnx:bert", 17),
+                                         ("onnx:conv_bn", 17)])
+def test_the_onnx_import_is_well_formed_and_matches_the_reference_evaluator(
+        name, opset, zoo, zoo_vm):
+    model = zoo(name, opset=opset)
+    assert relax.analysis.check_well_formed(model.mod)
+    np.testing.assert_allclose(zoo_vm(model)(), model.reference()[0], **FLOAT32)
+
+
+def test_opset_14_writes_layer_norm_out_and_opset_17_keeps_it_fused(zoo):
+    written_out = zoo("onnx:gpt2", opset=14)
+    fused = zoo("onnx:gpt2", opset=17)
+    assert "relax.nn.layer_norm" not in _ops(written_out.mod)
+    assert "LayerNormalization" not in written_out.metadata["onnx_ops"]
+    assert _ops(fused.mod).count("relax.nn.layer_norm") == fused.families["layernorm"] == 3
+
+
+def test_bert_takes_token_types_through_onnx(zoo):
+    model = zoo("onnx:bert", opset=14)
+    assert [var_name(p) for p in model.mod["main"].params] == [
+        "input_ids", "token_type_ids", "attention_mask"]
+    assert model.input_ranges["token_type_ids"] == (0, 2)
+
+
+def test_conv_bn_keeps_the_dead_batch_norm_statistics_the_importer_emits(zoo):
+    model = zoo("onnx:conv_bn")
+    bindings = [b for block in model.mod["main"].body.blocks for b in block.bindings]
+    read = {v for b in bindings for v in vars_read(b.value)}
+    read |= set(vars_read(model.mod["main"].body.body))
+    dead = [b for b in bindings if b.var not in read]
+    # batch_norm's mean and variance outputs: read by nobody
+    assert [b.value.index for b in dead if isinstance(b.value, relax.TupleGetItem)] == [1, 2]
+    assert "relax.nn.batch_norm" in _ops(model.mod)
+
+
+def test_a_dynamic_batch_is_symbolic_through_onnx(zoo, zoo_vm):
+    model = zoo("onnx:conv_bn", batch="dynamic")
+    assert str(model.mod["main"].params[0].ty.shape[0]) == model.symbolic_dims["batch"]
+    inputs = model.make_inputs(seed=2, batch=3)
+    np.testing.assert_allclose(zoo_vm(model)(inputs), model.reference(inputs)[0], **FLOAT32)
