@@ -78,8 +78,8 @@ from patternkit.ir import (NotPerFeature, NotTrailing, const_value, dims_equal, 
 LAYER_NORM_DTYPES = ("float32", "float16")
 
 
-# -- guards shared by the rules of this file ---------------------------------------------------
-def normalised_rank(x: Any) -> tuple[tuple, str]:
+# -- guards shared by the normalisation rules (rmsnorm.py imports them) -----------------------
+def shape_and_dtype(x: Any) -> tuple[tuple, str]:
     """``(shape, dtype)`` of ``x``, refusing when the shape is unknown."""
     ty = type_of(x)
     if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
@@ -159,7 +159,7 @@ class LayerNormPlan:
 
 
 class LayerNormCollapse(RewriteRule):
-    """Collapse a written-out layer norm (mean, variance, eps, [gamma], [beta]) into ``layer_norm``."""
+    """Collapse a written-out layer norm (mean, variance, eps, [gamma], [beta]) into one op."""
 
     name = "layernorm.collapse"
 
@@ -183,7 +183,7 @@ class LayerNormCollapse(RewriteRule):
 
     def check(self, match: RuleMatch) -> Any:
         """A :class:`LayerNormPlan` when the match normalises trailing axes of ``x``."""
-        shape, dtype = normalised_rank(match.x)
+        shape, dtype = shape_and_dtype(match.x)
         if dtype not in LAYER_NORM_DTYPES:
             return reject(f"x has dtype {dtype}: TVM's layer_norm computes "
                           f"{' and '.join(LAYER_NORM_DTYPES)} only", at=match.x)

@@ -36,8 +36,9 @@ square is comparable to ``eps``.
 
 :class:`RmsNormExpand` (``rmsnorm.expand``, in :data:`patternkit.patterns.EXPANSIONS`)
 writes ``R.nn.rms_norm`` out for training graphs, since ``relax.transform.Gradient`` has
-no gradient for it (nor for ``rsqrt``): ``h = astype(x, float32)`` (float16 only),
-``y = h / sqrt(mean(h * h) + eps)``, cast back, times ``w``, all ops with a gradient in
+no gradient for it (TVM has none for ``rsqrt`` either): ``h = astype(x, float32)``
+(float16 only), ``y = h / sqrt(mean(h * h) + eps)``, cast back, times ``w``, all ops with
+a gradient in
 TVM 0.27 (``astype``, ``multiply``, ``mean``, ``add``, ``sqrt``, ``divide``).  It is the
 Llama spelling, so ``rmsnorm.collapse`` undoes it.
 
@@ -67,8 +68,8 @@ from patternkit.engine import CompositeRule, RewriteRule, RuleMatch, reject
 from patternkit.ir import (NotTrailing, dtype_of, from_expr, static_shape, trailing_axes,
                            type_of)
 
-from .layernorm import (as_feature_tensor, example_shape, normalised_rank, per_feature,
-                        reduced_trailing_axes, scalar_epsilon)
+from .layernorm import (as_feature_tensor, example_shape, per_feature, reduced_trailing_axes,
+                        scalar_epsilon, shape_and_dtype)
 
 #: The dtypes the rules of this file are verified for (numerically, on llvm).
 RMS_NORM_DTYPES = ("float32", "float16")
@@ -120,7 +121,7 @@ class RmsNormCollapse(RewriteRule):
 
     def check(self, match: RuleMatch) -> Any:
         """An :class:`RmsNormPlan` when the match is an RMS norm over trailing axes of ``x``."""
-        shape, x_dtype = normalised_rank(match.x)
+        shape, x_dtype = shape_and_dtype(match.x)
         compute_dtype = dtype_of(type_of(match.variance))
         out_dtype = dtype_of(type_of(match.root))
         for what, dtype in (("x", x_dtype), ("the normalisation", compute_dtype),
@@ -224,7 +225,7 @@ class RmsNormExpand(RewriteRule):
 
     def check(self, match: RuleMatch) -> Any:
         """Accept an ``rms_norm`` of float16 or float32 data over trailing axes."""
-        shape, dtype = normalised_rank(match.x)
+        shape, dtype = shape_and_dtype(match.x)
         if dtype not in RMS_NORM_DTYPES:
             return reject(f"x has dtype {dtype}: rmsnorm.expand writes out "
                           f"{' and '.join(RMS_NORM_DTYPES)} norms only", at=match.x)

@@ -74,8 +74,6 @@ def up_to_cast(pattern: Any) -> DFPattern:
     return is_op("astype")(inner) | inner
 
 
-
-
 def square(pattern: Any) -> DFPattern:
     """``pattern`` squared: ``power(p, 2)``, ``p * p`` or ``square(p)``.
 
