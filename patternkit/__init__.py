@@ -36,6 +36,7 @@ __all__ = [
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "PatternContext",
+    "square", "divide_by_sqrt",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
@@ -82,6 +83,7 @@ _HOME = {
     "AmbiguousDominator": "dpl", "K_ELEMWISE": "dpl", "K_BROADCAST": "dpl",
     "K_INJECTIVE": "dpl", "K_COMM_REDUCE": "dpl", "K_OUT_EWISE_FUSABLE": "dpl",
     "K_TUPLE": "dpl", "K_OPAQUE": "dpl", "PatternContext": "dpl",
+    "square": "dpl", "divide_by_sqrt": "dpl",
     # engine
     "Rule": "engine", "RewriteRule": "engine", "CompositeRule": "engine", "RuleSet": "engine",
     "RuleMatch": "engine", "Reject": "engine", "DFPatternCallback": "engine",
@@ -163,6 +165,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                       is_op, is_scalar, is_tuple, is_tuple_get_item, is_var, match, through,
                       up_to_cast, wildcard)
     from .engine import BindingsMatch, BindingsRewriteRule, rewrite_bindings
+    from .dpl import divide_by_sqrt, square
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)

@@ -1,11 +1,12 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
-One module per family (``batchnorm``, ``conv``, ``activation``, ``matmul``).  Each module
-documents what it recognises and produces, defines one class per rule and ends with a
-``RULES`` tuple (rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite
-rules for external compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).
-A tuple holds rule classes (built with their defaults) or rule instances (a variant,
-built with its constructor arguments).  Importing a module registers nothing anywhere.
+One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
+``conv``, ``matmul``).  Each module documents what it recognises and produces, defines one
+class per rule and ends with a ``RULES`` tuple (rewrite rules), and where it has them a
+``COMPOSITES`` tuple (composite rules for external compilers) and an ``EXPANSIONS`` tuple
+(fused op -> written-out form).  A tuple holds rule classes (built with their defaults) or
+rule instances (a variant, built with its constructor arguments).  Importing a module
+registers nothing anywhere.
 
 :data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
 order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
@@ -26,7 +27,7 @@ from typing import Any
 
 from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import activation, batchnorm, conv, matmul
+from . import activation, batchnorm, conv, layernorm, matmul, rmsnorm, softmax
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
@@ -50,14 +51,20 @@ def _family_expansions(module: Any) -> RuleSet:
     return RuleSet(_built(entry) for entry in getattr(module, "EXPANSIONS", ()))
 
 
-#: Every rewrite rule and composite of the library, in application order: the activation
-#: collapses run before the matmul and conv composites that take their fused ops.
-LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(conv)
+#: Every rewrite rule and composite of the library, in application order: the collapses
+#: (batch norm, activations, norms, softmax) run before the conv and matmul composites
+#: that take their fused ops.
+LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(layernorm)
+           | _family_rules(rmsnorm) | _family_rules(softmax) | _family_rules(conv)
            | _family_rules(matmul))
 
-#: The expand rules (fused op -> written-out form, for ``Gradient``); never mixed with
-#: :data:`LIBRARY`, whose collapses they undo.
-EXPANSIONS = _family_expansions(batchnorm) | _family_expansions(activation)
+#: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
+#: differentiate), for training graphs.  Kept apart from :data:`LIBRARY`: its collapse
+#: rules undo them, so applying both would never settle.  ``softmax`` has none:
+#: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
+#: its written-out form.
+EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(activation)
+              | _family_expansions(layernorm) | _family_expansions(rmsnorm))
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

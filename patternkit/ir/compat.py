@@ -154,9 +154,20 @@ def is_constant(expr: Any) -> bool:
 
 
 def const_to_numpy(expr: Any) -> np.ndarray:
-    """The payload of a tensor constant or a prim-value immediate as a numpy array."""
+    """The payload of a tensor constant or a prim-value immediate as a numpy array.
+
+    The array is a copy (the caller may modify it; the constant stays as it was).  It is
+    read through DLPack, which costs about 1 us against 30 us for ``Tensor.numpy()``:
+    the matcher reads a scalar constant for every number in a pattern it tries, and the
+    normalisation rules one more for their epsilon.  Dtypes numpy cannot take by DLPack
+    (bfloat16) go through ``numpy()``.
+    """
     if isinstance(expr, tvm.ir.GenericConst):
-        return expr.value.numpy()
+        tensor = expr.value
+        try:
+            return np.from_dlpack(tensor).copy()
+        except (BufferError, TypeError, RuntimeError):
+            return tensor.numpy()
     if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return np.asarray(expr.value)
     raise TypeError(f"expected a constant, found {type(expr).__name__}")
@@ -212,12 +223,15 @@ def static_shape(ty: Any) -> tuple | None:
 
     Returns ``None`` when the type is not a tensor or its shape is unknown.
     """
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+    if not isinstance(ty, relax.TensorType):
         return None
-    dims = []
-    for d in ty.shape.values if hasattr(ty.shape, "values") else ty.shape:
-        dims.append(int(d) if isinstance(d, tvm.tirx.IntImm) else d)
-    return tuple(dims)
+    shape = ty.shape
+    if shape is None:
+        return None
+    values = getattr(shape, "values", None)
+    dims = array_items(values) if values is not None else list(shape)
+    int_imm = tvm.tirx.IntImm  # exact type test: IntImm's isinstance goes through ABCMeta
+    return tuple(d.value if type(d) is int_imm else d for d in dims)
 
 
 def dtype_of(ty: Any) -> str | None:

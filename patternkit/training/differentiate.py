@@ -5,7 +5,7 @@ ONNX calls ``nn.batch_norm``, ``nn.layer_norm``, ``nn.gelu``, ``nn.rms_norm`` ..
 then fails with an internal check.  :func:`gradient` expands those ops first: the
 library's expand rules (``patternkit.patterns.EXPANSIONS``: ``batchnorm.expand`` keeps each
 call's own ``training`` flag), then TVM's ``DecomposeOpsForTraining`` for what the rules
-leave (``layer_norm``); it registers gradients for ``erf`` and ``rsqrt``, which the
+leave (a ``layer_norm`` that ``layernorm.expand`` refuses); it registers gradients for ``erf`` and ``rsqrt``, which the
 expansions use and Relax lacks; and it names every op that remains undifferentiable before
 ``Gradient`` runs.
 

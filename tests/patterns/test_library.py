@@ -80,6 +80,11 @@ def test_the_library_holds_every_rule_and_composite_of_every_family_module():
     assert [(type(r), r.rule_name) for r in EXPANSIONS] == [(type(r), r.rule_name)
                                                             for r in expansions]
     assert all(".expand" in name for name in EXPANSIONS.names)
+
+
+def test_expand_rules_are_kept_out_of_the_library():
+    assert EXPANSIONS.names and all(".expand" in name for name in EXPANSIONS.names)
+    assert not set(EXPANSIONS.names) & set(LIBRARY.names)
     assert not any(".expand" in name for name in LIBRARY.names)
 
 
