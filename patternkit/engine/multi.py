@@ -68,7 +68,7 @@ from ..ir.targets import apply_to_target, rewritable_functions
 from ..ir.walk import vars_read
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding
-from .rule import Reject, RewriteRule, judge
+from .rule import Reject, RewriteRule, judge, role_pattern
 
 __all__ = ["BindingsMatch", "BindingsPass", "BindingsRewriteRule", "BlockBindings",
            "dpl_rewriter", "match_dfb", "rewrite_bindings", "rewrite_function_bindings"]
@@ -601,13 +601,7 @@ class BindingsMatch:
         self.plan: Any = None
 
     def _pattern(self, key: str | DFPattern) -> DFPattern:
-        if isinstance(key, DFPattern):
-            return key
-        try:
-            return self._roles[key]
-        except KeyError:
-            raise KeyError(f"no role {key!r} in this rule (roles: "
-                           f"{', '.join(self._roles) or 'none'})") from None
+        return role_pattern(self._roles, key)
 
     def __getitem__(self, key: str | DFPattern) -> Any:
         found = self._state.p2r.get(self._pattern(key))

@@ -170,6 +170,17 @@ class NodeMap(Mapping):
         return self._match
 
 
+def role_pattern(roles: Mapping[str, DFPattern], key: str | DFPattern) -> DFPattern:
+    """The sub-pattern a match is indexed by: a pattern as given, or a role by name."""
+    if isinstance(key, DFPattern):
+        return key
+    try:
+        return roles[key]
+    except KeyError:
+        raise KeyError(f"no role {key!r} in this rule (roles: "
+                       f"{', '.join(roles) or 'none'})") from None
+
+
 class RuleMatch:
     """One match of a rule's pattern, read by role.
 
@@ -217,13 +228,7 @@ class RuleMatch:
         return tuple(r for r, p in self._roles.items() if p in captures)
 
     def _pattern(self, key: str | DFPattern) -> DFPattern:
-        if isinstance(key, DFPattern):
-            return key
-        try:
-            return self._roles[key]
-        except KeyError:
-            raise KeyError(f"no role {key!r} in this rule (roles: "
-                           f"{', '.join(self._roles) or 'none'})") from None
+        return role_pattern(self._roles, key)
 
     def __getitem__(self, key: str | DFPattern) -> Any:
         pattern = self._pattern(key)
