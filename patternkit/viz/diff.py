@@ -46,8 +46,8 @@ def viz_diff(before: Any, after: Any, changes: Any = None, context: int | None =
     ----------
     before, after : tvm.IRModule, relax.Function or relax.Expr
         The IR before and after a pass (neither is modified).
-    changes : iterable, optional
-        Records with ``.rule`` (str), ``.function`` (str), ``.root`` (str, the var name of
+    changes : RewriteLog or iterable, optional
+        The rewrite log itself (its ``records``), or records with ``.rule`` (str), ``.function`` (str), ``.root`` (str, the var name of
         the rewritten binding in ``after``) and ``.replaced`` (tuple of var names of
         ``before`` bindings the rule replaced).  Without it the graphs are aligned
         structurally.
@@ -102,6 +102,9 @@ def _functions_of(obj: Any) -> list:
 def _records(changes: Any) -> list:
     if changes is None:
         return []
+    records_of = getattr(changes, "records", None)
+    if records_of is not None and not callable(records_of):  # a RewriteLog: its records
+        changes = records_of
     try:
         records = list(changes)
     except TypeError:
