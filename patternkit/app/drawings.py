@@ -7,7 +7,8 @@ So each picture is tried in steps, cheapest-to-read first, until one lays out in
 1. as it is (composites collapsed automatically past ``max_nodes``);
 2. repeated layers drawn once, with a count (:mod:`patternkit.viz.repeats`), and every
    composite as a single node;
-3. the same at a lower node budget, then only the entry function's first nodes.
+3. the same around the function's result only (``focus=`` the output, a few hops), which
+   always lays out.
 
 ``full=True`` (``--full-drawing``) draws every node, with a generous timeout.  What was
 drawn, and how, goes into the report.
@@ -33,26 +34,28 @@ def _attempts(full: bool):
     if full:
         return [("full drawing", {"collapse": "none", "max_nodes": 10**6,
                                   "hard_limit": 10**6, "timeout": FULL_TIMEOUT}, False)]
-    return [("as is", {}, False),
-            ("repeated layers drawn once, composites collapsed",
-             {"collapse": "all"}, True),
-            ("repeated layers drawn once, composites collapsed, first nodes only",
-             {"collapse": "all", "hard_limit": 400}, True)]
+    return [("as is", {}, "as is"),
+            ("repeated layers drawn once, composites collapsed", {"collapse": "all"}, "fold"),
+            ("the output's neighbourhood only (6 hops)",
+             {"collapse": "all", "radius": 6}, "output")]
 
 
 def draw_picture(path: Path, draw, full: bool = False) -> str:
-    """Render ``draw(repeats, **options) -> (VizGraph, note)`` to ``path`` (SVG).
+    """Render ``draw(mode, **options) -> (VizGraph, note)`` to ``path`` (SVG).
+
+    ``mode``: ``"as is"``, ``"fold"`` (repeated layers once) or ``"output"`` (around the
+    result); a drawer that has no smaller form may ignore it.
 
     Returns how it was drawn (or why not), for the report.
     """
     from ..viz.display import DotUnavailable
 
     last = ""
-    for how, options, repeats in _attempts(full):
+    for how, options, mode in _attempts(full):
         start = time.perf_counter()
         options = {"timeout": LAYOUT_TIMEOUT, **options}
         try:
-            graph, note = draw(repeats, **options)
+            graph, note = draw(mode, **options)
             if not graph.layout_allowed:
                 last = f"{len(graph.model.nodes)} nodes is past the layout limit"
                 continue
@@ -73,15 +76,19 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
     from ..viz.repeats import fold_repeats
 
     def expr_drawer(mod: tvm.IRModule, name: str):
-        def draw(repeats: bool, **options):
-            target, note = (fold_repeats(mod, name) if repeats else (mod, ""))
+        def draw(mode: str, **options):
+            target, note = fold_repeats(mod, name) if mode != "as is" else (mod, "")
+            result = _result_name(target[name]) if mode == "output" else ""
+            if result:
+                options["focus"] = result
             graph = viz_expr(target, functions=[name], title=f"{name}{note}", **options)
             return graph, note
         return draw
 
-    def diff_drawer(repeats: bool, **options):
-        return viz_diff(before, after, changes=changes, context=2, functions=[func],
-                        **options), ""
+    def diff_drawer(mode: str, **options):
+        context = {"as is": 2, "fold": 1, "output": 0}[mode]
+        return viz_diff(before, after, changes=changes, context=context, functions=[func],
+                        **{k: v for k, v in options.items() if k != "radius"}), ""
 
     drawn = {}
     for name, mod in pictures.items():
@@ -91,3 +98,14 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
         name = func + "_loss_adjoint"
         drawn["adjoint"] = draw_picture(out / "adjoint", expr_drawer(adjoint, name), full)
     return drawn
+
+
+def _result_name(func) -> str:
+    """The name of the variable ``func`` returns (what the last-resort drawing is around)."""
+    from tvm import relax
+
+    body = func.body
+    result = body.body if isinstance(body, relax.SeqExpr) else body
+    if isinstance(result, relax.Tuple) and len(result.fields):
+        result = result.fields[0]
+    return result.name if isinstance(result, relax.Var) else ""
