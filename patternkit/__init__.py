@@ -32,11 +32,15 @@ __all__ = [
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
     "match", "find_match", "Match", "explain", "through", "up_to_cast",
+    "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
+    "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
+    "K_TUPLE", "K_OPAQUE", "PatternContext",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition",
+    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings",
     # composites and external compilers
     "MergeComposite", "merge_composite", "PatternTable", "PatternTableError", "pattern_table",
     "CompositeLog", "composite_counts", "composite_functions", "AnnotateTarget",
@@ -52,7 +56,7 @@ __all__ = [
     "viz_expr", "viz_diff", "VizGraph", "VizError", "DotUnavailable",
     # errors
     "PatternkitError", "PatternError", "CallbackError", "RewriteDidNotConverge",
-    "MalformedIRError",
+    "MalformedIRError", "NothingToPartition",
 ]
 
 #: The layer (subpackage) each public name lives in.
@@ -67,12 +71,17 @@ _HOME = {
     "is_tuple_get_item": "dpl", "has_attr": "dpl", "has_dtype": "dpl", "has_shape": "dpl",
     "has_type": "dpl", "match": "dpl", "find_match": "dpl", "Match": "dpl", "explain": "dpl",
     "through": "dpl", "up_to_cast": "dpl",
+    "DominatorPattern": "dpl", "IfPattern": "dpl", "dominates": "dpl", "is_if": "dpl",
+    "AmbiguousDominator": "dpl", "K_ELEMWISE": "dpl", "K_BROADCAST": "dpl",
+    "K_INJECTIVE": "dpl", "K_COMM_REDUCE": "dpl", "K_OUT_EWISE_FUSABLE": "dpl",
+    "K_TUPLE": "dpl", "K_OPAQUE": "dpl", "PatternContext": "dpl",
     # engine
     "Rule": "engine", "RewriteRule": "engine", "CompositeRule": "engine", "RuleSet": "engine",
     "RuleMatch": "engine", "Reject": "engine", "DFPatternCallback": "engine",
     "NodeMap": "engine", "reject": "engine", "rewrite": "engine", "Rewrite": "engine",
     "RewriteLog": "engine", "RewriteRecord": "engine", "SkippedMatch": "engine",
-    "partition": "engine",
+    "partition": "engine", "BindingsRewriteRule": "engine", "BindingsMatch": "engine",
+    "rewrite_bindings": "engine",
     # byoc
     "MergeComposite": "byoc", "merge_composite": "byoc", "PatternTable": "byoc",
     "PatternTableError": "byoc", "pattern_table": "byoc", "CompositeLog": "byoc",
@@ -97,6 +106,7 @@ _HOME = {
     # errors
     "PatternkitError": "errors", "PatternError": "errors", "CallbackError": "errors",
     "RewriteDidNotConverge": "errors", "MalformedIRError": "errors",
+    "NothingToPartition": "errors",
 }
 
 
@@ -127,17 +137,21 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
+    from .dpl import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
+                      K_OUT_EWISE_FUSABLE, K_TUPLE, AmbiguousDominator, DominatorPattern,
+                      IfPattern, PatternContext, dominates, is_if)
     from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
                       DFPattern, ExprPattern, Match, ScalarPattern, ShapePattern,
                       TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
                       WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
                       has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
                       is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .engine import BindingsMatch, BindingsRewriteRule, rewrite_bindings
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)
-    from .errors import (CallbackError, MalformedIRError, PatternError, PatternkitError,
-                         RewriteDidNotConverge)
+    from .errors import (CallbackError, MalformedIRError, NothingToPartition, PatternError,
+                         PatternkitError, RewriteDidNotConverge)
     from .fusion import DefuseOps, defuse
     from .ir import from_expr, to_expr
     from .verification import (Comparison, RoundTripError, RoundTripResult,

@@ -42,14 +42,21 @@ class MalformedIRError(PatternkitError, ValueError):
     """The input IR is not well formed, or a transformation would make it ill formed."""
 
 
-#: Every exception type patternkit raises, registered with TVM's FFI by the first pass
-#: patternkit builds (:func:`patternkit.ir.compat.module_pass`), so that they keep their
-#: type when they cross a ``tvm.transform.Pass`` boundary.
-ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
-               MalformedIRError)
+class NothingToPartition(PatternkitError, LookupError):
+    """``PartitionGraph(compiler, strict=True)`` found no composite carrying ``compiler``.
+
+    The message lists the compilers the module's composites do carry.
+    """
 
 
 class GradientError(PatternkitError):
     """A function cannot be differentiated as asked: bad ``wrt``, no scalar loss, an op
     with no gradient and no expansion.  Raised before ``relax.transform.Gradient`` runs,
     so the user sees the op or name at fault instead of TVM's internal check failure."""
+
+
+#: Every exception type patternkit raises, registered with TVM's FFI by the first pass
+#: patternkit builds (:func:`patternkit.ir.compat.module_pass`), so that they keep their
+#: type when they cross a ``tvm.transform.Pass`` boundary.
+ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
+               MalformedIRError, NothingToPartition, GradientError)

@@ -1,6 +1,6 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
-One module per family (``batchnorm``, ``conv``).  Each module documents what it
+One module per family (``batchnorm``, ``conv``, ``matmul``).  Each module documents what it
 recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
 (rewrite rules) and, where it has them, a ``COMPOSITES`` tuple (composite rules for
 external compilers).  Importing a module registers nothing anywhere.
@@ -20,7 +20,7 @@ from typing import Any
 
 from patternkit.engine import CompositeRule, RuleSet
 
-from . import batchnorm, conv
+from . import batchnorm, conv, matmul
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
@@ -38,7 +38,7 @@ def _family_expansions(module: Any) -> RuleSet:
 
 
 #: Every rewrite rule and composite of the library, in application order.
-LIBRARY = _family_rules(batchnorm) | _family_rules(conv)
+LIBRARY = _family_rules(batchnorm) | _family_rules(conv) | _family_rules(matmul)
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
 #: differentiate), for training graphs; never mixed with :data:`LIBRARY`, whose

@@ -37,25 +37,26 @@ functions; :func:`inline_external` does exactly that.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Mapping
 
 import tvm
 from tvm import relax
 
 from ..dpl.pattern import is_op, wildcard
-from ..errors import MalformedIRError, PatternkitError
+from ..errors import MalformedIRError, NothingToPartition, PatternkitError
 from ..fusion import defuse
+from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
 from ..ir.kinds import CODEGEN, COMPILER, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
 from ..ir.opnames import relax_op_name, relay_short_name
 from ..ir.rebuild import make_block, rebuild_function
 from ..ir.targets import rewritable_functions
-from .merge import merge_composite
+from .merge import composite_functions, merge_composite
+from .regions import merge_compiler_regions
 from .table import PatternTable, PatternTableError
 
-#: Marks, while ``MergeCompositeFunctions`` runs, the external functions of the compilers
-#: being partitioned for, so that those of other compilers can be told apart and undone.
-HELD = "patternkit.HeldComposite"
+logger = logging.getLogger(__name__)
 
 
 def _compiler_name(compiler: Any, where: str) -> str:
@@ -123,7 +124,7 @@ def AnnotateTarget(compiler: str, ops: Mapping[str, bool | Callable] | None = No
 
 # -- PartitionGraph --------------------------------------------------------------------------
 def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = None, *,
-                    merge: bool = True) -> tvm.IRModule:
+                    merge: bool = True, strict: bool = False) -> tvm.IRModule:
     """Lift the composites of ``compiler`` into external functions; see the module doc.
 
     Parameters
@@ -136,16 +137,49 @@ def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = No
     merge : bool
         Merge adjacent composites of one compiler into one function (never creating a
         cycle); otherwise one external function per composite.
+    strict : bool
+        Raise :class:`~patternkit.errors.NothingToPartition` when no composite carries
+        ``compiler``, instead of logging a warning and returning ``mod``.
+
+    Notes
+    -----
+    A module in which no composite carries the compiler is returned as it is, but never
+    silently: ``PartitionGraph("ccompiler")`` on a module that ``MergeComposite`` never
+    saw, or whose composites are named ``"cc.conv2d"``, is almost always a mistake, so a
+    warning (logger ``patternkit.byoc.external``) names the compilers the composites do
+    carry.  A pipeline that may legitimately find nothing to offload can filter the
+    warning; one that must offload passes ``strict=True``.
+
+    Symbolic shapes: every external function defines its own symbolic variables (a
+    module whose functions share one ``n`` is not well formed), fresh ones as
+    ``FuseOpsByPattern`` makes them, and receives the caller's that it only reads in a
+    trailing ``R.Shape`` argument; :func:`patternkit.DefuseOps` binds them back.
     """
     compilers = _compilers(compiler)
     with C.gc_paused():
         lifted, order = _lift_composites(mod, compilers, wrap=not merge)
         if not order:
+            _nothing_to_partition(mod, compilers, strict)
             return mod
         if merge:
-            lifted = relax.transform.MergeCompositeFunctions()(lifted)
-            lifted = _inline_other_codegens(lifted, set(order))
+            lifted = merge_compiler_regions(lifted, set(order))
         return _name_external_functions(lifted, mod)
+
+
+def _nothing_to_partition(mod: tvm.IRModule, compilers: set[str] | None, strict: bool) -> None:
+    """Report a partitioning that found no composite of ``compilers``."""
+    present = sorted({str(attr(f, COMPOSITE)).split(".", 1)[0]
+                      for _, f in composite_functions(mod)
+                      if "." in str(attr(f, COMPOSITE))})
+    asked = "any compiler" if compilers is None else ", ".join(repr(c) for c in sorted(compilers))
+    found = (f"the composites in the module are for {', '.join(repr(c) for c in present)}"
+             if present else "the module has no composite functions (run MergeComposite "
+                             "or AnnotateTarget first)")
+    message = (f"PartitionGraph: no composite carries {asked}; {found}. Composite names "
+               f"must start with '<compiler>.'; the module is returned unchanged")
+    if strict:
+        raise NothingToPartition(message)
+    logger.warning("%s", message)
 
 
 def _compilers(compiler) -> set[str] | None:
@@ -156,38 +190,13 @@ def _compilers(compiler) -> set[str] | None:
     return {_compiler_name(c, "PartitionGraph") for c in compiler}
 
 
-def _inline_other_codegens(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModule:
-    """Undo the external functions ``MergeCompositeFunctions`` made for other compilers.
-
-    Their composites come back as local functions, as ``MergeComposite`` made them.
-    """
-    held, functions = False, {}
-    for gv, func in mod.functions.items():
-        codegen = attr(func, CODEGEN)
-        if codegen is not None and str(codegen) in selected:
-            func = func.without_attr(CODEGEN).with_attr(HELD, str(codegen))
-        elif codegen is not None:
-            held = True
-        functions[gv] = func
-    if not held:
-        return mod
-    out = defuse(C.copy_module(mod, functions), "codegen")
-    functions = {}
-    for gv, func in out.functions.items():
-        codegen = attr(func, HELD)
-        if codegen is not None:
-            func = func.without_attr(HELD).with_attr(CODEGEN, str(codegen))
-        functions[gv] = func
-    return C.copy_module(out, functions)
-
-
 def PartitionGraph(compiler: str | Iterable[str] | None = None, *,  # noqa: N802 (TVM style)
-                   merge: bool = True) -> tvm.transform.Pass:
+                   merge: bool = True, strict: bool = False) -> tvm.transform.Pass:
     """:func:`partition_graph` as a module pass (Relay's ``PartitionGraph``)."""
     _compilers(compiler)
 
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return partition_graph(mod, compiler, merge=merge)
+        return partition_graph(mod, compiler, merge=merge, strict=strict)
 
     return C.module_pass(transform, "patternkit.PartitionGraph")
 
@@ -250,6 +259,9 @@ def _lift_in_function(bb, func_name, func, compilers, wrap, order):
             if (isinstance(value, relax.Call) and isinstance(value.op, relax.Var)
                     and C.handle(value.op) in locals_):
                 composite, codegen = locals_[C.handle(value.op)]
+                # a global must define its own symbolic variables: fresh ones, and the
+                # caller's that the composite only reads arrive as an R.Shape argument
+                composite, extra_args = detach_symbolic_vars(composite)
                 if codegen is None:
                     gv = bb.add_func(composite.with_attr(PRIMITIVE, True),
                                      f"{func_name}_{C.var_name(binding.var)}_other")
@@ -258,7 +270,7 @@ def _lift_in_function(bb, func_name, func, compilers, wrap, order):
                           else bb.add_func(composite.with_attr(PRIMITIVE, True),
                                            f"{func_name}_{C.var_name(binding.var)}_composite"))
                     order.append(codegen)
-                call = _normalized_call(bb, gv, list(C.array_items(value.args)),
+                call = _normalized_call(bb, gv, list(C.array_items(value.args)) + extra_args,
                                         isinstance(block, relax.DataflowBlock))
                 kept.append(relax.VarBinding(binding.var, call))
                 continue
@@ -276,6 +288,9 @@ def _normalized_call(bb: relax.BlockBuilder, gv, args: list, dataflow: bool):
 
 
 def _wrap_external(bb, composite: relax.Function, codegen: str, func_name: str, i: int):
+    # the wrapper shares the composite's symbolic variables, as the one of
+    # FuseOpsByPattern(annotate_codegen=True) does: they are defined once, by its
+    # parameters, and the nested composite's parameters only read them
     params = [relax.Var(f"param_{k}", p.ty) for k, p in enumerate(composite.params)]
     name = f"{func_name}_{codegen}_external_{i}"
     with bb.function(name, params, private=False):

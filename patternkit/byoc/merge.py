@@ -49,9 +49,12 @@ from ..engine.outline import build_group_function, lifted_inputs
 from ..engine.proposal import Group, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
 from ..errors import CallbackError
+from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
+from ..ir.rebuild import make_block
 from ..ir.targets import apply_to_target, rewritable_functions
+from ..ir.walk import substitute
 from .table import CompositeEntry, PatternTable
 
 logger = logging.getLogger(__name__)
@@ -220,14 +223,46 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     for entry, group in accepted:
-        local = build_group_function(index, group, {COMPOSITE: entry.name})
-        replacements[C.handle(group.root_var)] = relax.Call(local, lifted_inputs(group))
+        local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name}),
+                              lifted_inputs(group))
+        # a composite reading a symbolic variable its inputs do not define (its input is
+        # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
+        # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
+        # loses the variable (``ndim=3``) and the composite cannot replace the binding
+        local, extra_args = detach_symbolic_vars(local, rename=False)
+        replacements[C.handle(group.root_var)] = relax.Call(local, args + extra_args)
         if log is not None:
             log.formed.append(FormedComposite(entry.name, func_name, C.var_name(group.root_var),
                                               _names(group.interior),
                                               str(local.attrs[PARTITIONED_FROM_PATTERN])))
     logger.debug("MergeComposite: %d composite(s) in %s", len(accepted), func_name)
     return emit_function(func, index, replacements, "MergeComposite", func_name)
+
+
+def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
+    """``local`` reading only its parameters, and the arguments to call it with.
+
+    A wildcard that matches an inline tuple (``R.concat((x, y))``, as importers write
+    it) leaves ``x`` and ``y`` in the composite's body, read from the caller: harmless
+    in a local function, but an external compiler receives only the parameters, and the
+    function lifted to a global (``PartitionGraph``) would read undefined variables.
+    Such variables become trailing parameters, after the lifted inputs.
+    """
+    free = [v for v in relax.analysis.free_vars(local) if not tvm.ir.is_prim_var(v)]
+    if not free:
+        return local, args
+    params = [relax.Var(C.var_name(v), v.ty) for v in free]
+    mapping = {C.handle(v): p for v, p in zip(free, params)}
+    seq = local.body
+    blocks = [make_block([relax.VarBinding(b.var, substitute(b.value, mapping, by_handle=True,
+                                                             keep_types=False))
+                          for b in C.array_items(block.bindings)],
+                         isinstance(block, relax.DataflowBlock), block.span)
+              for block in C.array_items(seq.blocks)]
+    body = relax.SeqExpr(blocks, substitute(seq.body, mapping, by_handle=True), seq.span)
+    closed = relax.Function(list(local.params) + params, body, local.ret_ty, local.is_pure,
+                            local.attrs, local.span)
+    return relax.BlockBuilder().normalize(closed), list(args) + free
 
 
 def _check_error(entry: CompositeEntry, func_name: str, group: Group,

@@ -5,7 +5,8 @@ Relay's matcher let ``divide(multiply(a, b), c)`` match ``multiply(a, divide(b, 
 match ``divide(multiply(a, b), c)``: a batch-norm written ``gamma * (x - mean) / s`` is
 then found whichever way the frontend associated it.  This module only produces the
 equivalent patterns; the matcher tries them in order, after the pattern as written
-failed.
+failed.  The forms are built while matching, so they record no graph constraint even
+inside a ``PatternContext``.
 """
 
 from __future__ import annotations
@@ -54,15 +55,19 @@ def reassociations(pattern: CallPattern, call: Any, args_of: Callable[[Any], lis
         if (_is_binary(inner, _MULTIPLY)
                 and any(C.op_name(peek(a)) == _DIVIDE for a in args_of(call))):
             for k in range(2):
-                div = CallPattern(pattern.op, [inner.args[k], pattern.args[1]])
-                forms.append(CallPattern(inner.op, [inner.args[1 - k], div]))
+                div = CallPattern(pattern.op, [inner.args[k], pattern.args[1]],
+                                  add_constraint=False)
+                forms.append(CallPattern(inner.op, [inner.args[1 - k], div],
+                                         add_constraint=False))
     elif pattern_op == _MULTIPLY and call_op == _DIVIDE:
         if C.op_name(peek(args_of(call)[0])) == _MULTIPLY:
             for k in range(2):
                 inner = pattern.args[k]
                 if _is_binary(inner, _DIVIDE):
-                    mul = CallPattern(pattern.op, [inner.args[0], pattern.args[1 - k]])
-                    forms.append(CallPattern(inner.op, [mul, inner.args[1]]))
+                    mul = CallPattern(pattern.op, [inner.args[0], pattern.args[1 - k]],
+                                      add_constraint=False)
+                    forms.append(CallPattern(inner.op, [mul, inner.args[1]],
+                                             add_constraint=False))
     return forms
 
 

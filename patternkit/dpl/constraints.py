@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from ..ir import compat as C
+from .opkinds import TOP_PATTERN, op_kind
 from .pattern import (AttrPattern, DataTypePattern, DFPattern, ScalarPattern, ShapePattern,
                       TypePattern)
 
@@ -80,8 +81,15 @@ def to_python(value: Any) -> Any:
 
 def _lookup_attr(expr: Any, key: str) -> tuple[bool, Any]:
     """``(found, value)`` of attribute ``key`` of a call (its attrs), an operator or a
-    function (its attrs dict)."""
+    function (its attrs dict).
+
+    An operator's ``TOpPattern`` is its kind as :func:`~patternkit.dpl.opkinds.op_kind`
+    reads it (TVM's registration, else Relay's static kind).
+    """
     if isinstance(expr, tvm.ir.Op):
+        if key == TOP_PATTERN:
+            kind = op_kind(expr)
+            return kind is not None, kind
         try:
             return True, expr.get_attr(key)
         except C.TVM_ERRORS:  # the operator has no such attribute

@@ -13,7 +13,11 @@ Semantics follow Relay's ``DFPatternMatcher``:
 * ``relax.add`` and ``relax.multiply`` match with their arguments swapped;
 * ``divide(multiply(a, b), c)`` also matches ``multiply(a, divide(b, c))`` and the other
   associated forms, and ``multiply(a, divide(b, c))`` matches ``divide(multiply(a, b), c)``;
-* a failed alternative leaves no trace (the memo is rolled back).
+* a failed alternative leaves no trace (the memo is rolled back);
+* ``dominates(parent, path, child)`` walks the diamond back from the root
+  (:mod:`patternkit.dpl.dominator`: the rules, and what a root costs);
+* ``is_if(cond, then, else)`` matches each branch's result through the branch's own
+  bindings, which are not interior bindings of the match (they live in the branch).
 
 The matcher is pure Python and touches only the bindings a pattern reaches, so matching
 costs O(pattern size) per candidate whatever the size of the function.  The tests of the
@@ -35,10 +39,13 @@ from ..ir import compat as C
 from ..ir.compat import VAR_TYPES, handle
 from .association import reassociations
 from .constraints import check_constraint, scalar_matches
+from .dominator import (DiamondTests, Uses, is_anything, uses_of_expression, uses_of_function,
+                        uses_of_table, walk_diamond)
 from .pattern import (
     COMMUTATIVE_OPS, AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-    DFPattern, ExprPattern, ScalarPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
-    TypePattern, VarPattern, WildcardPattern, as_pattern, provide_sugar,
+    DFPattern, DominatorPattern, ExprPattern, IfPattern, ScalarPattern, ShapePattern,
+    TupleGetItemPattern, TuplePattern, TypePattern, VarPattern, WildcardPattern, as_pattern,
+    provide_sugar, pattern_to_text,
 )
 
 Lookup = Callable[[Any], Any]
@@ -66,6 +73,10 @@ class Match:
         pattern order: the match's inputs.
     internal_keys : list
         Handles of ``internal`` (:func:`patternkit.ir.compat.handle`), same order.
+    repeated : dict
+        Pattern -> every expression it matched, for patterns that match many nodes
+        (a dominator's ``path``: its path nodes, in visit order), as Relay's node map
+        listed them.
     """
 
     root: Any
@@ -74,6 +85,7 @@ class Match:
     internal: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     internal_keys: list = field(default_factory=list)
+    repeated: dict = field(default_factory=dict)
 
 
 class _MatchRecord:
@@ -83,11 +95,14 @@ class _MatchRecord:
     to reach it), ``_internal`` (handle -> Var looked through, in first-visit order) and
     ``_inputs`` (handle -> captured input, in pattern order) only grow; every addition is
     logged on ``_trail``, so that a failed alternative is undone by :meth:`_rollback` to
-    the trail's length before it (:meth:`_mark`).
+    the trail's length before it (:meth:`_mark`).  Dominators also record
+    ``_repeated`` (pattern -> the nodes it matched) and ``_excluded`` (handles of inputs
+    that turned out to be interior nodes), both created on first use.
     """
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
-                 table: dict[int, Any] | None = None):
+                 table: dict[int, Any] | None = None,
+                 uses: Uses | Callable[[], Uses] | None = None):
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -95,6 +110,11 @@ class _MatchRecord:
             lookup = lookup or (lambda var: None)
             self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
+        self._table = table
+        self._lookup_fn = lookup
+        self._uses = uses
+        self._top: Any = None  # the expression being matched (a bare one is its own graph)
+        self._top_uses: tuple[Any, Uses] | None = None
 
     def _start(self) -> None:
         """Forget the previous match: one matcher serves many candidates."""
@@ -103,11 +123,17 @@ class _MatchRecord:
         self._internal: dict[int, Any] = {}
         self._inputs: dict[int, Any] = {}
         self._trail: list[tuple[str, Any]] = []
+        self._repeated: dict[DFPattern, list] | None = None
+        self._excluded: dict[int, bool] | None = None
 
     def _recorded(self, root: Any) -> Match:
+        inputs = self._inputs
+        if self._excluded:
+            excluded = self._excluded
+            inputs = {k: v for k, v in inputs.items() if k not in excluded}
         return Match(root=root, captures=dict(self._memo), bound_vars=dict(self._via),
-                     internal=list(self._internal.values()), inputs=list(self._inputs.values()),
-                     internal_keys=list(self._internal))
+                     internal=list(self._internal.values()), inputs=list(inputs.values()),
+                     internal_keys=list(self._internal), repeated=dict(self._repeated or {}))
 
     def _mark(self) -> int:
         return len(self._trail)
@@ -120,8 +146,12 @@ class _MatchRecord:
                 self._via.pop(key, None)
             elif kind == "internal":
                 self._internal.pop(key, None)
-            else:
+            elif kind == "input":
                 self._inputs.pop(key, None)
+            elif kind == "repeated":
+                self._repeated.pop(key, None)
+            else:  # "excluded"
+                self._excluded.pop(key, None)
 
     def _add_input(self, expr: Any) -> None:
         if type(expr) is tvm.ir.Op:
@@ -197,6 +227,7 @@ class Matcher(_MatchRecord):
     def match(self, pattern: DFPattern, expr: Any) -> Match | None:
         """The :class:`Match` of ``pattern`` at ``expr``, or ``None``."""
         self._start()
+        self._top = expr
         if not self.visit(as_pattern(pattern), expr):
             return None
         return self._recorded(expr)
@@ -281,6 +312,117 @@ class Matcher(_MatchRecord):
             return False, None, None
         inner = self._memo[pattern.pattern]
         return check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
+
+    def _on_dominator(self, pattern: DominatorPattern, expr: Any):
+        if not self.visit(pattern.child, expr):
+            return False, None, None
+        root = self._memo[pattern.child]
+        via = self._via.get(pattern.child)
+        tests = DiamondTests(
+            resolve=self._node_of,
+            is_parent=lambda e: self.visit(pattern.parent, e),
+            is_path=lambda e: self._alone(pattern.path, e),
+            is_parent_kind=lambda e: self._alone(pattern.parent, e),
+            is_child=lambda e: self._alone(pattern.child, e),
+            path_is_anything=is_anything(pattern.path))
+        root_key = handle(via if via is not None else root)
+        diamond = walk_diamond(root_key, root, tests, self._use_counts(),
+                               pattern_to_text(pattern))
+        if diamond is None:
+            return False, None, None
+        trail = self._trail
+        if self._repeated is None:
+            self._repeated = {}
+        if self._excluded is None:
+            self._excluded = {}
+        for node, key, _ in diamond.path:
+            if type(node) in VAR_TYPES and key not in self._internal:
+                self._internal[key] = node
+                trail.append(("internal", key))
+        for key in (handle(diamond.parent), *(k for _, k, _ in diamond.path)):
+            if key not in self._excluded:  # a child's wildcard took it as an input
+                self._excluded[key] = True
+                trail.append(("excluded", key))
+        if pattern.path not in self._repeated:
+            self._repeated[pattern.path] = [value for _, _, value in diamond.path]
+            trail.append(("repeated", pattern.path))
+        for free in diamond.free:
+            self._add_input(free)
+        return True, root, via
+
+    def _node_of(self, expr: Any) -> tuple[int, Any]:
+        """``(handle, value)`` of a dataflow node: a bound Var's value, or the expression."""
+        key = handle(expr)
+        if type(expr) in VAR_TYPES:
+            return key, self._lookup_key(expr, key)
+        return key, expr
+
+    def _alone(self, pattern: DFPattern, expr: Any) -> bool:
+        """Does ``pattern`` match ``expr`` on its own (a fresh match, leaving no trace)?"""
+        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts())
+        scratch._lookup_key = self._lookup_key  # the same view (an If branch's too)
+        return scratch.match(pattern, expr) is not None
+
+    def _use_counts(self) -> Uses:
+        uses = self._uses
+        if callable(uses):
+            uses = self._uses = uses()
+        if uses is not None:
+            return uses
+        if self._table is not None:  # no engine index: the values this matcher sees
+            uses = self._uses = uses_of_table(self._table)
+            return uses
+        cached = self._top_uses  # a bare expression: its own graph
+        if cached is None or cached[0] is not self._top:
+            cached = self._top_uses = (self._top, uses_of_expression(self._top))
+        return cached[1]
+
+    def _on_if(self, pattern: IfPattern, expr: Any):
+        value, via = self._resolve(expr)
+        if type(value) is not relax.If:
+            return False, None, None
+        ok = (self.visit(pattern.cond, value.cond)
+              and self._match_branch(pattern.true_branch, value.true_branch)
+              and self._match_branch(pattern.false_branch, value.false_branch))
+        return ok, value, via
+
+    def _match_branch(self, pattern: DFPattern, branch: Any) -> bool:
+        """Match a branch's result, looking through the branch's own bindings.
+
+        Those bindings live inside the ``If``: nothing looked through there is an
+        interior binding of the match, and no branch Var is an input of it.
+        """
+        if type(branch) is not relax.SeqExpr:
+            return self.visit(pattern, branch)
+        local = {handle(b.var): b.value for block in C.array_items(branch.blocks)
+                 for b in C.array_items(block.bindings)
+                 if type(b) is relax.VarBinding and C.is_pure_value(b.value)}
+        local.update((handle(b.var), None) for block in C.array_items(branch.blocks)
+                     for b in C.array_items(block.bindings) if handle(b.var) not in local)
+        outer = self._lookup_key
+        self._lookup_key = lambda var, key: local[key] if key in local else outer(var, key)
+        mark = self._mark()
+        try:
+            ok = self.visit(pattern, branch.body)
+        finally:
+            self._lookup_key = outer
+        if ok:
+            self._forget_branch_locals(mark, local)
+        return ok
+
+    def _forget_branch_locals(self, mark: int, local: dict) -> None:
+        """Drop the branch's Vars from the interior bindings and the inputs recorded since
+        ``mark`` (a later rollback past ``mark`` still finds a consistent trail)."""
+        kept = self._trail[:mark]
+        for kind, key in self._trail[mark:]:
+            if kind == "internal" and key in local:
+                self._internal.pop(key, None)
+                continue
+            if kind == "input" and key in local:
+                self._inputs.pop(key, None)
+                continue
+            kept.append((kind, key))
+        self._trail[:] = kept
 
     # -- node kinds ----------------------------------------------------------------------
     def _match_expr(self, pattern: ExprPattern, expr: Any) -> tuple[bool, Any, Any]:
@@ -402,6 +544,8 @@ _HANDLERS = {
     TypePattern: Matcher._on_constraint,
     DataTypePattern: Matcher._on_constraint,
     ShapePattern: Matcher._on_constraint,
+    DominatorPattern: Matcher._on_dominator,
+    IfPattern: Matcher._on_if,
 }
 
 
@@ -428,8 +572,10 @@ def match(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -> 
 
 def find_match(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -> Match | None:
     """Like :func:`match` but returns the :class:`Match` (captures, internals, inputs)."""
-    lookup = function_lookup(func) if func is not None else None
-    return Matcher(lookup).match(as_pattern(pattern), expr)
+    if func is None:
+        return Matcher().match(as_pattern(pattern), expr)
+    return Matcher(function_lookup(func), uses=lambda: uses_of_function(func)).match(
+        as_pattern(pattern), expr)
 
 
 provide_sugar("match", match)

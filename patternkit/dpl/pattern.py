@@ -30,8 +30,10 @@ __all__ = [
     "VarPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
     "TypePattern", "DataTypePattern", "ShapePattern",
+    "DominatorPattern", "IfPattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
+    "dominates", "is_if",
 ]
 
 #: Operators whose two arguments may be swapped when matching, as in Relay.
@@ -45,7 +47,18 @@ COMMUTATIVE_OPS = frozenset({"relax.add", "relax.multiply"})
 #: build patterns before anything has imported the partitioner).
 _RELAY_SUGAR: dict[str, Callable] = {}
 _SUGAR_PROVIDERS = {"match": "patternkit.dpl.matcher",
-                    "partition": "patternkit.engine.partitioning"}
+                    "partition": "patternkit.engine.partitioning",
+                    "used_by": "patternkit.dpl.context",
+                    "only_used_by": "patternkit.dpl.context",
+                    "used_by_all": "patternkit.dpl.context",
+                    "dup": "patternkit.dpl.context",
+                    "match_dfb": "patternkit.engine.multi"}
+
+#: The :class:`~patternkit.dpl.context.PatternContext` objects entered, innermost last.
+#: As in ``tvm.relax.dpl``, a call pattern built inside a context records that each of
+#: its arguments is used by it (``arg.used_by(call, i)``); the context module pushes and
+#: pops this stack, this module only reads it (it may not import the context module).
+CONTEXT_STACK: list = []
 
 
 def provide_sugar(method: str, function: Callable) -> None:
@@ -53,10 +66,13 @@ def provide_sugar(method: str, function: Callable) -> None:
     _RELAY_SUGAR[method] = function
 
 
-def _sugar(method: str) -> Callable:
+def provided(method: str) -> Callable:
+    """The implementation of ``method`` installed by :func:`provide_sugar` (loaded on demand)."""
     if method not in _RELAY_SUGAR:
         importlib.import_module(_SUGAR_PROVIDERS[method])  # it calls provide_sugar
     return _RELAY_SUGAR[method]
+
+
 
 
 class DFPattern:
@@ -72,10 +88,12 @@ class DFPattern:
     # Patterns are compared by identity (a diamond reuses the same object).
     __hash__ = object.__hash__
 
-    def __call__(self, *args: Any, varg_default_wildcard: bool = False) -> "CallPattern":
+    def __call__(self, *args: Any, varg_default_wildcard: bool = False,
+                 add_constraint: bool = True) -> "CallPattern":
         if len(args) == 1 and args[0] is None:  # Relay's "any arguments": wildcard()(None)
             return CallPattern(self, None)
-        return CallPattern(self, [as_pattern(a) for a in args], varg_default_wildcard)
+        return CallPattern(self, [as_pattern(a) for a in args], varg_default_wildcard,
+                           add_constraint=add_constraint)
 
     def __or__(self, other: "DFPattern") -> "AltPattern":
         return AltPattern(self, as_pattern(other))
@@ -124,19 +142,69 @@ class DFPattern:
         """``self | option_constructor(self)``: e.g. ``conv.optional(is_op("nn.relu"))``."""
         return self | as_pattern(option_constructor(self))
 
+    def dominates(self, parent: "DFPattern", path: "DFPattern | None" = None
+                  ) -> "DominatorPattern":
+        """Relay's ``child.dominates(parent, path)``: :func:`dominates` with this as the child.
+
+        ``path`` defaults to ``wildcard()`` (any nodes in between), as in Relay.
+        """
+        return DominatorPattern(parent, wildcard() if path is None else path, self)
+
+    # -- graph constraints (inside a patternkit.PatternContext) ------------------------------
+    def used_by(self, other: Any, index: int = -1):
+        """This pattern's var is used by ``other``'s (as argument ``index``; -1: any).
+
+        Recorded in the current :class:`patternkit.PatternContext`; returns the
+        :class:`~patternkit.dpl.context.PatternSeq` ``[self, other]`` for chaining.
+        """
+        return provided("used_by")(self, other, index)
+
+    def only_used_by(self, other: Any, index: int = -1):
+        """Like :meth:`used_by`, and no other binding of the block uses this pattern's var."""
+        return provided("only_used_by")(self, other, index)
+
+    def __xor__(self, other: Any):
+        """``p ^ q`` is ``p.used_by(q)`` (``tvm.relax.dpl``'s spelling)."""
+        return self.used_by(other)
+
+    def __rshift__(self, other: Any):
+        """``p >> q`` is ``p.only_used_by(q)`` (``tvm.relax.dpl``'s spelling)."""
+        return self.only_used_by(other)
+
+    def fork_to(self, *others: Any) -> None:
+        """``self ^ other`` for each of ``others``: one producer, several consumers."""
+        for other in others:
+            self.used_by(other)
+
+    def used_by_all(self, other: "DFPattern", index: int = -1, at_least: int = 1) -> None:
+        """Every reader of this pattern's var that matches ``other`` (patternkit's extension).
+
+        In a match, ``other`` stands for a tuple of Vars (binding order, at least
+        ``at_least``): a rule that combines all consumers of a value, however many.
+        """
+        provided("used_by_all")(self, other, index, at_least)
+
+    def dup(self) -> "DFPattern":
+        """A copy of this pattern node (a distinct graph node in a PatternContext)."""
+        return provided("dup")(self)
+
     # -- using the pattern ---------------------------------------------------------------
     def match(self, expr: Any, func: Any = None) -> bool:
         """True if the pattern matches ``expr``; see :func:`patternkit.match`."""
-        return _sugar("match")(self, expr, func)
+        return provided("match")(self, expr, func)
 
     def partition(self, expr: Any, attrs: dict[str, Any] | None = None,
                   check: Callable | None = None):
         """Wrap every match in its own function; see :func:`patternkit.partition`."""
-        return _sugar("partition")(self, expr, attrs=attrs, check=check)
+        return provided("partition")(self, expr, attrs=attrs, check=check)
 
-    def to_dpl(self):
-        """The equivalent ``tvm.relax.dpl`` pattern, for TVM passes such as FuseOpsByPattern."""
-        return _to_dpl(self, {})
+    def to_dpl(self, memo: dict | None = None):
+        """The equivalent ``tvm.relax.dpl`` pattern, for TVM passes such as FuseOpsByPattern.
+
+        ``memo`` (converted patterns by ``id``) shares the conversion of common
+        sub-patterns between several calls, as a graph of patterns needs.
+        """
+        return _to_dpl(self, {} if memo is None else memo)
 
     # -- structure -----------------------------------------------------------------------
     def children(self) -> tuple["DFPattern", ...]:
@@ -204,13 +272,18 @@ class CallPattern(DFPattern):
 
     ``args=None`` matches any number of arguments (Relay's ``p(None)``); with
     ``varg_default_wildcard=True`` the given args are a prefix and the rest is free.
+    Built inside a :class:`patternkit.PatternContext`, it records that each argument is
+    used by it, as ``tvm.relax.dpl`` does (``add_constraint=False`` opts out).
     """
 
     def __init__(self, op: DFPattern, args: list[DFPattern] | None,
-                 varg_default_wildcard: bool = False):
+                 varg_default_wildcard: bool = False, *, add_constraint: bool = True):
         self.op = op
         self.args = args
         self.varg_default_wildcard = varg_default_wildcard
+        if add_constraint and CONTEXT_STACK and args:
+            for i, arg in enumerate(args):  # tvm.relax.dpl: arg.used_by(call, i)
+                CONTEXT_STACK[-1].add_constraint(arg, self, index=i)
 
     def children(self):
         return (self.op, *(self.args or ()))
@@ -286,7 +359,59 @@ class ShapePattern(_Constraint):
         self.shape = list(shape)
 
 
+class DominatorPattern(DFPattern):
+    """Relay's dominator: ``child`` at the root, ``path`` on every way back to ``parent``.
+
+    Matches when ``child`` matches the root, and walking back from the root through
+    nodes that match ``path`` reaches one node matching ``parent`` on every way, and
+    everything the parent and the path nodes compute flows into the root (the root
+    post-dominates the parent: a diamond).  :mod:`patternkit.dpl.dominator` spells the
+    rules out, with what a root costs.
+    """
+
+    def __init__(self, parent: Any, path: Any, child: Any):
+        self.parent = as_pattern(parent)
+        self.path = as_pattern(path)
+        self.child = as_pattern(child)
+
+    def children(self):
+        return (self.parent, self.path, self.child)
+
+
+class IfPattern(DFPattern):
+    """A Relax ``If``: a condition and the value of each branch.
+
+    Branches are matched against each branch's result, looking through the bindings of
+    the branch, so ``is_if(c, is_op("nn.relu")(x), x)`` matches
+    ``if c: lv = R.nn.relu(x); lv  else: x``.  An ``If`` is bound in an ordinary (not
+    dataflow) block, and is never looked through: it is matched where it is bound.
+    """
+
+    def __init__(self, cond: Any, true_branch: Any, false_branch: Any):
+        self.cond = as_pattern(cond)
+        self.true_branch = as_pattern(true_branch)
+        self.false_branch = as_pattern(false_branch)
+
+    def children(self):
+        return (self.cond, self.true_branch, self.false_branch)
+
+
 # -- constructors (Relay's names) -------------------------------------------------------
+def dominates(parent: Any, path: Any, child: Any) -> DominatorPattern:
+    """Relay's ``dominates(parent, path, child)``; see :class:`DominatorPattern`.
+
+    >>> diamond = dominates(is_op("nn.conv2d")(wildcard(), wildcard()),  # doctest: +SKIP
+    ...                     wildcard().has_attr({"TOpPattern": K_ELEMWISE})(wildcard()),
+    ...                     is_op("add")(wildcard(), wildcard()))
+    """
+    return DominatorPattern(parent, path, child)
+
+
+def is_if(cond: Any, true_branch: Any, false_branch: Any) -> IfPattern:
+    """Relay's ``is_if(cond, true_branch, false_branch)``; see :class:`IfPattern`."""
+    return IfPattern(cond, true_branch, false_branch)
+
+
 def wildcard() -> WildcardPattern:
     return WildcardPattern()
 
@@ -383,6 +508,10 @@ def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
         return frozenset({"<TupleGetItem>"})
     if isinstance(pattern, TuplePattern):
         return frozenset({"<Tuple>"})
+    if isinstance(pattern, DominatorPattern):
+        return root_op_names(pattern.child)
+    if isinstance(pattern, IfPattern):
+        return frozenset({"<If>"})
     return None
 
 
@@ -434,6 +563,12 @@ def pattern_to_text(pattern: DFPattern) -> str:
         return f"{pattern_to_text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):
         return f"{pattern_to_text(pattern.pattern)}.has_shape({pattern.shape})"
+    if isinstance(pattern, DominatorPattern):
+        return (f"dominates({pattern_to_text(pattern.parent)}, {pattern_to_text(pattern.path)}, "
+                f"{pattern_to_text(pattern.child)})")
+    if isinstance(pattern, IfPattern):
+        return (f"if({pattern_to_text(pattern.cond)}, {pattern_to_text(pattern.true_branch)}, "
+                f"{pattern_to_text(pattern.false_branch)})")
     return type(pattern).__name__
 
 
@@ -472,6 +607,11 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
     elif isinstance(pattern, AltPattern):
         out = dpl.OrPattern(_to_dpl(pattern.left, memo), _to_dpl(pattern.right, memo))
     elif isinstance(pattern, AttrPattern):
+        if "TOpPattern" in pattern.attrs:
+            raise PatternError(
+                f"{pattern_to_text(pattern)}: no Relax operator registers TOpPattern, so "
+                f"tvm.relax.dpl cannot match operator kinds; list the operators "
+                f"(is_op(a) | is_op(b)) or match with patternkit")
         attrs = {k: (tvm.DataType(v) if k.endswith("dtype") and isinstance(v, str) else v)
                  for k, v in pattern.attrs.items()}
         out = _to_dpl(pattern.pattern, memo).has_attr(attrs)
@@ -481,6 +621,9 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
         out = _to_dpl(pattern.pattern, memo).has_dtype(pattern.dtype)
     elif isinstance(pattern, ShapePattern):
         out = _to_dpl(pattern.pattern, memo).has_shape(pattern.shape)
+    elif isinstance(pattern, (DominatorPattern, IfPattern)):
+        raise PatternError(f"{type(pattern).__name__} has no tvm.relax.dpl equivalent: match, "
+                           f"rewrite and form composites with patternkit (pk.MergeComposite)")
     else:
         raise PatternError(f"cannot convert {type(pattern).__name__} to tvm.relax.dpl")
     memo[id(pattern)] = out

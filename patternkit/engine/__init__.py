@@ -15,6 +15,7 @@ in :mod:`~patternkit.engine.callback` is the Relay face of ``RewriteRule``), and
 
 from .callback import DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
+from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
 from .partitioning import partition
 from .proposal import match_bindings
 from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
@@ -24,4 +25,5 @@ __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings",
 ]

@@ -34,12 +34,14 @@ from typing import Any, Sequence
 import tvm
 from tvm import relax
 
+from ..dpl.dominator import AmbiguousDominator
 from ..dpl.pattern import DFPattern, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding, has_candidates
+from .multi import BindingsRewriteRule, rewrite_function_bindings
 from .proposal import Group, find_groups, group_check
 from .rule import Reject, RewriteRule, RuleMatch
 from .ruleset import RuleSet
@@ -179,6 +181,9 @@ def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
             raise PatternError(f"expected a DFPatternCallback (a rewrite rule), found "
                                f"{type(rule).__name__}: "
                                f"{rule!r}")
+        if isinstance(rule, BindingsRewriteRule):  # several roots: a context, no pattern
+            rule.validate()
+            continue
         if not isinstance(rule.pattern, DFPattern):
             found = "None (set self.pattern in __init__)" if rule.pattern is None \
                 else f"a {type(rule.pattern).__module__}.{type(rule.pattern).__name__}"
@@ -242,6 +247,14 @@ def _apply_rule(rule: RewriteRule, roles: dict, mod: tvm.IRModule, allow_escapin
 def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: relax.Function,
                       allow_escaping: bool, log: RewriteLog | None,
                       round_index: int) -> tuple[relax.Function, tuple | None]:
+    if isinstance(rule, BindingsRewriteRule):  # several roots: engine/multi.py
+        done = rewrite_function_bindings(rule, roles, func_name, func, collect=log is not None)
+        if log is not None:
+            log.records.extend(RewriteRecord(rule.rule_name, func_name, root, replaced,
+                                             round_index) for root, replaced in done.rewritten)
+            log.skipped.extend(SkippedMatch(rule.rule_name, func_name, root, reason, refusal)
+                               for root, reason, refusal in done.refused)
+        return done.function, done.last
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
         return func, None
     if not has_candidates(func, root_op_names(rule.pattern)):
@@ -250,7 +263,10 @@ def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: rela
     checker = rule.match_check()  # None: the rule accepts every match, skip the calls
     check = None if checker is None else group_check(
         checker, roles, lambda group, err: _callback_error(rule, "check", func_name, group, err))
-    groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
+    try:
+        groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
+    except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
+        raise err.in_rule(rule.rule_name, func_name) from err
     if log is not None:
         for s in skipped:
             log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason,

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import tvm
 from tvm import relax
 
+from ..dpl.dominator import AmbiguousDominator
 from ..dpl.pattern import DFPattern, as_pattern, provide_sugar, root_op_names
 from ..errors import CallbackError, PatternError
 from ..ir import compat as C
@@ -108,7 +109,10 @@ def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function
                              f"(while checking binding '{where}')", "check", where)
 
     checked = None if check is None else group_check(check, {}, check_error)
-    groups, skips = find_groups(index, pattern, checked)
+    try:
+        groups, skips = find_groups(index, pattern, checked)
+    except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
+        raise err.in_rule("partition", func_name) from err
     if skipped is not None:
         skipped.extend(skips)
     if not groups:

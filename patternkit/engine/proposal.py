@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from tvm import relax
 
+from ..dpl.dominator import Uses
 from ..dpl.matcher import Match, Matcher
 from ..dpl.pattern import DFPattern, root_op_names
 from ..ir import compat as C
@@ -114,7 +115,9 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     claimed: set[int] = set()  # handles of Vars already inside an accepted match
     groups: list[Group] = []
     skipped: list[Skipped] = []
-    matchers = [Matcher(call_args=index.call_args, table=table) for table in index.values]
+    uses = Uses(index.readers, index.escaping)  # what a dominator's reconvergence reads
+    matchers = [Matcher(call_args=index.call_args, table=table, uses=uses)
+                for table in index.values]
     for position in reversed(index.candidates(root_op_names(pattern))):
         binding = index.binding_at(position)
         var = binding.var

@@ -132,6 +132,9 @@ class NodeMap(Mapping):
         self.plan = plan
 
     def __getitem__(self, pattern: DFPattern) -> list:
+        repeated = self._match.repeated.get(pattern)
+        if repeated is not None:  # a dominator's path: every path node, as Relay listed them
+            return list(repeated)
         try:
             return [self._match.captures[pattern]]
         except KeyError:
@@ -145,7 +148,7 @@ class NodeMap(Mapping):
         return len(self._match.captures)
 
     def __contains__(self, pattern: object) -> bool:
-        return pattern in self._match.captures
+        return pattern in self._match.captures or pattern in self._match.repeated
 
     def var(self, pattern: DFPattern) -> Any:
         """The Var bound to the value ``pattern`` matched (the expression itself for leaves)."""
@@ -213,6 +216,9 @@ class RuleMatch:
 
     def __getitem__(self, key: str | DFPattern) -> Any:
         pattern = self._pattern(key)
+        repeated = self._match.repeated.get(pattern)
+        if repeated is not None:  # a dominator's path: the list of its path nodes
+            return list(repeated)
         try:
             return self._match.captures[pattern]
         except KeyError:
@@ -221,7 +227,8 @@ class RuleMatch:
 
     def __contains__(self, key: object) -> bool:
         pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
-        return pattern is not None and pattern in self._match.captures
+        return pattern is not None and (pattern in self._match.captures
+                                        or pattern in self._match.repeated)
 
     def __getattr__(self, role: str) -> Any:
         if role.startswith("__"):  # copy, pickle and friends probe for dunders

@@ -84,6 +84,8 @@ class Inliner:
             emitted.append((None, cursor))
         state.note_uses(new_body)
         dead = state.dead_vars()
+        if state.renames:
+            state.collapse_renames()
         changed = new_body is not body
         blocks = []
         for block, cursor in emitted:

@@ -79,6 +79,23 @@ class SeqState:
         self.renames[field] = var
         return True
 
+    def collapse_renames(self) -> None:
+        """Follow chains of renames to their end.
+
+        A nested multi-output group makes chains: the inner tuple's field ``a`` is taken
+        over by the outer function's projection ``p = t[0]``, and the outer function
+        returns ``p`` in a tuple whose projection ``q = u[1]`` in the caller takes ``p``
+        over in turn.  ``a`` must then become ``q``, not ``p``, which is no longer bound.
+        """
+        renames = self.renames
+        for var in list(renames):
+            target = renames[var]
+            seen = {var}
+            while target in renames and target not in seen:
+                seen.add(target)
+                target = renames[target]
+            renames[var] = target
+
     def dead_vars(self) -> set:
         dead = {v for v, used in self.removable.items() if not used}
         dead.update(v for v in self.tuples if v not in self.used_tuples)

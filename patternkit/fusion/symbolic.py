@@ -1,11 +1,22 @@
-"""Binding a callee's symbolic shape variables to the caller's shape expressions.
+"""Symbolic shape variables across a function boundary, in both directions.
 
-A fused function with symbolic shapes (``x: R.Tensor(("n", 8))``) defines its own
-``n``.  Inlined into a caller where the argument has type ``R.Tensor((m * 2, 8))``, every
-``n`` in the callee's body must become ``m * 2``, or the caller is left with an
-undefined symbolic variable (what ``InlinePrivateFunctions`` does).  The values are read
-off the argument types; the callee is then rewritten once per distinct binding, with
-one callee-sized ``bind_symbolic_vars`` call, and cached.
+Relax requires every function of a module to define its own symbolic variables: two
+global functions that share one ``n`` are not well formed ("Var n is defined in both
+function f and function main").  So moving code across a function boundary means
+renaming symbolic variables.
+
+Inlining (:class:`SymbolicBinder`)
+    A fused function with symbolic shapes (``x: R.Tensor(("n", 8))``) defines its own
+    ``n``.  Inlined into a caller where the argument has type ``R.Tensor((m * 2, 8))``,
+    every ``n`` in the callee's body must become ``m * 2``, or the caller is left with an
+    undefined symbolic variable (what ``InlinePrivateFunctions`` does).  The values are
+    read off the argument types; the callee is then rewritten once per distinct binding,
+    with one callee-sized ``bind_symbolic_vars`` call, and cached.
+Outlining (:func:`detach_symbolic_vars`)
+    A local function lifted to a global one (``PartitionGraph`` lifting composites) gets
+    what ``FuseOps``/``FuseOpsByPattern`` give every function they create: a trailing
+    ``tir_vars: R.Shape([...])`` parameter for the symbolic variables it uses but its
+    parameters do not define, and fresh symbolic variables throughout.
 """
 
 from __future__ import annotations
@@ -19,7 +30,8 @@ from ..errors import MalformedIRError
 from ..ir import compat as C
 from ..ir.rebuild import binding_text
 
-__all__ = ["SymbolicBinder", "bind_symbolic_vars", "match_symbolic"]
+__all__ = ["SymbolicBinder", "bind_symbolic_vars", "detach_symbolic_vars", "match_symbolic",
+           "signature_symbolic_vars"]
 
 
 class SymbolicBinder:
@@ -39,7 +51,7 @@ class SymbolicBinder:
         key = id(func)
         entry = self._symvars.get(key)
         if entry is None:
-            entry = self._symvars[key] = (func, list(relax.analysis.defined_symbolic_vars(func)))
+            entry = self._symvars[key] = (func, signature_symbolic_vars(func))
         symvars = entry[1]
         if not symvars:
             return func
@@ -67,6 +79,31 @@ class SymbolicBinder:
         if cache_key is not None:
             self._bound[cache_key] = bound
         return bound
+
+
+def signature_symbolic_vars(func: relax.Function) -> list:
+    """The symbolic variables ``func``'s parameters define, in order of first appearance.
+
+    These, and only these, a call site must supply.  A variable that the body defines
+    itself is left alone: one that a nested local function's parameters define (the
+    composites ``MergeCompositeFunctions`` nests in a ``Codegen`` function, each with its
+    own fresh ``n``) is bound when that nested call is inlined in turn, and one that a
+    ``match_cast`` defines is defined again by the inlined ``match_cast``.
+    ``relax.analysis.defined_symbolic_vars`` counts all three, so asking the arguments for
+    all of them fails on every ``MergeCompositeFunctions`` output with a symbolic shape.
+    """
+    found: list = []
+    seen: set = set()
+    for param in func.params:
+        if tvm.ir.is_prim_var(param):
+            defined = [param]
+        else:
+            defined = relax.analysis.definable_tir_vars_in_type(param.ty)
+        for var in defined:
+            if var not in seen:
+                seen.add(var)
+                found.append(var)
+    return found
 
 
 def _dims(shape: Any) -> list | None:
@@ -137,3 +174,34 @@ def _cache_key(value: Any) -> Any:
     if isinstance(value, tvm.tirx.IntImm):
         return (str(value.dtype), int(value))
     return None
+
+
+def detach_symbolic_vars(func: relax.Function, *,
+                         rename: bool = True) -> tuple[relax.Function, list]:
+    """``func`` made fit to be a global function of the module it was local to.
+
+    Returns ``(function, extra_arguments)``: the function with a trailing ``tir_vars:
+    R.Shape([...])`` parameter when it uses symbolic variables its parameters do not
+    define (a composite whose input is ``(n * 4,)`` and whose output is ``(n, 4)``), and
+    fresh symbolic variables throughout; and the arguments each call site must append
+    (``[R.shape([n])]``, or nothing).  This is what ``FuseOps`` and ``FuseOpsByPattern``
+    do to the functions they create (``tir_vars`` and ``SymbolicVarRenewMutator`` in
+    TVM's ``fuse_ops.cc``), so :func:`patternkit.fusion.defuse` inverts it the same way.
+
+    With ``rename=False`` the symbolic variables keep their identity: for a function
+    that stays local, which may share them with the function it is nested in (renaming
+    also re-simplifies every type, ``n * 2 * 16`` becoming ``n * 32``, which a caller
+    comparing types structurally would take for a different type).
+    """
+    free = list(relax.analysis.free_symbolic_vars(func))
+    extra: list = []
+    if free:
+        holder = relax.Var("tir_vars", relax.ShapeType(free))
+        func = relax.Function(list(func.params) + [holder], func.body, func.ret_ty,
+                              func.is_pure, func.attrs, func.span)
+        extra.append(relax.ShapeExpr(free))
+    defined = relax.analysis.defined_symbolic_vars(func) if rename else []
+    if not defined:
+        return func, extra
+    fresh = {var: tvm.tirx.Var(var.name, var.ty) for var in defined}
+    return func.bind_symbolic_vars(fresh), extra

@@ -7,7 +7,9 @@ block) mixing elementwise and broadcast ops, reductions, ``conv2d``, ``matmul``,
 ``reshape``, ``concat``, ``split`` with tuple outputs, tensor constants, symbolic
 dimensions and intermediates with several users -- the shapes that stress fusion: groups
 that return tuples, partially used tuple parameters, lifted constants and symbolic
-``tir_vars``.  ``batchnorm_chain`` builds the benchmark's chain of batch-norm expressions.
+``tir_vars``.  On request (``dead=True``) they also hold dead bindings, as importers
+leave them: unused tuple projections (the ONNX importer's ``lv5 = lv3[1]``), unused ops
+and chains of them.  ``batchnorm_chain`` builds the benchmark's chain of batch-norm expressions.
 
 hypothesis is only imported when a strategy is requested, so importing this module in
 library code costs nothing.
@@ -112,7 +114,9 @@ class _GraphBuilder:
 
     Values are tracked with their shapes (ints, or PrimExprs over the symbolic dims) so
     every op is applied to operands it accepts; the block's outputs are all values that
-    nobody else uses, so no binding is dead and every op survives fusion.
+    nobody else uses, so no binding is dead and every op survives fusion -- unless dead
+    bindings are asked for, which are kept apart from the values so nothing live reads
+    them.
     """
 
     # bounded ops only: long random chains must not overflow to inf/NaN, which would make
@@ -122,12 +126,14 @@ class _GraphBuilder:
     BINARY = ("relax.add", "relax.multiply", "relax.subtract", "relax.maximum")
     REDUCE = ("relax.sum", "relax.mean", "relax.max")
 
-    def __init__(self, draw, st, symbolic: bool, constants: bool):
+    def __init__(self, draw, st, symbolic: bool, constants: bool, dead: bool = False):
         self.draw, self.st = draw, st
-        self.symbolic, self.constants = symbolic, constants
+        self.symbolic, self.constants, self.dead = symbolic, constants, dead
         self.rng = np.random.default_rng(draw(st.integers(0, 2**16)))
         self.values: list = []  # (expr, shape)
         self.users: dict = {}
+        self.tuples: list = []       # (split tuple, number of fields): for dead projections
+        self.dead_values: list = []  # dead bindings, which only other dead bindings read
 
     # shapes -------------------------------------------------------------
     @staticmethod
@@ -152,7 +158,9 @@ class _GraphBuilder:
         n = tvm.tirx.Var("n", "int64") if self.symbolic and draw(st.booleans()) else None
         for index in range(draw(st.integers(1, 3))):
             if draw(st.booleans()):
-                shape = (1, draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((4, 6))),
+                # an image batch: symbolic, as torch.export writes a dynamic batch, or 1
+                batch = n if n is not None and draw(st.booleans()) else 1
+                shape = (batch, draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((4, 6))),
                          draw(st.sampled_from((4, 6))))
             else:
                 rows = n if n is not None and draw(st.booleans()) else draw(st.sampled_from((2, 3)))
@@ -208,7 +216,7 @@ class _GraphBuilder:
             call = getattr(relax.op, op.split(".")[-1])(expr, axis=[axis], keepdims=keepdims)
             self._emit(bb, call, new_shape, expr)
         elif kind == "conv2d":
-            value = self._pick(lambda v: len(v[1]) == 4 and self._static(v[1]))
+            value = self._pick(lambda v: len(v[1]) == 4 and self._static(v[1][1:]))
             if value is None:
                 return self.step_fallback(bb)
             expr, shape = value
@@ -251,7 +259,28 @@ class _GraphBuilder:
                 field = bb.emit(relax.TupleGetItem(tup, index))
                 self.values.append((field, half))
             self.users[tup] = 1
+            self.tuples.append((tup, 2))
         return None
+
+    def step_dead(self, bb) -> None:
+        """Maybe emit a dead binding: a projection nobody reads, an op of a live value
+        nobody reads, or an op of an earlier dead binding (a dead chain)."""
+        st, draw = self.st, self.draw
+        if draw(st.integers(0, 2)) != 0:
+            return
+        kind = draw(st.sampled_from(("projection", "op", "chain")))
+        if kind == "projection" and self.tuples:
+            tup, fields = self.tuples[draw(st.integers(0, len(self.tuples) - 1))]
+            bb.emit(relax.TupleGetItem(tup, draw(st.integers(0, fields - 1))))
+            return
+        if kind == "chain" and self.dead_values:
+            source = self.dead_values[draw(st.integers(0, len(self.dead_values) - 1))]
+        else:
+            source, _ = self._pick()
+            if not isinstance(source.ty, relax.TensorType):
+                return
+        op = draw(st.sampled_from(self.UNARY))
+        self.dead_values.append(bb.emit(_make_op(op, source)))
 
     def step_fallback(self, bb) -> None:
         expr, shape = self._pick()
@@ -273,7 +302,8 @@ def _make_op(name, *args):
     return getattr(namespace, short)(*args)
 
 
-def relax_graphs(max_ops: int = 8, symbolic: bool = True, constants: bool = True):
+def relax_graphs(max_ops: int = 8, symbolic: bool = True, constants: bool = True,
+                 dead: bool = False):
     """A hypothesis strategy drawing random well-formed Relax modules.
 
     Parameters
@@ -282,9 +312,14 @@ def relax_graphs(max_ops: int = 8, symbolic: bool = True, constants: bool = True
         Largest number of operator steps (at least ``min(3, max_ops)`` are taken; a
         ``split`` step emits up to three bindings).
     symbolic : bool
-        Let rank-2 inputs share a symbolic leading dimension ``n``.
+        Let inputs share a symbolic leading dimension ``n``: the rows of rank-2 inputs
+        and the batch of rank-4 (image) inputs, which ``conv2d`` then carries through.
     constants : bool
         Use tensor constants as operands (conv/matmul weights always are constants).
+    dead : bool
+        Also emit dead bindings after some steps (nothing live reads them): unused tuple
+        projections, unused ops of live values, and ops of earlier dead bindings.  Off by
+        default, so that existing strategies draw the same graphs.
 
     Returns
     -------
@@ -300,13 +335,15 @@ def relax_graphs(max_ops: int = 8, symbolic: bool = True, constants: bool = True
 
     @st.composite
     def graphs(draw):
-        spec = _GraphBuilder(draw, st, symbolic, constants)
+        spec = _GraphBuilder(draw, st, symbolic, constants, dead)
         bb = relax.BlockBuilder()
         params = spec.params()
         with bb.function("main", params):
             with bb.dataflow():
                 for _ in range(draw(st.integers(min(3, max_ops), max_ops))):
                     spec.step(bb)
+                    if dead:
+                        spec.step_dead(bb)
                 outs = spec.outputs(params)
                 if not outs:  # every op consumed: emit one so main returns something
                     spec.step_fallback(bb)

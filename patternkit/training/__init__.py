@@ -9,8 +9,9 @@ did (``Primitive=1, Compiler="xpucompiler", global_symbol="xpu"``).
 
 from .backward_offload import offload
 from .check import GradientCheck, check_gradients
-from .differentiate import GradientReport, gradient, with_loss
+from .differentiate import GradientReport, expand_for_gradient, gradient, with_loss
 from .ops import ensure_extra_gradients, has_gradient, ops_without_gradient
 
 __all__ = ["GradientCheck", "GradientReport", "check_gradients", "ensure_extra_gradients",
+           "expand_for_gradient",
            "gradient", "has_gradient", "offload", "ops_without_gradient", "with_loss"]

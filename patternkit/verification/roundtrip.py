@@ -23,14 +23,40 @@ the restored module -- get exactly the same three steps before they are compared
    ``n``, and after this step both sides spell them the same way.
 3. A canonical binding order inside every dataflow block: a post-order depth-first walk
    from the block's results (the variables used after the block, in order of first use,
-   then the block's remaining outputs and any dead bindings), visiting operands in
-   argument order.  ``FuseOps`` emits a group where its last binding was, so independent
+   then the block's remaining outputs, then any dead bindings), visiting operands in
+   argument order.  Dead bindings are taken in an order of their own, by the positions
+   of the variables they read (then by structure), not by where they stood: a fusion
+   that swallows a dead binding into a group puts it back elsewhere.  ``FuseOps`` emits a group where its last binding was, so independent
    bindings legitimately change places; a dataflow block is pure, so any topological order
    computes the same values.  Ordinary (non-dataflow) blocks may have side effects and keep
    their order.
 
-Nothing else is normalised: no dead-code elimination, no CSE, no constant folding, since
-each of those could hide a defusion bug (a dropped or duplicated binding).
+Nothing else is normalised: no CSE, no constant folding, since each of those could hide
+a defusion bug (a duplicated or changed binding).
+
+Dead bindings
+-------------
+Importers leave dead bindings behind (the ONNX importer's ``lv5 = lv3[1]``, the unused
+running mean of a ``batch_norm``), and fusion passes drop them: ``MergeCompositeFunctions``
+(and ``FuseOps`` where a group swallows them) only give a group the outputs somebody
+reads.  Defusion cannot bring them back, and a program without them computes the same
+values, so the round trip compares *modulo the dead bindings the fusion removed*:
+
+* a binding of a dataflow block is dead when nothing live reads it, transitively (the
+  function's result and every binding outside dataflow blocks are live; a
+  ``match_cast`` is always live, since it checks its value at run time);
+* when the restored module differs from the reference, the live parts of both are
+  compared first (each function without its dead bindings); any difference there fails;
+* every dead binding the restored module still has must then match a dead binding of
+  the reference, value and type (operands mapped through the live comparison); one
+  that matches none -- a dead binding whose value changed, or one that appeared --
+  fails;
+* the reference's dead bindings that nothing matched are the ones fusion dropped: the
+  comparison is made without them, and they are listed in
+  :attr:`RoundTripResult.dropped_dead`, so the result says what it did not compare.
+
+No dead-code elimination runs on either side otherwise: a module whose dead code
+survives is compared exactly, as before.
 Variable names are not normalised because Relax structural equality already ignores the
 names of local variables; global function names *are* compared, so a fused function left
 behind in the restored module is reported.
@@ -44,10 +70,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
+
 from ..errors import PatternkitError
 from ..fusion import DefuseOps
 from ..ir import compat as C
@@ -56,9 +83,9 @@ from ..ir.rebuild import binding_text, make_block, rebuild_function
 from ..ir.walk import map_type_dims, substitute, vars_read
 from . import numeric as numerics  # a module, not a name: tests replace its compare
 
-__all__ = ["RoundTripError", "RoundTripResult", "check_roundtrip", "normalize_for_comparison",
-           "canonical_binding_order", "canonical_symbolic_types", "first_difference",
-           "default_fusion"]
+__all__ = ["RoundTripError", "RoundTripResult", "DeadBinding", "check_roundtrip",
+           "normalize_for_comparison", "canonical_binding_order", "canonical_symbolic_types",
+           "first_difference", "compare_modulo_dead", "dead_bindings", "default_fusion"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +120,10 @@ class RoundTripResult:
         The first structural difference after normalisation, ``None`` when equal.
     numeric : patternkit.verification.numeric.Comparison or None
         The VM comparison of ``reference`` and ``restored`` when requested.
+    dropped_dead : tuple of DeadBinding
+        Dead bindings of the reference that the fusion removed and the structural
+        comparison therefore left out (see "Dead bindings" in the module docstring);
+        empty when every binding was compared.
     """
 
     reference: tvm.IRModule
@@ -100,10 +131,33 @@ class RoundTripResult:
     restored: tvm.IRModule
     difference: str | None = None
     numeric: object | None = None
+    dropped_dead: tuple = field(default=())
 
     @property
     def ok(self) -> bool:
         return self.difference is None and (self.numeric is None or self.numeric.ok)
+
+
+@dataclass(frozen=True)
+class DeadBinding:
+    """A binding of the reference that nothing live reads, and that fusion removed.
+
+    Attributes
+    ----------
+    function : str
+        The global function holding it.
+    name : str
+        Its variable's name (``"lv5"``).
+    text : str
+        The binding as printed (``"lv5 = lv3[1]"``).
+    """
+
+    function: str
+    name: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.function}: {self.text}"
 
 
 def default_fusion() -> tuple[tvm.transform.Pass, tvm.transform.Pass]:
@@ -128,14 +182,17 @@ def canonical_binding_order(mod: tvm.IRModule) -> tvm.IRModule:
     functions = dict(mod.functions.items())
     for gv, func in list(functions.items()):
         if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
-            new_body = _order_seq(func.body)
+            new_body = _order_seq(func.body, func.params)
             if new_body is not func.body:
                 functions[gv] = rebuild_function(func, new_body)
     return C.copy_module(mod, functions)
 
 
-def _order_seq(seq):
+def _order_seq(seq, params=()):
     blocks = list(seq.blocks)
+    # position of every variable defined before the block being ordered: what dead
+    # bindings are ordered by
+    rank: dict = {p: i for i, p in enumerate(params)}
     # first use of each var outside the block that defines it (one forward scan)
     def_block: dict = {}
     later_use: dict = {}
@@ -155,11 +212,13 @@ def _order_seq(seq):
     for index, block in enumerate(blocks):
         if not isinstance(block, relax.DataflowBlock):
             new_blocks.append(block)
+            rank.update((b.var, len(rank)) for b in block.bindings)
             continue
         bindings = list(block.bindings)
         used_later = sorted((later_use[b.var], i) for i, b in enumerate(bindings)
                             if b.var in later_use)
-        ordered = _order_block(bindings, [bindings[i].var for _, i in used_later])
+        ordered = _order_block(bindings, [bindings[i].var for _, i in used_later], rank)
+        rank.update((b.var, len(rank)) for b in ordered)
         if all(a.same_as(b) for a, b in zip(ordered, bindings)):
             new_blocks.append(block)
         else:
@@ -170,13 +229,31 @@ def _order_seq(seq):
     return relax.SeqExpr(new_blocks, seq.body, seq.span)
 
 
-def _order_block(bindings: list, later_uses: list) -> list:
+def _order_block(bindings: list, later_uses: list, outer_rank: dict) -> list:
     by_var = {b.var: b for b in bindings}
     roots = [v for v in later_uses if v in by_var]
     roots += [b.var for b in bindings if not isinstance(b.var, relax.DataflowVar)]
-    roots += [b.var for b in bindings]
     done: set = set()
     order: list = []
+    _post_order(roots, by_var, done, order)
+    if len(order) < len(bindings):  # dead bindings: ordered by what they read
+        rank = dict(outer_rank)
+        rank.update((b.var, len(outer_rank) + i) for i, b in enumerate(order))
+        dead = [(i, b) for i, b in enumerate(bindings) if b.var not in done]
+        dead.sort(key=lambda item: _dead_key(item[1], rank, item[0]))
+        _post_order([b.var for _, b in dead], by_var, done, order)
+    return order
+
+
+def _dead_key(binding, rank: dict, index: int) -> tuple:
+    """Sort key of a dead binding: the positions of its operands (an operand that is
+    itself dead sorts last), its structure, and, for exact twins, where it stood."""
+    operands = tuple(rank.get(v, len(rank)) for v in vars_read(binding.value))
+    return operands, C.structural_hash(binding.value, map_free_vars=True), index
+
+
+def _post_order(roots: list, by_var: dict, done: set, order: list) -> None:
+    """Append the bindings of ``roots`` and their operands in ``by_var`` to ``order``."""
     for root in roots:
         if root in done:
             continue
@@ -194,7 +271,6 @@ def _order_block(bindings: list, later_uses: list) -> list:
             for operand in reversed(vars_read(by_var[var].value)):
                 if operand in by_var and operand not in done:
                     stack.append((operand, False))
-    return order
 
 
 def canonical_symbolic_types(mod: tvm.IRModule) -> tvm.IRModule:
@@ -332,7 +408,132 @@ def _function_difference(name, exp_f, act_f) -> str:
             f"{dict(exp_f.attrs or {})}\n  restored: {act_f.ret_ty} {dict(act_f.attrs or {})}")
 
 
+# ---------------------------------------------------------------------- dead bindings
+def dead_bindings(func: relax.Function) -> list:
+    """The dead bindings of ``func``'s blocks, in program order.
+
+    A binding of a dataflow block is dead when nothing live reads its variable,
+    transitively; the function's result, every binding outside a dataflow block (it may
+    have effects) and every ``match_cast`` (it checks its value at run time) are live.
+    """
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return []
+    live = set(vars_read(body.body))
+    dead = []
+    for block in reversed(list(body.blocks)):
+        dataflow = isinstance(block, relax.DataflowBlock)
+        for binding in reversed(list(block.bindings)):
+            if dataflow and type(binding) is relax.VarBinding and binding.var not in live:
+                dead.append(binding)
+                continue
+            live.update(vars_read(binding.value))
+    dead.reverse()
+    return dead
+
+
+def _without(func: relax.Function, bindings: list) -> relax.Function:
+    """``func`` without ``bindings``, its dataflow blocks in canonical order again."""
+    doomed = {b.var for b in bindings}
+    blocks = []
+    for block in func.body.blocks:
+        kept = [b for b in block.bindings if b.var not in doomed]
+        if kept:
+            blocks.append(make_block(kept, isinstance(block, relax.DataflowBlock), block.span))
+    pruned = rebuild_function(func, relax.SeqExpr(blocks, func.body.body, func.body.span))
+    return canonical_binding_order(tvm.IRModule({"f": pruned}))["f"]
+
+
+def _live_mapping(ref_live: relax.Function, res_live: relax.Function) -> dict:
+    """Reference Var -> restored Var, for two structurally equal functions."""
+    mapping = dict(zip(ref_live.params, res_live.params))
+    for (_, eb), (_, ab) in zip(_flat_bindings(ref_live), _flat_bindings(res_live)):
+        mapping[eb.var] = ab.var
+    return mapping
+
+
+def _same_binding(ref_binding, res_binding, mapping: dict) -> bool:
+    if type(ref_binding.var) is not type(res_binding.var):
+        return False
+    try:
+        renamed = substitute(ref_binding.value, mapping)
+    except PatternkitError:  # a value that captures variables: compare it as it is
+        renamed = ref_binding.value
+    return (C.structural_equal(renamed, res_binding.value, map_free_vars=False)
+            and C.structural_equal(ref_binding.var.ty, res_binding.var.ty))
+
+
+def _dropped_dead(name: str, ref_f: relax.Function,
+                  res_f: relax.Function) -> tuple[list, str | None]:
+    """The reference's dead bindings without a counterpart in ``res_f``.
+
+    Returns ``(dropped, difference)``.  ``difference`` describes a live difference (the
+    functions differ even without their dead bindings) or a dead binding of ``res_f``
+    that matches none of the reference's; ``dropped`` is then empty.
+    """
+    ref_dead = dead_bindings(ref_f)
+    if not ref_dead:
+        return [], None
+    res_dead = dead_bindings(res_f)
+    ref_live, res_live = _without(ref_f, ref_dead), _without(res_f, res_dead)
+    if not C.structural_equal(ref_live, res_live):
+        return [], _function_difference(name, ref_live, res_live) + \
+            "\n  (compared without the dead bindings of either side)"
+    mapping = _live_mapping(ref_live, res_live)
+    unmatched = list(ref_dead)
+    for res_binding in res_dead:
+        match = next((b for b in unmatched if _same_binding(b, res_binding, mapping)), None)
+        if match is None:
+            return [], (f"function '{name}': the restored dead binding "
+                        f"{_show(res_binding)} matches no dead binding of the reference "
+                        f"(a dead binding changed or appeared)")
+        unmatched.remove(match)
+        mapping[match.var] = res_binding.var
+    return unmatched, None
+
+
+def compare_modulo_dead(reference: tvm.IRModule,
+                        restored: tvm.IRModule) -> tuple[str | None, tuple]:
+    """``(difference, dropped)`` of two normalised modules, modulo dropped dead bindings.
+
+    See "Dead bindings" in the module docstring.  ``difference`` is ``None`` when
+    ``restored`` equals ``reference`` without the dead bindings listed in ``dropped``.
+    """
+    difference = first_difference(reference, restored)
+    if difference is None:
+        return None, ()
+    restored_funcs = {gv.name_hint: f for gv, f in restored.functions.items()}
+    functions = dict(reference.functions.items())
+    dropped: list[DeadBinding] = []
+    for gv, ref_f in reference.functions.items():
+        res_f = restored_funcs.get(gv.name_hint)
+        if not (isinstance(ref_f, relax.Function) and isinstance(res_f, relax.Function)
+                and isinstance(ref_f.body, relax.SeqExpr)
+                and isinstance(res_f.body, relax.SeqExpr)) or C.structural_equal(ref_f, res_f):
+            continue
+        gone, live_difference = _dropped_dead(gv.name_hint, ref_f, res_f)
+        if live_difference is not None:
+            return live_difference, ()
+        if gone:
+            functions[gv] = _without(ref_f, gone)
+            dropped.extend(DeadBinding(gv.name_hint, C.var_name(b.var),
+                                       binding_text(b.var, b.value)) for b in gone)
+    if not dropped:
+        return difference, ()
+    # the plain comparison of the pruned reference: what was not compared is `dropped`
+    return first_difference(C.copy_module(reference, functions), restored), tuple(dropped)
+
+
 # ---------------------------------------------------------------------- entry point
+def _ill_formed(mod: tvm.IRModule) -> str | None:
+    """Why ``mod`` is not well formed (an undefined symbolic variable, say), or ``None``."""
+    try:
+        relax.analysis.well_formed(mod)
+    except Exception as err:  # the C++ checker raises a plain TVM error
+        return f"the restored module is not well formed: {err}"
+    return None
+
+
 def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | None = None, *,
                     kinds=None, numeric: bool = False, rtol: float = 1e-5, atol: float = 1e-5,
                     seed: int = 0, func_name: str = "main", numeric_options: dict | None = None,
@@ -369,6 +570,9 @@ def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | Non
     Returns
     -------
     RoundTripResult
+        ``difference`` is ``None`` when the restored module is well formed and equals the
+        reference after normalisation, modulo the dead bindings the fusion removed
+        (listed in ``dropped_dead``; see the module docstring).
     """
     if fuse is None:
         prepare, fusion = default_fusion()
@@ -381,8 +585,17 @@ def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | Non
                         f"expected an IRModule")
     restored = DefuseOps(kinds)(fused)
     result = RoundTripResult(reference, fused, restored)
-    result.difference = first_difference(normalize_for_comparison(reference),
-                                         normalize_for_comparison(restored))
+    result.difference, result.dropped_dead = compare_modulo_dead(
+        normalize_for_comparison(reference), normalize_for_comparison(restored))
+    if result.difference is None:
+        # after the comparison, whose message is the more precise for a module that
+        # differs; an equal one may still be ill formed (a symbolic variable defined in
+        # two functions, which normalisation renames away)
+        result.difference = _ill_formed(restored)
+    if result.dropped_dead:
+        logger.info("round trip: %d dead binding(s) of the input were removed by the fusion "
+                    "and not compared: %s", len(result.dropped_dead),
+                    "; ".join(str(d) for d in result.dropped_dead))
     if result.difference is not None:
         logger.debug("round trip failed: %s", result.difference)
         if raise_on_failure:

@@ -10,6 +10,8 @@ What is drawn
   site inside a cluster, or, with ``calls="once"``, each global callee once;
 * tuples and tuple-get-item make no nodes: a tuple is a bundle of edges and ``t[0]``
   becomes the port ``[0]`` on the edge leaving the producer;
+* an ``If`` is one node reading its condition and the result of each branch; each
+  branch's bindings are drawn inside a ``branch`` cluster ("z: then", "z: else");
 * constants and literals are folded into their consumer's label (``constants="fold"``)
   or drawn as nodes (``constants="node"``).
 
@@ -192,7 +194,11 @@ class _Walker:
                 self.draw.index(p, node.id)
 
     def _walk_body(self, func: relax.Function, ctx: _Ctx) -> Any:
-        body = func.body
+        return self._walk_seq(func.body, ctx)
+
+    def _walk_seq(self, body: Any, ctx: _Ctx) -> Any:
+        """Draw the bindings of a ``SeqExpr`` (a function's or an If branch's body); the
+        reference of its result."""
         if isinstance(body, relax.SeqExpr):
             for block in array_items(body.blocks):
                 for binding in array_items(block.bindings):
@@ -249,21 +255,32 @@ class _Walker:
             node.attrs = {"value": literal_text(expr)}
             self.draw.index(expr, node.id)
             return (node.id, "")
-        is_if = isinstance(expr, relax.If)
+        if isinstance(expr, relax.If):
+            return self._if(expr, ctx, owner if bound_name else _anon(owner), bound_name,
+                            bound_var)
         if bound_name:
-            # ``c = R.const(...)``, ``s = R.shape(...)``, an If, ...: a node of its own.
-            node = self.draw.node(owner, "op" if is_if else "value",
-                                  "if" if is_if else literal_text(expr), type_of(bound_var),
+            # ``c = R.const(...)``, ``s = R.shape(...)``, ...: a node of its own.
+            node = self.draw.node(owner, "value", literal_text(expr), type_of(bound_var),
                                   bound_name, ctx, op=type(expr).__name__)
-            if is_if:
-                self.draw.wire(node, 0, "", self._resolve(expr.cond, ctx, owner))
             self.draw.index(expr, node.id)
             return (node.id, "")
-        if is_if:
-            node = self.draw.node(_anon(owner), "op", "if", type_of(expr), "", ctx, op="If")
-            self.draw.wire(node, 0, "", self._resolve(expr.cond, ctx, owner))
-            return (node.id, "")
         return Folded(literal_text(expr))
+
+    def _if(self, expr: relax.If, ctx: _Ctx, base: str, name: str, var: Any) -> Any:
+        """An ``If``: one node reading the condition (input 0) and each branch's result
+        (inputs 1 and 2); each branch's bindings are drawn in a cluster of their own."""
+        ty = type_of(var) if var is not None else type_of(expr)
+        node = self.draw.node(base, "op", "if", ty, name, ctx, op="If")
+        self.draw.wire(node, 0, "", self._resolve(expr.cond, ctx, base))
+        for index, (label, branch) in enumerate((("then", expr.true_branch),
+                                                 ("else", expr.false_branch)), start=1):
+            cid = self.draw.cluster("branch", label, f"{name or 'if'}: {label}", ctx.cluster,
+                                    ctx.function, {})
+            inner = _Ctx(ctx.function, cid, self.draw.ids.uid(f"{base}.{label}"),
+                         _Scope(ctx.scope), parent=ctx)
+            self.draw.wire(node, index, "", self._walk_seq(branch, inner))
+        self.draw.index(expr, node.id)
+        return (node.id, "")
 
     def _var(self, var: Any, ctx: _Ctx) -> Any:
         ref = ctx.scope.get(var)

@@ -56,7 +56,7 @@ def _attrs(attrs: dict) -> str:
 
 def cluster_color_key(model: GraphModel, cluster: Cluster, color_by: str) -> str | None:
     """The name whose hash colours ``cluster`` (None: no fill)."""
-    if color_by in ("none", "op", "rule") or cluster.kind in ("function", "match", "side"):
+    if color_by in ("none", "op", "rule") or cluster.kind in ("function", "match", "side", "branch"):
         return None
     if color_by == "compiler":
         for cid in model.cluster_chain(cluster.id):

@@ -24,7 +24,7 @@ __all__ = ["apply_collapse", "apply_focus", "apply_highlight", "shape_model"]
 logger = logging.getLogger(__name__)
 
 # Clusters that are never collapsed: they only group what is already drawn.
-_STRUCTURAL = frozenset({"function", "match", "side"})
+_STRUCTURAL = frozenset({"function", "match", "side", "branch"})
 
 
 def shape_model(model: GraphModel, options: VizOptions, functions: Any = None) -> GraphModel:

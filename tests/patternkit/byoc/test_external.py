@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
 import patternkit as pk
 from patternkit.byoc import (AnnotateTarget, MergeComposite, PartitionGraph, PatternTableError,
                              composite_counts, external_functions, inline_external,
-                             offload_report)
+                             offload_report, partition_graph)
 from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import conv2d_add_relu
+from patternkit.testing import assert_roundtrip
 
 TABLE = [("ccompiler.conv_add_relu", conv2d_add_relu())]
 
@@ -110,3 +117,184 @@ def test_partition_graph_leaves_a_module_without_composites_alone(resnet_block):
     tvm.ir.assert_structural_equal(out, resnet_block)
     assert external_functions(out) == {}
     assert resnet_block.script() == text
+
+
+def test_partition_graph_into_a_compiler_no_composite_carries_warns_naming_the_ones_present(
+        resnet_block, caplog):
+    merged = MergeComposite(TABLE)(resnet_block)
+    with caplog.at_level(logging.WARNING, logger="patternkit.byoc.external"):
+        out = PartitionGraph("nosuch")(merged)
+    tvm.ir.assert_structural_equal(out, merged)
+    [record] = caplog.records
+    assert "no composite carries 'nosuch'" in record.message
+    assert "the composites in the module are for 'ccompiler'" in record.message
+
+
+def test_partition_graph_strict_raises_when_there_is_nothing_to_partition(resnet_block):
+    merged = MergeComposite(TABLE)(resnet_block)
+    text = merged.script()
+    with pytest.raises(pk.NothingToPartition, match="no composite carries 'nosuch'"):
+        PartitionGraph("nosuch", strict=True)(merged)  # keeps its type through the pass
+    with pytest.raises(pk.NothingToPartition, match="run MergeComposite or AnnotateTarget"):
+        partition_graph(resnet_block, "ccompiler", strict=True)
+    assert merged.script() == text
+    assert external_functions(PartitionGraph("ccompiler", strict=True)(merged))
+
+
+# -- symbolic shapes ------------------------------------------------------------------------
+@I.ir_module
+class DynamicBatchConvNet:
+    """Two conv+bias+relu blocks on a dynamic batch ``n``, as ``torch.export`` writes a
+    model exported with ``dynamic_shapes={"x": {0: batch}}``; the host's reshape reads
+    ``n`` itself."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 3, 8, 8), "float32"), w1: R.Tensor((4, 3, 3, 3), "float32"),
+             b1: R.Tensor((1, 4, 1, 1), "float32"), w2: R.Tensor((4, 4, 3, 3), "float32"),
+             b2: R.Tensor((1, 4, 1, 1), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            lv = R.nn.conv2d(x, w1, padding=[1, 1, 1, 1])
+            lv1 = R.add(lv, b1)
+            lv2 = R.nn.relu(lv1)
+            lv3 = R.nn.max_pool2d(lv2, pool_size=[2, 2], strides=[2, 2])
+            lv4 = R.nn.conv2d(lv3, w2, padding=[1, 1, 1, 1])
+            lv5 = R.add(lv4, b2)
+            lv6 = R.nn.relu(lv5)
+            lv7 = R.reshape(lv6, R.shape([n, 64]))
+            R.output(lv7)
+        return lv7
+
+
+@I.ir_module
+class DoubledBatch:
+    """A composite whose input is ``(n * 2, 8)``: its parameters cannot define ``n``,
+    which its types still read (the ``(batch * seq, hidden)`` inputs of a transformer's
+    linear layers are the same case)."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 8), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            lv = R.concat((x, x), axis=0)
+            lv1 = R.nn.relu(lv)
+            lv2 = R.sigmoid(lv1)
+            lv3 = R.reshape(lv2, R.shape([n, 16]))
+            R.output(lv3)
+        return lv3
+
+
+@I.ir_module
+class PositionsOnDynamicBatch:
+    """A host ``R.arange(0, n, 1)`` that takes the symbolic batch as an argument, as every
+    transformers model exported with a dynamic batch has (TVM's MergeCompositeFunctions
+    crashes on it), in an entry function that is not named ``main``."""
+
+    @R.function
+    def forward(x: R.Tensor(("n", 8), "float32"), w: R.Tensor((8, 8), "float32"),
+                b: R.Tensor((8,), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            pos = R.arange(0, n, 1, dtype="float32")
+            lv = R.matmul(x, w)
+            lv1 = R.add(lv, b)
+            lv2 = R.reshape(pos, R.shape([n, 1]))
+            lv3 = R.multiply(lv1, lv2)
+            R.output(lv3)
+        return lv3
+
+
+def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function(bit_exact):
+    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
+                                            wildcard()))]
+    mod = PositionsOnDynamicBatch
+    out = PartitionGraph("cc")(MergeComposite(table)(mod))
+    assert relax.analysis.check_well_formed(out)
+    assert list(external_functions(out, "cc")) == ["cc_main_0"]
+    assert sorted(gv.name_hint for gv in out.get_global_vars()) == ["cc_main_0", "forward"]
+    host = [str(b.value.op.name) for b in out["forward"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+    assert host == ["relax.arange", "relax.reshape", "relax.multiply"]  # put back as it was
+    for batch in (1, 3):
+        bit_exact(mod, out, func_name="forward", shape_vars={"n": batch})
+    tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
+
+
+def _symbolic_dims(func) -> set:
+    return set(relax.analysis.defined_symbolic_vars(func))
+
+
+def _partition_round_trip(mod, table, merge: bool, batches=(1, 3), batch_dim: str = "n"):
+    """Partition ``mod``; check the result is well formed, each external function defines
+    its own symbolic variables, and it computes ``mod``'s numbers bit for bit; then check
+    DefuseOps gives ``mod`` back, structurally and bit for bit."""
+    def partition(m):
+        with tvm.transform.PassContext(opt_level=3):
+            return PartitionGraph("ccompiler", merge=merge)(MergeComposite(table)(m))
+
+    out = partition(mod)
+    assert relax.analysis.check_well_formed(out)
+    externals = external_functions(out, "ccompiler")
+    assert externals
+    host_dims = _symbolic_dims(out["main"])
+    for func in externals.values():
+        assert _symbolic_dims(func) and not _symbolic_dims(func) & host_dims
+    for batch in batches:
+        pk.assert_same_numerics(mod, out, rtol=0, atol=0, shape_vars={batch_dim: batch},
+                                seed=batch)
+    return assert_roundtrip(mod, partition, numeric=True, rtol=0, atol=0,
+                            numeric_options={"shape_vars": {batch_dim: batches[-1]}})
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["one_per_composite", "merged"])
+def test_partition_graph_keeps_a_dynamic_batch_well_formed_and_defuse_ops_inverts_it(merge):
+    result = _partition_round_trip(DynamicBatchConvNet, TABLE, merge)
+    assert composite_counts(result.fused) == {"ccompiler.conv_add_relu": 2}
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["one_per_composite", "merged"])
+def test_a_composite_reading_a_symbolic_dim_its_inputs_do_not_define_gets_it_as_a_shape(
+        merge):
+    table = [("ccompiler.relu_sigmoid", is_op("sigmoid")(is_op("nn.relu")(wildcard())))]
+    merged = MergeComposite(table)(DoubledBatch)
+    assert relax.analysis.check_well_formed(merged)
+    [call] = [b.value for b in merged["main"].body.blocks[0].bindings
+              if isinstance(b.value, relax.Call) and isinstance(b.value.op, relax.Var)]
+    assert isinstance(call.args[-1], relax.ShapeExpr)  # the caller's n, as FuseOps passes it
+    assert call.ty.shape is not None  # typed (n * 2, 8), not erased to ndim=2
+    _partition_round_trip(DoubledBatch, table, merge)
+
+
+@pytest.fixture(scope="module")
+def exported_conv_net():
+    """A small torch conv net exported with a dynamic batch (``torch.export.Dim``)."""
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class ConvNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(64, 5)
+
+        def forward(self, x):
+            x = torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+            return self.fc(torch.relu(self.conv2(x)).flatten(1))
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.export's LeafSpec FutureWarning
+        exported = torch.export.export(ConvNet().eval(), (torch.randn(2, 3, 8, 8),),
+                                       dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    return from_exported_program(exported, unwrap_unit_return_tuple=True)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("merge", [False, True], ids=["one_per_composite", "merged"])
+def test_partition_graph_round_trips_a_torch_model_exported_with_a_dynamic_batch(
+        exported_conv_net, merge):
+    [batch] = _symbolic_dims(exported_conv_net["main"])  # torch names it s77 or the like
+    result = _partition_round_trip(exported_conv_net, TABLE, merge, batches=(3,),
+                                   batch_dim=str(batch.name))
+    assert composite_counts(result.fused) == {"ccompiler.conv_add_relu": 2}

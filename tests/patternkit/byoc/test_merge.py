@@ -8,8 +8,9 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit import ir as C
-from patternkit.byoc import (CompositeLog, MergeComposite, PatternTable, PatternTableError,
-                                  composite_counts, composite_functions, merge_composite)
+from patternkit.byoc import (CompositeLog, MergeComposite, PartitionGraph, PatternTable,
+                             PatternTableError, composite_counts, composite_functions,
+                             merge_composite)
 from patternkit.fusion import defuse
 from patternkit.errors import CallbackError
 from patternkit.dpl.pattern import is_op, wildcard
@@ -134,3 +135,26 @@ def test_composites_inside_composites_are_never_entered_again(resnet_block):
     twice = merge_composite(once, table)
     tvm.ir.assert_structural_equal(once, twice)
     assert [C.var_name(p) for p in once["main"].params] == ["x"]
+
+
+def test_a_composite_over_an_inline_tuple_reads_only_its_parameters(flow, bit_exact):
+    """A wildcard matching ``R.concat((x, y))``'s inline tuple: ``x`` and ``y`` become
+    parameters of the composite, so that an external compiler receives them."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(relax.op.concat([x, y], axis=0)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    table = [("cc.concat", is_op("concat")(wildcard()))]
+    merged = merge_composite(mod, table)
+    [(_, composite)] = composite_functions(merged)
+    assert not relax.analysis.free_vars(composite)
+    assert [str(p.ty) for p in composite.params] == [str(x.ty), str(y.ty)]
+    bit_exact(mod, merged)
+    partitioned = flow(mod, MergeComposite(table), PartitionGraph("cc"))
+    assert relax.analysis.check_well_formed(partitioned)
+    bit_exact(mod, partitioned)
+    tvm.ir.assert_structural_equal(defuse(partitioned), mod)

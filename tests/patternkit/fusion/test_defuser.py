@@ -208,6 +208,39 @@ def test_merge_composite_functions_output_is_undone():
     assert_same_numerics(Byoc, DefuseOps()(merged), rtol=1e-5, atol=1e-5)
 
 
+@I.ir_module
+class ByocDynamicBatch:
+    """``Byoc`` on a dynamic batch ``n``: the composites' parameters carry ``n`` directly."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            b = R.add(c, R.const(np.ones((1, 4, 1, 1), "float32")))
+            r = R.nn.relu(b)
+            s = R.nn.softmax(r, axis=1)
+            c2 = R.nn.conv2d(s, R.const(np.ones((4, 4, 3, 3), "float32")), padding=[1, 1, 1, 1])
+            b2 = R.add(c2, R.const(np.ones((1, 4, 1, 1), "float32")))
+            r2 = R.nn.relu(b2)
+            R.output(r2)
+        return r2
+
+
+@pytest.mark.parametrize("fusion", [
+    lambda mod: FuseOpsByPattern(BYOC_PATTERNS, annotate_codegen=True)(mod),
+    lambda mod: MergeCompositeFunctions()(FuseOpsByPattern(BYOC_PATTERNS)(mod)),
+], ids=["annotate_codegen", "merge_composite_functions"])
+def test_byoc_output_with_a_dynamic_batch_is_undone(fusion):
+    fused = fusion(ByocDynamicBatch)
+    assert _kinds_in(fused) == ["codegen"] and relax.analysis.check_well_formed(fused)
+    restored = DefuseOps()(fused)
+    assert relax.analysis.check_well_formed(restored)
+    tvm.ir.assert_structural_equal(restored, ByocDynamicBatch)
+    for batch in (1, 3):
+        assert_same_numerics(ByocDynamicBatch, restored, rtol=0, atol=0,
+                             shape_vars={"n": batch})
+
+
 def test_kinds_select_what_is_undone():
     merged = MergeCompositeFunctions()(FuseOpsByPattern(BYOC_PATTERNS)(Byoc))
     # only the composites: the Codegen wrapper stays, holding plain ops

@@ -179,3 +179,95 @@ def test_a_numeric_mismatch_raises_with_the_error_figures(monkeypatch):
     with pytest.raises(RoundTripError, match="different values: MISMATCH.*max abs error 0.5"):
         check_roundtrip(ExpRelu, numeric=True)
     assert not check_roundtrip(ExpRelu, numeric=True, raise_on_failure=False).ok
+
+
+@I.ir_module
+class OnnxBatchNorm:
+    """Conv + BatchNormalization as the ONNX importer writes it: the batch_norm's running
+    mean is projected out and never read (``lv3 = lv1[1]``), a dead binding."""
+
+    @R.function
+    def main(x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32"),
+             g: R.Tensor((4,), "float32"), b: R.Tensor((4,), "float32"),
+             m: R.Tensor((4,), "float32"), v: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            lv = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            lv1 = R.nn.batch_norm(lv, g, b, m, v, axis=1, training=False)
+            lv2 = lv1[0]
+            lv3 = lv1[1]
+            lv4 = R.nn.relu(lv2)
+            R.output(lv4)
+        return lv4
+
+
+_RELU = [("cc.relu", dpl.is_op("relax.nn.relu")(dpl.wildcard()))]
+_BATCH_NORM = tvm.ir.Op.get("relax.nn.batch_norm")
+
+
+def _merge_composites(mod):
+    """The BYOC fusion: MergeCompositeFunctions keeps only the outputs somebody reads."""
+    return relax.transform.MergeCompositeFunctions()(FuseOpsByPattern(_RELU)(mod))
+
+
+def _edit_main(mod, edit):
+    """``mod`` with each binding of ``main``'s dataflow block whose ``edit(binding)`` is
+    not ``None`` bound to that value instead."""
+    main = mod["main"]
+    blocks = []
+    for block in main.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = edit(binding)
+            bindings.append(relax.VarBinding(binding.var,
+                                             binding.value if value is None else value))
+        blocks.append(relax.DataflowBlock(bindings) if isinstance(block, relax.DataflowBlock)
+                      else relax.BindingBlock(bindings))
+    functions = dict(mod.functions.items())
+    functions[mod.get_global_var("main")] = relax.Function(
+        main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure,
+        main.attrs)
+    return tvm.IRModule(functions)
+
+
+def test_a_dead_binding_the_fusion_dropped_passes_and_is_listed_as_not_compared():
+    assert "lv3" not in _merge_composites(OnnxBatchNorm)["main"].script()  # really dropped
+    result = assert_roundtrip(OnnxBatchNorm, _merge_composites, numeric=True)
+    assert [(d.function, d.name, d.text) for d in result.dropped_dead] == [
+        ("main", "lv3", "lv3 = lv1[1]")]
+    assert result.numeric.max_abs_error == 0.0
+    # a fusion that keeps the dead binding is compared exactly, with nothing left out
+    assert check_roundtrip(OnnxBatchNorm).dropped_dead == ()
+
+
+def test_a_live_binding_changed_next_to_a_dropped_dead_one_still_fails():
+    def swap_scale_and_shift(binding):
+        value = binding.value
+        if isinstance(value, relax.Call) and value.op.same_as(_BATCH_NORM):
+            x, g, b, m, v = value.args
+            return relax.Call(value.op, [x, b, g, m, v], value.attrs)
+        return None
+
+    def broken(mod):
+        return _edit_main(_merge_composites(mod), swap_scale_and_shift)
+
+    result = check_roundtrip(OnnxBatchNorm, broken, raise_on_failure=False)
+    assert not result.ok and result.dropped_dead == ()
+    assert "batch_norm" in result.difference
+    assert "without the dead bindings of either side" in result.difference
+
+
+def test_a_dead_binding_whose_value_changed_fails():
+    def project_the_variance(binding):
+        value = binding.value
+        if isinstance(value, relax.TupleGetItem) and int(value.index) == 1:
+            return relax.TupleGetItem(value.tuple_value, 2)
+        return None
+
+    def broken(mod):
+        fused = relax.transform.FuseOps()(mod)  # keeps the dead projection
+        return _edit_main(fused, project_the_variance)
+
+    result = check_roundtrip(OnnxBatchNorm, broken, raise_on_failure=False)
+    assert not result.ok and result.dropped_dead == ()
+    assert "matches no dead binding of the reference" in result.difference
+    assert "[2]" in result.difference

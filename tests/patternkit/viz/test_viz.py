@@ -606,6 +606,20 @@ def test_match_cast_if_packed_calls_and_recursion_are_drawn():
     json.loads(g.to_json())
 
 
+def test_an_if_draws_each_branch_in_a_cluster_wired_into_the_if_node():
+    g = viz_expr(Unusual)
+    branches = {c.label: c.id for c in cluster_by_kind(g, "branch")}
+    assert sorted(branches) == ["z: else", "z: then"]
+    then_node, = [n for n in g.model.nodes.values() if n.cluster == branches["z: then"]]
+    else_node, = [n for n in g.model.nodes.values() if n.cluster == branches["z: else"]]
+    assert (then_node.label, else_node.label) == ("exp", "negative")
+    edges = edge_pairs(g)
+    # the branches read y from outside; the If reads the flag and each branch's result
+    assert {("main/y", then_node.id), ("main/y", else_node.id), ("main/flag", "main/z"),
+            (then_node.id, "main/z"), (else_node.id, "main/z")} <= edges
+    assert 'label="z: then"' in g.source
+
+
 def test_key_attributes_skip_defaults_but_keep_what_matters():
     g = viz_expr(BatchNormRelu)
     assert g.model.nodes["main/bn"].key_attrs == ["axis", "epsilon", "training"]

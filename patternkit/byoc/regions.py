@@ -1,0 +1,225 @@
+"""Merging adjacent composites of one compiler into one external function.
+
+Relay's ``MergeCompilerRegions`` + ``PartitionGraph`` become TVM's
+``relax.transform.MergeCompositeFunctions`` here, which groups the composites of one
+codegen into ``Codegen`` functions without ever creating a cycle through host code.
+:func:`merge_compiler_regions` runs it on a module whose composites have been lifted to
+private globals (``FuseOpsByPattern``'s form, :func:`patternkit.byoc.external.partition_graph`
+lifts them), and works around three things the 0.27 pass does not do:
+
+* it only looks at a function named ``main`` (``mod.GetGlobalVar("main")``) and drops
+  every function ``main`` does not reach: each function with composites is run through
+  it on its own, bound to ``main`` in a module of its own, and only its new ``Codegen``
+  functions and its rewritten body are kept;
+* it crashes ("Check failed: (memo_.count(...)) is false") on a host binding that takes a
+  symbolic variable as an argument, such as ``R.arange(0, n, 1)`` in every transformers
+  model exported with a dynamic batch: since TVM 0.27 a symbolic variable *is* an
+  ``ir.Var``, and the pass looks it up as a Relax variable.  Such bindings are held in a
+  private function for the duration of the pass (the variable then travels in an
+  ``R.shape([n])`` argument, which the pass handles) and put back afterwards;
+* it makes ``Codegen`` functions for every compiler; those of compilers not being
+  partitioned for are inlined back, so their composites stay as ``MergeComposite`` made
+  them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from ..fusion import defuse
+from ..fusion.symbolic import detach_symbolic_vars
+from ..ir import compat as C
+from ..ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, attr
+from ..ir.rebuild import make_block, rebuild_function
+from ..ir.walk import CALL, TUPLE, expr_kind, substitute
+from ..ir.targets import rewritable_functions
+
+__all__ = ["merge_compiler_regions"]
+
+#: Marks, while ``MergeCompositeFunctions`` runs, the external functions of the compilers
+#: being partitioned for, so that those of other compilers can be told apart and undone.
+SELECTED = "patternkit.SelectedCodegen"
+#: Marks a private function holding one host binding away from ``MergeCompositeFunctions``.
+HELD = "patternkit.HeldBinding"
+_ENTRY = "main"
+
+
+def merge_compiler_regions(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModule:
+    """``MergeCompositeFunctions`` on every function that calls a lifted composite.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Composites lifted to private ``Composite`` + ``Primitive`` globals.
+    selected : set of str
+        The compilers being partitioned for; the ``Codegen`` functions made for others
+        are inlined back.
+
+    Returns
+    -------
+    tvm.IRModule
+        The callers rewritten to call new ``Codegen`` functions (named as
+        ``MergeCompositeFunctions`` names them, made unique per caller), the lifted
+        composites gone.
+    """
+    composites = {gv.name_hint for gv, f in mod.functions.items()
+                  if isinstance(f, relax.Function) and attr(f, COMPOSITE) is not None}
+    callers = [(gv, f) for gv, f in rewritable_functions(mod)
+               if any(ref.name_hint in composites for ref in relax.analysis.all_global_vars(f))]
+    bb = relax.BlockBuilder(tvm.IRModule())
+    rewritten = {}
+    for gv, func in callers:
+        rewritten[gv.name_hint] = _merge_in_function(mod, gv, func, bb)
+    functions = {}
+    for gv, func in mod.functions.items():
+        if gv.name_hint in composites:
+            continue  # now inside the Codegen functions
+        functions[gv] = rewritten.get(gv.name_hint, func)
+    functions.update(bb.get().functions.items())
+    out = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+    return _inline_other_codegens(out, selected)
+
+
+def _merge_in_function(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Function,
+                       bb: relax.BlockBuilder) -> relax.Function:
+    """One caller through ``MergeCompositeFunctions``; its new functions go to ``bb``."""
+    entry, held = _hold_symbolic_bindings(func)
+    functions = {g: f for g, f in mod.functions.items() if g.name_hint != _ENTRY}
+    # bound to "main", the one function the pass looks at; under its own name too, so
+    # that a recursive call still resolves
+    functions[tvm.ir.GlobalVar(_ENTRY)] = entry.with_attr(GLOBAL_SYMBOL, _ENTRY)
+    functions.update((h.gv, h.function) for h in held.values())
+    before = {g.name_hint for g in functions}
+    merged = relax.transform.MergeCompositeFunctions()(
+        tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos))
+    renamed = {}
+    for new_gv, new_func in merged.functions.items():
+        if new_gv.name_hint in before or attr(new_func, CODEGEN) is None:
+            continue
+        name = (new_gv.name_hint if gv.name_hint == _ENTRY
+                else f"{gv.name_hint}_{new_gv.name_hint}")
+        renamed[new_gv.name_hint] = bb.add_func(new_func.with_attr(GLOBAL_SYMBOL, name), name)
+    body = _rewrite_calls(merged[_ENTRY], renamed, held)
+    symbol = attr(func, GLOBAL_SYMBOL)
+    return body.without_attr(GLOBAL_SYMBOL) if symbol is None else body.with_attr(
+        GLOBAL_SYMBOL, symbol)
+
+
+# -- holding bindings that take symbolic variables as arguments ------------------------------
+@dataclass(frozen=True)
+class _HeldBinding:
+    """A host binding moved into a private function while ``MergeCompositeFunctions`` runs.
+
+    ``value`` is the binding's value as it was, ``free`` the Relax variables it reads,
+    in the order the held call passes them.
+    """
+
+    gv: tvm.ir.GlobalVar
+    function: relax.Function
+    value: Any
+    free: list
+
+
+def _reads_symbolic_var(expr: Any) -> bool:
+    """Does ``expr`` pass a symbolic variable itself (not in a type or shape) as a value?"""
+    if tvm.ir.is_prim_var(expr):
+        return True
+    kind = expr_kind(expr)
+    if kind is CALL:
+        return any(_reads_symbolic_var(a) for a in C.array_items(expr.args))
+    if kind is TUPLE:
+        return any(_reads_symbolic_var(f) for f in C.array_items(expr.fields))
+    return False
+
+
+def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]:
+    """``func`` with each binding that reads a symbolic variable replaced by a call to a
+    private function holding it; returns ``(func, {held function name: _HeldBinding})``."""
+    held: dict = {}
+    if not isinstance(func.body, relax.SeqExpr):
+        return func, held
+    scratch = relax.BlockBuilder()
+    blocks = []
+    for block in C.array_items(func.body.blocks):
+        dataflow = isinstance(block, relax.DataflowBlock)
+        bindings = []
+        for binding in C.array_items(block.bindings):
+            if type(binding) is relax.VarBinding and _reads_symbolic_var(binding.value):
+                binding = _hold(scratch, binding, dataflow, held)
+            bindings.append(binding)
+        blocks.append(make_block(bindings, dataflow, block.span))
+    if not held:
+        return func, held
+    return rebuild_function(func, blocks), held
+
+
+def _hold(bb: relax.BlockBuilder, binding: Any, dataflow: bool, held: dict) -> Any:
+    value = binding.value
+    free = [v for v in relax.analysis.free_vars(value) if not tvm.ir.is_prim_var(v)]
+    params = [relax.Var(C.var_name(v), v.ty) for v in free]
+    out = relax.Var(C.var_name(binding.var), binding.var.ty)
+    body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(
+        out, substitute(value, dict(zip(free, params))))])], out)
+    function = relax.Function(params, body, out.ty, dataflow).with_attr(HELD, True)
+    function, extra = detach_symbolic_vars(function)
+    name = f"patternkit_held_{len(held)}"
+    # a private global of bb's module, so that the call below is typed against it
+    gv = bb.add_func(function, name)
+    held[gv.name_hint] = _HeldBinding(gv, function, value, free)
+    with C.scratch_block(bb, dataflow=dataflow):
+        call = bb.normalize(relax.Call(gv, list(free) + extra))
+    return relax.VarBinding(binding.var, call)
+
+
+def _rewrite_calls(func: relax.Function, renamed: dict, held: dict) -> relax.Function:
+    """Calls to ``renamed`` functions retargeted, held bindings put back as they were."""
+    blocks = []
+    for block in C.array_items(func.body.blocks):
+        dataflow = isinstance(block, relax.DataflowBlock)
+        bindings = []
+        for binding in C.array_items(block.bindings):
+            value = binding.value
+            op = value.op if expr_kind(value) is CALL else None
+            name = op.name_hint if type(op) is tvm.ir.GlobalVar else None
+            if name in held:
+                kept = held[name]
+                args = C.array_items(value.args)[:len(kept.free)]
+                binding = relax.VarBinding(binding.var,
+                                           substitute(kept.value, dict(zip(kept.free, args))))
+            elif name in renamed:
+                binding = relax.VarBinding(binding.var, relax.Call(
+                    renamed[name], value.args, value.attrs, value.ty_args, value.span,
+                    ret_ty=value.ty))
+            bindings.append(binding)
+        blocks.append(make_block(bindings, dataflow, block.span))
+    return rebuild_function(func, blocks)
+
+
+# -- other compilers ---------------------------------------------------------------------------
+def _inline_other_codegens(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModule:
+    """Undo the external functions ``MergeCompositeFunctions`` made for other compilers.
+
+    Their composites come back as local functions, as ``MergeComposite`` made them.
+    """
+    others, functions = False, {}
+    for gv, func in mod.functions.items():
+        codegen = attr(func, CODEGEN)
+        if codegen is not None and str(codegen) in selected:
+            func = func.without_attr(CODEGEN).with_attr(SELECTED, str(codegen))
+        elif codegen is not None:
+            others = True
+        functions[gv] = func
+    if not others:
+        return mod
+    out = defuse(C.copy_module(mod, functions), "codegen")
+    functions = {}
+    for gv, func in out.functions.items():
+        codegen = attr(func, SELECTED)
+        if codegen is not None:
+            func = func.without_attr(SELECTED).with_attr(CODEGEN, str(codegen))
+        functions[gv] = func
+    return C.copy_module(out, functions)

@@ -1,0 +1,782 @@
+"""Multi-output rewriting: a graph of patterns matched and rewritten in linear time.
+
+:func:`rewrite_bindings` is ``tvm.relax.dpl.rewrite_bindings`` for patternkit patterns:
+a :class:`~patternkit.dpl.context.PatternContext` describes several bindings at once,
+``rewriter(matchings, bindings)`` receives, as TVM gives them, the Var each node of the
+graph matched and the block's bindings (Var -> value), and returns ``{Var: replacement}``
+for the matched bindings it rewrites.  :class:`BindingsRewriteRule` is the same thing as
+a library rule (a rule with several roots: named roles, a check that can refuse with a
+reason, ``rewrite(match)``), applied by :func:`patternkit.rewrite` like any other rule.
+
+Which match is found, and which Var each pattern takes, is TVM's ``MatchGraph``:
+
+* the first root of the graph (a producer that consumes nothing, in the order the
+  constraints were written) is tried at each Var the block reads, in the order the
+  block first reads them (parameters included);
+* from a matched Var, each consumer pattern takes the *first* reader of that Var, in
+  binding order, that satisfies the edge's constraints and whose own consumers match in
+  turn: symmetric patterns (three matmuls of one input) take the readers in binding
+  order;
+* the other roots are then matched, backtracking over candidates when a later root
+  fails; each Var is matched by at most one pattern;
+* after each rewrite the replaced bindings leave the block: they are no longer readers,
+  nor looked through; matched Vars that were not replaced (the shared input) remain
+  available to the next match.
+
+What differs from TVM is the cost.  TVM rebuilds its use-def analysis (quadratic) and
+rescans the block from its first Var after every match; here the block's readers are
+indexed once (from the engine's :class:`~patternkit.engine.index.FunctionIndex`), each
+candidate for the first root is tried once and retried only after a rewrite at it, and
+a later root is only tried at the operands of the binding its consumer matched.  A block
+costs one pass over its bindings plus, per candidate, one match of the graph's
+patterns; :mod:`benchmarks.bench_multi` measures it.  Two consequences, both where TVM's
+rescan would find a different match: a candidate that failed is not tried again after
+later rewrites (an ``only_used_by`` that a rewrite made true is not noticed), and a
+rewriter that returns no replacement leaves that match and matching goes on (TVM stops
+looking in that block, since it would find the same match again).  A graph with several
+disconnected components scans the block for each further component.
+
+Results: TVM's ``rewrite_bindings`` also folds the block's var-to-var copies into the
+binding they copy (``gv = lv9`` disappears); patternkit leaves the copies as they are,
+so the two results are structurally equal after ``relax.transform.CanonicalizeBindings``
+(equal as they are when the block has no copies).
+
+The replacements are emitted by :func:`~patternkit.engine.emit.emit_function`: each
+replaced binding keeps its place, the nested calls of its replacement become bindings
+just before it (a call shared by several replacements is emitted once), and bindings a
+replacement reads that come later in the block are moved up before it, as TVM does;
+bindings left without readers are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import tvm
+from tvm import relax
+
+from ..dpl.context import PatternContext
+from ..dpl.dominator import Uses
+from ..dpl.matcher import Matcher
+from ..dpl.pattern import DFPattern, provide_sugar
+from ..errors import CallbackError, PatternError
+from ..ir import compat as C
+from ..ir.rebuild import rebuild_function
+from ..ir.targets import apply_to_target, rewritable_functions
+from ..ir.walk import vars_read
+from .emit import emit_function
+from .index import FunctionIndex, describe_binding
+from .rule import Reject, RewriteRule, judge
+
+__all__ = ["BindingsMatch", "BindingsPass", "BindingsRewriteRule", "BlockBindings",
+           "dpl_rewriter", "match_dfb", "rewrite_bindings", "rewrite_function_bindings"]
+
+Rewriter = Callable[[dict, Mapping], Any]
+
+
+# -- the block, indexed for graph matching ----------------------------------------------------
+class _BlockGraph:
+    """One block's readers, operands and look-up table, updated as rewrites remove bindings.
+
+    ``order``: handles of the Vars the block reads, in first-read order (TVM's candidate
+    order); ``readers``: handle -> the bindings reading it (handles, binding order, each
+    once); ``operands``: binding handle -> the Vars its value reads (with repeats, TVM's
+    ``caller2callees``); ``table``: what the matcher may look through.  Reads by
+    ``match_cast`` bindings do not count, as in TVM.
+    """
+
+    def __init__(self, index: FunctionIndex, block_index: int):
+        self.index = index
+        self.block_index = block_index
+        self.table: dict[int, Any] = dict(index.values[block_index])
+        self.var: dict[int, Any] = {}
+        self.order: list[int] = []
+        self.readers: dict[int, dict[int, None]] = {}
+        self.operands: dict[int, list[int]] = {}
+        self.bound: set[int] = set()
+        self.removed: set[int] = set()
+        for binding, (key, _) in zip(index.blocks[block_index], index.keys[block_index]):
+            self.var[key] = binding.var
+            self.bound.add(key)
+            if type(binding) is not relax.VarBinding:
+                continue
+            value = binding.value
+            args = index.call_args.get(C.handle(value)) if type(value) is relax.Call else None
+            read_vars = ([a for a in args if type(a) in C.VAR_TYPES]
+                         if args is not None and type(value.op) is tvm.ir.Op
+                         else vars_read(value))
+            keys = [C.handle(v) for v in read_vars]
+            self.operands[key] = keys
+            for var, read in zip(read_vars, keys):
+                readers = self.readers.get(read)
+                if readers is None:
+                    readers = self.readers[read] = {}
+                    self.order.append(read)
+                    self.var.setdefault(read, var)
+                readers[key] = None
+
+    def readers_of(self, key: int) -> dict[int, None]:
+        return self.readers.get(key, {})
+
+    def remove(self, keys: Sequence[int]) -> None:
+        """The bindings ``keys`` were rewritten: they leave the block (TVM's ``remaining``)."""
+        for key in keys:
+            self.removed.add(key)
+            self.table.pop(key, None)
+            for read in self.operands.pop(key, ()):
+                self.readers.get(read, {}).pop(key, None)
+
+    def binding(self, key: int) -> Any:
+        return self.index.binding_at(self.index.position[key])
+
+
+class BlockBindings(Mapping):
+    """The block's bindings as the rewriter's ``bindings`` argument: Var -> bound value.
+
+    Like TVM's, it holds the bindings not yet rewritten in this pass.  It is one view
+    of the block for every match, built once, not a copy per call.
+    """
+
+    def __init__(self, graph: _BlockGraph):
+        self._graph = graph
+        self._values = {C.handle(b.var): b.value
+                        for b in graph.index.blocks[graph.block_index]}
+
+    def __getitem__(self, var: Any) -> Any:
+        key = C.handle(var) if isinstance(var, tvm.ir.Expr) else None
+        if key is None or key in self._graph.removed or key not in self._values:
+            raise KeyError(var)
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        graph = self._graph
+        return (graph.var[k] for k in self._values if k not in graph.removed)
+
+    def __len__(self) -> int:
+        return sum(1 for k in self._values if k not in self._graph.removed)
+
+
+# -- matching a graph of patterns ---------------------------------------------------------------
+class _State:
+    """Pattern -> Var handle (a tuple for ``used_by_all``), and Var handle -> pattern."""
+
+    __slots__ = ("p2r", "r2p")
+
+    def __init__(self, p2r: dict | None = None, r2p: dict | None = None):
+        self.p2r: dict[DFPattern, Any] = {} if p2r is None else p2r
+        self.r2p: dict[int, DFPattern] = {} if r2p is None else r2p
+
+    def copy(self) -> "_State":
+        return _State(dict(self.p2r), dict(self.r2p))
+
+    def add(self, pattern: DFPattern, key: Any) -> None:
+        self.p2r[pattern] = key
+        for k in (key if isinstance(key, tuple) else (key,)):
+            self.r2p[k] = pattern
+
+    def merge(self, other: "_State") -> None:
+        for pattern, key in other.p2r.items():
+            if pattern not in self.p2r:
+                self.add(pattern, key)
+
+
+class _GraphMatcher:
+    """TVM's ``MatchGraph`` (``TryMatch`` / ``MatchTree``) on one :class:`_BlockGraph`."""
+
+    def __init__(self, context: PatternContext, graph: _BlockGraph, uses: Uses):
+        context.validate()
+        self.graph = graph
+        self.roots = context.roots()
+        self.consumers = {p: context.consumers(p) for p in context.patterns}
+        self.matcher = Matcher(call_args=graph.index.call_args, table=graph.table, uses=uses)
+        self.first_read = {key: i for i, key in enumerate(graph.order)}
+
+    def match_at(self, key: int) -> _State | None:
+        """The match whose first root takes the Var ``key``, or ``None``."""
+        if not self.roots:
+            return None
+        state = self._try(self.roots[0], key, _State())
+        if state is None:
+            return None
+        return self._tree(state, 1)
+
+    def _matches(self, pattern: DFPattern, key: int) -> bool:
+        return self.matcher.match(pattern, self.graph.var[key]) is not None
+
+    def _try(self, pattern: DFPattern, key: int, current: _State) -> _State | None:
+        if key not in self.graph.var or not self._matches(pattern, key):
+            return None
+        found = _State()
+        found.add(pattern, key)
+        graph = self.graph
+        readers = graph.readers_of(key)
+        for consumer, uses in self.consumers[pattern]:
+            if uses[0].every:
+                taken = tuple(r for r in readers if r not in found.r2p and r not in current.r2p
+                              and _operand_ok(graph, r, key, uses[0].index)
+                              and self._matches(consumer, r))
+                if len(taken) < uses[0].at_least:
+                    return None
+                found.add(consumer, taken)
+                continue
+            satisfiable = False
+            for reader in readers:
+                if reader in found.r2p:
+                    continue
+                already = current.p2r.get(consumer)
+                if already is not None and already != reader:
+                    continue
+                if not all((not use.only or len(readers) == 1)
+                           and _operand_ok(graph, reader, key, use.index) for use in uses):
+                    continue
+                if consumer in found.p2r:
+                    continue
+                satisfiable = True
+                below = self._try(consumer, reader, current)
+                if below is not None:
+                    found.add(consumer, reader)
+                    found.merge(below)
+            if consumer not in found.p2r or not satisfiable:
+                return None
+        return found
+
+    def _tree(self, current: _State, root_index: int) -> _State | None:
+        root = next((r for r in self.roots[root_index:] if r not in current.p2r), None)
+        if root is None:
+            return current
+        for key in self._candidates(root, current):
+            if key in current.r2p:
+                continue
+            found = self._try(root, key, current)
+            if found is None:
+                continue
+            state = current.copy()
+            state.merge(found)
+            done = self._tree(state, root_index + 1)
+            if done is not None:
+                return done
+        return None
+
+    def _candidates(self, root: DFPattern, current: _State) -> list[int]:
+        """Where ``root`` can match: the operands of a consumer matched already (in TVM's
+        first-read order), else every Var the block reads."""
+        for consumer, _ in self.consumers[root]:
+            key = current.p2r.get(consumer)
+            if key is not None and not isinstance(key, tuple):
+                operands = set(self.graph.operands.get(key, ()))
+                return sorted(operands, key=self.first_read.__getitem__)
+        return list(self.graph.order)
+
+
+def _operand_ok(graph: _BlockGraph, reader: int, key: int, index: int) -> bool:
+    if index == -1:
+        return True
+    operands = graph.operands.get(reader, ())
+    return index < len(operands) and operands[index] == key
+
+
+def _each_match(context: PatternContext, graph: _BlockGraph, uses: Uses,
+                on_match: Callable[[_State], Sequence[int] | None]) -> None:
+    """Call ``on_match`` for every match in the block; it returns the handles it rewrote.
+
+    Each Var the block reads is a candidate for the first root once, and again after a
+    rewrite at it (its readers changed); see the module docstring.
+    """
+    matcher = _GraphMatcher(context, graph, uses)
+    for key in list(graph.order):
+        while True:
+            state = matcher.match_at(key)
+            if state is None:
+                break
+            rewritten = on_match(state)
+            if not rewritten:
+                break
+            graph.remove(rewritten)
+
+
+def match_dfb(context: PatternContext, block: Any) -> dict[DFPattern, Any] | None:
+    """``PatternContext.match_dfb``: the first match in ``block``, node -> Var (or ``None``)."""
+    if not isinstance(block, relax.BindingBlock):
+        raise PatternError(f"match_dfb expects a (dataflow) binding block, found "
+                           f"{type(block).__name__}")
+    body = relax.SeqExpr([block], relax.Tuple([]))
+    func = relax.Function([], body, ret_ty=relax.TupleType([]), is_pure=False)
+    index = FunctionIndex.build(func)
+    graph = _BlockGraph(index, 0)
+    matcher = _GraphMatcher(context, graph, Uses(index.readers, index.escaping))
+    for key in graph.order:
+        state = matcher.match_at(key)
+        if state is not None:
+            return _matchings(state, graph)
+    return None
+
+
+def _matchings(state: _State, graph: _BlockGraph) -> dict[DFPattern, Any]:
+    return {p: (tuple(graph.var[k] for k in key) if isinstance(key, tuple) else graph.var[key])
+            for p, key in state.p2r.items()}
+
+
+# -- rewriting ------------------------------------------------------------------------------------
+class _FunctionRewrite:
+    """The replacements of one function, checked as they come, then emitted once."""
+
+    def __init__(self, rule_name: str, func_name: str, func: relax.Function):
+        self.rule_name = rule_name
+        self.func_name = func_name
+        self.func = func
+        self.index = FunctionIndex.build(func)
+        self.uses = Uses(self.index.readers, self.index.escaping)
+        self.replacements: dict[int, Any] = {}
+
+    def graphs(self) -> Iterator[_BlockGraph]:
+        for bi in range(len(self.index.blocks)):
+            if self.index.blocks[bi]:
+                yield _BlockGraph(self.index, bi)
+
+    def accept(self, graph: _BlockGraph, owned: set[int], result: Any) -> list[int]:
+        """Check a rewriter's result and keep it; returns the handles it replaces."""
+        if result is None:
+            return []
+        if not hasattr(result, "items"):  # a dict, or the tvm_ffi Map a TVM rewriter returns
+            raise CallbackError(
+                f"rule {self.rule_name}: the rewriter returned {type(result).__name__} "
+                f"({result!r:.80}) where a dict {{Var: replacement}} was expected",
+                self.rule_name, self.where(graph, owned))
+        taken = []
+        for var, value in result.items():
+            key = C.handle(var) if isinstance(var, relax.Var) else None
+            if key is None or key not in owned:
+                raise CallbackError(
+                    f"rule {self.rule_name}: the rewriter returned a replacement for "
+                    f"{self._describe(graph, var, key)}, which the match does not own; a "
+                    f"match may replace the bindings its patterns matched "
+                    f"({', '.join(sorted(C.var_name(graph.var[k]) for k in owned))})",
+                    self.rule_name, self._where(graph, var, key))
+            if not isinstance(value, tvm.ir.Expr) or isinstance(value, (tvm.ir.Op,
+                                                                       relax.Function)):
+                raise CallbackError(
+                    f"rule {self.rule_name}: the replacement for "
+                    f"'{describe_binding(self.func_name, graph.binding(key))}' is "
+                    f"{type(value).__name__} ({value!r:.80}), not a Relax expression",
+                    self.rule_name, describe_binding(self.func_name, graph.binding(key)))
+            if C.handle(value) == C.handle(graph.binding(key).value):
+                continue
+            self.replacements[key] = value
+            taken.append(key)
+        if taken:
+            graph.remove(taken)
+            self._drop_left_dead(graph, owned, taken)
+        return taken
+
+    def _drop_left_dead(self, graph: _BlockGraph, owned: set[int], taken: list[int]) -> None:
+        """Matched bindings the rewrite left without readers leave the block too.
+
+        A rule that replaces a matmul's bias add leaves the matmul unread; were it kept,
+        the next match at the same input would take it again.  A binding the
+        replacements read, or that is seen outside the block, stays.
+        """
+        read_now = {C.handle(v) for key in taken
+                    for v in C.array_items(relax.analysis.free_vars(self.replacements[key]))}
+        dead = [key for key in owned
+                if key not in graph.removed and key in graph.readers
+                and not graph.readers[key] and key not in read_now
+                and key not in self.index.escaping]
+        if dead:
+            graph.remove(dead)
+
+    def _describe(self, graph: _BlockGraph, var: Any, key: int | None) -> str:
+        if key is not None and key in self.index.position:
+            return f"'{describe_binding(self.func_name, self.index.binding_at(self.index.position[key]))}'"
+        if isinstance(var, relax.Var):
+            return f"'{C.var_name(var)}' (not bound in this block)"
+        return f"{type(var).__name__} {var!r:.60} (not a Var)"
+
+    def _where(self, graph: _BlockGraph, var: Any, key: int | None) -> str:
+        if key is not None and key in self.index.position:
+            return describe_binding(self.func_name, self.index.binding_at(self.index.position[key]))
+        return f"{self.func_name}: {var!r:.60}"
+
+    def where(self, graph: _BlockGraph, owned: set[int]) -> str:
+        """The first binding of a match, for messages."""
+        key = min(owned, key=lambda k: self.index.position[k]) if owned else None
+        return (describe_binding(self.func_name, graph.binding(key)) if key is not None
+                else self.func_name)
+
+    def emit(self) -> relax.Function:
+        func, index = self.func, self.index
+        reordered = _hoisted_blocks(index, self.replacements, self.rule_name, self.func_name)
+        if reordered is not None:
+            func = rebuild_function(func, reordered)
+            index = FunctionIndex.build(func)
+        return emit_function(func, index, self.replacements, self.rule_name, self.func_name)
+
+
+def _owned(state: _State, graph: _BlockGraph) -> set[int]:
+    """The bindings a match may replace: the Vars its patterns matched that are bound in
+    the block and not rewritten yet (parameters and earlier rewrites are not)."""
+    keys = set()
+    for key in state.p2r.values():
+        for k in (key if isinstance(key, tuple) else (key,)):
+            if k in graph.bound and k not in graph.removed:
+                keys.add(k)
+    return keys
+
+
+def _hoisted_blocks(index: FunctionIndex, replacements: dict[int, Any], rule_name: str,
+                    func_name: str) -> list | None:
+    """The blocks reordered so that each replacement follows what it reads, or ``None``.
+
+    A replacement may read a binding that comes later in the block (TVM's
+    ``combine_matmul_emit_order``: the weights of the third matmul are transposed after
+    the first matmul).  Each binding is then emitted after the bindings it reads, in
+    program order otherwise (a depth-first topological order).  A replacement that reads
+    a binding computed from the one it replaces is a cycle and an error.
+    """
+    late: set[int] = set()
+    for key, value in replacements.items():
+        bi, j = index.position[key]
+        for var in C.array_items(relax.analysis.free_vars(value)):
+            where = index.position.get(C.handle(var))
+            if where is not None and where[0] == bi and where[1] > j:
+                late.add(bi)
+    if not late:
+        return None
+    blocks = []
+    for bi, (block, bindings) in enumerate(zip(C.array_items(index.func.body.blocks),
+                                               index.blocks)):
+        if bi not in late:
+            blocks.append(block)
+            continue
+        order = _dependency_order(index, bi, replacements, rule_name, func_name)
+        blocks.append(relax.DataflowBlock(order) if type(block) is relax.DataflowBlock
+                      else relax.BindingBlock(order))
+    return blocks
+
+
+def _dependency_order(index: FunctionIndex, bi: int, replacements: dict[int, Any],
+                      rule_name: str, func_name: str) -> list:
+    bindings = index.blocks[bi]
+    keys = [key for key, _ in index.keys[bi]]
+    here = {key: j for j, key in enumerate(keys)}
+    state: dict[int, int] = {}  # 1: being placed, 2: placed
+    order: list = []
+
+    def reads(key: int) -> list[int]:
+        if key in replacements:
+            return [C.handle(v) for v in C.array_items(relax.analysis.free_vars(
+                replacements[key]))]
+        return index.reads[key]
+
+    for start in keys:
+        if state.get(start) == 2:
+            continue
+        stack = [(start, iter(reads(start)))]
+        state[start] = 1
+        while stack:
+            key, todo = stack[-1]
+            for read in todo:
+                if read not in here or state.get(read) == 2:
+                    continue
+                if state.get(read) == 1:
+                    binding = bindings[here[key]]
+                    where = describe_binding(func_name, binding)
+                    raise CallbackError(
+                        f"rule {rule_name}: the replacement for '{where}' reads "
+                        f"'{C.var_name(bindings[here[read]].var)}', which is computed from "
+                        f"the binding it replaces (a cycle)", rule_name, where)
+                state[read] = 1
+                stack.append((read, iter(reads(read))))
+                break
+            else:
+                stack.pop()
+                state[key] = 2
+                order.append(bindings[here[key]])
+    return order
+
+
+def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -> Any:
+    """``tvm.relax.dpl.rewrite_bindings`` with patternkit patterns, in linear time.
+
+    Parameters
+    ----------
+    context : PatternContext
+        The graph of patterns (see :mod:`patternkit.dpl.context`).
+    rewriter : callable
+        ``rewriter(matchings, bindings)``: ``matchings`` maps each node of the graph to
+        the Var it matched (a tuple of Vars for ``used_by_all``), ``bindings`` maps each
+        Var bound in the block (not rewritten yet) to its value.  Returns a dict
+        ``{Var: replacement}`` for matched bindings (an empty one, or ``None``, leaves
+        the match alone).
+    target : relax.Function or tvm.IRModule
+        Returned as the same kind, never modified; in a module every Relax function
+        that is not a fused or partitioned one is rewritten.
+
+    One pass, as in TVM: a replacement is not matched again.  Raises
+    :class:`~patternkit.errors.CallbackError` (naming the binding) when the rewriter
+    raises, replaces a Var its match does not own, or returns a replacement that is not
+    an expression or whose type does not fit the binding; the input is left unchanged.
+    """
+    if not isinstance(context, PatternContext):
+        raise PatternError(f"rewrite_bindings needs a patternkit PatternContext, found "
+                           f"{type(context).__module__}.{type(context).__name__}")
+    if not callable(rewriter):
+        raise PatternError(f"the rewriter must be callable, found {type(rewriter).__name__}")
+    context.validate()
+
+    def on_function(func_name: str, func: relax.Function) -> relax.Function | None:
+        work = _FunctionRewrite("rewrite_bindings", func_name, func)
+        for graph in work.graphs():
+            view = None
+
+            def on_match(state: _State) -> list[int]:
+                nonlocal view
+                if view is None:
+                    view = BlockBindings(graph)
+                owned = _owned(state, graph)
+                try:
+                    result = rewriter(_matchings(state, graph), view)
+                except Exception as err:
+                    where = work.where(graph, owned)
+                    raise CallbackError(f"rule rewrite_bindings: the rewriter raised "
+                                        f"{type(err).__name__}: {err} (at '{where}')",
+                                        "rewrite_bindings", where) from err
+                return work.accept(graph, owned, result)
+
+            _each_match(context, graph, work.uses, on_match)
+        return work.emit() if work.replacements else None
+
+    return apply_to_target(target, lambda mod: _each_function(mod, on_function))
+
+
+def _each_function(mod: tvm.IRModule,
+                   on_function: Callable[[str, relax.Function], relax.Function | None]
+                   ) -> tvm.IRModule:
+    with C.gc_paused():
+        updates = {}
+        for gv, func in rewritable_functions(mod):
+            if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+                continue
+            new_func = on_function(gv.name_hint, func)
+            if new_func is not None:
+                updates[gv] = new_func
+        if not updates:
+            return mod
+        functions = dict(mod.functions.items())
+        functions.update(updates)
+        return C.copy_module(mod, functions)
+
+
+def dpl_rewriter(nodes: Mapping, rewriter: Rewriter) -> Rewriter:
+    """``rewriter`` (written for a patternkit context) as TVM's ``rewrite_bindings`` calls it.
+
+    ``nodes`` is the mapping :meth:`PatternContext.to_dpl` returns; the TVM patterns in
+    TVM's ``matchings`` become the patternkit patterns they stand for.
+    """
+    def for_tvm(matchings: Any, bindings: Any) -> Any:
+        return rewriter({nodes[p]: v for p, v in matchings.items()}, bindings)
+
+    return for_tvm
+
+
+# -- the class form: a rule with several roots -------------------------------------------------
+class BindingsMatch:
+    """One match of a :class:`BindingsRewriteRule`, read by role.
+
+    ``match.x`` / ``match["x"]`` is the Var the role ``x`` matched (a tuple of Vars for a
+    ``used_by_all`` consumer), :meth:`value` the value bound to it, :attr:`bindings` the
+    block (Var -> value), :meth:`readers` the bindings reading a Var, :attr:`plan` what
+    the check returned.  :meth:`claim` lets a check add a binding that reads the match's
+    own Vars (a bias add after a matched matmul) to what the rewrite may replace.
+    """
+
+    def __init__(self, state: _State, graph: _BlockGraph, roles: Mapping[str, DFPattern],
+                 bindings: BlockBindings):
+        self._state = state
+        self._graph = graph
+        self._roles = roles
+        self._bindings = bindings
+        self.owned_keys = _owned(state, graph)
+        self.plan: Any = None
+
+    def _pattern(self, key: str | DFPattern) -> DFPattern:
+        if isinstance(key, DFPattern):
+            return key
+        try:
+            return self._roles[key]
+        except KeyError:
+            raise KeyError(f"no role {key!r} in this rule (roles: "
+                           f"{', '.join(self._roles) or 'none'})") from None
+
+    def __getitem__(self, key: str | DFPattern) -> Any:
+        found = self._state.p2r.get(self._pattern(key))
+        if found is None:
+            raise KeyError(f"role {key!r} is not a node of the rule's PatternContext")
+        var = self._graph.var
+        return tuple(var[k] for k in found) if isinstance(found, tuple) else var[found]
+
+    def __getattr__(self, role: str) -> Any:
+        if role.startswith("__"):
+            raise AttributeError(role)
+        try:
+            return self[role]
+        except KeyError as err:
+            raise AttributeError(err.args[0]) from None
+
+    def __contains__(self, key: object) -> bool:
+        pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
+        return pattern is not None and pattern in self._state.p2r
+
+    def value(self, key: str | DFPattern | Any) -> Any:
+        """The value bound to a role's Var (a tuple for several), or to a Var."""
+        if isinstance(key, (str, DFPattern)):
+            matched = self[key]
+        else:
+            matched = key
+        if isinstance(matched, tuple):
+            return tuple(self._bindings[v] for v in matched)
+        return self._bindings[matched]
+
+    @property
+    def bindings(self) -> BlockBindings:
+        return self._bindings
+
+    @property
+    def matchings(self) -> dict[DFPattern, Any]:
+        return _matchings(self._state, self._graph)
+
+    def readers(self, var: Any) -> list:
+        """The Vars of the bindings that read ``var`` in the block, in binding order."""
+        graph = self._graph
+        return [graph.var[k] for k in graph.readers_of(C.handle(var))]
+
+    def is_parameter(self, expr: Any) -> bool:
+        """Is ``expr`` a parameter of the function being rewritten?"""
+        return any(p.same_as(expr) for p in self._graph.index.func.params)
+
+    def escapes(self, var: Any) -> bool:
+        """Is ``var`` seen outside its block (a block output, or the function's result)?"""
+        return C.handle(var) in self._graph.index.escaping
+
+    def claim(self, var: Any) -> None:
+        """Let the rewrite replace ``var``'s binding too; it must read a Var of the match."""
+        key = C.handle(var)
+        graph = self._graph
+        if key not in graph.bound or key in graph.removed:
+            raise PatternError(f"cannot claim '{C.var_name(var)}': it is not bound in this "
+                               f"block")
+        if not any(read in self.owned_keys for read in graph.operands.get(key, ())):
+            raise PatternError(f"cannot claim '{C.var_name(var)}': it reads no Var of the "
+                               f"match")
+        self.owned_keys.add(key)
+
+    @property
+    def owned(self) -> tuple:
+        """The Vars whose bindings the rewrite may replace."""
+        return tuple(self._graph.var[k] for k in sorted(
+            self.owned_keys, key=lambda k: self._graph.index.position[k]))
+
+    @property
+    def root(self) -> Any:
+        """The first binding the match owns (where logs and errors point)."""
+        owned = self.owned
+        return owned[0] if owned else None
+
+    def __repr__(self) -> str:
+        return f"<BindingsMatch {', '.join(r for r in self._roles if r in self)}>"
+
+
+class BindingsRewriteRule(RewriteRule):
+    """A rule with several roots: a :class:`PatternContext` graph instead of one pattern.
+
+    Subclasses build ``self.context`` in ``__init__`` (patterns kept as attributes are
+    the roles, as for any rule), and implement :meth:`rewrite` returning
+    ``{Var: replacement}`` for the bindings of the match (``match.owned``).  A
+    :meth:`check` may return a plan or :func:`patternkit.reject` as for single-root rules.
+    ``pk.rewrite`` applies it like any rule, in rounds until nothing changes.
+    """
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.context: PatternContext | None = None
+
+    def check(self, match: BindingsMatch) -> Any:  # type: ignore[override]
+        return True
+
+    def rewrite(self, match: BindingsMatch) -> Mapping:  # type: ignore[override]
+        raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
+
+    def validate(self) -> None:
+        """Raise :class:`PatternError` unless the rule has a matchable context."""
+        if not isinstance(self.context, PatternContext):
+            found = "None (set self.context in __init__)" if self.context is None \
+                else type(self.context).__name__
+            raise PatternError(f"{self.rule_name}.context must be a patternkit "
+                               f"PatternContext; found {found}")
+        self.context.validate()
+
+
+@dataclass
+class BindingsPass:
+    """What one pass of a :class:`BindingsRewriteRule` over a function did.
+
+    ``last`` is ``(function name, binding)`` of the last rewrite (``None``: nothing
+    changed); ``rewritten`` holds ``(first owned Var, replaced Vars)`` per rewritten
+    match and ``refused`` ``(first owned Var's name, reason, Reject)`` per refusal, both
+    only when asked for (the driver asks when it keeps a log).
+    """
+
+    function: relax.Function
+    last: tuple | None = None
+    rewritten: list = field(default_factory=list)
+    refused: list = field(default_factory=list)
+
+
+def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFPattern],
+                              func_name: str, func: relax.Function,
+                              collect: bool = False) -> BindingsPass:
+    """One pass of a :class:`BindingsRewriteRule` over one function (the driver's hook)."""
+    done = BindingsPass(func)
+    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+        return done
+    work = _FunctionRewrite(rule.rule_name, func_name, func)
+    checker = rule.match_check()
+    for graph in work.graphs():
+        view: BlockBindings | None = None
+
+        def on_match(state: _State) -> list[int]:
+            nonlocal view
+            if view is None:
+                view = BlockBindings(graph)
+            match = BindingsMatch(state, graph, roles, view)
+            where = work.where(graph, match.owned_keys)
+            try:
+                refusal = None
+                if checker is not None:
+                    refusal, match.plan = judge(checker, match)
+                result = None if refusal is not None else rule.rewrite_match(match)
+            except Reject as raised:  # a rewrite may refuse too
+                refusal, result = raised, None
+            except Exception as err:
+                raise CallbackError(f"rule {rule.rule_name}: {type(err).__name__} in the rule: "
+                                    f"{err} (while rewriting binding '{where}')",
+                                    rule.rule_name, where) from err
+            if refusal is not None:
+                if collect:
+                    done.refused.append((C.var_name(match.root), refusal.reason, refusal))
+                return []
+            taken = work.accept(graph, match.owned_keys, result)
+            if taken:
+                done.last = (func_name, graph.binding(taken[-1]))
+                if collect:
+                    done.rewritten.append((match.root, tuple(graph.var[k] for k in taken)))
+            return taken
+
+        _each_match(rule.context, graph, work.uses, on_match)
+    if work.replacements:
+        done.function = work.emit()
+    return done
+
+
+provide_sugar("match_dfb", match_dfb)

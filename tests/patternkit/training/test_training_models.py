@@ -1,0 +1,43 @@
+"""Real models differentiated end to end and checked against torch autograd (same weights)."""
+
+from __future__ import annotations
+
+import pytest
+
+from patternkit.training import GradientReport, check_gradients, gradient, with_loss
+
+pytestmark = pytest.mark.models
+
+
+def torch_loss_of(model):
+    """``sum(model(x))`` as a function of the input and the weights, in Relax parameter order."""
+    import torch
+
+    torch_names = {"p_" + n.replace(".", "_"): n for n, _ in model.source.named_parameters()}
+    names = [torch_names[p] for p in model.params]
+
+    def loss(*tensors):
+        inputs, weights = tensors[:len(model.input_names)], tensors[len(model.input_names):]
+        out = torch.func.functional_call(model.source, dict(zip(names, weights)), tuple(inputs))
+        return (out[0] if isinstance(out, (tuple, list)) else out).sum()
+
+    return loss
+
+
+def gradients_against_torch(model):
+    loss_mod = with_loss(model.mod, model.entry)
+    report = GradientReport()
+    grad = gradient(loss_mod, func=model.entry + "_loss", wrt=list(model.params), report=report)
+    inputs = [model.inputs[n] for n in model.input_names] + list(model.params.values())
+    result = check_gradients(loss_mod, grad, func=model.entry + "_loss", inputs=inputs,
+                             reference="torch", torch_fn=torch_loss_of(model))
+    return report, result
+
+
+def test_resnet18_gradients_of_every_weight_match_torch_autograd(zoo):
+    """Eval-mode batch norms (running statistics) expanded as such, 60 weights checked."""
+    model = zoo("resnet18", keep_params=True)
+    report, result = gradients_against_torch(model)
+    assert report.expanded == {"relax.nn.batch_norm": model.families["batchnorm"]}
+    assert len(result.parameters) == len(model.params) == 60
+    assert result.ok, result
