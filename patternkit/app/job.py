@@ -187,15 +187,14 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
                  raise_on_failure=False)
-    report.roundtrip["FuseOps"] = {"ok": fused.ok, "difference": fused.difference}
+    report.roundtrip["FuseOps"] = _roundtrip_entry(fused)
     if composites:
         def byoc(mod):
             return partition_graph(merge_composite(mod, composites), compiler)
 
         partitioned = step("roundtrip_composites", check_roundtrip, rewritten, byoc,
                            func_name=entry, raise_on_failure=False)
-        report.roundtrip["MergeComposite+PartitionGraph"] = {
-            "ok": partitioned.ok, "difference": partitioned.difference}
+        report.roundtrip["MergeComposite+PartitionGraph"] = _roundtrip_entry(partitioned)
 
     adjoint = None
     if train:
@@ -211,6 +210,13 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         write_outputs(out, before, after, report, draw=draw, changes=log, func=entry,
                       full_drawing=full_drawing, adjoint=adjoint)
     return report
+
+
+def _roundtrip_entry(result) -> dict[str, Any]:
+    """A round trip for the report: the verdict, the difference, and the dead bindings the
+    fusion dropped (not compared: nothing reads them), so that nothing is hidden."""
+    return {"ok": result.ok, "difference": result.difference,
+            "dropped_dead": [str(d) for d in result.dropped_dead]}
 
 
 def _require_writable(out: Path) -> None:
@@ -295,6 +301,10 @@ def report_markdown(report: JobReport) -> str:
     lines += ["", "## Round trips", ""]
     for name, r in report.roundtrip.items():
         lines.append(f"* {name}: {'ok' if r['ok'] else 'FAILED: ' + str(r['difference'])}")
+        if r.get("dropped_dead"):
+            lines.append(f"  (not compared: {len(r['dropped_dead'])} dead binding(s) the "
+                         f"fusion dropped: {', '.join(r['dropped_dead'][:5])}"
+                         f"{', ...' if len(r['dropped_dead']) > 5 else ''})")
     if report.training:
         from .training import training_markdown
 
