@@ -182,7 +182,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
                       "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
                       "atol": options["atol"], "seed": seed,
                       "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
-                      "refused": list(comparison.refused)}
+                      "refused": list(comparison.refused), "identical": comparison.identical}
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -295,6 +295,8 @@ def report_markdown(report: JobReport) -> str:
                      f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
                      f"{n.get('max_rel_error', float('nan')):.3g} (rtol {n.get('rtol')}, "
                      f"atol {n.get('atol')}, seed {n.get('seed')})")
+    if n.get("identical"):
+        lines += ["", "(after is structurally identical to before: built and run once)"]
     if n.get("int_ranges"):
         lines += ["", "Integer inputs drawn in: " + ", ".join(
             f"`{k}` [{lo}, {hi})" for k, (lo, hi) in sorted(n["int_ranges"].items()))]

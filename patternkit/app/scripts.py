@@ -1,7 +1,7 @@
 """``before.py`` / ``after.py``: TVMScript files that load again with ``patternkit run``.
 
-``IRModule.script()`` alone does not re-run: its header imports are comments (so ``I``
-is undefined), and tensor constants print as ``metadata["ir.GenericConst"][i]``, which
+``IRModule.script()`` alone does not re-run: its imports are comments (so ``I`` is
+undefined, and so is ``TypeVar`` for a module-level symbolic dimension), and tensor constants print as ``metadata["ir.GenericConst"][i]``, which
 the parser cannot read (and ``show_meta=True`` crashes on them in TVM 0.27).  So the
 file gets real imports, its constants go to ``<name>.weights.npz`` next to it and are
 read back with ``R.const(_weights["c<i>"])`` at the same places, and the module is
@@ -23,6 +23,7 @@ from tvm import relax
 
 logger = logging.getLogger(__name__)
 
+_IMPORT_COMMENT = re.compile(r"^# (from \S+ import \S.*|import \S+)$")
 _META = re.compile(r'metadata\["ir\.GenericConst"\]\[(\d+)\]')
 _HEADER = '''"""{title}: written by patternkit; `patternkit run {name}` loads it again."""
 from pathlib import Path
@@ -72,7 +73,10 @@ def write_script(path: Path, mod: tvm.IRModule) -> str:
         weights = f'np.load(Path(__file__).with_name("{weights_file.name}"))'
     else:
         weights = "{}"
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("# from tvm"))
+    # The printer writes its imports as comments (the TVM ones, and ``typing.TypeVar`` for
+    # module-level symbolic dimensions): make them real.
+    body = "\n".join(line[2:] if _IMPORT_COMMENT.match(line) else line
+                     for line in text.splitlines())
     source = _HEADER.format(title=path.stem, name=path.name, weights=weights) + body
     source += "\n\nmod = Module\n" if "class Module" in body else "\n"
     path.write_text(source)

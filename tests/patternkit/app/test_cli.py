@@ -248,3 +248,15 @@ def test_bert_token_types_are_drawn_inside_their_table_and_out_of_range_ones_fai
     report = json.loads((bad / "report.json").read_text())
     assert not report["ok"] and "token_type_ids" in report["numeric"]["refused"][0]
     assert "REFUSED" in (bad / "report.md").read_text()
+
+
+@pytest.mark.models
+def test_run_on_a_dynamic_batch_model_passes_and_draws_every_picture(tmp_path, zoo):
+    model = zoo("gpt2", batch="dynamic", layers=2)
+    out = tmp_path / "out"
+    assert main(["run", model.name, "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and all(r["ok"] for r in report["roundtrip"].values())
+    for name in ("before", "after", "diff"):
+        assert "<svg" in (out / f"{name}.svg").read_text()
+        assert not report["drawings"][name].startswith("not drawn")
