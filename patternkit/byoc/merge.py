@@ -41,13 +41,13 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.matcher import Matcher
 from ..dpl.pattern import root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
-from ..engine.proposal import Group, find_groups, group_check
+from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
+from ..engine.wellformed import check_input, check_shape, checked
 from ..errors import CallbackError
 from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
@@ -79,7 +79,8 @@ class SkippedComposite:
     ``kind`` is ``"check"`` (the entry's check vetoed it, ``rejection`` is its
     :class:`~patternkit.engine.rule.Reject`), ``"overlap"`` (a binding was already
     taken, ``by`` names the entry that took it), or ``"escape"`` (an intermediate
-    result is read outside the match).
+    result is read outside the match).  ``bound`` holds the Vars named in ``vars``:
+    names need not be unique (a rewrite's new bindings may reuse ``lv8``), the Vars are.
     """
 
     entry: str
@@ -90,6 +91,7 @@ class SkippedComposite:
     reason: str
     by: str | None = None
     rejection: Reject | None = field(default=None, compare=False, repr=False)
+    bound: tuple = field(default=(), compare=False, repr=False)
 
 
 @dataclass
@@ -143,7 +145,7 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
                     changed = True
             return C.copy_module(module, functions) if changed else module
 
-    return apply_to_target(mod, transform)
+    return apply_to_target(mod, checked("MergeComposite", transform))
 
 
 def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TVM pass style)
@@ -175,12 +177,14 @@ def _names(vars_: Iterable[Any]) -> tuple[str, ...]:
 
 def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                     log: CompositeLog | None) -> relax.Function:
-    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+    check_shape(func, "MergeComposite", func_name)
+    if not func.body.blocks:
         return func
     live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
     if not live_entries:
         return func
     index = FunctionIndex.build(func)
+    check_input(index, "MergeComposite", func_name)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
@@ -195,7 +199,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 by = claimed[C.handle(taken)]
                 reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
                 vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                               _names(group.interior), "overlap", reason, by))
+                                               _names(group.interior), "overlap", reason, by,
+                                               bound=tuple(group.interior)))
                 return reject(reason)
             if entry_check is None:
                 return True
@@ -204,21 +209,21 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 return True
             vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
                                            _names(group.interior), "check", refusal.reason,
-                                           rejection=refusal))
+                                           rejection=refusal, bound=tuple(group.interior)))
             return refusal
 
-        groups, skips = find_groups(index, entry.pattern, veto)
+        groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
         for group in groups:
             for v in group.interior:
                 claimed[C.handle(v)] = entry.name
             accepted.append((entry, group))
         if log is not None:
             log.skipped.extend(vetoes)
-            vetoed_roots = {s.root for s in vetoes}
+            vetoed_roots = {C.handle(s.bound[-1]) for s in vetoes}
             for s in skips:
-                if s.root in vetoed_roots:
+                if s.covered and C.handle(s.covered[-1]) in vetoed_roots:
                     continue
-                log.skipped.append(_classify_skip(index, entry, func_name, s))
+                log.skipped.append(_classify_skip(entry, func_name, s))
     if not accepted:
         return func
     replacements = {}
@@ -273,20 +278,12 @@ def _check_error(entry: CompositeEntry, func_name: str, group: Group,
                          f"'{where}')", entry.name, where)
 
 
-def _classify_skip(index: FunctionIndex, entry: CompositeEntry, func_name: str,
-                   skipped: Any) -> SkippedComposite:
+def _classify_skip(entry: CompositeEntry, func_name: str, skipped: Skipped) -> SkippedComposite:
     """A grouping skip (escape or same-entry overlap) with the bindings it covered."""
-    kind = "overlap" if skipped.reason.startswith("overlaps") else "escape"
-    vars_: tuple[str, ...] = (skipped.root,)
-    if skipped.position is not None:
-        binding = index.binding_at(skipped.position)
-        table = index.values[skipped.position[0]]
-        found = Matcher(call_args=index.call_args, table=table).match(entry.pattern,
-                                                                       binding.value)
-        if found is not None:
-            vars_ = (*_names(found.internal), skipped.root)
-    by = entry.name if kind == "overlap" else None
-    return SkippedComposite(entry.name, func_name, skipped.root, vars_, kind, skipped.reason, by)
+    kind = skipped.kind.value
+    by = entry.name if skipped.kind is SkipKind.OVERLAP else None
+    return SkippedComposite(entry.name, func_name, skipped.root, _names(skipped.covered), kind,
+                            skipped.reason, by, bound=skipped.covered)
 
 
 def composite_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:

@@ -99,12 +99,14 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
         if compiler is None:
             raise ValueError("offload_report: ops=... needs compiler=...")
         out = merge_composite(out, annotation_table(compiler, ops), log=log)
-    reasons: dict[tuple[str, str], list] = {}
+    # Keyed by the Var where the log has it: names repeat (a rewrite's new bindings may
+    # reuse 'lv8'), and a name key would pin one binding's skip on another.
+    reasons: dict[tuple[str, Any], list] = {}
     for s in log.skipped:
-        kind = _LOG_KIND[s.kind]
-        for var in s.vars:
-            reasons.setdefault((s.function, var), []).append((kind, s.reason, s.entry,
-                                                               _priority(table, s.entry)))
+        why = (_LOG_KIND[s.kind], s.reason, s.entry, _priority(table, s.entry))
+        keys = [C.handle(v) for v in s.bound] if s.bound else s.vars
+        for key in keys:
+            reasons.setdefault((s.function, key), []).append(why)
     host: list[HostOp] = []
     for gv, func in rewritable_functions(out):
         for block in C.array_items(func.body.blocks):
@@ -113,7 +115,8 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
                 if name is None:
                     continue
                 var = C.var_name(binding.var)
-                found = sorted(reasons.get((gv.name_hint, var), ()),
+                found = sorted((*reasons.get((gv.name_hint, C.handle(binding.var)), ()),
+                                *reasons.get((gv.name_hint, var), ())),
                                key=lambda r: (r[3], _KIND_ORDER[r[0]]))
                 if not found:
                     host.append(HostOp(gv.name_hint, var, name, "uncovered",

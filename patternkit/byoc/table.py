@@ -19,7 +19,7 @@ from tvm import relax
 from ..dpl.matcher import Matcher
 from ..dpl.pattern import DFPattern
 from ..engine.proposal import adapt_check
-from ..engine.rule import MatchCheck, Rule, RuleMatch, judge
+from ..engine.rule import MatchCheck, Rule, RuleMatch, judge, require_instance
 from ..engine.ruleset import RuleSet
 from ..errors import CallbackError, PatternkitError
 from ..ir import compat as C
@@ -101,6 +101,7 @@ class PatternTable(Sequence):
     """
 
     def __init__(self, entries: Iterable[Any], compiler: str | None = None):
+        require_instance(entries, "PatternTable")
         if isinstance(entries, PatternTable):
             entries = list(entries)
         elif isinstance(entries, RuleSet):
@@ -183,6 +184,7 @@ def _fusion_check(entry: CompositeEntry) -> Callable[[Any], bool] | None:
 
 
 def _as_entry(raw: Any, i: int) -> CompositeEntry:
+    require_instance(raw, f"pattern table entry {i}")
     rule = None
     if isinstance(raw, CompositeEntry):
         name, pattern, check, rule = raw.name, raw.pattern, raw.check, raw.rule

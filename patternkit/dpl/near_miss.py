@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from ..ir import compat as C
-from ..ir.rebuild import expr_text
+from ..ir.rebuild import constant_text, expr_text
 from .matcher import Matcher, function_lookup
 from .pattern import DFPattern, as_pattern, pattern_to_text
 
@@ -45,8 +45,14 @@ class _TracingMatcher(Matcher):
 def _describe(expr: Any, lookup) -> str:
     value = lookup(expr) if isinstance(expr, relax.Var) and lookup else None
     if value is not None:
-        return f"'{C.var_name(expr)}' = {expr_text(value, 100)}"
-    return expr_text(expr, 100)
+        return f"'{C.var_name(expr)}' = {_text(value)}"
+    return _text(expr)
+
+
+def _text(expr: Any) -> str:
+    """One line of ``expr``; a constant shows its dtype and values, not a metadata index."""
+    constant = constant_text(expr)
+    return f"const {constant}" if constant is not None else expr_text(expr, 100)
 
 
 def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -> str:

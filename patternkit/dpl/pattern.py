@@ -22,8 +22,9 @@ import tvm
 from tvm import relax
 
 from ..errors import PatternError
-from ..ir.compat import handle_or_none
+from ..ir.compat import handle_or_none, var_name
 from ..ir.opnames import get_op
+from ..ir.rebuild import constant_text, expr_text
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
@@ -531,9 +532,7 @@ def pattern_to_text(pattern: DFPattern) -> str:
     if isinstance(pattern, WildcardPattern):
         return "*"
     if isinstance(pattern, ExprPattern):
-        if isinstance(pattern.expr, tvm.ir.Op):
-            return pattern.expr.name.removeprefix("relax.")
-        return "expr"
+        return _expr_pattern_text(pattern.expr)
     if isinstance(pattern, ConstantPattern):
         return "const"
     if isinstance(pattern, ScalarPattern):
@@ -558,7 +557,7 @@ def pattern_to_text(pattern: DFPattern) -> str:
     if isinstance(pattern, AttrPattern):
         return f"{pattern_to_text(pattern.pattern)}.has_attr({pattern.attrs})"
     if isinstance(pattern, TypePattern):
-        return f"{pattern_to_text(pattern.pattern)}.has_type(...)"
+        return f"{pattern_to_text(pattern.pattern)}.has_type({expr_text(pattern.ty, 80)})"
     if isinstance(pattern, DataTypePattern):
         return f"{pattern_to_text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):
@@ -570,6 +569,16 @@ def pattern_to_text(pattern: DFPattern) -> str:
         return (f"if({pattern_to_text(pattern.cond)}, {pattern_to_text(pattern.true_branch)}, "
                 f"{pattern_to_text(pattern.false_branch)})")
     return type(pattern).__name__
+
+
+def _expr_pattern_text(expr: Any) -> str:
+    """An operator by name; any other expression as ``expr(...)`` with what it holds."""
+    if isinstance(expr, tvm.ir.Op):
+        return expr.name.removeprefix("relax.")
+    if isinstance(expr, relax.Var):
+        return f"expr({var_name(expr)})"
+    constant = constant_text(expr)
+    return f"expr({constant if constant is not None else expr_text(expr, 40)})"
 
 
 # -- conversion to tvm.relax.dpl ----------------------------------------------------------

@@ -20,10 +20,11 @@ from .partitioning import partition
 from .proposal import match_bindings
 from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
 from .ruleset import RuleSet
+from .wellformed import assert_well_formed
 
 __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
-    "RewriteRecord", "SkippedMatch", "partition", "match_bindings",
+    "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
     "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings",
 ]

@@ -41,7 +41,14 @@ class DFPatternCallback(RewriteRule):
         return True
 
     def callback(self, pre: Any, post: Any, node_map: NodeMap) -> Any:
-        """Return the replacement for ``post`` (return ``post`` itself to leave it)."""
+        """Return the replacement for ``post``; ``post`` itself (Relay's idiom) or ``None``
+        leaves the binding as it is.
+
+        Relay gave ``None`` no meaning (its rewriter put a null node in the graph); here
+        it declines the match, as returning ``post`` does, and the decline is recorded as
+        a :class:`~patternkit.engine.driver.SkippedMatch` of kind ``"declined"`` and
+        logged, so a callback that forgets its ``return`` shows up in the log.
+        """
         raise NotImplementedError(f"{self.rule_name} must implement callback()")
 
     def match_check(self) -> MatchCheck | None:

@@ -1,25 +1,52 @@
 """The rewrite driver: apply ``RewriteRule`` rules to Relax IR in linear time.
 
-Algorithm (one *pass* = one callback over every function of the module):
+Algorithm.  The driver works in *rounds*; a round applies every active rule, in list
+order, to every function of the module:
 
-1. Index the function's bindings in one walk (:class:`~patternkit.engine.index.FunctionIndex`):
-   values per block, users, and bindings by operator.
-2. Group matches as Relay did (:func:`~patternkit.engine.proposal.find_groups`): candidate roots
-   are only the bindings that call the pattern's root operator, tried from the result
+1. Index each function once per round (:class:`~patternkit.engine.index.FunctionIndex`),
+   if the root operator of some active rule occurs in it (a cheap pre-scan): values
+   per block, users, bindings by operator, dead code.  All the round's rules share this
+   index, and each rule's candidate roots are looked up in it by the rule's root
+   operators, so a rule whose root does not occur costs nothing.
+2. For each rule, group its matches as Relay did
+   (:func:`~patternkit.engine.proposal.find_groups`): roots are tried from the result
    back to the inputs; a match claims its interior bindings, and a match that would
    reuse a claimed binding, or whose interior result is read outside it, is skipped.
 3. Call the rule's ``check`` for every group, then its rewrite with what the check
-   returned (the *plan*), and validate the result: it must be a Relax expression whose
-   type fits the replaced binding.
-4. Emit the function once: unchanged bindings as they were, each replacement normalised
-   in place (nested calls become new bindings just before it), and bindings that the
-   rewrite made dead dropped (one reverse liveness pass; dead code that was already
-   there is left alone).
+   returned (the *plan*).  A rewrite returning ``None`` leaves the binding (logged).
+4. Emit each changed function once at the end of the round
+   (:func:`~patternkit.engine.emit.emit_rewrites`): unchanged bindings as they were,
+   each replacement checked to read only Vars in scope and normalised in place, and the
+   bindings the round's rewrites left dead dropped.
 
-Passes repeat, callbacks in list order, until a whole round changes nothing (callbacks
-with ``rewrite_once`` take part in the first round only).  A round that still changes
-the graph after ``max_passes`` rounds raises :class:`RewriteDidNotConverge` naming the
-rules that were still firing, instead of looping forever as ``rewrite_call`` does.
+Rules of one round see each function as the round found it, less what earlier rules of
+the round took:
+
+* a binding an earlier rule *replaced* is opaque: a later match may read its Var (and
+  so the new value), but not look through it to its old value, nor replace it;
+* a binding an earlier rule *absorbed* (a match's interior) is taken: a later match that
+  would include it is skipped as an overlap;
+* the Vars an earlier replacement reads count as readers: a later match with one of
+  them as an intermediate is skipped as escaping.
+
+What a later rule could only match in the graph an earlier rule produced, it matches
+in the next round.  The fixed point is the one Relay's rule-by-rule passes reach, for
+one index per function and round instead of one per rule and round; a rewrite may
+happen a round later than it would have.
+
+Rounds repeat until a round changes nothing (callbacks with ``rewrite_once`` take part
+in the first round only).  Two guards stop a rule set that never settles, instead of
+looping as ``rewrite_call`` does, both with :class:`RewriteDidNotConverge`: after
+``max_passes`` rounds, naming the rules still firing; and as soon as a round leaves a
+function with more than ``max_growth`` times the bindings it came in with, plus
+:data:`GROWTH_SLACK`, naming the rule that grew it (``relu(a) -> relu(relu(a))``
+doubles the graph every round: without this guard it reached 17 GB in 10 minutes).
+
+Dead code (removable bindings nothing live reads, see :mod:`~patternkit.engine.index`)
+is invisible to rules: it is never a match's root, its reads do not make an
+intermediate escape, and it goes when a rewrite removes what it reads; dead code that
+reads nothing removed is kept.  What each pass receives and emits is checked
+(:mod:`~patternkit.engine.wellformed`).
 
 Every step is linear in the number of bindings, and the C++ side is only called on
 small, local objects, which is why this driver is 30-100x faster than
@@ -28,6 +55,7 @@ small, local objects, which is why this driver is 30-100x faster than
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -39,14 +67,28 @@ from ..dpl.pattern import DFPattern, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
-from .emit import emit_function
-from .index import FunctionIndex, describe_binding, has_candidates
+from .emit import Emitted, emit_rewrites
+from .index import FunctionIndex, describe_binding, has_candidates, reads_of_value
 from .multi import BindingsRewriteRule, rewrite_function_bindings
-from .proposal import Group, find_groups, group_check
-from .rule import Reject, RewriteRule, RuleMatch
+from .proposal import Group, SkipKind, find_groups, group_check
+from .rule import MatchCheck, Reject, RewriteRule, RuleMatch, require_instance
 from .ruleset import RuleSet
+from .wellformed import assert_well_formed, check_input, check_shape, debug_mode
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_MAX_PASSES = 100
+
+#: Default ``max_growth``: a round may leave a function with at most twice the bindings
+#: it came in with (plus :data:`GROWTH_SLACK`).
+DEFAULT_MAX_GROWTH = 2.0
+
+#: Bindings a function may grow by on top of ``max_growth`` times its input's, so that
+#: an expansion of a small function (one fused op into its written-out form) passes.
+GROWTH_SLACK = 64
+
+#: The pass named in errors.
+PASS_NAME = "rewrite"
 
 
 @dataclass(frozen=True)
@@ -76,9 +118,10 @@ class RewriteRecord:
 class SkippedMatch:
     """A match a rule found but did not rewrite, and why.
 
-    ``rejection`` is the :class:`~patternkit.engine.rule.Reject` the rule's check gave
-    (``None`` when the match was skipped for overlapping or escaping); its ``site``
-    names the guard that refused.
+    ``kind`` says which guard left it (:class:`~patternkit.engine.proposal.SkipKind`:
+    ``"overlap"``, ``"escape"``, ``"check"``, or ``"declined"`` when the rewrite itself
+    returned ``None``).  ``rejection`` is the :class:`~patternkit.engine.rule.Reject` the
+    rule's check gave (``None`` otherwise); its ``site`` names the guard that refused.
     """
 
     rule: str
@@ -86,6 +129,7 @@ class SkippedMatch:
     root: str
     reason: str
     rejection: Reject | None = field(default=None, compare=False, repr=False)
+    kind: SkipKind = SkipKind.CHECK
 
 
 @dataclass
@@ -111,14 +155,17 @@ class RewriteLog:
 
 def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: Any, *,
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
-            log: RewriteLog | None = None) -> Any:
+            log: RewriteLog | None = None, max_growth: float | None = DEFAULT_MAX_GROWTH,
+            debug: bool | None = None) -> Any:
     """Apply rewrite rules until nothing changes; Relay's ``rewrite``.
 
     Parameters
     ----------
     callbacks : RewriteRule (or DFPatternCallback), a sequence of them, or a RuleSet
-        Applied in order, one full pass each per round.  Of a :class:`RuleSet`, the
-        rewrite rules are applied (its composites are for ``MergeComposite``).
+        Applied in order, each once per round (see the module docstring for what rules
+        of one round see of each other).  Of a :class:`RuleSet`, the rewrite rules are
+        applied (its composites are for ``MergeComposite``).  Pass instances, not
+        classes.
     target : tvm.IRModule, relax.Function or Relax expression
         Returned as the same kind; never modified.  In a module, every Relax function
         is rewritten except those created by fusion or partitioning (``Primitive``,
@@ -130,29 +177,57 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: An
         match is not rewritten; with ``True`` it is, and the interior binding is kept for
         its other readers (``tvm.relax.dpl.rewrite_call``'s behaviour).
     log : RewriteLog, optional
-        Receives a record of every replaced binding and every skipped match.
+        Receives a record of every replaced binding and every skipped match (including
+        the matches a rewrite declined by returning ``None``).
+    max_growth : float or None
+        Stop with :class:`RewriteDidNotConverge` when a round leaves a function with
+        more than ``max_growth`` times its input's bindings plus :data:`GROWTH_SLACK`;
+        ``None``: no bound.  Raise it for rule sets that expand on purpose.
+    debug : bool, optional
+        Also run TVM's full ``relax.analysis.well_formed`` on the input and after every
+        round (default: the ``PATTERNKIT_DEBUG`` environment variable).
+
+    Raises
+    ------
+    PatternError
+        Something that is not a rewrite rule (a rule class instead of an instance, a
+        rule without a patternkit pattern).
+    MalformedIRError
+        The input is not well formed or not normalised, or a rewrite returned an
+        expression reading a Var that is not in scope; names the function and binding.
+    CallbackError
+        A check or rewrite raised, or returned something that cannot replace the match.
+    RewriteDidNotConverge
+        ``max_passes`` rounds still changed the graph, or a round grew it past the bound.
 
     Notes
     -----
     Overlapping matches: roots are taken from the function's result backwards and each
-    match claims its interior bindings, so of two overlapping matches the one nearer the
-    output wins; the other may match in the next round, against the rewritten graph.
-    Dead bindings: bindings that a rewrite leaves unused are removed at the end of the
-    pass that made them dead; non-dataflow (user-visible) bindings are never removed.
+    match claims its interior bindings, so of two overlapping matches of one rule the
+    one nearer the output wins; of two rules, the earlier in the list.  The other may
+    match in the next round, against the rewritten graph.  Dead bindings: bindings that a
+    round's rewrites leave without live readers are removed at the end of that round;
+    non-dataflow (user-visible) bindings are never removed.
     """
     rules = _as_rule_list(callbacks)
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
+    if max_growth is not None and not max_growth >= 1:
+        raise ValueError(f"max_growth must be at least 1 (or None for no bound), got "
+                         f"{max_growth}")
+    options = _Options(max_passes, allow_escaping_intermediates, max_growth, debug_mode(debug),
+                       log)
 
     def transform(mod: tvm.IRModule) -> tvm.IRModule:
         with C.gc_paused():
-            return _run_rounds(rules, mod, max_passes, allow_escaping_intermediates, log)
+            return _run_rounds(rules, mod, options)
 
     return apply_to_target(target, transform)
 
 
-def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,
+def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,  # noqa: N802
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
+            max_growth: float | None = DEFAULT_MAX_GROWTH, debug: bool | None = None,
             name: str | None = None) -> tvm.transform.Pass:
     """:func:`rewrite` as a ``tvm.transform.Pass`` for ``tvm.transform.Sequential``."""
     rules = _as_rule_list(callbacks)
@@ -160,23 +235,34 @@ def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,
 
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return rewrite(rules, mod, max_passes=max_passes,
-                       allow_escaping_intermediates=allow_escaping_intermediates)
+                       allow_escaping_intermediates=allow_escaping_intermediates,
+                       max_growth=max_growth, debug=debug)
 
     return C.module_pass(transform, pass_name)
 
 
-# -- rounds ------------------------------------------------------------------------------
+# -- rules ---------------------------------------------------------------------------------
 def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
+    require_instance(callbacks, PASS_NAME)
     if isinstance(callbacks, RuleSet):
         rules = list(callbacks.rewrite_rules())
         if not rules:
             raise PatternError(f"rewrite needs at least one rule; {callbacks!r} has no "
                                f"rewrite rules (its composites are for MergeComposite)")
         return _as_rule_list(rules)
-    rules = [callbacks] if isinstance(callbacks, RewriteRule) else list(callbacks)
+    if isinstance(callbacks, RewriteRule):
+        rules = [callbacks]
+    else:
+        try:
+            rules = list(callbacks)
+        except TypeError:
+            raise PatternError(f"rewrite expects a DFPatternCallback (a rewrite rule), a "
+                               f"list of them or a RuleSet, found {type(callbacks).__name__}: "
+                               f"{callbacks!r:.80}") from None
     if not rules:
         raise PatternError("rewrite needs at least one rule (a DFPatternCallback)")
-    for rule in rules:
+    for i, rule in enumerate(rules):
+        require_instance(rule, f"{PASS_NAME}: rule {i}")
         if not isinstance(rule, RewriteRule):
             raise PatternError(f"expected a DFPatternCallback (a rewrite rule), found "
                                f"{type(rule).__name__}: "
@@ -192,127 +278,272 @@ def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
     return rules
 
 
-def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, max_passes: int,
-                allow_escaping: bool, log: RewriteLog | None) -> tvm.IRModule:
-    """Apply ``rules`` in rounds until a round changes nothing.
+@dataclass(frozen=True)
+class _Prepared:
+    """What the driver reads off a rule once per call, not once per round."""
 
-    ``log`` is ``None`` when the caller asked for none: then nothing is recorded, so
-    no per-rewrite object outlives the pass (see :func:`patternkit.ir.compat.gc_paused`).
-    """
-    active = list(rules)
-    roles = {id(rule): rule.roles() for rule in rules}
-    for round_index in range(max_passes):
-        firing: list[tuple[str, tuple]] = []
-        for rule in active:
-            mod, fired = _apply_rule(rule, roles[id(rule)], mod, allow_escaping, log,
-                                     round_index)
-            if fired:
-                firing.append((rule.rule_name, fired))
-        if log is not None:
-            log.rounds = round_index + 1
-        active = [r for r in active if not r.rewrite_once]
-        if not firing or not active:
+    rule: RewriteRule
+    name: str
+    roles: dict
+    root_ops: frozenset | None  # None: the root may be anything
+    checker: MatchCheck | None  # None: the rule accepts every match
+
+    @classmethod
+    def of(cls, rule: RewriteRule) -> "_Prepared":
+        return cls(rule, rule.rule_name, rule.roles(), root_op_names(rule.pattern),
+                   rule.match_check())
+
+
+@dataclass(frozen=True)
+class _Options:
+    max_passes: int
+    allow_escaping: bool
+    max_growth: float | None
+    debug: bool
+    log: RewriteLog | None  # None: record nothing (no per-rewrite object outlives the call)
+
+
+# -- rounds ------------------------------------------------------------------------------
+def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) -> tvm.IRModule:
+    """Apply ``rules`` in rounds until a round changes nothing."""
+    active = [_Prepared.of(rule) for rule in rules if not isinstance(rule, BindingsRewriteRule)]
+    multi = [rule for rule in rules if isinstance(rule, BindingsRewriteRule)]
+    if options.debug:
+        assert_well_formed(mod, PASS_NAME, "input")
+    sizes = _InputSizes(mod)
+    recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
+    for round_index in range(options.max_passes):
+        mod, fired = _run_round(active, mod, round_index, options, sizes) if active \
+            else (mod, [])
+        if multi:
+            mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log)
+            fired += fired_multi
+        if options.log is not None:
+            options.log.rounds = round_index + 1
+        if fired and options.debug:
+            assert_well_formed(mod, PASS_NAME, "output", rules=(name for name, _, _ in fired))
+        active = [p for p in active if not p.rule.rewrite_once]
+        multi = [rule for rule in multi if not rule.rewrite_once]
+        if not fired or not (active or multi):
             return mod
-    names = ", ".join(sorted({name for name, _ in firing}))
-    last = describe_binding(*firing[-1][1])
+        recent = [*recent[-1:], fired]
+    names = ", ".join(sorted({name for fired in recent for name, _, _ in fired}))
+    _, func_name, binding = recent[-1][-1]
     raise RewriteDidNotConverge(
-        f"rewrite did not converge after {max_passes} passes; rules still changing the "
-        f"graph: {names} (last rewrite at {last}). A rule whose replacement "
-        f"matches its own pattern, or two rules undoing each other, never settle; set "
-        f"rewrite_once=True or change the pattern")
+        f"rewrite did not converge after {options.max_passes} passes; rules still changing "
+        f"the graph: {names} (last rewrite at {describe_binding(func_name, binding)}). A "
+        f"rule whose replacement matches its own pattern, or two rules undoing each other, "
+        f"never settle; set rewrite_once=True or change the pattern")
 
 
-def _apply_rule(rule: RewriteRule, roles: dict, mod: tvm.IRModule, allow_escaping: bool,
-                log: RewriteLog | None, round_index: int) -> tuple[tvm.IRModule, tuple | None]:
-    """One pass of one rule over every function.
+class _InputSizes:
+    """Bindings per function of the module ``rewrite`` was given (the growth bound's base)."""
 
-    Returns the module and ``(function name, binding)`` of the last rewrite (``None`` if
-    nothing changed), formatted only if it ends up in an error message.
+    def __init__(self, mod: tvm.IRModule):
+        self._mod = mod
+        self._sizes: dict[str, int] = {}
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self._sizes:
+            func = self._mod[name]
+            self._sizes[name] = sum(len(block.bindings) for block in func.body.blocks)
+        return self._sizes[name]
+
+
+class _FunctionRound:
+    """One function during one round: its index and what the round's rules did to it."""
+
+    def __init__(self, gv: tvm.ir.GlobalVar, func: relax.Function, first_round: bool):
+        self.gv = gv
+        self.name = gv.name_hint
+        self.func = func
+        self.index = FunctionIndex.build(func)
+        if first_round:  # later rounds index what the driver itself emitted and checked
+            check_input(self.index, PASS_NAME, self.name)
+        self.replacements: dict[int, Any] = {}
+        self.rule_of: dict[int, str] = {}
+        self.new_reads: dict[int, list[int]] = {}
+        self.taken: dict[int, tuple] = {}  # handle -> (rule, root Var) of the match that took it
+        self.extra_readers: dict[int, list] = {}  # handle -> takers whose replacement reads it
+
+    def has_candidates(self, rule: _Prepared) -> bool:
+        if rule.root_ops is None:
+            return True
+        by_key = self.index.by_key
+        return any(op in by_key for op in rule.root_ops)
+
+    def replace(self, rule: _Prepared, group: Group, value: Any, later_rules: bool) -> None:
+        """Record ``value`` for ``group``'s root; with ``later_rules``, what they may not touch."""
+        key = C.handle(group.root_var)
+        self.replacements[key] = value
+        self.rule_of[key] = rule.name
+        if not later_rules:
+            return
+        taker = (rule.name, group.root_var)
+        self.taken[key] = taker
+        for internal in group.match.internal_keys:
+            self.taken[internal] = taker
+        self.index.make_opaque(key)
+        reads = self.new_reads[key] = reads_of_value(value)
+        for read in reads:
+            self.extra_readers.setdefault(read, []).append(taker)
+
+
+def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
+               options: _Options, sizes: _InputSizes,
+               ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
+    """One round of every active rule over every function.
+
+    Returns the module and, per rewrite that changed it, ``(rule, function, binding)``
+    (formatted only if it ends up in an error message).
     """
-    updates: dict[tvm.ir.GlobalVar, relax.Function] = {}
-    last = None
+    log = options.log
+    first = round_index == 0
+    root_ops: set[str] | None = set()
+    for rule in active:
+        root_ops = None if rule.root_ops is None or root_ops is None else root_ops | rule.root_ops
+    functions: list[_FunctionRound] = []
     for gv, func in rewritable_functions(mod):
-        new_func, changed = _rewrite_function(rule, roles, gv.name_hint, func, allow_escaping,
-                                              log, round_index)
-        if changed:
-            updates[gv] = new_func
-            last = changed
-    if not updates:
-        return mod, None
-    functions = dict(mod.functions.items())
-    functions.update(updates)
-    return C.copy_module(mod, functions), last
-
-
-def _rewrite_function(rule: RewriteRule, roles: dict, func_name: str, func: relax.Function,
-                      allow_escaping: bool, log: RewriteLog | None,
-                      round_index: int) -> tuple[relax.Function, tuple | None]:
-    if isinstance(rule, BindingsRewriteRule):  # several roots: engine/multi.py
-        done = rewrite_function_bindings(rule, roles, func_name, func, collect=log is not None)
-        if log is not None:
-            log.records.extend(RewriteRecord(rule.rule_name, func_name, root, replaced,
-                                             round_index) for root, replaced in done.rewritten)
-            log.skipped.extend(SkippedMatch(rule.rule_name, func_name, root, reason, refusal)
-                               for root, reason, refusal in done.refused)
-        return done.function, done.last
-    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
-        return func, None
-    if not has_candidates(func, root_op_names(rule.pattern)):
-        return func, None
-    index = FunctionIndex.build(func)
-    checker = rule.match_check()  # None: the rule accepts every match, skip the calls
-    check = None if checker is None else group_check(
-        checker, roles, lambda group, err: _callback_error(rule, "check", func_name, group, err))
-    try:
-        groups, skipped = find_groups(index, rule.pattern, check, allow_escaping)
-    except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
-        raise err.in_rule(rule.rule_name, func_name) from err
-    if log is not None:
-        for s in skipped:
-            log.skipped.append(SkippedMatch(rule.rule_name, func_name, s.root, s.reason,
-                                            s.rejection))
-    replacements: dict[Any, Any] = {}
-    for group in groups:
-        new_value = _call_rule(rule, roles, func_name, group)
-        if new_value is None:
+        if first:
+            check_shape(func, PASS_NAME, gv.name_hint)
+        if func.body.blocks and has_candidates(func, root_ops):
+            functions.append(_FunctionRound(gv, func, first))
+    fired: list[tuple[str, str, Any]] = []
+    for position, rule in enumerate(active):
+        later_rules = position < len(active) - 1
+        for fn in functions:
+            if not fn.has_candidates(rule):
+                continue
+            check = None if rule.checker is None else group_check(
+                rule.checker, rule.roles,
+                lambda group, err, fn=fn, rule=rule: _callback_error(rule, "check", fn.name,
+                                                                     group, err))
+            try:
+                groups, skipped = find_groups(fn.index, rule.rule.pattern, check,
+                                              options.allow_escaping, taken=fn.taken,
+                                              extra_readers=fn.extra_readers,
+                                              report_claimed=log is not None)
+            except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
+                raise err.in_rule(rule.name, fn.name) from err
+            if log is not None:
+                log.skipped.extend(SkippedMatch(rule.name, fn.name, s.root, s.reason,
+                                                s.rejection, s.kind) for s in skipped)
+            last = None
+            declines = 0
+            for group in groups:
+                new_value, declined = _call_rule(rule, fn.name, group)
+                if new_value is None:
+                    declines += 1
+                    if log is not None:
+                        log.skipped.append(SkippedMatch(rule.name, fn.name,
+                                                        C.var_name(group.root_var), declined,
+                                                        kind=SkipKind.DECLINED))
+                    continue
+                fn.replace(rule, group, new_value, later_rules)
+                last = group.binding
+                if log is not None:
+                    log.records.append(RewriteRecord(rule.name, fn.name, group.root_var,
+                                                     (*group.match.internal, group.root_var),
+                                                     round_index))
+            if declines:
+                _LOG.info("rule %s left %d match(es) in '%s' as they were: its rewrite returned "
+                          "None or the match itself (round %d)", rule.name, declines, fn.name,
+                          round_index + 1)
+            if last is not None:
+                fired.append((rule.name, fn.name, last))
+    if not fired:
+        return mod, fired
+    updates: dict[tvm.ir.GlobalVar, relax.Function] = {}
+    for fn in functions:
+        if not fn.replacements:
             continue
-        root_var = group.root_var
-        replacements[C.handle(root_var)] = new_value
-        if log is not None:
-            log.records.append(RewriteRecord(rule.rule_name, func_name, root_var,
-                                             (*group.match.internal, root_var), round_index))
-    if not replacements:
-        return func, None
-    new_func = emit_function(func, index, replacements, rule.rule_name, func_name)
-    last_group = next(g for g in reversed(groups) if C.handle(g.root_var) in replacements)
-    return new_func, (func_name, last_group.binding)
+        emitted = emit_rewrites(fn.func, fn.index, fn.replacements, fn.name,
+                                pass_name=PASS_NAME, rule_of=fn.rule_of.__getitem__,
+                                new_reads=fn.new_reads)
+        if options.max_growth is not None:
+            _check_growth(fn, emitted, sizes[fn.name], options.max_growth, round_index)
+        updates[fn.gv] = emitted.function
+    functions_after = dict(mod.functions.items())
+    functions_after.update(updates)
+    return C.copy_module(mod, functions_after), fired
 
 
-def _call_rule(rule: RewriteRule, roles: dict, func_name: str, group: Group) -> Any:
-    """Run the rewrite; ``None`` means "leave this binding as it is"."""
+def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_index: int,
+                     log: RewriteLog | None) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
+    """One round of the multi-root rules (engine/multi.py), one rule after the other.
+
+    They match a :class:`~patternkit.dpl.PatternContext` graph over a whole block rather
+    than one root, so they take their own walk instead of the shared index.
+    """
+    fired: list[tuple[str, str, Any]] = []
+    for rule in rules:
+        roles = rule.roles()
+        updates = {}
+        for gv, func in rewritable_functions(mod):
+            done = rewrite_function_bindings(rule, roles, gv.name_hint, func,
+                                             collect=log is not None)
+            if log is not None:
+                log.records.extend(RewriteRecord(rule.rule_name, gv.name_hint, root, replaced,
+                                                 round_index) for root, replaced in done.rewritten)
+                log.skipped.extend(SkippedMatch(rule.rule_name, gv.name_hint, root, reason,
+                                                refusal)
+                                   for root, reason, refusal in done.refused)
+            if done.last is not None:
+                updates[gv] = done.function
+                fired.append((rule.rule_name, gv.name_hint, done.last))
+        if updates:
+            functions = dict(mod.functions.items())
+            functions.update(updates)
+            mod = C.copy_module(mod, functions)
+    return mod, fired
+
+
+def _check_growth(fn: _FunctionRound, emitted: Emitted, input_size: int, max_growth: float,
+                  round_index: int) -> None:
+    """Stop a rule set that keeps growing the graph before it exhausts memory."""
+    bound = int(max_growth * input_size) + GROWTH_SLACK
+    if emitted.bindings <= bound:
+        return
+    grown: dict[str, list[int]] = {}  # rule -> [replacements, bindings they became]
+    for key, size in emitted.added.items():
+        entry = grown.setdefault(fn.rule_of[key], [0, 0])
+        entry[0] += 1
+        entry[1] += size
+    rule, (count, size) = max(grown.items(), key=lambda item: item[1][1])
+    raise RewriteDidNotConverge(
+        f"rewrite did not converge: after {round_index + 1} passes function '{fn.name}' has "
+        f"grown from {input_size} to {emitted.bindings} bindings, past the bound of {bound} "
+        f"(max_growth={max_growth:g} x {input_size} + {GROWTH_SLACK}); in the last pass rule "
+        f"{rule} replaced {count} binding(s) with {size}. A rule whose replacement matches "
+        f"its own pattern grows the graph every round: set rewrite_once=True or change the "
+        f"pattern, or pass a larger max_growth= (None: no bound) if the growth is intended")
+
+
+def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]:
+    """``(replacement, "")``, or ``(None, why)`` to leave this binding as it is."""
     pre = group.match.root  # the binding's value, as the matcher saw it
     try:
-        result = rule.rewrite_match(RuleMatch(group.match, roles, group.plan))
+        result = rule.rule.rewrite_match(RuleMatch(group.match, rule.roles, group.plan))
     except Exception as err:
         raise _callback_error(rule, "callback", func_name, group, err) from err
     if result is None:
-        return None
+        return None, "the rewrite returned None: binding left as it is"
     if not isinstance(result, tvm.ir.Expr) or isinstance(result, (tvm.ir.Op, relax.Function)):
         raise CallbackError(
-            f"rule {rule.rule_name}: callback returned {type(result).__name__} ({result!r:.80}) "
+            f"rule {rule.name}: callback returned {type(result).__name__} ({result!r:.80}) "
             f"where a Relax expression was expected, at binding "
             f"'{describe_binding(func_name, group.binding)}'",
-            rule.rule_name, describe_binding(func_name, group.binding))
+            rule.name, describe_binding(func_name, group.binding))
     key = C.handle(result)
     if key == C.handle(pre) or key == C.handle(group.root_var):
-        return None
+        return None, "the rewrite returned the matched binding itself: binding left as it is"
     if type(result) is type(pre) and C.structural_equal(result, pre):
-        return None
-    return result
+        return None, "the rewrite returned an equal expression: binding left as it is"
+    return result, ""
 
 
-def _callback_error(rule: RewriteRule, what: str, func_name: str, group: Group,
+def _callback_error(rule: _Prepared, what: str, func_name: str, group: Group,
                     err: Exception) -> CallbackError:
     where = describe_binding(func_name, group.binding)
-    return CallbackError(f"rule {rule.rule_name}: {what} raised {type(err).__name__}: {err} "
-                         f"(while rewriting binding '{where}')", rule.rule_name, where)
+    return CallbackError(f"rule {rule.name}: {what} raised {type(err).__name__}: {err} "
+                         f"(while rewriting binding '{where}')", rule.name, where)

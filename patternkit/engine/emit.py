@@ -2,15 +2,18 @@
 
 The rewrite driver, ``partition`` and ``MergeComposite`` all end the same way: a map
 from bound Vars to their new values becomes one new function.  Unchanged bindings are
-re-emitted as they were, each replacement is normalised where it stands (its nested
-calls become new bindings just before it), and the bindings the replacements left
-without readers are dropped (:func:`~patternkit.engine.index.dead_after`).  One C++
-normalisation of the whole function at the end gives the new ``SeqExpr`` its type.
+re-emitted as they were, each replacement is checked to read only Vars in scope
+(:func:`~patternkit.engine.wellformed.check_replacement_scope`) and normalised where it
+stands (its nested calls become new bindings just before it), and the bindings the
+replacements left without live readers are dropped
+(:func:`~patternkit.engine.index.dead_after`).  One C++ normalisation of the whole
+function at the end gives the new ``SeqExpr`` its type.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from tvm import relax
 
@@ -18,7 +21,22 @@ from ..dpl.constraints import type_matches
 from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.rebuild import describe_binding, make_block, rebuild_function
-from .index import FunctionIndex, dead_after
+from .index import FunctionIndex, dead_after, reads_of_value
+from .wellformed import check_replacement_scope
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """A rebuilt function and what its replacements became.
+
+    ``added`` maps the handle of each replaced Var that was kept to the number of
+    bindings its replacement was normalised into (1 for a plain call); ``bindings`` is
+    the new function's binding count.
+    """
+
+    function: relax.Function
+    added: dict
+    bindings: int
 
 
 def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
@@ -26,32 +44,67 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
     """Rebuild ``func`` with ``replacements``, dropping the bindings they made dead.
 
     ``replacements`` maps the handle (:func:`patternkit.ir.compat.handle`) of a bound Var
-    to its new value.
-
-    Each replacement is normalised where it stands, so nested calls in it become new
-    bindings right before it; everything else is re-emitted as it was.
+    to its new value; ``rule_name`` names the pass (``"partition"``) in errors.
     """
-    dead = dead_after(index, replacements)
+    return emit_rewrites(func, index, replacements, func_name, pass_name=rule_name).function
+
+
+def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
+                  func_name: str, *, pass_name: str,
+                  rule_of: Callable[[int], str] | None = None,
+                  new_reads: dict[int, list[int]] | None = None) -> Emitted:
+    """:func:`emit_function` for replacements made by several rules.
+
+    ``rule_of(handle)`` names the rule that made a replacement, for error messages
+    (default: ``pass_name`` for all).  ``new_reads`` holds the
+    :func:`~patternkit.engine.index.reads_of_value` of the replacements the caller has
+    computed already.  Each replacement is normalised where it stands,
+    so nested calls in it become new bindings right before it; everything else is
+    re-emitted as it was.
+
+    Raises
+    ------
+    MalformedIRError
+        A replacement reads a Var that is not in scope at the binding it replaces.
+    CallbackError
+        A replacement is not a valid Relax expression, or does not keep the binding's type.
+    """
+    rule_of = rule_of or (lambda _key: pass_name)
+    new_reads = dict(new_reads or {})
+    for key, value in replacements.items():
+        reads = new_reads.get(key)
+        if reads is None:
+            reads = new_reads[key] = reads_of_value(value)
+        owner = rule_of(key)
+        check_replacement_scope(index, key, reads, pass_name,
+                                "the pass itself" if owner == pass_name else f"rule {owner}",
+                                func_name, value)
+    dead = dead_after(index, replacements, new_reads)
     blocks = []
+    added: dict[int, int] = {}
+    count = 0
     for block, bindings, keys in zip(C.array_items(func.body.blocks), index.blocks, index.keys):
         is_dataflow = type(block) is relax.DataflowBlock
-        replaced = [(binding, replacements[key]) for binding, (key, _) in zip(bindings, keys)
+        replaced = [(binding, replacements[key], rule_of(key))
+                    for binding, (key, _) in zip(bindings, keys)
                     if key in replacements and key not in dead]
-        segments = _normalize_replacements(replaced, is_dataflow, rule_name, func_name)
+        segments = _normalize_replacements(replaced, is_dataflow, func_name)
         emitted = []
         for binding, (key, _) in zip(bindings, keys):
             if key in dead:
                 continue
             if key in replacements:
                 emitted.extend(segments[key])
+                added[key] = len(segments[key])
             else:
                 emitted.append(binding)
         if emitted:
             blocks.append(make_block(emitted, is_dataflow))
-    return rebuild_function(func, blocks)
+            count += len(emitted)
+    return Emitted(rebuild_function(func, blocks), added, count)
 
 
-def _normalize_replacements(replaced: list, is_dataflow: bool, rule_name: str,
+def _normalize_replacements(replaced: list, is_dataflow: bool,
                             func_name: str) -> dict[int, list]:
     """Var handle -> the bindings replacing it: the value's nested calls, then the Var.
 
@@ -63,7 +116,7 @@ def _normalize_replacements(replaced: list, is_dataflow: bool, rule_name: str,
         return {}
     bb = relax.BlockBuilder()
     with C.scratch_block(bb, dataflow=is_dataflow) as out:
-        for binding, value in replaced:
+        for binding, value, rule_name in replaced:
             try:
                 normalized = bb.normalize(value)
             except Exception as err:
@@ -81,7 +134,7 @@ def _normalize_replacements(replaced: list, is_dataflow: bool, rule_name: str,
             bb.emit_normalized(relax.VarBinding(binding.var, normalized))
     segments: dict[int, list] = {}
     start = 0
-    targets = {C.handle(binding.var) for binding, _ in replaced}
+    targets = {C.handle(binding.var) for binding, _, _ in replaced}
     for i, new_binding in enumerate(out):
         key = C.handle(new_binding.var)
         if key in targets:

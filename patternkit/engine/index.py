@@ -5,6 +5,11 @@ value each Var is bound to (per block, since the matcher only looks through bind
 the block it is matching in), who uses each Var, which bindings call which operator, and
 which bindings are live.  Building them once per pass, in plain Python dicts, is what
 keeps the engine linear: nothing here crosses the FFI with a function-sized container.
+
+*Dead code* is a removable binding (pure, dataflow) that nothing live reads: nobody
+reads it, or only other dead code does (the ONNX importer's ``lv5 = lv3[1]`` after a
+``batch_norm``).  Dead readers are not uses: they neither make a match's intermediate
+escape nor keep a value alive once a rewrite stops reading it (:func:`dead_after`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from tvm import relax
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
 from ..ir.rebuild import describe_binding  # noqa: F401  (the engine names it from here)
-from ..ir.walk import KIND_OF, LEAF_KINDS, VAR, vars_read
+from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind, vars_read
 
 
 def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
@@ -66,10 +71,13 @@ class FunctionIndex:
     All per-Var tables are keyed by :func:`patternkit.ir.compat.handle`.
 
     blocks : list of list of Binding
+    dataflow : list of bool, per block: is it a ``DataflowBlock``.
     position : dict handle -> (block index, binding index)
+    params : set of the handles of the function's parameters.
     values : list of dict handle -> Expr, per block, for the pure VarBindings the matcher
         may look through.
-    readers : dict handle -> how many reads of the Var the function's bindings make.
+    readers : dict handle -> how many reads of the Var the function's bindings make
+        (dead code's reads included; :meth:`live_readers` leaves them out).
     escaping : set of handles of Vars visible outside their block (block outputs, the
         function result); :meth:`users_of` lists who reads a Var, :meth:`var_of` turns a
         handle back into its Var.
@@ -78,11 +86,19 @@ class FunctionIndex:
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
     keys : list of list of (handle, removable), per block, parallel to ``blocks``;
         ``removable`` marks pure dataflow bindings a rewrite may delete once unused.
+    undefined : ``(position, handle)`` of the first read of a Var that is neither a
+        parameter nor bound before the binding reading it, or ``None`` (the input is not
+        well formed; :func:`patternkit.engine.wellformed.check_input` reports it).
+    not_normal : ``(position, what)`` of the first binding whose value nests a call (the
+        function is not in A-normal form; ``position`` is ``None`` for the function's
+        result), or ``None``.
     """
 
     func: relax.Function
     blocks: list = field(default_factory=list)
+    dataflow: list = field(default_factory=list)
     position: dict = field(default_factory=dict)
+    params: set = field(default_factory=set)
     values: list = field(default_factory=list)
     readers: dict = field(default_factory=dict)
     escaping: set = field(default_factory=set)
@@ -91,22 +107,30 @@ class FunctionIndex:
     reads: dict = field(default_factory=dict)
     call_args: dict = field(default_factory=dict)
     keys: list = field(default_factory=list)
+    undefined: tuple | None = None
+    not_normal: tuple | None = None
+    _dead: frozenset | None = None
+    _dead_reads: dict = field(default_factory=dict)
+    _dead_readers: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, func: relax.Function) -> "FunctionIndex":
         index = cls(func)
         seq = func.body
         kind_of = KIND_OF.get
+        position, readers = index.position, index.readers
+        params = index.params
+        params.update(handle(p) for p in C.array_items(func.params))
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = list(C.array_items(block.bindings))
             index.blocks.append(bindings)
             table: dict[Any, Any] = {}
             keys = []
             is_dataflow = type(block) is relax.DataflowBlock
+            index.dataflow.append(is_dataflow)
             for j, binding in enumerate(bindings):
                 var, value = binding.var, binding.value
                 key = handle(var)
-                index.position[key] = (bi, j)
                 pure = False
                 reads = None
                 if type(binding) is relax.VarBinding:
@@ -131,16 +155,29 @@ class FunctionIndex:
                 keys.append((key, pure and type(var) is relax.DataflowVar))
                 if reads is None:
                     reads = [handle(v) for v in vars_read(value)]
+                    if index.not_normal is None and nests_a_call(value):
+                        index.not_normal = ((bi, j), "nests a call in its value")
                 index.reads[key] = reads
-                readers = index.readers
                 for used in reads:
                     readers[used] = readers.get(used, 0) + 1
+                    # Reads only look backwards: the binding itself is not in position yet.
+                    if used not in position and used not in params and index.undefined is None \
+                            and not _reads_symbolic_var(value, used):
+                        index.undefined = ((bi, j), used)
+                position[key] = (bi, j)
                 if is_dataflow and type(var) is not relax.DataflowVar:
                     index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)
-        for used in vars_read(seq.body):
-            index.escaping.add(handle(used))
+        result = seq.body
+        for used in vars_read(result):
+            key = handle(used)
+            index.escaping.add(key)
+            if key not in position and key not in params and index.undefined is None:
+                index.undefined = (None, key)
+        if index.not_normal is None and kind_of(type(result)) is not VAR and nests_a_call(result,
+                                                                                          True):
+            index.not_normal = (None, "returns a call instead of a Var")
         return index
 
     def users_of(self, key: int) -> list[int]:
@@ -176,41 +213,174 @@ class FunctionIndex:
         bi, j = position
         return self.blocks[bi][j]
 
+    def removable(self, key: int) -> bool:
+        """May the binding of ``key`` be deleted once nothing live reads it?"""
+        bi, j = self.position[key]
+        return self.keys[bi][j][1]
 
-def dead_after(index: "FunctionIndex", replaced: dict[int, Any]) -> set[int]:
-    """Handles of the bindings that ``replaced`` leaves without readers.
+    # -- dead code ---------------------------------------------------------------------
+    @property
+    def dead_code(self) -> frozenset:
+        """Handles of the removable bindings that nothing live reads (found on first use).
+
+        A worklist from the bindings nobody reads, so it costs one look at each binding
+        plus the size of the dead code: most functions have none.
+        """
+        if self._dead is None:
+            self._find_dead_code()
+        return self._dead
+
+    def live_readers(self, key: int) -> int:
+        """How many reads of ``key`` live bindings make (dead code's reads left out)."""
+        if self._dead is None:
+            self._find_dead_code()
+        return self.readers.get(key, 0) - self._dead_reads.get(key, 0)
+
+    def dead_readers(self, key: int) -> list[int]:
+        """Handles of the dead bindings reading ``key`` (with repeats)."""
+        if self._dead is None:
+            self._find_dead_code()
+        return self._dead_readers.get(key, [])
+
+    def _find_dead_code(self) -> None:
+        readers, escaping, position, reads = self.readers, self.escaping, self.position, self.reads
+        work = [key for block in self.keys for key, removable in block
+                if removable and key not in readers and key not in escaping]
+        dead: set[int] = set()
+        dead_reads, dead_readers = self._dead_reads, self._dead_readers
+        while work:
+            key = work.pop()
+            dead.add(key)
+            for read in reads[key]:
+                n = dead_reads[read] = dead_reads.get(read, 0) + 1
+                dead_readers.setdefault(read, []).append(key)
+                if (n == readers[read] and read in position and read not in escaping
+                        and self.removable(read)):
+                    work.append(read)
+        self._dead = frozenset(dead)
+
+    # -- what later rules of a round may see ---------------------------------------------
+    def make_opaque(self, key: int) -> None:
+        """Stop the matcher from looking through the binding of ``key``.
+
+        For a binding replaced earlier in the same round: its old value is gone, so a
+        later match may read the Var but not see through it to that value.
+        """
+        bi, _ = self.position[key]
+        self.values[bi].pop(key, None)
+
+
+def nests_a_call(value: Any, top: bool = False) -> bool:
+    """Does ``value`` hold a call below its top level (it is not in A-normal form)?
+
+    ``top``: ``value`` is a function's or a block's result, where a call is itself not
+    normal.  Tuples of leaves and Vars are normal anywhere.
+    """
+    kind = KIND_OF.get(type(value)) or expr_kind(value)
+    if kind is CALL:
+        return top or any(nests_a_call(a, True) for a in C.array_items(value.args)
+                          if (KIND_OF.get(type(a)) or expr_kind(a)) in (CALL, TUPLE))
+    if kind is TUPLE:
+        return any(nests_a_call(f, True) for f in C.array_items(value.fields)
+                   if (KIND_OF.get(type(f)) or expr_kind(f)) in (CALL, TUPLE))
+    if kind is GET_ITEM:
+        return nests_a_call(value.tuple_value, True) if (
+            KIND_OF.get(type(value.tuple_value)) or expr_kind(value.tuple_value)) is CALL else False
+    return False
+
+
+def _reads_symbolic_var(value: Any, key: int) -> bool:
+    """Whether the read ``key`` of ``value`` is a symbolic dimension (``R.arange(0, n)``).
+
+    In 0.27 a TIR variable is an ``ir.Var`` like a Relax one, and appears bare among a
+    call's arguments; it is defined by the parameters' shapes, not by a binding.  Asked
+    only for a read that is neither a parameter nor bound earlier, which is rare.
+    """
+    return any(handle(var) == key and tvm.ir.is_prim_var(var) for var in vars_read(value))
+
+
+def reads_of_value(value: Any) -> list[int]:
+    """Handles of the distinct Vars a new value reads (free Vars: one C++ call)."""
+    return [handle(var) for var in C.array_items(relax.analysis.free_vars(value))]
+
+
+def dead_after(index: "FunctionIndex", replaced: dict[int, Any],
+               new_reads: dict[int, list[int]] | None = None) -> set[int]:
+    """Handles of the bindings that ``replaced`` leaves dead, to be dropped.
 
     A worklist from the replaced bindings only: each one stops reading some Vars (its
-    old reads minus the Vars its new value reads); a removable binding whose last reader
-    went away is dead, and stops reading its own Vars in turn.  Cost is proportional to
-    the bindings the rewrite touched, not to the function.  Removable means a pure
-    dataflow binding that had readers: dead code that was already there stays.
+    old reads; its new value's reads count instead); a removable binding whose last live
+    reader went away is dead, and stops reading its own Vars in turn (a replaced one,
+    those of its new value).  Dead code reading a binding that goes goes with it: dead
+    readers never keep a value alive.  Dead code that reads nothing removed stays.  Cost
+    is proportional to the bindings the rewrite touched, not to the function.
+
+    ``new_reads`` maps each replaced handle to :func:`reads_of_value` of its new value,
+    when the caller has them already.
     """
-    readers, escaping = index.readers, index.escaping
-    remaining: dict[int, int] = {}  # handle -> readers left, from index.readers on first use
-    dead: set[int] = set()
+    if new_reads is None:
+        new_reads = {key: reads_of_value(value) for key, value in replaced.items()}
+    readers, escaping, position = index.readers, index.escaping, index.position
+    dead_code = index.dead_code
+    dead_reads = index._dead_reads
+    remaining: dict[int, int] = {}  # handle -> live readers left, on first use
+    revived: set[int] = set()  # dead code that a new value reads, now live
     work: list[int] = []
-    for key, value in replaced.items():
-        # The new value's reads count as readers first.  Each distinct Var counts once
-        # (one C++ call instead of a Python walk); that can only keep a Var alive
-        # longer, never remove one that is still read, since it is read at least once.
-        for var in C.array_items(relax.analysis.free_vars(value)):
-            read = handle(var)
+
+    def reads_of(key: int) -> list[int]:
+        return new_reads[key] if key in new_reads else index.reads[key]
+
+    for key, reads in new_reads.items():
+        if key in dead_code:  # a dead binding keeps nothing alive, new value or old
+            continue
+        # The new value's reads count as readers first: each distinct Var once, which
+        # can only keep a Var alive longer, never remove one that is still read.
+        revive = list(reads)
+        while revive:
+            read = revive.pop()
             if read not in remaining:
-                remaining[read] = readers.get(read, 0)
+                remaining[read] = readers.get(read, 0) - dead_reads.get(read, 0)
             remaining[read] += 1
+            if read in dead_code and read not in revived:
+                revived.add(read)
+                revive.extend(reads_of(read))
         work.extend(index.reads[key])  # then the old value stops reading its Vars
-    position, keys = index.position, index.keys
+    released: set[int] = set()
     while work:
         key = work.pop()
         if key not in remaining:
-            remaining[key] = readers.get(key, 0)
+            remaining[key] = readers.get(key, 0) - dead_reads.get(key, 0)
         remaining[key] -= 1
-        if remaining[key] == 0 and key in position and key not in dead and key not in escaping:
-            bi, j = position[key]
-            if not keys[bi][j][1]:  # not removable
+        if remaining[key] or key not in position or key in released or key in escaping:
+            continue
+        if not index.removable(key):
+            continue
+        if key in revived:  # dead before, dead again: plain dead code once more
+            revived.discard(key)
+        else:
+            released.add(key)
+        work.extend(reads_of(key))
+    if not dead_code or not released:
+        return released
+    return released | _dead_code_reading(index, released, dead_code - revived, new_reads)
+
+
+def _dead_code_reading(index: FunctionIndex, removed: set[int], dead_code: frozenset,
+                       new_reads: dict[int, list[int]]) -> set[int]:
+    """The dead code that reads a ``removed`` binding, directly or through other dead code."""
+    extra: dict[int, list[int]] = {}  # replaced dead code reads its new value's Vars
+    for key in dead_code & new_reads.keys():
+        for read in new_reads[key]:
+            extra.setdefault(read, []).append(key)
+    gone: set[int] = set()
+    stack = list(removed)
+    while stack:
+        key = stack.pop()
+        for reader in (*index.dead_readers(key), *extra.get(key, ())):
+            if reader in gone or reader not in dead_code:
                 continue
-            dead.add(key)
-            if key not in replaced:
-                work.extend(index.reads[key])
-    return dead
+            if reader in new_reads and key not in new_reads[reader]:
+                continue  # it read ``key`` only in the value it no longer has
+            gone.add(reader)
+            stack.append(reader)
+    return gone

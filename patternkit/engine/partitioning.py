@@ -40,10 +40,12 @@ from .index import FunctionIndex, describe_binding, has_candidates
 from .outline import build_group_function, lifted_inputs
 from .proposal import Group, adapt_check, find_groups, group_check
 from .rule import MatchCheck
+from .wellformed import check_input, check_shape, checked
 
 
 def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None,
-              check: Callable | None = None, *, skipped: list | None = None) -> Any:
+              check: Callable | None = None, *, skipped: list | None = None,
+              debug: bool | None = None) -> Any:
     """Wrap each match of ``pattern`` in ``expr`` in its own function.
 
     Parameters
@@ -61,6 +63,10 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
         root binding's value (a Call whose arguments are Vars).
     skipped : list, optional
         Receives a :class:`~patternkit.engine.proposal.Skipped` for every match left alone.
+    debug : bool, optional
+        Run TVM's ``relax.analysis.well_formed`` on the input and the output (default:
+        the ``PATTERNKIT_DEBUG`` environment variable).  The cheap checks of
+        :mod:`~patternkit.engine.wellformed` run always.
     """
     pattern = as_pattern(pattern)
     attrs = dict(attrs or {})
@@ -84,7 +90,7 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
 
     if not isinstance(expr, (tvm.IRModule, relax.Function)):
         expr = from_expr(expr)
-    return apply_to_target(expr, transform)
+    return apply_to_target(expr, checked("partition", transform, debug))
 
 
 def _adapt_check(check: Callable | None) -> MatchCheck | None:
@@ -97,20 +103,20 @@ def _adapt_check(check: Callable | None) -> MatchCheck | None:
 
 def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function,
                         attrs: dict[str, Any], check, skipped: list | None) -> relax.Function:
-    if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
-        return func
-    if not has_candidates(func, root_op_names(pattern)):
+    check_shape(func, "partition", func_name)
+    if not func.body.blocks or not has_candidates(func, root_op_names(pattern)):
         return func
     index = FunctionIndex.build(func)
+    check_input(index, "partition", func_name)
 
     def check_error(group: Group, err: Exception) -> CallbackError:
         where = describe_binding(func_name, group.binding)
         return CallbackError(f"partition check raised {type(err).__name__}: {err} "
                              f"(while checking binding '{where}')", "check", where)
 
-    checked = None if check is None else group_check(check, {}, check_error)
+    accept = None if check is None else group_check(check, {}, check_error)
     try:
-        groups, skips = find_groups(index, pattern, checked)
+        groups, skips = find_groups(index, pattern, accept, report_claimed=skipped is not None)
     except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
         raise err.in_rule("partition", func_name) from err
     if skipped is not None:

@@ -4,12 +4,15 @@ Relay's rewriter and partitioner both start by *grouping* matches: roots are tri
 the function's result back towards its inputs, each match claims its interior nodes,
 and a later root whose match would reuse a claimed node is skipped.  A match is also
 skipped when one of its interior results is read outside the match (rewriting it would
-leave that reader without a value).  This module reproduces those rules on Relax
-bindings, with the reason for every skipped match recorded for reports and tests.
+leave that reader without a value); dead code reading it does not count (see
+:mod:`~patternkit.engine.index`).  This module reproduces those rules on Relax
+bindings, with the reason for every skipped match recorded for reports and tests
+(:class:`Skipped`: its kind, the bindings the match covered, and why).
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,10 +53,26 @@ class Group:
         return [*self.match.internal, self.binding.var]
 
 
+class SkipKind(str, enum.Enum):
+    """Why a match was found but not used (compares equal to its value, ``"overlap"``...)."""
+
+    #: One of its bindings (its root, or an interior one) was already taken by another
+    #: match: an earlier group of the same pattern, or a rule earlier in the round.
+    OVERLAP = "overlap"
+    #: An interior result is also read outside the match (by live code).
+    ESCAPE = "escape"
+    #: The rule's (or the table entry's) check refused it.
+    CHECK = "check"
+    #: The rule's rewrite returned ``None`` (or the root unchanged): binding left as it is.
+    DECLINED = "declined"
+
+
 @dataclass(frozen=True)
 class Skipped:
     """A match that was found but not used, and why.
 
+    ``covered`` holds the Vars of the bindings the match would have replaced (interior
+    first, root last), so reports can say which ops it concerned without matching again.
     ``rejection`` is the check's :class:`~patternkit.engine.rule.Reject` when the check
     refused the match (``None`` for overlaps and escaping intermediates).
     """
@@ -62,6 +81,8 @@ class Skipped:
     reason: str
     position: tuple[int, int] | None = None  # of the root binding, in the function index
     rejection: Reject | None = field(default=None, compare=False, repr=False)
+    kind: SkipKind = SkipKind.CHECK
+    covered: tuple = field(default=(), compare=False, repr=False)
 
 
 def adapt_check(check: Callable) -> MatchCheck:
@@ -97,9 +118,15 @@ def group_check(check: MatchCheck, roles: Mapping[str, DFPattern],
 
 def find_groups(index: FunctionIndex, pattern: DFPattern,
                 check: Callable[[Group], Any] | None = None,
-                allow_escaping_intermediates: bool = False,
+                allow_escaping_intermediates: bool = False, *,
+                taken: Mapping[int, tuple] | None = None,
+                extra_readers: Mapping[int, list] | None = None,
+                report_claimed: bool = True,
                 ) -> tuple[list[Group], list[Skipped]]:
     """Accepted groups (in program order) and the matches that were skipped.
+
+    Dead code is never a root: as in Relay, where it was unreachable from the result,
+    rules only see what the function computes.
 
     Parameters
     ----------
@@ -111,51 +138,81 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     allow_escaping_intermediates : bool
         Accept matches whose interior results are also read outside the match (their
         bindings are then kept alongside the rewrite, as ``rewrite_call`` does).
+    taken : mapping, optional
+        Handles of bindings that earlier rules of the same round replaced or absorbed,
+        each with ``(rule name, root Var)`` of the match that took it; a match touching
+        one is skipped as an overlap.
+    extra_readers : mapping, optional
+        Handle -> ``(rule name, root Var)`` of each earlier replacement of the round that
+        reads it: reads the function index does not know of, which make an
+        intermediate escape.
+    report_claimed : bool
+        Also match the candidate roots that an earlier group of this pattern already
+        claimed, to report them as overlaps (Relay skipped them silently).  It costs a
+        match per such root; the rewrite driver asks for it only when it keeps a log.
     """
-    claimed: set[int] = set()  # handles of Vars already inside an accepted match
+    claimed: dict[int, Any] = {}  # handle -> root Var of the accepted group that claimed it
     groups: list[Group] = []
     skipped: list[Skipped] = []
     uses = Uses(index.readers, index.escaping)  # what a dominator's reconvergence reads
     matchers = [Matcher(call_args=index.call_args, table=table, uses=uses)
                 for table in index.values]
+    dead = index.dead_code
     for position in reversed(index.candidates(root_op_names(pattern))):
         binding = index.binding_at(position)
         var = binding.var
         root_key = C.handle(var)
-        if root_key in claimed:
+        if (root_key in claimed and not report_claimed) or root_key in dead:
             continue
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue
-        overlap = next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
-                       None)
+        covered = (*found.internal, var)
+        overlap = (var if root_key in claimed else
+                   next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
+                        None))
         if overlap is not None:
             skipped.append(Skipped(C.var_name(var), f"overlaps a match that already claimed "
-                                                   f"'{C.var_name(overlap)}'", position))
+                                                   f"'{C.var_name(overlap)}'", position,
+                                   kind=SkipKind.OVERLAP, covered=covered))
             continue
+        if taken:
+            by = next(((v, taken[k]) for v, k in zip(covered, (*found.internal_keys, root_key))
+                       if k in taken), None)
+            if by is not None:
+                skipped.append(Skipped(
+                    C.var_name(var), f"overlaps the match of {_taker(by[1])} (earlier in this "
+                                     f"round), which already took '{C.var_name(by[0])}'",
+                    position, kind=SkipKind.OVERLAP, covered=covered))
+                continue
         group = Group(position, binding, found, gid=len(groups))
         if not allow_escaping_intermediates:
-            escape = _escaping_use(index, group)
+            escape = _escaping_use(index, group, extra_readers)
             if escape is not None:
-                skipped.append(Skipped(C.var_name(var), escape, position))
+                skipped.append(Skipped(C.var_name(var), escape, position, kind=SkipKind.ESCAPE,
+                                       covered=covered))
                 continue
         if check is not None:
             refusal, group.plan = judge(check, group)
             if refusal is not None:
-                skipped.append(Skipped(C.var_name(var), refusal.reason, position, refusal))
+                skipped.append(Skipped(C.var_name(var), refusal.reason, position, refusal,
+                                       kind=SkipKind.CHECK, covered=covered))
                 continue
-        claimed.add(root_key)
-        claimed.update(found.internal_keys)
+        claimed[root_key] = var
+        for key in found.internal_keys:
+            claimed[key] = var
         groups.append(group)
     groups.reverse()
     return groups, skipped
 
 
-def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
+def _escaping_use(index: FunctionIndex, group: Group,
+                  extra_readers: Mapping[int, list] | None = None) -> str | None:
     """Why an interior result of ``group`` is needed outside it, or ``None``.
 
     Counts suffice on the hot path: an interior Var escapes when the match's own
-    bindings read it fewer times than the whole function does.
+    bindings read it fewer times than the whole function does, and then only if some
+    of the other readers are live (dead code's reads are not uses).
     """
     internal = group.match.internal_keys
     members = [*internal, C.handle(group.root_var)]
@@ -167,12 +224,23 @@ def _escaping_use(index: FunctionIndex, group: Group) -> str | None:
         if key in index.escaping:
             return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                     f"the function")
+        if extra_readers and key in extra_readers:
+            return (f"intermediate '{C.var_name(var)}' is also read by the replacement "
+                    f"made by {_taker(extra_readers[key][0])} (earlier in this round)")
         if inside.get(key, 0) < index.readers.get(key, 0):
             member_set = set(members)
-            outside = next(u for u in index.users_of(key) if u not in member_set)
-            return (f"intermediate '{C.var_name(var)}' is also used by "
-                    f"'{C.var_name(index.var_of(outside))}' outside the match")
+            dead = index.dead_code
+            outside = [u for u in index.users_of(key) if u not in member_set and u not in dead]
+            if outside:
+                return (f"intermediate '{C.var_name(var)}' is also used by "
+                        f"'{C.var_name(index.var_of(outside[0]))}' outside the match")
     return None
+
+
+def _taker(taker: tuple) -> str:
+    """``"'rule' at 'lv3'"`` for a ``(rule name, root Var)`` pair."""
+    rule, root = taker
+    return f"'{rule}' at '{C.var_name(root)}'"
 
 
 def match_bindings(target: Any, func: relax.Function,

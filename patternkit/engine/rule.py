@@ -43,6 +43,7 @@ import numpy as np
 
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
+from ..errors import PatternError
 
 #: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
 MatchCheck = Callable[["RuleMatch"], Any]
@@ -320,7 +321,12 @@ class RewriteRule(Rule):
         self.rewrite_once = rewrite_once
 
     def rewrite(self, match: RuleMatch) -> Any:
-        """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned."""
+        """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned.
+
+        ``None`` (or ``match.root`` itself) leaves the binding as it is; the driver
+        records it as a declined match (:class:`~patternkit.engine.driver.SkippedMatch`)
+        and logs it.
+        """
         raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
 
     def rewrite_match(self, match: RuleMatch) -> Any:
@@ -379,6 +385,18 @@ class CompositeRule(Rule):
             return check(RuleMatch(node_map.match, roles))
 
         return (self.name, self.pattern, relay_check)
+
+
+def require_instance(candidate: Any, where: str) -> None:
+    """Refuse a rule *class* where a rule is expected, saying how to make the instance.
+
+    ``pk.rewrite(BatchnormCollapse, mod)`` would otherwise fail deep inside with
+    ``'type' object is not iterable``: every entry point that takes rules calls this.
+    """
+    if isinstance(candidate, type) and issubclass(candidate, Rule):
+        name = candidate.__name__
+        raise PatternError(f"{where}: {name} is a rule class, not a rule; pass an instance: "
+                           f"{name}()")
 
 
 def _compiler_name(rule: str, compiler: Any) -> str:

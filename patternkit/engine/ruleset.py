@@ -15,7 +15,7 @@ import difflib
 from typing import Any, Iterable, Iterator
 
 from ..errors import PatternError
-from .rule import CompositeRule, RewriteRule, Rule
+from .rule import CompositeRule, RewriteRule, Rule, require_instance
 
 
 class RuleSet:
@@ -38,11 +38,13 @@ class RuleSet:
     __slots__ = ("_rules",)
 
     def __init__(self, rules: Iterable[Rule] = ()):
+        require_instance(rules, "RuleSet")
         if isinstance(rules, Rule):
             rules = (rules,)
         kept: list[Rule] = []
         by_name: dict[str, Rule] = {}
         for i, rule in enumerate(rules):
+            require_instance(rule, f"RuleSet item {i}")
             if not isinstance(rule, Rule):
                 raise PatternError(f"a RuleSet holds rules (RewriteRule, DFPatternCallback, "
                                    f"CompositeRule); item {i} is a {type(rule).__name__}: "
@@ -78,6 +80,7 @@ class RuleSet:
 
     def __or__(self, other: Any) -> RuleSet:
         """The rules of both, this set's first (``a | b`` gives ``a`` priority)."""
+        require_instance(other, "RuleSet | ...")
         if isinstance(other, Rule):
             other = (other,)
         if not isinstance(other, (RuleSet, list, tuple)):
@@ -85,6 +88,7 @@ class RuleSet:
         return RuleSet((*self._rules, *other))
 
     def __ror__(self, other: Any) -> RuleSet:
+        require_instance(other, "... | RuleSet")
         if isinstance(other, Rule):
             other = (other,)
         if not isinstance(other, (list, tuple)):

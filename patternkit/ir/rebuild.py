@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+import tvm
 from tvm import relax
 
-from .compat import var_name
+from .compat import const_to_numpy, dtype_of, var_name
 
 
 def make_block(bindings: Sequence[Any], dataflow: bool, span: Any = None) -> Any:
@@ -60,6 +62,31 @@ def expr_text(expr: Any, limit: int | None = 160) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
     return text
+
+
+def constant_text(expr: Any, limit: int = 6) -> str | None:
+    """``"float32 0.5"``, ``"float32[3] [1, 2, 3]"``: a constant's dtype and values.
+
+    What a reader wants to see of a constant in an explanation, where TVM's printer
+    shows ``metadata["ir.GenericConst"][0]``; at most ``limit`` values, then ``...``.
+    ``None`` when ``expr`` is not a constant (or its value cannot be read).
+    """
+    if isinstance(expr, tvm.ir.GenericConst):
+        dtype = dtype_of(expr.ty) or "?"
+    elif isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        dtype = str(expr.dtype)
+    else:
+        return None
+    try:
+        values = np.asarray(const_to_numpy(expr))
+    except Exception:  # a value that cannot be read must not hide the explanation
+        return None
+    flat = [f"{v:g}" if isinstance(v, float) else str(v) for v in values.ravel()[:limit].tolist()]
+    if values.size > limit:
+        flat.append("...")
+    if values.ndim == 0:
+        return f"{dtype} {flat[0]}"
+    return f"{dtype}[{', '.join(str(d) for d in values.shape)}] [{', '.join(flat)}]"
 
 
 def binding_text(var: Any, value: Any, *, limit: int | None = 160,

@@ -158,3 +158,44 @@ def test_a_composite_over_an_inline_tuple_reads_only_its_parameters(flow, bit_ex
     assert relax.analysis.check_well_formed(partitioned)
     bit_exact(mod, partitioned)
     tvm.ir.assert_structural_equal(defuse(partitioned), mod)
+
+
+def test_dead_code_reading_an_interior_result_does_not_stop_a_composite():
+    # what the ONNX importer leaves behind: a reader of the conv's result nothing uses
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))
+    bias = relax.Var("bias", relax.TensorType((1, 4, 1, 1), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w, bias]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            bb.emit(relax.op.exp(conv), "dead")
+            added = bb.emit(relax.op.add(conv, bias))
+            out = bb.emit_output(relax.op.nn.relu(added))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    log = CompositeLog()
+    merged = merge_composite(mod, [("ccompiler.conv_add_relu", conv2d_add_relu())], log=log)
+    assert composite_counts(merged) == {"ccompiler.conv_add_relu": 1}
+    # only the smaller matches inside the taken one are left over, none as escaping
+    assert [(s.root, s.kind) for s in log.skipped] == [("lv1", "overlap"), ("lv", "overlap")]
+    # the dead reader went with the value it read: the composite function and its call
+    assert [b.var.name for b in merged["main"].body.blocks[0].bindings] == ["lv", "gv"]
+    assert relax.analysis.check_well_formed(merged)
+
+
+def test_merge_composite_refuses_a_rule_class_naming_it():
+    with pytest.raises(TypeError, match=r"ConvAddReluComposite is a rule class, not a rule; "
+                                        r"pass an instance: ConvAddReluComposite\(\)"):
+        MergeComposite([ConvAddReluComposite])
+
+
+def test_merge_composite_refuses_a_function_that_is_not_normalised():
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))
+    call = relax.op.nn.relu(relax.op.nn.conv2d(x, w))
+    mod = tvm.IRModule({"main": relax.Function([x, w], call, relax.TensorType((1, 4, 6, 6),
+                                                                             "float32"))})
+    with pytest.raises(pk.MalformedIRError, match=r"MergeComposite: function 'main' is not "
+                                                  r"normalised: it returns a call"):
+        merge_composite(mod, [("ccompiler.conv_add_relu", conv2d_add_relu())])

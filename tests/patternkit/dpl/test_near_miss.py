@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from tvm import relax
 
@@ -46,9 +47,6 @@ def test_dtype_and_shape_mismatches_name_the_constraint_and_the_call_it_met(conv
             why
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pattern_to_text prints every TypePattern as '*.has_type(...)', so explain() never says "
-    "which type the pattern wanted"))
 def test_a_type_mismatch_names_the_wanted_type(conv_relu):
     expr, _ = conv_relu
     wanted = relax.TensorType(ndim=3, dtype="float32")
@@ -98,3 +96,13 @@ def test_long_expressions_are_shortened_to_one_line(conv_relu):
     why = pk.explain(pk.is_op("nn.gelu")(CONV), expr)
     found = why.split(" vs ", 1)[1]
     assert "\n" not in why and len(found) == 103 and found.endswith("...")
+
+
+def test_an_expected_constant_is_shown_with_its_dtype_and_values_as_is_the_one_found(make_var):
+    x = make_var("x", (2, 3))
+    expr = relax.op.multiply(x, relax.const(np.full((3,), 2.0, "float32")))
+    wanted = relax.const(np.array([1.0, 2.5, 3.0], "float32"))
+    why = pk.explain(pk.is_op("multiply")(pk.wildcard(), pk.is_expr(wanted)), expr)
+    assert why == "no match: expr(float32[3] [1, 2.5, 3]) (depth 2) vs const float32[3] [2, 2, 2]"
+    assert pk.explain(pk.is_expr(relax.const(0.5, "float32")), relax.const(1.0, "float32")) == \
+        "no match: expr(float32 0.5) (depth 1) vs const float32 1"

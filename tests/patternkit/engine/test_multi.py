@@ -172,7 +172,7 @@ def test_a_replacement_whose_type_does_not_fit_is_an_error_and_the_input_is_unch
     ctx, inp, weights, matmuls = qkv_context()
 
     def rewriter(matchings, bindings):
-        return {matchings[matmuls[0]]: relax.op.permute_dims(matchings[matmuls[0]])}
+        return {matchings[matmuls[0]]: relax.op.sum(matchings[inp])}  # a scalar for a matrix
 
     with pytest.raises(pk.CallbackError, match=r"rewrite_bindings.*type"):
         pk.rewrite_bindings(ctx, rewriter, mod)

@@ -17,7 +17,7 @@ from tvm.script import relax as R
 import patternkit as pk
 from patternkit.engine.rule import judge
 from patternkit.engine.index import FunctionIndex
-from patternkit.engine.proposal import (Group, Skipped, adapt_check, find_groups,
+from patternkit.engine.proposal import (Group, SkipKind, Skipped, adapt_check, find_groups,
                                         match_bindings)
 from patternkit.testing import relax_graphs
 
@@ -88,7 +88,15 @@ def test_roots_are_taken_from_the_result_back_and_each_match_claims_its_interior
     # d takes c, so c cannot be a root; b takes a
     assert _roots(groups) == ["b", "d"]  # returned in program order
     assert [[v.name for v in g.interior] for g in groups] == [["a", "b"], ["c", "d"]]
-    assert skipped == []  # a root already inside a match is not a separate candidate
+
+
+def test_a_root_an_earlier_match_claimed_is_reported_as_an_overlap_with_what_it_covered():
+    _, skipped = _groups(ExpChain, EXP_EXP)
+    assert skipped == [Skipped("c", "overlaps a match that already claimed 'c'", (0, 2),
+                               kind=SkipKind.OVERLAP)]
+    assert [v.name for v in skipped[0].covered] == ["b", "c"]
+    # Relay skipped such a root silently; asked not to report, find_groups does too
+    assert _groups(ExpChain, EXP_EXP, report_claimed=False)[1] == []
 
 
 def test_groups_are_numbered_in_discovery_order_from_the_result():
@@ -100,7 +108,9 @@ def test_groups_are_numbered_in_discovery_order_from_the_result():
 def test_a_match_that_would_take_a_claimed_binding_is_skipped_as_an_overlap():
     groups, skipped = _groups(SharedExp, ADD_OF_EXP, allow_escaping_intermediates=True)
     assert _roots(groups) == ["a2"]
-    assert skipped == [Skipped("a1", "overlaps a match that already claimed 'e'", (0, 1))]
+    assert skipped == [Skipped("a1", "overlaps a match that already claimed 'e'", (0, 1),
+                               kind=SkipKind.OVERLAP)]
+    assert [v.name for v in skipped[0].covered] == ["e", "a1"]
 
 
 def test_an_interior_result_read_outside_the_match_skips_it_by_default():
@@ -109,6 +119,7 @@ def test_an_interior_result_read_outside_the_match_skips_it_by_default():
     assert [(s.root, s.reason) for s in skipped] == [
         ("a2", "intermediate 'e' is also used by 'a1' outside the match"),
         ("a1", "intermediate 'e' is also used by 'a2' outside the match")]
+    assert {s.kind for s in skipped} == {SkipKind.ESCAPE}
 
 
 def test_an_interior_result_that_leaves_the_block_skips_the_match():
@@ -146,7 +157,9 @@ def test_a_vetoed_match_claims_nothing_so_a_smaller_root_can_match():
 
     groups, skipped = _groups(ExpChain, EXP_EXP, check)
     assert _roots(groups) == ["c"]  # c takes b once d let it go; a is left over
-    assert skipped == [Skipped("d", "not the last one", (0, 3))]
+    assert skipped == [Skipped("d", "not the last one", (0, 3), kind=SkipKind.CHECK),
+                       Skipped("b", "overlaps a match that already claimed 'b'", (0, 1),
+                               kind=SkipKind.OVERLAP)]
 
 
 @pytest.mark.parametrize("result, reason", [(False, "check returned False"),

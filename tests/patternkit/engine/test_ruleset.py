@@ -87,3 +87,12 @@ def test_external_compiler_passes_take_the_composites_of_a_set():
         block, [ConvAddReluComposite("ccompiler")]))
     report = pk.offload_report(block, ruleset, compiler="ccompiler")
     assert report.composites == {"ccompiler.conv2d_add_relu": 3}
+
+
+def test_a_rule_class_where_a_rule_belongs_is_a_type_error_naming_it(rules):
+    for make in (lambda: pk.RuleSet([BatchnormCollapse]), lambda: pk.RuleSet(BatchnormCollapse),
+                 lambda: pk.RuleSet(rules) | BatchnormCollapse,
+                 lambda: BatchnormCollapse | pk.RuleSet(rules)):
+        with pytest.raises(TypeError, match=r"BatchnormCollapse is a rule class, not a rule; "
+                                            r"pass an instance: BatchnormCollapse\(\)"):
+            make()
