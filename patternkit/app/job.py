@@ -3,19 +3,31 @@
 ``patternkit run`` is a thin shell over :func:`run`; notebooks and scripts call it
 directly.  The steps, each timed:
 
-1. **load** the model: a built-in one (default ``resnet18``, see :mod:`patternkit.models`),
-   a zoo model (``zoo:gpt2?batch=dynamic``, see :mod:`patternkit.models.zoo`), a Python
-   file that defines an ``IRModule``, or an ``.onnx`` file;
-2. **rewrite** with the library's rewrite rules (or the ones named with ``patterns=``);
-3. **composites**: ``MergeComposite`` with the library's composite entries, renamed for
+1. **load** the model (:mod:`patternkit.app.loading`): a built-in one (default
+   ``resnet18``), a zoo model (``zoo:gpt2?batch=dynamic``), a Python file that defines
+   an ``IRModule``, or an ``.onnx`` file; choose its entry function (``func=``: default
+   ``main``, else the only public function);
+2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
+   library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);
+3. **composites**: ``MergeComposite`` with the composite rules, renamed for
    ``compiler``, then ``PartitionGraph(compiler)``; the offload report says which ops
    went to the compiler and, for each op left on the host, why;
-4. **numeric check**: ``before`` and ``after`` (external functions inlined back) built
-   for ``llvm`` and run on seeded random inputs;
+4. **numeric check** of the entry function: ``before`` and ``after`` (external functions
+   inlined back) built for ``llvm`` and run on seeded random inputs, integer inputs drawn
+   inside the tables they index (or the user's ``input_ranges``); inputs that would read
+   out of bounds fail the check with the reason, never pass;
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
-   ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model;
-6. **write** ``before.py``, ``after.py``, ``before.svg``, ``after.svg``, ``diff.svg``,
-   ``report.md`` and ``report.json`` to the output folder.
+   ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model, modulo
+   the dead bindings fusion drops (listed in the report);
+6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
+7. **write** ``before.py`` and ``after.py`` (which load again), ``before.svg``,
+   ``after.svg``, ``diff.svg`` (drawn within a layout budget, see
+   :mod:`patternkit.app.drawings`), ``report.md`` (a per-op table first) and
+   ``report.json`` to the output folder.
+
+The module the job loads and the output of every step are checked for well-formedness
+(:func:`patternkit.engine.assert_well_formed`), so a step that emits a broken module is
+named where it happened.
 """
 
 from __future__ import annotations
@@ -35,9 +47,9 @@ from ..byoc.offload import offload_report
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.rule import CompositeRule
 from ..engine.ruleset import RuleSet
+from ..engine.wellformed import assert_well_formed
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
-from .boundaries import require_well_formed
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
 from .rules import resolve_rules
 from .summary import OpSummary, markdown_table, op_summary
@@ -143,7 +155,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         loaded = LoadedModel(model, "IRModule")
     else:
         loaded = step("load", load, model)
-    before = require_well_formed(loaded.mod, f"the model {loaded.description}")
+    before = _well_formed(loaded.mod, f"the job's input ({loaded.description})", "input")
     entry = entry_function(before, func)
     chosen = resolve_rules(patterns)
     rules, composites = chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
@@ -155,7 +167,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     if rules:
         say(f"rewriting with {', '.join(r.rule_name for r in rules)} ...")
         rewritten = step("rewrite", rewrite, rules, before, log=log)
-        require_well_formed(rewritten, "rewrite")
+        _well_formed(rewritten, "rewrite", rules=log.counts())
         report.rewrites = log.counts()
 
     after = rewritten
@@ -164,19 +176,19 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     if composites:
         say(f"forming composites for {compiler} ...")
         offload = step("composites", offload_report, rewritten, composites, compiler=compiler)
-        merged = require_well_formed(offload.module, "MergeComposite")
+        merged = _well_formed(offload.module, "MergeComposite")
         report.composites = offload.composites
         report.offloaded_ops = offload.offloaded_ops
         host_ops = offload.host_ops
         report.host_ops = [str(h) for h in host_ops]
-        after = require_well_formed(step("partition", partition_graph, merged, compiler),
+        after = _well_formed(step("partition", partition_graph, merged, compiler),
                                     "PartitionGraph")
     report.ops = [asdict(row) for row in op_summary(before[entry], log.records, merged,
                                                     host_ops, compiler)]
 
     say("building before and after for llvm and comparing ...")
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
-    restored = require_well_formed(inline_external(after), "inlining the external functions")
+    restored = _well_formed(inline_external(after), "inlining the external functions")
     comparison = step("numeric_check", numeric.compare, before, restored, **options)
     report.numeric = {"ok": comparison.ok, "max_abs_error": comparison.max_abs_error,
                       "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
@@ -210,6 +222,18 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         write_outputs(out, before, after, report, draw=draw, changes=log, func=entry,
                       full_drawing=full_drawing, adjoint=adjoint)
     return report
+
+
+def _well_formed(mod: tvm.IRModule, pass_name: str, stage: str = "output",
+                 rules: Any = ()) -> tvm.IRModule:
+    """``mod``, after the engine's full well-formedness check at one of the job's boundaries.
+
+    The job checks what it loads and what each step hands on, whatever the debug mode,
+    so that a step that emits a module TVM would reject fails there, by name, rather than
+    inside ``relax.build`` three steps on.
+    """
+    assert_well_formed(mod, pass_name, stage, rules)
+    return mod
 
 
 def _roundtrip_entry(result) -> dict[str, Any]:

@@ -74,3 +74,14 @@ def test_run_on_a_zoo_model_whose_entry_is_forward(tmp_path, zoo):
     report = json.loads((out / "report.json").read_text())
     assert report["func"] == "forward" and report["numeric"]["ok"]
     assert {"before.svg", "after.svg", "diff.svg"} <= set(report["outputs"])
+
+
+def test_a_model_that_is_not_well_formed_is_refused_at_the_jobs_input(tmp_path, capsys):
+    model = tmp_path / "shared.py"
+    # the same parameters in two functions: TVM's checker refuses it
+    _write_module(model, "mod = tvm.IRModule({'main': _f, 'other': "
+                         "_f.with_attr('global_symbol', 'other')})")
+    assert main(["run", str(model), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the job's input" in err and "not well formed" in err
+    assert len(err.strip().splitlines()) == 1
