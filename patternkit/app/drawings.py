@@ -27,13 +27,16 @@ logger = logging.getLogger(__name__)
 
 #: Seconds ``dot`` may take per attempt; the budget per picture is a few attempts.
 LAYOUT_TIMEOUT = 8.0
+#: Past this many nodes the drawing as it is is not tried: ``dot`` would spend the whole
+#: timeout (a 12-layer GPT-2 has thousands), and the picture would not be readable anyway.
+AS_IS_NODES = 800
 FULL_TIMEOUT = 120.0
 
 
 def _attempts(full: bool):
     if full:
         return [("full drawing", {"collapse": "none", "max_nodes": 10**6,
-                                  "hard_limit": 10**6, "timeout": FULL_TIMEOUT}, False)]
+                                  "hard_limit": 10**6, "timeout": FULL_TIMEOUT}, "as is")]
     return [("as is", {}, "as is"),
             ("repeated layers drawn once, composites collapsed", {"collapse": "all"}, "fold"),
             ("the output's neighbourhood only (6 hops)",
@@ -56,8 +59,10 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
         options = {"timeout": LAYOUT_TIMEOUT, **options}
         try:
             graph, note = draw(mode, **options)
-            if not graph.layout_allowed:
-                last = f"{len(graph.model.nodes)} nodes is past the layout limit"
+            nodes = len(graph.model.nodes)
+            if not graph.layout_allowed or (mode == "as is" and nodes > AS_IS_NODES):
+                last = f"{nodes} nodes is past the layout limit"
+                logger.info("%s: %s has %d nodes; trying smaller", path.name, how, nodes)
                 continue
             graph.render(path, format="svg")
         except DotUnavailable as err:
