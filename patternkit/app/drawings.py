@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 #: Seconds ``dot`` may take per attempt; the budget per picture is a few attempts.
 LAYOUT_TIMEOUT = 8.0
 #: Past this many nodes the drawing as it is is not tried: ``dot`` would spend the whole
-#: timeout (a 12-layer GPT-2 has thousands), and the picture would not be readable anyway.
-AS_IS_NODES = 800
+#: timeout (a 12-layer GPT-2's 680 nodes did not lay out in 20 s), and the picture would not be readable anyway.
+AS_IS_NODES = 400
 FULL_TIMEOUT = 120.0
 
 
@@ -51,6 +51,7 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
 
     Returns how it was drawn (or why not), for the report.
     """
+    from ..viz import VizError
     from ..viz.display import DotUnavailable
 
     last = ""
@@ -65,7 +66,7 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
                 logger.info("%s: %s has %d nodes; trying smaller", path.name, how, nodes)
                 continue
             graph.render(path, format="svg")
-        except DotUnavailable as err:
+        except (DotUnavailable, VizError) as err:  # a picture never fails the job
             last = str(err)
             logger.info("%s: %s did not lay out (%s); trying smaller", path.name, how, err)
             continue
@@ -106,11 +107,20 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
 
 
 def _result_name(func) -> str:
-    """The name of the variable ``func`` returns (what the last-resort drawing is around)."""
+    """The last op binding's variable: what the last-resort drawing is drawn around.
+
+    Not the returned variable itself, which is often a plain copy out of the dataflow
+    block (``gv = lv99``) that the visualiser draws as the output, not as a node.
+    """
     from tvm import relax
 
+    from ..ir import compat as C
+
     body = func.body
-    result = body.body if isinstance(body, relax.SeqExpr) else body
-    if isinstance(result, relax.Tuple) and len(result.fields):
-        result = result.fields[0]
-    return result.name if isinstance(result, relax.Var) else ""
+    if isinstance(body, relax.SeqExpr):
+        for block in reversed(list(body.blocks)):
+            for binding in reversed(list(block.bindings)):
+                if C.op_name(binding.value) is not None or isinstance(binding.value,
+                                                                      relax.Call):
+                    return C.var_name(binding.var)
+    return ""

@@ -1,11 +1,13 @@
 """Repeated layers drawn once: find the layer a function repeats and fold the copies.
 
 A transformer's entry function is one block repeated per layer; drawn whole it is too
-big for a layout, and the copies add nothing.  :func:`find_repeat` gives each binding
-a structural signature (what it computes: the op, or the called function's kind and
+big for a layout, and the copies add nothing.  :func:`find_repeat` describes each
+binding structurally (what it computes: the op, or the called function's kind and
 structural hash, and *where its arguments come from*, as distances back to the
 bindings that made them, so that two layers match only if they are wired alike) and
-finds the period whose copies cover the most bindings in a row.  :func:`fold_repeats`
+finds the period whose copies cover the most bindings in a row.  An argument matches
+its copy when it comes from the same distance back *or* from the same value, since every
+layer reads some values made once before them (a transformer's attention mask).  :func:`fold_repeats`
 keeps the first copy and what comes before and after, rewiring the bindings after the
 repeats to the first copy's values, and says how many copies there were.
 """
@@ -37,24 +39,54 @@ class Repeat:
     count: int
 
 
-def _signature(binding, position: dict, index: int, mod: tvm.IRModule | None) -> tuple:
+def _what(binding, mod: tvm.IRModule | None) -> tuple[tuple, tuple]:
+    """What a binding computes (op, callee, projection...) and the arguments it reads."""
     value = binding.value
-    args: tuple = ()
     if isinstance(value, relax.Call):
         op = value.op
         if isinstance(op, tvm.ir.GlobalVar) and mod is not None and op in mod.functions:
-            what = ("call", cluster_kind(mod[op]), tvm_ffi.structural_hash(mod[op], True))
-        else:
-            what = ("op", C.op_name(value) or type(op).__name__)
-        args = tuple(value.args)
-    elif isinstance(value, relax.TupleGetItem):
-        what, args = ("item", int(value.index)), (value.tuple_value,)
-    elif isinstance(value, relax.Tuple):
-        what, args = ("tuple", len(value.fields)), tuple(value.fields)
-    else:
-        what = ("other", type(value).__name__)
-    sources = tuple(index - position[a] if a in position else type(a).__name__ for a in args)
-    return what, sources
+            return ("call", cluster_kind(mod[op]), tvm_ffi.structural_hash(mod[op], True)), \
+                tuple(value.args)
+        return ("op", C.op_name(value) or type(op).__name__), tuple(value.args)
+    if isinstance(value, relax.TupleGetItem):
+        return ("item", int(value.index)), (value.tuple_value,)
+    if isinstance(value, relax.Tuple):
+        return ("tuple", len(value.fields)), tuple(value.fields)
+    return ("other", type(value).__name__), ()
+
+
+def _encode(bindings, mod):
+    """Per binding: an op code, and per argument its distance back and its source.
+
+    Two bindings ``p`` apart are copies when they compute the same thing and each
+    argument comes from the same distance back (the layer's own values, and the previous
+    layer's output) *or* from the very same value (what every layer reads: the attention
+    mask, a parameter).  Arguments that are not bound in the block (constants, shapes)
+    match by kind.
+    """
+    n = len(bindings)
+    position: dict = {}
+    codes: dict = {}
+    whats, arg_lists = [], []
+    for i, binding in enumerate(bindings):
+        what, args = _what(binding, mod)
+        whats.append(codes.setdefault((what, len(args)), len(codes)))
+        arg_lists.append(args)
+        position[binding.var] = i
+    width = max((len(a) for a in arg_lists), default=0)
+    distance = np.full((n, max(width, 1)), -1, dtype=np.int64)
+    source = np.full((n, max(width, 1)), -1, dtype=np.int64)
+    kinds: dict = {}
+    for i, args in enumerate(arg_lists):
+        for k, arg in enumerate(args):
+            j = position.get(arg)
+            if j is not None and j < i:
+                distance[i, k], source[i, k] = i - j, j
+            else:  # a parameter, a constant, a shape: the same leaf or the same kind
+                key = arg if isinstance(arg, relax.Var) else type(arg).__name__
+                code = kinds.setdefault(key, len(kinds))
+                distance[i, k] = source[i, k] = -2 - code
+    return np.asarray(whats), distance, source
 
 
 def find_repeat(func: relax.Function, mod: tvm.IRModule | None = None) -> Repeat | None:
@@ -64,16 +96,12 @@ def find_repeat(func: relax.Function, mod: tvm.IRModule | None = None) -> Repeat
     best = None
     for b, block in enumerate(func.body.blocks):
         bindings = list(block.bindings)
-        position = {}
-        codes: dict[tuple, int] = {}
-        seq = []
-        for i, binding in enumerate(bindings):
-            seq.append(codes.setdefault(_signature(binding, position, i, mod), len(codes)))
-            position[binding.var] = i
-        a = np.asarray(seq)
-        n = len(a)
+        whats, distance, source = _encode(bindings, mod)
+        n = len(bindings)
         for p in range(MIN_PERIOD, n // 2 + 1):
-            same = np.concatenate(([False], a[p:] == a[:-p], [False]))
+            args_alike = ((distance[p:] == distance[:-p]) | (source[p:] == source[:-p])).all(1)
+            alike = (whats[p:] == whats[:-p]) & args_alike
+            same = np.concatenate(([False], alike, [False]))
             edges = np.flatnonzero(np.diff(same.astype(np.int8)))
             if not len(edges):
                 continue

@@ -40,12 +40,11 @@ def test_bindings_that_do_not_repeat_are_not_a_layer():
 
 def test_layers_wired_differently_are_not_copies():
     mod = _layers(2)
-    # the same ops, but the second copy's residual reads the stem instead of its input
+    # the same ops, but the second copy's residual adds its own matmul, not its input
     func = mod["main"]
     bindings = list(func.body.blocks[0].bindings)
-    stem = bindings[0].var
     last = bindings[8]
-    bindings[8] = relax.VarBinding(last.var, relax.op.add(stem, bindings[7].var))
+    bindings[8] = relax.VarBinding(last.var, relax.op.add(bindings[5].var, bindings[7].var))
     rewired = relax.Function(func.params, relax.SeqExpr(
         [relax.DataflowBlock(bindings)], func.body.body), func.ret_ty)
     assert find_repeat(rewired) is None
@@ -66,3 +65,22 @@ def test_folding_keeps_one_copy_rewires_what_follows_and_says_how_many():
 def test_nothing_to_fold_returns_the_module_itself():
     mod = _layers(1)
     assert fold_repeats(mod) == (mod, "")
+
+
+def test_a_value_every_layer_reads_does_not_break_the_repeat():
+    """Each layer adds a mask made once before the layers (at a growing distance)."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            mask = bb.emit(relax.op.nn.relu(x))
+            h = bb.emit(relax.op.tanh(x))
+            for _ in range(6):
+                y = bb.emit(relax.op.matmul(h, relax.const(np.eye(4, dtype="float32"))))
+                y = bb.emit(relax.op.add(y, mask))
+                y = bb.emit(relax.op.tanh(y))
+                h = bb.emit(relax.op.add(h, y))
+            out = bb.emit_output(relax.op.sum(h))
+        bb.emit_func_output(out)
+    found = find_repeat(bb.get()["main"])
+    assert (found.period, found.count) == (4, 6)
