@@ -37,7 +37,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import tvm
 
@@ -182,7 +182,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         host_ops = offload.host_ops
         report.host_ops = [str(h) for h in host_ops]
         after = _well_formed(step("partition", partition_graph, merged, compiler),
-                                    "PartitionGraph")
+                             "PartitionGraph")
     report.ops = [asdict(row) for row in op_summary(before[entry], log.records, merged,
                                                     host_ops, compiler)]
 

@@ -52,7 +52,7 @@ def _ops(func: relax.Function) -> dict[Any, str]:
 
 
 def _short(op: str) -> str:
-    return op[len("relax."):] if op.startswith("relax.") else op
+    return op.removeprefix("relax.")
 
 
 def _composite_ops(mod: tvm.IRModule, compiler: str) -> Counter:
@@ -66,7 +66,7 @@ def _composite_ops(mod: tvm.IRModule, compiler: str) -> Counter:
                 for op in _ops(expr).values():
                     found[(op, f"composite {name} on {compiler}")] += 1
 
-    for _, func in mod.functions.items():
+    for func in mod.functions.values():
         if isinstance(func, relax.Function):
             visit(func)
             relax.analysis.post_order_visit(func.body, visit)
@@ -98,10 +98,9 @@ def op_summary(before: relax.Function, records: Iterable[Any], composites_mod: t
     for host in host_ops:
         destinations[_short(host.op)][f"host ({host.kind}: {host.reason})"] += 1
     for op, dests in destinations.items():
-        row = rows.setdefault(op, OpSummary(op, 0))
-        if op not in Counter(ops.values()):
-            row.op = f"{op} (made by a rewrite)"
-        row.went.update(dests)
+        if op not in rows:  # only in the rewritten model: a rewrite made it
+            rows[op] = OpSummary(f"{op} (made by a rewrite)", 0)
+        rows[op].went.update(dests)
     return list(rows.values())
 
 

@@ -202,7 +202,10 @@ def test_viz_focus_context_highlight_and_diff(tmp_path):
     focused = tmp_path / "focus.json"
     assert main(["viz", "seed-batchnorm", "--focus", "x", "--context", "1", "-o",
                  str(focused), "--quiet"]) == 0
-    count = lambda path: len(json.loads(path.read_text())["nodes"])  # noqa: E731
+
+    def count(path):
+        return len(json.loads(path.read_text())["nodes"])
+
     assert count(focused) < count(whole)
     lit = tmp_path / "lit.dot"
     assert main(["viz", "seed-batchnorm", "--highlight", "batchnorm.collapse", "-o", str(lit),
