@@ -26,15 +26,17 @@ __version__ = "0.1.0"
 __all__ = [
     # pattern language
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-    "VarPattern",
-    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
-    "TypePattern", "DataTypePattern", "ShapePattern",
+    "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
+    "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
     "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
-    "match", "find_match", "Match", "explain", "through", "up_to_cast",
+    "match", "find_match", "Match", "explain", "through", "up_to_cast", "from_dpl",
+    "FromDplError",
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "PatternContext",
+    "square", "divide_by_sqrt",
     # rules and rule sets
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     # rewriting and partitioning
@@ -46,10 +48,14 @@ __all__ = [
     "CompositeLog", "composite_counts", "composite_functions", "AnnotateTarget",
     "PartitionGraph", "partition_graph", "inline_external", "external_functions",
     "graph_split", "run_split", "GraphSplitError", "offload_report", "OffloadReport", "HostOp",
+    "verify_table", "TableVerification", "EntryFailure", "coverage", "CoverageReport",
+    "OpRecord",
     # fusion round trips
     "DefuseOps", "defuse", "check_roundtrip", "RoundTripResult", "RoundTripError",
     # the main job
     "run", "verify", "JobReport",
+    # verification campaigns
+    "fuzz_pass", "bisect",
     # expressions and numerics
     "from_expr", "to_expr", "compare", "assert_same_numerics", "Comparison",
     # visualiser
@@ -65,6 +71,8 @@ _HOME = {
     "DFPattern": "dpl", "WildcardPattern": "dpl", "ExprPattern": "dpl",
     "ConstantPattern": "dpl", "ScalarPattern": "dpl", "VarPattern": "dpl", "CallPattern": "dpl",
     "TuplePattern": "dpl", "TupleGetItemPattern": "dpl", "AltPattern": "dpl",
+    "DataflowVarPattern": "dpl", "GlobalVarPattern": "dpl", "ExternFuncPattern": "dpl",
+    "AndPattern": "dpl", "NotPattern": "dpl", "from_dpl": "dpl", "FromDplError": "dpl",
     "AttrPattern": "dpl", "TypePattern": "dpl", "DataTypePattern": "dpl", "ShapePattern": "dpl",
     "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl",
     "is_scalar": "dpl", "is_var": "dpl", "is_expr": "dpl", "is_tuple": "dpl",
@@ -75,6 +83,7 @@ _HOME = {
     "AmbiguousDominator": "dpl", "K_ELEMWISE": "dpl", "K_BROADCAST": "dpl",
     "K_INJECTIVE": "dpl", "K_COMM_REDUCE": "dpl", "K_OUT_EWISE_FUSABLE": "dpl",
     "K_TUPLE": "dpl", "K_OPAQUE": "dpl", "PatternContext": "dpl",
+    "square": "dpl", "divide_by_sqrt": "dpl",
     # engine
     "Rule": "engine", "RewriteRule": "engine", "CompositeRule": "engine", "RuleSet": "engine",
     "RuleMatch": "engine", "Reject": "engine", "DFPatternCallback": "engine",
@@ -89,6 +98,8 @@ _HOME = {
     "PartitionGraph": "byoc", "partition_graph": "byoc", "inline_external": "byoc",
     "external_functions": "byoc", "graph_split": "byoc", "run_split": "byoc",
     "GraphSplitError": "byoc", "offload_report": "byoc", "OffloadReport": "byoc",
+    "verify_table": "byoc", "TableVerification": "byoc", "EntryFailure": "byoc",
+    "coverage": "byoc", "CoverageReport": "byoc", "OpRecord": "byoc",
     "HostOp": "byoc",
     # fusion
     "DefuseOps": "fusion", "defuse": "fusion",
@@ -98,6 +109,8 @@ _HOME = {
     "assert_same_numerics": "verification", "Comparison": "verification",
     # app.job
     "run": "app.job", "verify": "app.job", "JobReport": "app.job",
+    # testing
+    "fuzz_pass": "testing", "bisect": "testing",
     # ir
     "from_expr": "ir", "to_expr": "ir",
     # viz
@@ -132,21 +145,27 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from .app.job import JobReport, run, verify
+    from .testing import bisect, fuzz_pass
     from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
                        OffloadReport, PartitionGraph, PatternTable, PatternTableError,
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
+    from .byoc.table_coverage import CoverageReport, OpRecord, coverage
+    from .byoc.table_verification import EntryFailure, TableVerification, verify_table
     from .dpl import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
                       K_OUT_EWISE_FUSABLE, K_TUPLE, AmbiguousDominator, DominatorPattern,
                       IfPattern, PatternContext, dominates, is_if)
-    from .dpl import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                      DFPattern, ExprPattern, Match, ScalarPattern, ShapePattern,
-                      TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
-                      WildcardPattern, explain, find_match, has_attr, has_dtype, has_shape,
-                      has_type, is_const, is_constant, is_expr, is_op, is_scalar, is_tuple,
-                      is_tuple_get_item, is_var, match, through, up_to_cast, wildcard)
+    from .dpl import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
+                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
+                      ExternFuncPattern, FromDplError, GlobalVarPattern, Match, NotPattern,
+                      ScalarPattern, ShapePattern, TupleGetItemPattern, TuplePattern,
+                      TypePattern, VarPattern, WildcardPattern, explain, find_match, from_dpl,
+                      has_attr, has_dtype, has_shape, has_type, is_const, is_constant, is_expr,
+                      is_op, is_scalar, is_tuple, is_tuple_get_item, is_var, match, through,
+                      up_to_cast, wildcard)
     from .engine import BindingsMatch, BindingsRewriteRule, rewrite_bindings
+    from .dpl import divide_by_sqrt, square
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)

@@ -1,9 +1,12 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
-One module per family (``batchnorm``, ``conv``, ``matmul``).  Each module documents what it
-recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
-(rewrite rules) and, where it has them, a ``COMPOSITES`` tuple (composite rules for
-external compilers).  Importing a module registers nothing anywhere.
+One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
+``conv``, ``matmul``).  Each module documents what it recognises and produces, defines one
+class per rule and ends with a ``RULES`` tuple (rewrite rules), and where it has them a
+``COMPOSITES`` tuple (composite rules for external compilers) and an ``EXPANSIONS`` tuple
+(fused op -> written-out form).  A tuple holds rule classes (built with their defaults) or
+rule instances (a variant, built with its constructor arguments).  Importing a module
+registers nothing anywhere.
 
 :data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
 order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
@@ -11,6 +14,10 @@ order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
 ``LIBRARY.by_prefix("batchnorm.")`` picks a family.  Composites are named for the
 placeholder compiler :data:`COMPOSITE_PREFIX` until renamed with ``for_compiler``.
 Adding a family is one import and one ``|`` term in :data:`LIBRARY`.
+
+:data:`EXPANSIONS` is a separate rule set: the expand rules undo collapses of the
+library, so applying both together would loop.  Training graphs use it, before
+``relax.transform.Gradient``, for the fused ops that have no gradient.
 """
 
 from __future__ import annotations
@@ -18,32 +25,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from patternkit.engine import CompositeRule, RuleSet
+from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import batchnorm, conv, matmul
+from . import activation, batchnorm, conv, layernorm, matmul, rmsnorm, softmax
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
 
+
+def _built(entry: Any, *args: Any) -> Rule:
+    """A family tuple's entry as a rule: an instance as it is, a class built with ``args``."""
+    return entry if isinstance(entry, Rule) else entry(*args)
+
+
 def _family_rules(module: Any) -> RuleSet:
     """A family module's rules (``RULES``, then ``COMPOSITES``) as a rule set."""
-    rules = [cls() for cls in module.RULES]
-    rules += [cls(COMPOSITE_PREFIX) for cls in getattr(module, "COMPOSITES", ())]
+    rules = [_built(entry) for entry in module.RULES]
+    rules += [_built(entry, COMPOSITE_PREFIX).for_compiler(COMPOSITE_PREFIX)
+              for entry in getattr(module, "COMPOSITES", ())]
     return RuleSet(rules)
 
 
 def _family_expansions(module: Any) -> RuleSet:
-    """A family module's expand rules (``EXPANSIONS``) as a rule set."""
-    return RuleSet(entry() for entry in getattr(module, "EXPANSIONS", ()))
+    """A family module's expand rules (``EXPANSIONS``, if it has them) as a rule set."""
+    return RuleSet(_built(entry) for entry in getattr(module, "EXPANSIONS", ()))
 
 
-#: Every rewrite rule and composite of the library, in application order.
-LIBRARY = _family_rules(batchnorm) | _family_rules(conv) | _family_rules(matmul)
+#: Every rewrite rule and composite of the library, in application order: the collapses
+#: (batch norm, activations, norms, softmax) run before the conv and matmul composites
+#: that take their fused ops.
+LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(layernorm)
+           | _family_rules(rmsnorm) | _family_rules(softmax) | _family_rules(conv)
+           | _family_rules(matmul))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
-#: differentiate), for training graphs; never mixed with :data:`LIBRARY`, whose
-#: collapses they undo.
-EXPANSIONS = _family_expansions(batchnorm)
+#: differentiate), for training graphs.  Kept apart from :data:`LIBRARY`: its collapse
+#: rules undo them, so applying both would never settle.  ``softmax`` has none:
+#: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
+#: its written-out form.
+EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(activation)
+              | _family_expansions(layernorm) | _family_expansions(rmsnorm))
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))
@@ -51,12 +72,12 @@ FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule
 
 def all_rules() -> list:
     """Every rewrite rule class in the library, family by family."""
-    return [type(rule) for rule in LIBRARY.rewrite_rules()]
+    return list(dict.fromkeys(type(rule) for rule in LIBRARY.rewrite_rules()))
 
 
 def all_composites() -> list:
-    """Every composite rule class in the library."""
-    return [type(rule) for rule in LIBRARY.composites()]
+    """Every composite rule class in the library (a class with several variants once)."""
+    return list(dict.fromkeys(type(rule) for rule in LIBRARY.composites()))
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import DFPatternCallback, NodeMap, RewriteRule, reject
+from patternkit.engine import DFPatternCallback, NodeMap, NoSuchExample, RewriteRule, reject
 from patternkit.ir import (NotPerChannel, const_value, dtype_of, from_expr, is_tensor_constant,
-                           per_channel_axis, static_shape, type_of)
+                           per_channel_axis, same_shape, static_shape, type_of)
 
 _ROLES = ("gamma", "beta", "mean", "var")
 
@@ -58,10 +59,13 @@ class _Parameter:
 
 @dataclass(frozen=True)
 class CollapsePlan:
-    """What the check found, for the callback: the channel axis of ``x`` and epsilon."""
+    """What the check found, for the callback: the channel axis of ``x`` and epsilon.
+
+    ``channels`` is ``x``'s size on that axis: an int, or a PrimExpr for a symbolic one.
+    """
 
     axis: int
-    channels: int
+    channels: Any
     epsilon: float
 
 
@@ -117,26 +121,116 @@ class BatchnormCollapse(DFPatternCallback):
     def _per_channel(self, role: str, node_map: NodeMap, channels: int) -> Any:
         param = self.params[role]
         source = param.channel_source(node_map)
-        if param.expanded in node_map and static_shape(type_of(source)) == (channels,):
+        if param.expanded in node_map and same_shape(static_shape(type_of(source)), (channels,)):
             return source
         value = param.broadcast_value(node_map)
-        if is_tensor_constant(value):
-            return relax.const(const_value(value).reshape(channels))
-        if static_shape(type_of(value)) == (channels,):
+        if is_tensor_constant(value):  # the check proved its channel count is x's: an int
+            return relax.const(const_value(value).reshape(int(channels)))
+        if same_shape(static_shape(type_of(value)), (channels,)):
             return value
         return relax.op.reshape(value, (channels,))
 
     # -- self-check example (used by tests and `patternkit verify`) ---------------------------
     @staticmethod
-    def example(channels: int = 3, param_shape: str = "C11") -> tvm.IRModule:
-        """``gamma * (x - mean) / sqrt(var + eps) + beta`` on ``x: (2, C, 4, 4)``."""
-        shape = {"C": (channels,), "C11": (channels, 1, 1), "1C11": (1, channels, 1, 1)}[param_shape]
-        x = relax.Var("x", relax.TensorType((2, channels, 4, 4), "float32"))
-        gamma, beta, mean, var = (relax.Var(n, relax.TensorType(shape, "float32")) for n in _ROLES)
-        if param_shape == "C":  # (C,) broadcasts onto the last axis: use NHWC
-            x = relax.Var("x", relax.TensorType((2, 4, 4, channels), "float32"))
-        eps = relax.const(1e-5, "float32")
-        return from_expr(gamma * (x - mean) / relax.op.sqrt(var + eps) + beta)
+    def example(channels: int | str = 3, param_shape: str = "C11", layout: str = "NCHW",
+                rank: int = 4, dtype: str = "float32", batch: int | str = 2,
+                spelling: str = "relay", epsilon: str = "scalar", params: str = "inputs",
+                seed: int = 0) -> tvm.IRModule:
+        """``gamma * (x - mean) / sqrt(var + eps) + beta``, by default on ``x: (2, 3, 4, 4)``.
+
+        Parameters
+        ----------
+        channels : int or str
+            ``C``; a string is a symbolic dimension of that name.
+        param_shape : {"C11", "1C11", "C", "C1", "full", "mixed"}
+            How the four parameters are shaped, as written (broadcasting decides the axis
+            they vary along): ``"full"`` is ``x``'s own shape, ``"mixed"`` gives ``beta``
+            the shape ``(C,)`` and the others ``(C, 1, 1)``.
+        layout : {"NCHW", "NHWC"}
+            Where the channels are in a rank-4 ``x`` (spatial size 4).
+        rank : {4, 2, 1}
+            ``x`` is ``(N, C, 4, 4)`` / ``(N, 4, 4, C)``, ``(N, C)`` or ``(C,)``.
+        dtype : str
+            Of ``x``, the parameters and epsilon.
+        batch : int or str
+            ``N``; a string is a symbolic dimension.
+        spelling : str
+            One of :data:`SPELLINGS`, or ``"decomposed"``: a real ``nn.batch_norm`` on
+            the channel axis through ``relax.transform.DecomposeOpsForInference`` (the
+            parameters are ``(C,)`` and reach the arithmetic through ``expand_dims``).
+        epsilon : {"scalar", "per_channel"}
+            A scalar constant, or one per channel (which is not a batch norm's).
+        params : {"inputs", "constants"}
+            The parameters as function inputs, or as seeded constants (a constant
+            cannot have a symbolic size: it gets 3 channels then).
+        seed : int
+            Seed of the constants.
+        """
+        rng = np.random.default_rng(seed)
+        sym = {name: tvm.tirx.Var(name, "int64") for name in (channels, batch)
+               if isinstance(name, str)}
+        c, n = (sym.get(v, v) for v in (channels, batch))
+        static_c = c if isinstance(c, int) else 3
+        x_shape = {4: (n, c, 4, 4) if layout == "NCHW" else (n, 4, 4, c), 2: (n, c), 1: (c,)}[rank]
+        x = relax.Var("x", relax.TensorType(x_shape, dtype))
+
+        def param(role: str, shape: tuple) -> Any:
+            if params == "inputs":
+                return relax.Var(role, relax.TensorType(shape, dtype))
+            shape = tuple(static_c if not isinstance(d, int) else d for d in shape)
+            values = rng.uniform(0.5, 1.5, shape) if role == "var" else rng.uniform(-1, 1, shape)
+            return relax.const(values.astype("float32"), dtype)
+
+        eps = (relax.const(1e-5, dtype) if epsilon == "scalar"
+               else relax.const(np.full((static_c, 1, 1), 1e-5, "float32"), dtype))
+        if spelling == "decomposed":
+            return _decomposed(x, [param(role, (c,)) for role in _ROLES], rank, layout, eps)
+        shapes = {"C": (c,), "C11": (c, 1, 1), "1C11": (1, c, 1, 1), "C1": (c, 1),
+                  "full": x_shape, "mixed": (c, 1, 1)}
+        gamma, beta, mean, var = (param(role, shapes[param_shape]) for role in _ROLES)
+        if param_shape == "mixed":
+            beta = param("beta", (c,))
+        try:
+            return from_expr(SPELLINGS[spelling](x, gamma, beta, mean, relax.op.sqrt(var + eps)))
+        except ValueError as err:  # Relax's type inference: the shapes do not broadcast
+            raise NoSuchExample(f"parameters shaped {param_shape} do not broadcast against "
+                                f"x of shape {x_shape}") from err
+
+    @classmethod
+    def example_space(cls) -> dict[str, tuple]:
+        """Layouts and ranks, parameter spellings that broadcast along other axes, channel
+        counts equal to the batch (2) or the spatial size (4), symbolic sizes, the three
+        float dtypes, every spelling, a per-channel epsilon, constants."""
+        return {"channels": (3, 4, 2, "c"),
+                "param_shape": ("C11", "1C11", "C", "C1", "full", "mixed"),
+                "layout": ("NCHW", "NHWC"), "rank": (4, 2, 1),
+                "dtype": ("float32", "float16", "bfloat16"), "batch": (2, "n"),
+                "spelling": (*SPELLINGS, "decomposed"),
+                "epsilon": ("scalar", "per_channel"), "params": ("inputs", "constants"),
+                "seed": (0, 1)}
+
+
+#: Ways frontends and hand-written models order the arithmetic (all collapse).
+SPELLINGS = {
+    "relay": lambda x, g, b, m, std: g * (x - m) / std + b,
+    "operands_swapped": lambda x, g, b, m, std: b + (x - m) * g / std,
+    "gamma_over_sqrt_first": lambda x, g, b, m, std: g / std * (x - m) + b,
+    "normalised_then_scaled": lambda x, g, b, m, std: (x - m) / std * g + b,
+}
+
+
+def _decomposed(x: Any, params: list, rank: int, layout: str, eps: Any) -> tvm.IRModule:
+    """``DecomposeOpsForInference(batch_norm(x, ...)[0])`` on ``x``'s channel axis."""
+    axis = {4: 1 if layout == "NCHW" else 3, 2: 1, 1: 0}[rank]
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x] + [p for p in params if isinstance(p, relax.Var)]):
+        with bb.dataflow():
+            bn = bb.emit(relax.op.nn.batch_norm(x, *params, axis=axis,
+                                                epsilon=float(const_value(eps).reshape(-1)[0]),
+                                                training=False))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    return relax.transform.DecomposeOpsForInference()(bb.get())
 
 
 #: The rule's name before the rule model (kept: the README and notebooks use it).

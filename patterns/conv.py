@@ -1,5 +1,5 @@
-"""Convolutions for external compilers: ``conv2d -> [bias add] -> [relu]`` composites,
-and the batch-norm folding that has to run first.
+"""Convolutions for external compilers: ``conv2d -> [bias add] -> [relu | silu | clip]``
+composites, and the batch-norm folding that has to run first.
 
 Recognises
 
@@ -13,6 +13,14 @@ Recognises
   :class:`ConvAddReluComposite` checks that the added tensor really is a per-channel
   bias (one non-unit dimension, on the output's channel axis); the Relay-faithful
   :func:`conv2d_add_relu` pattern, like Relay's, accepts any added tensor.
+  With ``activation="silu"`` or ``"clip"`` the activation is ``nn.silu`` (the torch
+  importer's ``x * sigmoid(x)`` once ``silu.collapse`` has run; cutlass's
+  ``conv2d_bias_silu``) or ``clip`` with constant bounds (``nn.ReLU6`` imports as
+  ``clip(x, 0, 6)``; the CLML table's ``clip`` convolutions) instead of relu, named
+  ``conv2d_add_silu``, ``conv2d_add_clip_strict`` and so on.  The library holds them with
+  the activation required, ahead of the relu composite: an entry whose activation is
+  optional would also take a conv + add that no activation follows, under a name that
+  says there is one.
 * :class:`BatchnormFoldIntoConv`: ``conv2d(x, W) [+ b] -> batch_norm(...)[0]`` with ``W``,
   ``b`` and the four batch-norm parameters constant and ``training=False``, rewritten to
   ``conv2d(x, W * s) + ((b - mean) * s + beta)`` with ``s = gamma / sqrt(var + eps)``:
@@ -26,14 +34,14 @@ Recognises
 
 Deliberately not covered: ``conv2d_transpose``, 1-D and 3-D convolutions, layouts other
 than ``OIHW`` kernels for the fold, non-constant weights or batch-norm parameters (bind
-them with ``relax.transform.BindParams`` first), activations other than relu (write
-another :class:`ConvAddReluComposite`-like rule; a cross product of variants is not
-kept here), and batch norms in training mode (they normalise with batch statistics, so
+them with ``relax.transform.BindParams`` first), activations other than relu, silu and
+clip, and batch norms in training mode (they normalise with batch statistics, so
 folding would change the numbers).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -43,9 +51,10 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
-from patternkit.engine import CompositeRule, DFPatternCallback, NodeMap, RuleMatch, reject
-from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, static_shape,
-                           type_of)
+from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, NoSuchExample, RuleMatch,
+                               reject, variant_method)
+from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, prove_equal,
+                           static_shape, type_of)
 
 
 class Presence(str, Enum):
@@ -72,8 +81,17 @@ def conv2d_add_relu() -> DFPattern:
 
 
 def _single_value(shape: tuple) -> bool:
-    """A tensor of this shape broadcasts one value everywhere."""
-    return all(isinstance(d, int) and d == 1 for d in shape)
+    """A tensor of this shape broadcasts one value everywhere (every dim provably 1)."""
+    return all(prove_equal(d, 1) for d in shape)
+
+
+#: Activations a conv composite may end with: name (as in the composite name) -> the
+#: pattern of the call on the conv's (biased) output.
+CONV_ACTIVATIONS = {
+    "relu": lambda body: is_op("nn.relu")(body),
+    "silu": lambda body: is_op("nn.silu")(body),
+    "clip": lambda body: is_op("clip")(body, is_constant(), is_constant()),
+}
 
 
 def _presence(part: str, mode: Presence | str) -> Presence:
@@ -85,35 +103,47 @@ def _presence(part: str, mode: Presence | str) -> Presence:
 
 
 class ConvAddReluComposite(CompositeRule):
-    """``conv2d -> [add per-channel bias] -> [relu]`` as a pattern table entry.
+    """``conv2d -> [add per-channel bias] -> [relu | silu | clip]`` as a pattern table entry.
 
     Parameters
     ----------
     compiler : str
         Prefix of the composite name (the codegen that will take it).
     bias, relu : Presence or {"optional", "required", "absent"}
-        Whether the bias add / the relu may, must or must not follow.
+        Whether the bias add / the activation may, must or must not follow (``relu`` is
+        the activation's presence whichever ``activation`` is; it kept its name from
+        when relu was the only one).
+    activation : {"relu", "silu", "clip"}
+        The activation: ``nn.relu``, ``nn.silu``, or ``clip`` with constant bounds (relu6).
 
     The name is derived, one distinct piece per part and presence, so two variants never
-    share a name: ``"<compiler>.conv2d"``, then for the add and the relu ``"_add"`` when
-    it may follow, ``"_add_strict"`` when it must, nothing when it must not
-    (``conv2d_add_relu``, ``conv2d_add_relu_strict``, ``conv2d_add_strict_relu``, ...).
+    share a name: ``"<compiler>.conv2d"``, then for the add and the activation ``"_add"``
+    / ``"_<activation>"`` when it may follow, ``"_add_strict"`` / ``"_<activation>_strict"``
+    when it must, nothing when it must not (``conv2d_add_relu``, ``conv2d_add_relu_strict``,
+    ``conv2d_add_strict_relu``, ``conv2d_add_silu_strict``, ...).  An absent activation
+    has no kind, so only ``activation="relu"`` (the default) may go with ``relu="absent"``.
     """
 
     def __init__(self, compiler: str = "byoc", bias: Presence | str = Presence.OPTIONAL,
-                 relu: Presence | str = Presence.OPTIONAL):
+                 relu: Presence | str = Presence.OPTIONAL, activation: str = "relu"):
         super().__init__(compiler)
         bias, relu = (_presence(part, mode) for part, mode in (("bias", bias), ("relu", relu)))
-        self.bias_mode, self.relu_mode = bias, relu
+        if activation not in CONV_ACTIVATIONS:
+            raise ValueError(f"ConvAddReluComposite: activation must be one of "
+                             f"{tuple(CONV_ACTIVATIONS)}, found {activation!r}")
+        if relu is Presence.ABSENT and activation != "relu":
+            raise ValueError(f"ConvAddReluComposite: activation={activation!r} names an "
+                             f"activation that relu='absent' excludes")
+        self.bias_mode, self.relu_mode, self.activation = bias, relu, activation
         self.x, self.weight, self.bias = wildcard(), wildcard(), wildcard()
         self.conv = is_op("nn.conv2d")(self.x, self.weight)
         self.add = is_op("add")(self.conv, self.bias)
         body = {Presence.OPTIONAL: self.add | self.conv, Presence.REQUIRED: self.add,
                 Presence.ABSENT: self.conv}[bias]
-        self.relu = is_op("nn.relu")(body)
+        self.relu = CONV_ACTIVATIONS[activation](body)
         self.pattern: DFPattern = {Presence.OPTIONAL: self.relu | body,
                                    Presence.REQUIRED: self.relu, Presence.ABSENT: body}[relu]
-        self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix("relu")
+        self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix(activation)
 
     def check(self, match: RuleMatch) -> Any:
         """Accept unless the added tensor is not a per-channel (or single-value) bias."""
@@ -140,33 +170,121 @@ class ConvAddReluComposite(CompositeRule):
                           f"{channel_axis}")
         return True
 
-    # -- self-check example (used by tests and benchmarks) ------------------------------------
-    @staticmethod
-    def example(channels: int = 8, size: int = 16, seed: int = 0) -> tvm.IRModule:
+    # -- self-check example (used by tests, benchmarks and `patternkit verify`) --------------
+    @variant_method
+    def example(self, channels: int = 8, size: int = 16, seed: int = 0, layout: str = "NCHW",
+                kernel_layout: str = "OIHW", bias: str = "1C11", bias_source: str = "constant",
+                activation: str | None = None, dtype: str = "float32",
+                batch: int | str = 1) -> tvm.IRModule:
         """ResNet's first block after batch-norm folding, constants seeded.
 
-        ``conv7x7/2 + bias + relu -> max_pool -> conv3x3 + bias + relu -> conv3x3 + bias``,
+        ``conv7x7/2 + bias + act -> max_pool -> conv3x3 + bias + act -> conv3x3 + bias``,
         then the residual ``add`` with the pooled value.
+
+        Parameters
+        ----------
+        channels, size : int
+            Channels of every conv, and ``x``'s spatial size (the last two convs see
+            ``size / 4``: 4 channels with the default size make it the channel count).
+        seed : int
+            Seed of the constants.
+        layout, kernel_layout : str
+            Data layout of ``x`` and every op, kernel layout of every conv (the same
+            weights, laid out accordingly).
+        bias : {"1C11", "C11", "C", "1", "full", "none"}
+            The shape of each bias as written: on the channel axis of the layout
+            (``"1C11"``), right-aligned shapes that broadcast along another axis or none
+            (``"C11"``, ``"C"``, ``"1"``), the conv output's whole shape, or no bias.
+        bias_source : {"constant", "input"}
+            Biases as constants or as inputs of ``main``.
+        activation : {"relu", "silu", "clip", "none"}, optional
+            The activation after the first two biased convs (``"clip"`` is relu6 as the
+            torch importer writes it); by default this variant's; ``"none"``: none.
+        dtype : str
+            Of ``x`` and every weight and bias.
+        batch : int or str
+            ``N``; a string is a symbolic dimension.
         """
+        chosen = activation or self.activation
+        act = None if chosen == "none" else _EXAMPLE_ACTIVATIONS[chosen]
         rng = np.random.default_rng(seed)
+        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+        if bias == "full" and not isinstance(n, int):
+            raise NoSuchExample("a full-tensor bias needs a static batch")
 
-        def const(*shape):
-            return relax.const((rng.standard_normal(shape) * 0.2).astype("float32"))
+        def bias_shape(spatial):
+            out_shape = {"N": n, "C": channels, "H": spatial, "W": spatial}
+            return {"1C11": tuple(channels if a == "C" else 1 for a in layout),
+                    "C11": (channels, 1, 1), "C": (channels,), "1": (1,),
+                    "full": tuple(out_shape[a] for a in layout)}[bias]
 
-        x = relax.Var("x", relax.TensorType((1, 3, size, size), "float32"))
+        spatial = (size // 2, size // 4, size // 4)  # of the three conv outputs
+        inputs = [relax.Var(f"b{i}", relax.TensorType(bias_shape(s), dtype))
+                  for i, s in enumerate(spatial)] if bias_source == "input" else []
+
+        def weight(out_channels, in_channels, k):
+            oihw = rng.standard_normal((out_channels, in_channels, k, k)) * 0.2
+            return relax.const(oihw.transpose(["OIHW".index(a) for a in kernel_layout])
+                               .astype("float32"), dtype)
+
+        def biased(bb, value, index, activation):
+            if bias != "none":
+                shape = bias_shape(spatial[index])
+                if inputs:
+                    term = inputs[index]
+                else:
+                    values = rng.standard_normal((1, channels, 1, 1)) * 0.2
+                    if bias == "full":
+                        values = rng.standard_normal(shape) * 0.2
+                    term = relax.const(values.reshape(-1)[:int(np.prod(shape))]
+                                       .reshape(shape).astype("float32"), dtype)
+                try:
+                    value = bb.emit(relax.op.add(value, term))
+                except ValueError as err:  # Relax's type inference: no broadcast
+                    raise NoSuchExample(f"a bias shaped {shape} does not broadcast against "
+                                        f"{tuple(value.ty.shape)}") from err
+            return bb.emit(activation(value)) if activation else value
+
+        dims = {"N": n, "C": 3, "H": size, "W": size}
+        x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
+        conv = functools.partial(relax.op.nn.conv2d, data_layout=layout,
+                                 kernel_layout=kernel_layout)
         bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
+        with bb.function("main", [x, *inputs]):
             with bb.dataflow():
-                c = bb.emit(relax.op.nn.conv2d(x, const(channels, 3, 7, 7), strides=2, padding=3))
-                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
-                p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1))
-                c = bb.emit(relax.op.nn.conv2d(p, const(channels, channels, 3, 3), padding=1))
-                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(c, const(1, channels, 1, 1)))))
-                c = bb.emit(relax.op.nn.conv2d(r, const(channels, channels, 3, 3), padding=1))
-                a = bb.emit(relax.op.add(c, const(1, channels, 1, 1)))
+                c = bb.emit(conv(x, weight(channels, 3, 7), strides=2, padding=3))
+                r = biased(bb, c, 0, act)
+                p = bb.emit(relax.op.nn.max_pool2d(r, pool_size=3, strides=2, padding=1,
+                                                   layout=layout))
+                c = bb.emit(conv(p, weight(channels, channels, 3), padding=1))
+                r = biased(bb, c, 1, act)
+                c = bb.emit(conv(r, weight(channels, channels, 3), padding=1))
+                a = biased(bb, c, 2, False)
                 out = bb.emit_output(relax.op.add(a, p))
             bb.emit_func_output(out)
         return bb.get()
+
+    @variant_method
+    def example_space(self) -> dict[str, tuple]:
+        """Both layouts, three kernel layouts, biases on the channel axis, on another axis
+        (4 channels make the later convs' width the channel count), on none, the whole
+        output, none; biases as inputs; this variant's activation, the others and none;
+        the float dtypes; a symbolic batch."""
+        others = tuple(a for a in _EXAMPLE_ACTIVATIONS if a != self.activation)
+        return {"channels": (8, 4), "size": (16,), "seed": (0, 1),
+                "layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI"),
+                "bias": ("1C11", "C11", "C", "1", "full", "none"),
+                "bias_source": ("constant", "input"),
+                "activation": (self.activation, *others, "none"),
+                "dtype": ("float32", "float16", "bfloat16"), "batch": (1, "n")}
+
+
+#: How the examples spell each activation (relu6 as the torch importer writes it).
+_EXAMPLE_ACTIVATIONS = {
+    "relu": relax.op.nn.relu,
+    "silu": relax.op.nn.silu,
+    "clip": lambda x: relax.op.clip(x, 0.0, 6.0),
+}
 
 
 @dataclass(frozen=True)
@@ -259,41 +377,104 @@ class BatchnormFoldIntoConv(DFPatternCallback):
                               conv.attrs)
         return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
 
-    # -- self-check example (used by tests) ----------------------------------------------------
+    # -- self-check example (used by tests and `patternkit verify`) ---------------------------
     @staticmethod
     def example(conv_bias: bool = False, training: bool = False, channels: int = 4,
-                seed: int = 0) -> tvm.IRModule:
-        """``conv2d [+ reshape(bias)] -> batch_norm[0] -> relu`` with seeded constants.
+                seed: int = 0, layout: str = "NCHW", kernel_layout: str = "OIHW",
+                bias: str = "reshape", bn_axis: str = "channel", dtype: str = "float32",
+                out_dtype: str = "same", batch: int | str = 1) -> tvm.IRModule:
+        """``conv2d [+ bias] -> batch_norm[0] -> relu`` on ``x: (1, 3, 8, 8)``, constants seeded.
 
-        ``conv_bias=True`` spells the bias as the torch importer does (``reshape`` of a
-        ``(C,)`` constant, then ``add``).
+        Parameters
+        ----------
+        conv_bias : bool
+            Add a bias between the conv and the batch norm.
+        training : bool
+            The batch norm's ``training`` flag.
+        channels : int
+            Output channels (8 equals the spatial size).
+        seed : int
+            Seed of the constants.
+        layout, kernel_layout : str
+            The conv's data (and output) layout and its kernel layout.
+        bias : {"reshape", "1C11", "C11", "C", "1"}
+            How the bias is spelled: ``"reshape"`` as the torch importer does (``reshape``
+            of a ``(C,)`` constant to the output's channel axis), ``"1C11"`` a constant
+            of that broadcast shape, ``"C11"``, ``"C"`` and ``"1"`` constants shaped so
+            (right-aligned by broadcasting: on another axis, or on none).
+        bn_axis : {"channel", "height"}
+            The batch norm's axis, with parameters sized to match it.
+        dtype : {"float32", "float16", "bfloat16", "int8"}
+            Of ``x`` and the weight (``int8`` convolves into ``float32``).
+        out_dtype : {"same", "float32"}
+            The conv's ``out_dtype``; the bias and the batch norm take the output's.
+        batch : int or str
+            ``N``; a string is a symbolic dimension.
         """
         rng = np.random.default_rng(seed)
+        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+        out = "float32" if dtype == "int8" or out_dtype == "float32" else dtype
+        dims = {"N": n, "C": 3, "H": 8, "W": 8}
+        x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
+        kernel = {"O": channels, "I": 3, "H": 3, "W": 3}
+        if dtype == "int8":
+            weight = rng.integers(-4, 4, tuple(kernel[a] for a in kernel_layout))
+        else:
+            weight = rng.standard_normal(tuple(kernel[a] for a in kernel_layout))
+        bias_shape = {"1C11": tuple(channels if a == "C" else 1 for a in layout),
+                      "C11": (channels, 1, 1), "C": (channels,), "1": (1,)}
+        out_shape = tuple({"N": n, "C": channels, "H": 8, "W": 8}[a] for a in layout)
+        axis = layout.index("C" if bn_axis == "channel" else "H")
 
-        def const(values):
-            return relax.const(np.asarray(values, dtype="float32"))
+        def const(values, as_dtype=out):
+            return relax.const(np.asarray(values, dtype="float32"), as_dtype)
 
-        x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
         bb = relax.BlockBuilder()
         with bb.function("main", [x]):
             with bb.dataflow():
-                y = bb.emit(relax.op.nn.conv2d(x, const(rng.standard_normal((channels, 3, 3, 3))),
-                                               padding=1))
-                if conv_bias:
+                y = bb.emit(relax.op.nn.conv2d(
+                    x, relax.const(weight.astype("float32"), dtype), padding=1,
+                    data_layout=layout, kernel_layout=kernel_layout,
+                    out_dtype=None if out == dtype else out))
+                if conv_bias and bias == "reshape":
                     b = bb.emit(relax.op.reshape(const(rng.standard_normal(channels)),
-                                                 (1, channels, 1, 1)))
+                                                 bias_shape["1C11"]))
                     y = bb.emit(relax.op.add(y, b))
+                elif conv_bias:
+                    try:
+                        y = bb.emit(relax.op.add(y, const(rng.standard_normal(bias_shape[bias]))))
+                    except ValueError as err:  # Relax's type inference: no broadcast
+                        raise NoSuchExample(f"a bias shaped {bias_shape[bias]} does not "
+                                            f"broadcast against {out_shape}") from err
+                size = out_shape[axis]
                 bn = bb.emit(relax.op.nn.batch_norm(
-                    y, const(rng.uniform(0.5, 1.5, channels)), const(rng.standard_normal(channels)),
-                    const(rng.standard_normal(channels)), const(rng.uniform(0.5, 2.0, channels)),
-                    axis=1, training=training))
-                out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
-            bb.emit_func_output(out)
+                    y, const(rng.uniform(0.5, 1.5, size)), const(rng.standard_normal(size)),
+                    const(rng.standard_normal(size)), const(rng.uniform(0.5, 2.0, size)),
+                    axis=axis, training=training))
+                result = bb.emit_output(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+            bb.emit_func_output(result)
         return bb.get()
+
+    @classmethod
+    def example_space(cls) -> dict[str, tuple]:
+        """Both data layouts and three kernel layouts, every bias spelling (some broadcast
+        along another axis, which 8 output channels make the width), a batch norm along
+        the height, training mode, the float dtypes, an int8 conv into float32, a wider
+        ``out_dtype``, a symbolic batch."""
+        return {"conv_bias": (False, True), "training": (False, True), "channels": (4, 8),
+                "seed": (0, 1), "layout": ("NCHW", "NHWC"),
+                "kernel_layout": ("OIHW", "HWIO", "OHWI"),
+                "bias": ("reshape", "1C11", "C11", "C", "1"), "bn_axis": ("channel", "height"),
+                "dtype": ("float32", "float16", "bfloat16", "int8"),
+                "out_dtype": ("same", "float32"), "batch": (1, "n")}
 
 
 #: The rewrite rules of this file (composite rules are table entries, not rewrites).
 RULES = (BatchnormFoldIntoConv,)
 
-#: Pattern table entries of this file, for ``PatternTable`` / ``MergeComposite``.
-COMPOSITES = (ConvAddReluComposite,)
+#: Pattern table entries of this file, for ``PatternTable`` / ``MergeComposite``, in
+#: priority order: the silu and clip variants (activation required) before the relu
+#: composite, whose optional relu would otherwise take their conv + add.
+COMPOSITES = (ConvAddReluComposite(activation="silu", relu=Presence.REQUIRED),
+              ConvAddReluComposite(activation="clip", relu=Presence.REQUIRED),
+              ConvAddReluComposite)

@@ -1,4 +1,4 @@
-"""The ``patternkit`` command line: ``run``, ``list``, ``viz`` and ``verify``.
+"""The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``, ``fuzz``, ``bisect``.
 
 Each command is a thin shell over :mod:`patternkit.app.job` (or the visualiser), so
 everything is also one Python call away.  Exit codes: 0 success, 1 a check failed,
@@ -44,7 +44,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
                  seed=args.seed, draw=not args.no_draw, func=args.func,
                  input_ranges=dict(args.input_range or ()), train=args.train,
-                 full_drawing=args.full_drawing, progress=_progress(args))
+                 full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
     if not args.quiet:
         composites = sum(report.composites.values())
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
@@ -58,6 +58,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  if args.train else "")
               + f"report in {args.out}/report.md")
     return 0 if report.ok else 1
+
+
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    from .job import table_coverage
+
+    tables = [t.strip() for t in args.table.split(",") if t.strip()]
+    rows = table_coverage(args.models, tables, args.out, progress=_progress(args))
+    if not args.quiet:
+        for r in rows:
+            print(f"{r['model']}  {r['table']:<12} {r['stage']:<15} {r['share']:>5.0%} of "
+                  f"{r['op_calls']} op calls, {r['regions']} region(s)")
+        print(f"report in {args.out}/coverage.md")
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -127,13 +140,89 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _campaign_options(args: argparse.Namespace) -> dict:
+    from ..testing.fuzz import parse_shard
+
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as err:
+        raise PatternkitError(str(err)) from None
+    return dict(budget=args.budget, seed=args.seed, jobs=args.jobs, shard=shard)
+
+
+def _print_campaign(report, quiet: bool) -> int:
+    if quiet:
+        for target in report.targets:
+            print(target.summary())
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .job import verify
 
-    results = verify(progress=_progress(args))
-    for name, ok, detail in results:
-        print(f"{'ok  ' if ok else 'FAIL'}  {name}: {detail}")
-    return 0 if all(ok for _, ok, _ in results) else 1
+    rules = None
+    if args.rules:
+        from patternkit.patterns import LIBRARY
+        unknown = [name for name in args.rules if name not in LIBRARY.names]
+        if unknown:
+            raise PatternkitError(f"no library rule {', '.join(unknown)} "
+                                  f"(see patternkit list)")
+        rules = [LIBRARY[name] for name in args.rules]
+    report = verify(rules, progress=_progress(args), **_campaign_options(args))
+    return _print_campaign(report, args.quiet)
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from ..testing.fuzz import fuzz_pass, fuzz_roundtrip
+
+    options = _campaign_options(args)
+    if args.target == "roundtrip":
+        report = fuzz_roundtrip(**options)
+    else:
+        resolve_transform(args.target)  # a bad name is an error here, not in a worker
+        report = fuzz_pass(args.target, **options)
+    return _print_campaign(report, args.quiet)
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    from ..testing.bisection import bisect
+    from .job import load_model
+
+    mod, _ = load_model(args.model)
+    steps = [resolve_transform(name) for name in args.steps.split(",")] if args.steps else None
+    if steps is None:
+        from patternkit.patterns import LIBRARY
+        steps = LIBRARY
+    found = bisect(mod, steps)
+    if found is None:
+        print(f"PASS: no step of the pipeline changes the numbers of {args.model}")
+        return 0
+    print(found)
+    if args.draw:
+        path = found.drawing().render(Path(args.draw), format=Path(args.draw).suffix[1:] or "svg")
+        print(f"wrote {path}")
+    return 1
+
+
+def resolve_transform(name: str):
+    """A rule or pass by name (see :func:`patternkit.testing.fuzz.resolve_target`)."""
+    from ..testing.fuzz import resolve_target
+
+    try:
+        return resolve_target(name)
+    except ValueError as err:
+        raise PatternkitError(str(err)) from None
+
+
+def _add_campaign_options(parser: argparse.ArgumentParser, budget_help: str) -> None:
+    parser.add_argument("--budget", type=int, default=None, help=budget_help)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the instances (default 0)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--shard", default=None, metavar="K/N",
+                        help="check only shard K of N of the instances")
+    parser.add_argument("--quiet", action="store_true", help="one line per target")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,11 +250,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draw every node (default: repeated layers once, composites "
                           "collapsed, when the full layout would be slow)")
     run.add_argument("--compiler", default="ccompiler", help="external compiler name")
+    run.add_argument("--table", default=None,
+                     help="partition with TVM's registered pattern tables instead of the "
+                          "library's composites (comma-separated: cutlass,tensorrt)")
     run.add_argument("--out", default="patternkit-out", help="output folder")
     run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.set_defaults(handler=_cmd_run)
+
+    cov = sub.add_parser("coverage", help="how much of a model TVM's pattern tables offload")
+    cov.add_argument("models", nargs="+", help="built-in model names, .py or .onnx files")
+    cov.add_argument("--table", required=True,
+                     help="comma-separated registered prefixes (cutlass,tensorrt)")
+    cov.add_argument("--out", default="patternkit-coverage", help="output folder")
+    cov.add_argument("--quiet", action="store_true")
+    cov.set_defaults(handler=_cmd_coverage)
 
     lst = sub.add_parser("list", help="the pattern library: names, kinds, one-line docs")
     lst.add_argument("--models", action="store_true",
@@ -191,9 +291,26 @@ def build_parser() -> argparse.ArgumentParser:
     viz.add_argument("--quiet", action="store_true")
     viz.set_defaults(handler=_cmd_viz)
 
-    ver = sub.add_parser("verify", help="numeric check of every pattern in the library")
-    ver.add_argument("--quiet", action="store_true")
+    ver = sub.add_parser("verify", help="fuzz the guard of every library rule on llvm")
+    ver.add_argument("rules", nargs="*", help="library rule names (default: all)")
+    _add_campaign_options(ver, "instances per rule (default 8; 200 with "
+                               "HYPOTHESIS_PROFILE=long)")
     ver.set_defaults(handler=_cmd_verify)
+
+    fuzz = sub.add_parser("fuzz", help="differential-test a pass or rule on random programs")
+    fuzz.add_argument("target", help="a relax.transform pass (FoldBatchnormToConv2D), a "
+                                     "library rule, module:callable, or 'roundtrip' "
+                                     "(DefuseOps after FuseOps)")
+    _add_campaign_options(fuzz, "instances (default 300; roundtrip 300; more with "
+                                "HYPOTHESIS_PROFILE=long)")
+    fuzz.set_defaults(handler=_cmd_fuzz)
+
+    bis = sub.add_parser("bisect", help="the first rewrite or pass that changes the numbers")
+    bis.add_argument("model", help="built-in model name, .py or .onnx file")
+    bis.add_argument("--steps", help="comma-separated rules / passes, in order "
+                                     "(default: the library's rules)")
+    bis.add_argument("--draw", metavar="FILE", help="draw the failing step (svg, png, pdf)")
+    bis.set_defaults(handler=_cmd_bisect)
     return parser
 
 

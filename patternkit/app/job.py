@@ -10,8 +10,10 @@ directly.  The steps, each timed:
 2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
    library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);
 3. **composites**: ``MergeComposite`` with the composite rules, renamed for
-   ``compiler``, then ``PartitionGraph(compiler)``; the offload report says which ops
-   went to the compiler and, for each op left on the host, why;
+   ``compiler``, then ``PartitionGraph(compiler)``; or, with ``tables="cutlass"`` (TVM's
+   registered tables, :meth:`patternkit.PatternTable.from_tvm`), with those tables and
+   TVM's semantics instead; the offload report says which ops went to the compiler and,
+   for each op left on the host, why;
 4. **numeric check** of the entry function: ``before`` and ``after`` (external functions
    inlined back) built for ``llvm`` and run on seeded random inputs, integer inputs drawn
    inside the tables they index (or the user's ``input_ranges``); inputs that would read
@@ -37,15 +39,15 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import tvm
 
 from ..byoc.external import inline_external, partition_graph
-from ..byoc.merge import CompositeLog, merge_composite
+from ..byoc.merge import merge_composite
 from ..byoc.offload import offload_report
+from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
-from ..engine.rule import CompositeRule
 from ..engine.ruleset import RuleSet
 from ..engine.wellformed import assert_well_formed
 from ..verification import numeric
@@ -110,7 +112,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         numeric_options: Mapping[str, Any] | None = None,
         input_ranges: Mapping[str, tuple[int, int]] | None = None,
         train: bool = False, full_drawing: bool = False,
-        progress: Callable[[str], None] | None = None) -> JobReport:
+        progress: Callable[[str], None] | None = None, tables: str | None = None) -> JobReport:
     """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing.
 
     Parameters
@@ -134,6 +136,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         the gradients against finite differences; see :mod:`patternkit.app.training`.
     full_drawing : bool
         Draw every node instead of collapsing repeated layers and composites.
+    tables : str, optional
+        ``"cutlass"``, ``"cutlass,tensorrt"``: partition with TVM's registered pattern
+        tables instead of the library's composites (the rewrites still run first).
     """
     say = progress or (lambda message: None)
     timer = time.perf_counter
@@ -159,8 +164,13 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     entry = entry_function(before, func)
     chosen = resolve_rules(patterns)
     rules, composites = chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
-    report = JobReport(model=loaded.description, compiler=compiler, func=entry,
-                       patterns=list(chosen.names))
+    table: Any = composites
+    names = list(chosen.names)
+    if tables:
+        table, compiler = PatternTable.from_tvm(tables), None
+        names = list(rules.names) + list(dict.fromkeys(c.name for c in table))
+    target = tables or compiler
+    report = JobReport(model=loaded.description, compiler=target, func=entry, patterns=names)
 
     rewritten = before
     log = RewriteLog()
@@ -173,9 +183,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     after = rewritten
     merged = None
     host_ops: list = []
-    if composites:
-        say(f"forming composites for {compiler} ...")
-        offload = step("composites", offload_report, rewritten, composites, compiler=compiler)
+    if table:
+        say(f"forming composites for {target} ...")
+        offload = step("composites", offload_report, rewritten, table, compiler=compiler)
         merged = _well_formed(offload.module, "MergeComposite")
         report.composites = offload.composites
         report.offloaded_ops = offload.offloaded_ops
@@ -184,7 +194,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         after = _well_formed(step("partition", partition_graph, merged, compiler),
                              "PartitionGraph")
     report.ops = [asdict(row) for row in op_summary(before[entry], log.records, merged,
-                                                    host_ops, compiler)]
+                                                    host_ops, target)]
 
     say("building before and after for llvm and comparing ...")
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
@@ -200,9 +210,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
                  raise_on_failure=False)
     report.roundtrip["FuseOps"] = _roundtrip_entry(fused)
-    if composites:
+    if table:
         def byoc(mod):
-            return partition_graph(merge_composite(mod, composites), compiler)
+            return partition_graph(merge_composite(mod, table), compiler)
 
         partitioned = step("roundtrip_composites", check_roundtrip, rewritten, byoc,
                            func_name=entry, raise_on_failure=False)
@@ -343,35 +353,95 @@ def report_markdown(report: JobReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verify(progress: Callable[[str], None] | None = None) -> list[tuple[str, bool, str]]:
-    """Build every library rule's own example before and after; ``(name, ok, detail)``.
+def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs: int = 1,
+           shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+           **options: Any) -> Any:
+    """Fuzz the guard of every library rule (or of ``rules``); a ``CampaignReport``.
 
-    Rewrites are compared within 1e-4 (they change arithmetic); composites, which only
-    wrap bindings in functions, must give bit-identical results.
+    Each rule is checked on its own example and on instances drawn from its
+    ``example_space()``: see :func:`patternkit.testing.fuzz.verify_rules` for the
+    parameters.
+    Rewrites are held to ``rule.tolerance(dtype)``; composites, which only wrap bindings
+    in functions, must give bit-identical results.
+    """
+    from ..testing.fuzz import verify_rules
+
+    return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
+                       progress=progress, **options)
+
+
+def table_coverage(models: Sequence[str], tables: Sequence[str],
+                   out_dir: str | Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[dict]:
+    """How much of each model each of TVM's tables offloads, before and after the rewrites.
+
+    For every model (as :func:`load_model` takes it) and table prefix
+    (:meth:`patternkit.PatternTable.from_tvm`), :func:`patternkit.coverage` on the model
+    as loaded and after the library's rewrite rules (which collapse decomposed ops into
+    the fused ops the tables expect).  Writes ``coverage.json`` (every op record) and
+    ``coverage.md`` (one row per model and table) and one bar chart per model
+    (``coverage_<i>.svg``: a pair of bars per table, as loaded and after the rewrites) to
+    ``out_dir`` when given.
     """
     from patternkit.patterns import LIBRARY
 
+    from ..byoc.table_coverage import coverage
+
     say = progress or (lambda message: None)
-    results = []
-    for rule in LIBRARY:
-        before = rule.example()
-        if before is None:
-            results.append((rule.rule_name, False, "no example() to verify"))
-            continue
-        say(f"verifying {rule.rule_name} ...")
-        if isinstance(rule, CompositeRule):
-            log = CompositeLog()
-            after = inline_external(partition_graph(
-                merge_composite(before, [rule.for_compiler(DEFAULT_COMPILER)], log=log),
-                DEFAULT_COMPILER))
-            fired, tolerance = bool(log.formed), 0.0
-        else:
-            rewrite_log = RewriteLog()
-            after = rewrite(rule, before, log=rewrite_log)
-            fired, tolerance = rewrite_log.count() > 0, 1e-4
-        comparison = numeric.compare(before, after, rtol=tolerance, atol=tolerance,
-                                     positive=("var",))
-        ok = fired and comparison.ok
-        detail = str(comparison) if fired else "the rule did not fire on its own example"
-        results.append((rule.rule_name, ok, detail))
-    return results
+    tables_ = {prefix: PatternTable.from_tvm(prefix) for prefix in tables}
+    rules = LIBRARY.rewrite_rules()
+    rows: list[dict] = []
+    for spec in models:
+        mod, description = load_model(spec)
+        rewritten = rewrite(rules, mod)
+        for prefix, table in tables_.items():
+            say(f"{description}: {prefix} ...")
+            for stage, module in (("as loaded", mod), ("after rewrites", rewritten)):
+                report = coverage(module, table)
+                rows.append({"model": description, "table": prefix, "stage": stage,
+                             "share": report.share, "op_calls": len(report.ops),
+                             "regions": report.regions, "largest_region": report.largest_region,
+                             "host": report.host_reasons(),
+                             "report": json.loads(report.to_json())})
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "coverage.json").write_text(json.dumps(rows, indent=1))
+        lines = ["# Coverage of TVM's pattern tables", "",
+                 "| model | table | stage | op calls | offloaded | regions | largest | "
+                 "left on the host |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
+            lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
+                         f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} |")
+        models_seen = list(dict.fromkeys(r["model"] for r in rows))
+        lines.append("")
+        for i, model in enumerate(models_seen):
+            (out / f"coverage_{i}.svg").write_text(
+                _coverage_chart(model, [r for r in rows if r["model"] == model]))
+            lines.append(f"![{model}](coverage_{i}.svg)")
+        (out / "coverage.md").write_text("\n".join(lines) + "\n")
+    return rows
+
+
+def _coverage_chart(model: str, rows: list[dict]) -> str:
+    """A horizontal bar per (table, stage): the share of op calls offloaded."""
+    from html import escape
+
+    bar, label, width = 18, 190, 300
+    height = 40 + bar * len(rows) + 6 * len(rows)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label + width + 60}" '
+             f'height="{height}" font-family="sans-serif" font-size="12">',
+             f'<text x="4" y="18" font-weight="bold">{escape(model)}: share of op calls '
+             f'offloaded</text>']
+    for k, r in enumerate(rows):
+        y = 32 + k * (bar + 6)
+        colour = "#4e79a7" if r["stage"] == "as loaded" else "#f28e2b"
+        parts.append(f'<text x="4" y="{y + 13}">{escape(r["table"])} ({escape(r["stage"])})'
+                     f'</text>')
+        parts.append(f'<rect x="{label}" y="{y}" width="{width * r["share"]:.1f}" '
+                     f'height="{bar}" fill="{colour}"/>')
+        parts.append(f'<text x="{label + width * r["share"] + 4:.1f}" y="{y + 13}">'
+                     f'{r["share"]:.0%}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

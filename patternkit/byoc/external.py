@@ -29,6 +29,11 @@ the Relay workflow on Relax::
     composites stay inside them as local functions, as ``MergeCompositeFunctions``
     produces them.
 
+Composites in TVM's form (global functions, from ``MergeComposite`` with
+``semantics="tvm"``, the default for a table from ``PatternTable.from_tvm``) are handed to
+``MergeCompositeFunctions`` as they are, and keep its names (``fused_<ops>_<compiler>``):
+the result is exactly ``MergeCompositeFunctions``'.
+
 Building for ``llvm``: external functions need their codegen (``RunCodegen``).  To run
 a partitioned module on the host instead (tests, numeric checks), inline everything back
 with :func:`patternkit.DefuseOps`, which undoes ``Codegen`` and ``Composite``
@@ -156,6 +161,8 @@ def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = No
     trailing ``R.Shape`` argument; :func:`patternkit.DefuseOps` binds them back.
     """
     compilers = _compilers(compiler)
+    if _global_composites(mod):
+        return _partition_tvm_form(mod, compilers, merge)
     with C.gc_paused():
         lifted, order = _lift_composites(mod, compilers, wrap=not merge)
         if not order:
@@ -180,6 +187,34 @@ def _nothing_to_partition(mod: tvm.IRModule, compilers: set[str] | None, strict:
     if strict:
         raise NothingToPartition(message)
     logger.warning("%s", message)
+
+
+def _global_composites(mod: tvm.IRModule) -> list[str]:
+    """Names of the global ``Composite`` functions: ``FuseOpsByPattern``'s form."""
+    return [str(attr(f, COMPOSITE)) for _, f in mod.functions.items()
+            if isinstance(f, relax.Function) and attr(f, COMPOSITE) is not None]
+
+
+def _partition_tvm_form(mod: tvm.IRModule, compilers: set[str] | None,
+                        merge: bool) -> tvm.IRModule:
+    """``MergeCompositeFunctions`` on composites in TVM's form, with TVM's names.
+
+    They come from ``MergeComposite(semantics="tvm")`` (or from ``FuseOpsByPattern``);
+    the result is exactly what ``MergeCompositeFunctions`` gives, so a TVM flow can
+    swap either pass for patternkit's.
+    """
+    names = _global_composites(mod)
+    prefixes = {n.split(".", 1)[0] for n in names}
+    if not merge:
+        raise PatternTableError("PartitionGraph(merge=False): the composites are global "
+                                "functions (TVM's semantics); wrap each one for its compiler "
+                                "with MergeComposite(table, annotate_codegen=True) instead")
+    if compilers is not None and not prefixes <= compilers:
+        raise PatternTableError(
+            f"PartitionGraph({', '.join(sorted(compilers))}): with TVM's semantics every "
+            f"composite is partitioned, as MergeCompositeFunctions does; this module also "
+            f"has composites of {', '.join(sorted(prefixes - compilers))}")
+    return relax.transform.MergeCompositeFunctions()(mod)
 
 
 def _compilers(compiler) -> set[str] | None:

@@ -24,12 +24,27 @@ earlier entry's ops are hidden inside its composite.  Then the entry's ``check``
 Finally the function is emitted once with every accepted match replaced by a call to its
 composite.  Cost: one index plus one linear grouping walk per entry, one emission.
 
-Differences from TVM's ``FuseOpsByPattern``: composites are local functions (one per
-match, never shared), a wildcard-matched constant becomes a parameter (Relay's rule),
-and matches with escaping intermediates are left alone instead of exported as tuples.
-``relax.build`` needs them lifted or inlined: :func:`patternkit.verification.numeric.build` lifts
-them, :func:`patternkit.DefuseOps` inlines them back, and :func:`patternkit.PartitionGraph`
-turns them into external functions.
+Two semantics
+-------------
+``semantics="relay"`` (the default for patternkit's own tables) is the above: composites
+are local functions (one per match, never shared), a wildcard-matched constant becomes a
+parameter (Relay's rule), and a match with an escaping intermediate is left alone.
+``relax.build`` needs them lifted or inlined: :func:`patternkit.verification.numeric.build`
+lifts them, :func:`patternkit.DefuseOps` inlines them back, and
+:func:`patternkit.PartitionGraph` turns them into external functions.
+
+``semantics="tvm"`` (the default for a table from :meth:`PatternTable.from_tvm`) forms
+what ``relax.transform.FuseOpsByPattern(table)`` forms, structurally equal: private
+global ``Composite`` + ``Primitive`` functions named ``fused_<ops>``, identical ones
+shared; roots tried in program order, a later match of an entry growing over an earlier
+one it contains; an intermediate read outside its match exported as an extra output
+(the composite returns a tuple); only calls as roots, only dataflow blocks; TVM's checks
+run on a ``PatternCheckContext``-compatible object; ``bind_constants`` and
+``annotate_codegen`` as TVM's.  It does so with one index per function for all entries
+(TVM runs one pass over the module per entry), and where TVM's result is wrong it does
+what TVM intends instead (:mod:`patternkit.byoc.tvm_fusion`: a partial overlap keeps the
+earlier match whole; a match that would depend on itself is skipped).  Both matchers
+treat ``add``/``multiply`` as commutative and re-associate ``divide``/``multiply``.
 """
 
 from __future__ import annotations
@@ -52,10 +67,14 @@ from ..errors import CallbackError
 from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
 from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
+from ..ir.opnames import relay_short_name
 from ..ir.rebuild import make_block
 from ..ir.targets import apply_to_target, rewritable_functions
 from ..ir.walk import substitute
-from .table import CompositeEntry, PatternTable
+from .check_context import CheckSite
+from .fused_functions import emit_module
+from .table import CompositeEntry, PatternTable, PatternTableError
+from .tvm_fusion import FunctionPlan, candidate_keys, plan_function
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +97,11 @@ class SkippedComposite:
 
     ``kind`` is ``"check"`` (the entry's check vetoed it, ``rejection`` is its
     :class:`~patternkit.engine.rule.Reject`), ``"overlap"`` (a binding was already
-    taken, ``by`` names the entry that took it), or ``"escape"`` (an intermediate
-    result is read outside the match).  ``bound`` holds the Vars named in ``vars``:
-    names need not be unique (a rewrite's new bindings may reuse ``lv8``), the Vars are.
+    taken, ``by`` names the entry that took it), ``"escape"`` (an intermediate
+    result is read outside the match; Relay's semantics only) or ``"cycle"`` (fusing it
+    would make the composite depend on itself; TVM's semantics only).  ``bound`` holds
+    the Vars named in ``vars``: names need not be unique (a rewrite's new bindings may
+    reuse ``lv8``), the Vars are.
     """
 
     entry: str
@@ -110,7 +131,8 @@ class CompositeLog:
 
 # -- the pass ------------------------------------------------------------------------------
 def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
-                    log: CompositeLog | None = None) -> Any:
+                    log: CompositeLog | None = None, semantics: str | None = None,
+                    bind_constants: bool = True, annotate_codegen: bool = False) -> Any:
     """Wrap every accepted match of every table entry in a ``Composite`` function.
 
     Parameters
@@ -124,15 +146,30 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
         Require every entry name to start with ``"<compiler>."``.
     log : CompositeLog, optional
         Receives the composites formed and the matches skipped, with reasons.
+    semantics : {"relay", "tvm"}, optional
+        Relay's ``MergeComposite`` or TVM's ``FuseOpsByPattern`` (see the module doc);
+        by default the table's own (``"tvm"`` for :meth:`PatternTable.from_tvm`).
+    bind_constants : bool
+        TVM's semantics: keep tensor constants inside the composites (``True``, TVM's
+        default) or pass them in as parameters.
+    annotate_codegen : bool
+        TVM's semantics: wrap each composite in a public ``Codegen`` function, as
+        ``FuseOpsByPattern(annotate_codegen=True)`` does for flows without
+        ``MergeCompositeFunctions``.
 
     Raises
     ------
     PatternTableError
-        The table is malformed.
+        The table is malformed, or ``bind_constants`` / ``annotate_codegen`` are given
+        with Relay's semantics (they are TVM's options).
     CallbackError
         A check raised; the message names the entry and the binding.
     """
     table = PatternTable(table, compiler)
+    semantics = _semantics(table, semantics, bind_constants, annotate_codegen)
+    if semantics == "tvm":
+        return apply_to_target(mod, lambda module: _fuse_by_pattern(
+            module, table, bind_constants, annotate_codegen, log))
 
     def transform(module: tvm.IRModule) -> tvm.IRModule:
         with C.gc_paused():
@@ -149,11 +186,14 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
 
 
 def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TVM pass style)
-                   log: CompositeLog | None = None) -> tvm.transform.Pass:
+                   log: CompositeLog | None = None, semantics: str | None = None,
+                   bind_constants: bool = True,
+                   annotate_codegen: bool = False) -> tvm.transform.Pass:
     """:func:`merge_composite` as a module pass, like ``relay.transform.MergeComposite``.
 
     ``table`` is anything :class:`~patternkit.byoc.table.PatternTable` takes: entries,
-    composite rules, or a :class:`patternkit.RuleSet` (its composites, in order).
+    composite rules, a :class:`patternkit.RuleSet` (its composites, in order), or
+    ``PatternTable.from_tvm("cutlass")``; the keywords are :func:`merge_composite`'s.
 
     The table is validated when the pass is created, so a bad table fails before any
     pipeline runs.
@@ -162,13 +202,85 @@ def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TV
     --------
     >>> table = [("ccompiler.conv_add_relu", conv2d_add_relu())]          # doctest: +SKIP
     >>> seq = tvm.transform.Sequential([MergeComposite(table), PartitionGraph("ccompiler")])
+    >>> fused = MergeComposite(PatternTable.from_tvm("cutlass"))(mod)     # doctest: +SKIP
     """
     table = PatternTable(table, compiler)
+    semantics = _semantics(table, semantics, bind_constants, annotate_codegen)
 
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return merge_composite(mod, table, log=log)
+        return merge_composite(mod, table, log=log, semantics=semantics,
+                               bind_constants=bind_constants, annotate_codegen=annotate_codegen)
 
     return C.module_pass(transform, "patternkit.MergeComposite")
+
+
+def _semantics(table: PatternTable, semantics: str | None, bind_constants: bool,
+               annotate_codegen: bool) -> str:
+    semantics = table.semantics if semantics is None else semantics
+    if semantics not in ("relay", "tvm"):
+        raise PatternTableError(f"MergeComposite: semantics must be 'relay' or 'tvm', found "
+                                f"{semantics!r}")
+    if semantics == "relay" and (not bind_constants or annotate_codegen):
+        raise PatternTableError("MergeComposite: bind_constants and annotate_codegen are "
+                                "FuseOpsByPattern's options and need semantics='tvm' (with "
+                                "Relay's semantics, PartitionGraph(merge=False) wraps each "
+                                "composite for its compiler)")
+    if semantics == "relay" and table.variants and len(table.names) < len(table):
+        raise PatternTableError("MergeComposite: a table with variants (repeated names) needs "
+                                "semantics='tvm'")
+    return semantics
+
+
+# -- TVM's semantics -------------------------------------------------------------------------
+def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: bool,
+                     annotate_codegen: bool, log: CompositeLog | None) -> tvm.IRModule:
+    """FuseOpsByPattern's result: plan every function, then emit once."""
+    keys = [(entry, candidate_keys(entry)) for entry in table]
+    plans: list[tuple[tvm.ir.GlobalVar, FunctionPlan]] = []
+    with C.gc_paused():
+        for order, (gv, func) in enumerate(rewritable_functions(module)):
+            if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
+                continue
+            index = FunctionIndex.build(func)
+            present = index.by_key.keys()
+            live = [e for e, k in keys if k is None or any(key in present for key in k)]
+            if not live:
+                continue
+            plan = plan_function(table, gv.name_hint, func, _tvm_check_error,
+                                 log is not None, order, index, live)
+            plans.append((gv, plan))
+        out = module
+        if any(plan.composites for _, plan in plans):
+            out = emit_module(module, plans, bind_constants, annotate_codegen)
+        if log is not None:
+            for _, plan in plans:
+                _log_plan(plan, log)
+    return out
+
+
+def _tvm_check_error(entry: CompositeEntry, func_name: str, binding: Any,
+                     err: Exception) -> CallbackError:
+    where = describe_binding(func_name, binding)
+    return CallbackError(f"MergeComposite: the check of pattern table entry '{entry.name}' "
+                         f"raised {type(err).__name__}: {err} (while checking binding "
+                         f"'{where}')", entry.name, where)
+
+
+def _log_plan(plan: FunctionPlan, log: CompositeLog) -> None:
+    index = plan.index
+    for composite in plan.composites:
+        bindings = index.blocks[composite.block]
+        names = tuple(C.var_name(bindings[m].var) for m in composite.members)
+        ops = "".join(relay_short_name(C.op_name(bindings[m].value) or "Call") + "_"
+                      for m in composite.members)
+        log.formed.append(FormedComposite(composite.entry.name, plan.func_name,
+                                          C.var_name(bindings[composite.root].var), names, ops))
+    for skip in plan.skipped:
+        bindings = index.blocks[skip.block]
+        log.skipped.append(SkippedComposite(
+            skip.entry.name, plan.func_name, C.var_name(bindings[skip.root].var),
+            tuple(C.var_name(bindings[m].var) for m in skip.members), skip.kind, skip.reason,
+            skip.by, skip.rejection))
 
 
 def _names(vars_: Iterable[Any]) -> tuple[str, ...]:
@@ -180,18 +292,26 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     check_shape(func, "MergeComposite", func_name)
     if not func.body.blocks:
         return func
-    live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
-    if not live_entries:
-        return func
+    if len(table) == 1:  # a cheap scan spares the index of a function with no candidate
+        live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
+        if not live_entries:
+            return func
     index = FunctionIndex.build(func)
     check_input(index, "MergeComposite", func_name)
+    if len(table) > 1:  # one index for every entry, not one scan of the function each
+        present = index.by_key.keys()
+        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)]
+    site = CheckSite(index)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
         vetoes: list[SkippedComposite] = []
-        entry_check = None if entry.accept is None else group_check(
-            entry.accept, entry.roles,
-            lambda group, err, entry=entry: _check_error(entry, func_name, group, err))
+        on_error = (lambda group, err, entry=entry: _check_error(entry, func_name, group, err))
+        if entry.tvm_check is not None:
+            entry_check = _tvm_group_check(entry, site, on_error)
+        else:
+            entry_check = None if entry.accept is None else group_check(
+                entry.accept, entry.roles, on_error)
 
         def veto(group: Group, entry=entry, entry_check=entry_check, vetoes=vetoes):
             taken = next((v for v in group.interior if C.handle(v) in claimed), None)
@@ -268,6 +388,23 @@ def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
     closed = relax.Function(list(local.params) + params, body, local.ret_ty, local.is_pure,
                             local.attrs, local.span)
     return relax.BlockBuilder().normalize(closed), list(args) + free
+
+
+def _may_match(keys: Any, present: Any) -> bool:
+    return keys is None or any(key in present for key in keys)
+
+
+def _tvm_group_check(entry: CompositeEntry, site: CheckSite, on_error: Any) -> Any:
+    """A TVM entry's check, on a group of Relay's grouping (its PatternCheckContext)."""
+    def run(group: Group) -> Any:
+        context = site.context(group.match, group.root_var, group.position, entry.roles)
+        try:
+            accepted = entry.tvm_check(context)
+        except Exception as err:
+            raise on_error(group, err) from err
+        return True if accepted else reject(f"check of {entry.name} rejected it")
+
+    return run
 
 
 def _check_error(entry: CompositeEntry, func_name: str, group: Group,

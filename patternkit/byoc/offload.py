@@ -12,7 +12,9 @@ and reports
   ``"overlap"``    an entry matched, but a higher-priority entry (or an earlier match of
                    the same entry) had already taken one of the match's ops;
   ``"escape"``     an entry matched, but an intermediate result of the match is also
-                   used outside it (Relay's rule: such a match is not partitioned).
+                   used outside it (Relay's rule: such a match is not partitioned);
+  ``"cycle"``      an entry matched, but fusing it would make the composite depend on
+                   itself (TVM's semantics, :mod:`patternkit.byoc.tvm_fusion`).
 
 When several matches covered an op, the reason of the highest-priority entry is given
 and the others are kept in :attr:`HostOp.others`.  The partitioned module itself is in
@@ -32,8 +34,8 @@ from .external import annotation_table
 from .merge import CompositeLog, composite_counts, merge_composite
 from .table import PatternTable
 
-_KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2}
-_LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape"}
+_KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2, "cycle": 3}
+_LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape", "cycle": "cycle"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class OffloadReport:
     composites: dict[str, int] = field(default_factory=dict)
     host_ops: list[HostOp] = field(default_factory=list)
     offloaded_ops: int = 0
+    formed: list = field(default_factory=list)  # the FormedComposite records, per match
 
     def host_ops_of_kind(self, kind: str) -> list[HostOp]:
         return [h for h in self.host_ops if h.kind == kind]
@@ -126,7 +129,7 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
                 host.append(HostOp(gv.name_hint, var, name, kind, reason, entry,
                                    tuple((k, r, e) for k, r, e, _ in found[1:])))
     offloaded = sum(len(f.vars) for f in log.formed)
-    return OffloadReport(out, composite_counts(out), host, offloaded)
+    return OffloadReport(out, composite_counts(out), host, offloaded, list(log.formed))
 
 
 def _priority(table: PatternTable, entry: str) -> int:

@@ -6,16 +6,26 @@ dotted names; patterns; callable checks), keeps its order as the priority, and c
 it to TVM's own ``FuseOpsByPattern`` (:meth:`PatternTable.to_fusion_patterns`).  Rules
 (:class:`patternkit.CompositeRule`) and rule sets are entries too: a rule brings its
 check and its named roles.
+
+TVM's registered tables come in with :meth:`PatternTable.from_tvm`: each
+``FusionPattern`` becomes an entry whose pattern is converted by
+:func:`patternkit.from_dpl`, whose roles are TVM's annotation patterns and whose check
+is TVM's own, run on a ``PatternCheckContext``-compatible object
+(:mod:`patternkit.byoc.check_context`).  Such a table follows TVM's matching semantics
+by default (``semantics="tvm"``, see :mod:`patternkit.byoc.merge`); repeated names are
+variants of one composite (``cutlass.stacked_attention`` has four patterns).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tvm import relax
 
+from ..dpl.from_tvm import FromDplError
 from ..dpl.matcher import Matcher
 from ..dpl.pattern import DFPattern
 from ..engine.proposal import adapt_check
@@ -23,8 +33,12 @@ from ..engine.rule import MatchCheck, Rule, RuleMatch, judge, require_instance
 from ..engine.ruleset import RuleSet
 from ..errors import CallbackError, PatternkitError
 from ..ir import compat as C
+from . import tvm_tables
 
 logger = logging.getLogger(__name__)
+
+#: The matching semantics a table may follow (see :mod:`patternkit.byoc.merge`).
+SEMANTICS = ("relay", "tvm")
 
 
 class PatternTableError(PatternkitError, ValueError):
@@ -49,10 +63,22 @@ class CompositeEntry:
         Position in the table; ``0`` wins over everything else.
     rule : Rule or None
         The rule the entry was made from (it gives the check its named roles).
+    tvm_check : callable or None
+        For an entry from a TVM table: TVM's ``check(PatternCheckContext) -> bool``,
+        which the passes call with a :class:`~patternkit.byoc.check_context.CheckContext`.
+    annotations : mapping of str to DFPattern
+        For an entry from a TVM table: TVM's annotation patterns (nodes of ``pattern``),
+        which are the entry's roles.
+    attrs_getter : callable or None
+        TVM's ``attrs_getter(annotated_expr)``: extra attributes of the composite.
+    source : tvm.relax.transform.FusionPattern or None
+        The TVM pattern the entry was converted from.
     accept : callable or None
-        The check as the passes call it, on a :class:`patternkit.RuleMatch`; derived.
+        The check as the passes call it, on a :class:`patternkit.RuleMatch`; derived
+        (``None`` for a TVM entry, whose check needs the function: ``tvm_check``).
     roles : mapping
-        The rule's named sub-patterns (empty for a tuple entry); derived.
+        The rule's named sub-patterns, or a TVM entry's annotations (empty for a tuple
+        entry); derived.
     """
 
     name: str
@@ -60,6 +86,11 @@ class CompositeEntry:
     check: Callable | None = None
     priority: int = 0
     rule: Rule | None = None
+    tvm_check: Callable | None = field(default=None, repr=False, compare=False)
+    annotations: Mapping[str, DFPattern] = field(default_factory=dict, repr=False,
+                                                 compare=False)
+    attrs_getter: Callable | None = field(default=None, repr=False, compare=False)
+    source: Any = field(default=None, repr=False, compare=False)
     accept: MatchCheck | None = field(init=False, repr=False, compare=False)
     roles: Mapping[str, DFPattern] = field(init=False, repr=False, compare=False)
 
@@ -68,9 +99,14 @@ class CompositeEntry:
             accept, roles = self.rule.match_check(), self.rule.roles()
         else:
             accept = adapt_check(self.check) if self.check is not None else None
-            roles = {}
+            roles = dict(self.annotations)
         object.__setattr__(self, "accept", accept)  # frozen: derived once, here
         object.__setattr__(self, "roles", roles)
+
+    @property
+    def from_tvm(self) -> bool:
+        """Was the entry converted from a TVM ``FusionPattern``?"""
+        return self.source is not None
 
     @property
     def compiler(self) -> str | None:
@@ -91,30 +127,48 @@ class PatternTable(Sequence):
         :class:`patternkit.RuleSet`, whose composites become the table.
     compiler : str, optional
         When given, every name must start with ``"<compiler>."``.
+    semantics : {"relay", "tvm"}
+        The matching semantics ``MergeComposite`` follows with this table by default
+        (:mod:`patternkit.byoc.merge`): Relay's for patternkit's own tables, TVM's
+        ``FuseOpsByPattern`` for a table from :meth:`from_tvm`.  A table given as a
+        table keeps its own unless this is given.
+    variants : bool
+        Allow repeated names: each row is a variant of the one composite (TVM's tables
+        do this); otherwise a repeated name is an error.
 
     Raises
     ------
     PatternTableError
         An entry that is not a 2- or 3-tuple, a name that is empty, duplicated or (with
         ``compiler``) lacks the prefix, a pattern that is not a pattern, a check that is
-        not callable.  The message names the entry and its position.
+        not callable, an unknown ``semantics``.  The message names the entry and its
+        position.
     """
 
-    def __init__(self, entries: Iterable[Any], compiler: str | None = None):
+    def __init__(self, entries: Iterable[Any], compiler: str | None = None, *,
+                 semantics: str | None = None, variants: bool | None = None):
         require_instance(entries, "PatternTable")
         if isinstance(entries, PatternTable):
+            semantics = entries.semantics if semantics is None else semantics
+            variants = entries.variants if variants is None else variants
             entries = list(entries)
         elif isinstance(entries, RuleSet):
             entries = list(entries.composites())
         if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
             raise PatternTableError("a pattern table is a list of (name, pattern[, check]) "
                                     f"entries, found {type(entries).__name__}")
+        semantics = "relay" if semantics is None else semantics
+        if semantics not in SEMANTICS:
+            raise PatternTableError(f"semantics must be one of {', '.join(SEMANTICS)}, found "
+                                    f"{semantics!r}")
         self.compiler = compiler
+        self.semantics = semantics
+        self.variants = bool(variants)
         self._entries: list[CompositeEntry] = []
         seen: dict[str, int] = {}
         for i, raw in enumerate(entries):
             entry = _as_entry(raw, i)
-            if entry.name in seen:
+            if entry.name in seen and not self.variants:
                 raise PatternTableError(
                     f"pattern table entry {i} ('{entry.name}') repeats the name of entry "
                     f"{seen[entry.name]}; composite names must be unique")
@@ -122,8 +176,51 @@ class PatternTable(Sequence):
                 raise PatternTableError(
                     f"pattern table entry {i} ('{entry.name}') must be named "
                     f"'{compiler}.<pattern>' for compiler '{compiler}'")
-            seen[entry.name] = i
+            seen.setdefault(entry.name, i)
             self._entries.append(entry)
+
+    @classmethod
+    def from_tvm(cls, prefix_or_patterns: str | Iterable[Any], *,
+                 semantics: str = "tvm") -> "PatternTable":
+        """A table of TVM's registered ``FusionPattern`` entries, in TVM's priority order.
+
+        Parameters
+        ----------
+        prefix_or_patterns : str or iterable
+            A registered prefix (``"cutlass"``, or ``"cutlass.conv2d"`` for part of a
+            table), several separated by commas (``"cutlass,cublas"``), or a list of
+            ``tvm.relax.transform.FusionPattern`` objects (or TVM's ``(name, pattern,
+            annotation_patterns, check)`` tuples).  Importing the backends that register
+            the tables is done here.
+        semantics : {"tvm", "relay"}
+            The matching semantics the table follows by default (TVM's).
+
+        Each entry keeps TVM's check, run on a ``PatternCheckContext``-compatible object,
+        and TVM's annotation patterns as its roles; repeated names are variants.
+
+        Raises
+        ------
+        PatternTableError
+            A prefix that matches no registered table (the message lists the registered
+            prefixes), an item that is not a ``FusionPattern``, or an entry whose pattern
+            uses a kind patternkit cannot express (the message names the entry and the
+            kind).
+        """
+        try:
+            patterns = tvm_tables.resolve(prefix_or_patterns)
+        except (LookupError, TypeError) as err:
+            raise PatternTableError(f"PatternTable.from_tvm: {err}") from err
+        entries = []
+        for i, fusion_pattern in enumerate(patterns):
+            try:
+                spec = tvm_tables.convert(fusion_pattern)
+            except FromDplError as err:
+                raise PatternTableError(f"PatternTable.from_tvm: entry {i} "
+                                        f"('{fusion_pattern.name}'): {err}") from err
+            entries.append(CompositeEntry(spec.name, spec.pattern, None, i,
+                                          tvm_check=spec.check, annotations=spec.annotations,
+                                          attrs_getter=spec.attrs_getter, source=spec.source))
+        return cls(entries, semantics=semantics, variants=True)
 
     def __getitem__(self, i):
         return self._entries[i]
@@ -136,13 +233,19 @@ class PatternTable(Sequence):
 
     @property
     def names(self) -> list[str]:
-        return [e.name for e in self._entries]
+        """Entry names in priority order (a name with variants once, at its first row)."""
+        return list(dict.fromkeys(e.name for e in self._entries))
 
     def entry(self, name: str) -> CompositeEntry:
+        """The first (highest-priority) entry named ``name``."""
         for e in self._entries:
             if e.name == name:
                 return e
         raise KeyError(name)
+
+    def variants_of(self, name: str) -> list[CompositeEntry]:
+        """Every row named ``name``, in priority order."""
+        return [e for e in self._entries if e.name == name]
 
     def to_fusion_patterns(self) -> list:
         """The table as ``relax.transform.FusionPattern`` objects for ``FuseOpsByPattern``.
@@ -154,8 +257,10 @@ class PatternTable(Sequence):
         patternkit's matcher, through the bindings ``FuseOpsByPattern`` is about to fuse
         (``ctx.matched_bindings``).  A refused match is not fused; a check that raises
         stops the pass with a :class:`patternkit.CallbackError` naming the entry.
+        An entry from a TVM table is handed back as the ``FusionPattern`` it came from.
         """
-        return [relax.transform.FusionPattern(e.name, e.pattern.to_dpl(), {}, _fusion_check(e))
+        return [e.source if e.from_tvm else
+                relax.transform.FusionPattern(e.name, e.pattern.to_dpl(), {}, _fusion_check(e))
                 for e in self._entries]
 
 
@@ -187,7 +292,9 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
     require_instance(raw, f"pattern table entry {i}")
     rule = None
     if isinstance(raw, CompositeEntry):
-        name, pattern, check, rule = raw.name, raw.pattern, raw.check, raw.rule
+        if raw.priority != i:  # rows keep everything they carry, at their new position
+            raw = dataclasses.replace(raw, priority=i)
+        name, pattern, check = raw.name, raw.pattern, raw.check
     elif isinstance(raw, Rule):
         name, pattern, rule = raw.rule_name, raw.pattern, raw
         check = raw.check if raw.match_check() is not None else None
@@ -211,9 +318,12 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
     if check is not None and not callable(check):
         raise PatternTableError(f"pattern table entry {i} ('{name}'): check must be callable, "
                                 f"found {type(check).__name__}")
+    if isinstance(raw, CompositeEntry):
+        return raw
     return CompositeEntry(name, pattern, check, i, rule)
 
 
-def pattern_table(entries: Iterable[Any], compiler: str | None = None) -> PatternTable:
+def pattern_table(entries: Iterable[Any], compiler: str | None = None, *,
+                  semantics: str | None = None) -> PatternTable:
     """Validate ``entries`` into a :class:`PatternTable` (a no-op copy for a table)."""
-    return PatternTable(entries, compiler)
+    return PatternTable(entries, compiler, semantics=semantics)

@@ -2,34 +2,40 @@
 
 :mod:`~patternkit.dpl.pattern` holds the pattern nodes and Relay's constructors,
 :mod:`~patternkit.dpl.matcher` matches them against Relax code (looking through
-bindings), and :mod:`~patternkit.dpl.near_miss` explains why a pattern did not match.
+bindings), :mod:`~patternkit.dpl.near_miss` explains why a pattern did not match, and
+:mod:`~patternkit.dpl.from_tvm` converts ``tvm.relax.dpl`` patterns (``from_dpl``).
 This layer knows the IR layer only; the rewrite engine is built on it.
 """
 
-from .combinators import PLUMBING_OPS, through, up_to_cast
+from .combinators import PLUMBING_OPS, divide_by_sqrt, square, through, up_to_cast
 from .context import PatternContext, PatternSeq
 from .dominator import AmbiguousDominator
+from .from_tvm import DplConverter, FromDplError, from_dpl
 from .matcher import Match, find_match, match
 from .near_miss import explain
 from .opkinds import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
                       K_OUT_EWISE_FUSABLE, K_TUPLE, op_kind)
-from .pattern import (AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-                      DFPattern, ExprPattern, ScalarPattern, ShapePattern, TupleGetItemPattern,
-                      TuplePattern, TypePattern, VarPattern, WildcardPattern, as_pattern, has_attr,
-                      has_dtype, has_shape, has_type, is_const, is_constant, is_expr, is_op,
-                      is_scalar, is_tuple, is_tuple_get_item, is_var, wildcard)
+from .pattern import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
+                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
+                      ExternFuncPattern, GlobalVarPattern, NotPattern, ScalarPattern,
+                      ShapePattern, TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
+                      WildcardPattern, as_pattern, has_attr, has_dtype, has_shape, has_type,
+                      is_const, is_constant, is_dfv, is_expr, is_extern, is_gv, is_op, is_scalar,
+                      is_tuple, is_tuple_get_item, is_var, wildcard)
 from .pattern import DominatorPattern, IfPattern, dominates, is_if
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-    "VarPattern",
-    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
-    "TypePattern", "DataTypePattern", "ShapePattern",
-    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
-    "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
+    "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
+    "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
+    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_dfv", "is_gv",
+    "is_extern", "is_expr", "is_tuple", "is_tuple_get_item", "has_attr", "has_dtype",
+    "has_shape", "has_type", "as_pattern", "from_dpl", "FromDplError", "DplConverter",
     "match", "find_match", "Match", "explain", "through", "up_to_cast", "PLUMBING_OPS",
     # Relay's dominator and If patterns, operator kinds, multi-output pattern graphs
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq",
+    "square", "divide_by_sqrt",
 ]

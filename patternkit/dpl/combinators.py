@@ -1,4 +1,4 @@
-"""Pattern combinators every rule author needs: look through plumbing and casts.
+"""Pattern combinators every rule author needs: plumbing, casts, and common spellings.
 
 Frontends wrap the interesting ops in plumbing.  The torch importer reshapes and
 ``broadcast_to``-s both operands of every batched matmul, ONNX and torch insert
@@ -8,6 +8,10 @@ variants; these combinators say "this, possibly wrapped" once.
 
 Alternatives are ordered so that the wrapped forms are tried first: a wildcard would
 otherwise capture the wrapper itself and the look-through would never happen.
+
+Frontends also spell one computation several ways: ``x ** 2`` arrives as ``power(x,
+2)``, ``x * x`` or ``square(x)``, and a normalisation divides by ``sqrt(v)`` or
+multiplies by ``rsqrt(v)``.  :func:`square` and :func:`divide_by_sqrt` say each once.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any, Sequence
 from ..errors import PatternError
 from .pattern import DFPattern, as_pattern, is_op
 
-__all__ = ["PLUMBING_OPS", "through", "up_to_cast"]
+__all__ = ["PLUMBING_OPS", "through", "up_to_cast", "square", "divide_by_sqrt"]
 
 #: Operators that change how a tensor is laid out or broadcast, not its values.
 PLUMBING_OPS = ("reshape", "broadcast_to", "expand_dims")
@@ -70,3 +74,24 @@ def up_to_cast(pattern: Any) -> DFPattern:
     return is_op("astype")(inner) | inner
 
 
+def square(pattern: Any) -> DFPattern:
+    """``pattern`` squared: ``power(p, 2)``, ``p * p`` or ``square(p)``.
+
+    The exponent is a scalar pattern, so a ``2`` of any float dtype matches (an fp16
+    model's ``R.const(2, "float16")`` too).  In ``p * p`` both operands must be the same
+    value (one pattern object used twice).
+    """
+    inner = as_pattern(pattern)
+    return (is_op("power")(inner, 2) | is_op("multiply")(inner, inner)
+            | is_op("square")(inner))
+
+
+def divide_by_sqrt(numerator: Any, radicand: Any) -> DFPattern:
+    """``numerator * rsqrt(radicand)`` or ``numerator / sqrt(radicand)``.
+
+    The two ways a normalisation scales by the inverse standard deviation: torch's
+    ``torch.rsqrt`` (Llama's RMS norm) and ONNX's ``Sqrt`` + ``Div`` (layer norm below
+    opset 17).  The multiply matches with its operands either way round.
+    """
+    top, inside = as_pattern(numerator), as_pattern(radicand)
+    return top * is_op("rsqrt")(inside) | top / is_op("sqrt")(inside)

@@ -42,8 +42,9 @@ from .constraints import check_constraint, scalar_matches
 from .dominator import (DiamondTests, Uses, is_anything, uses_of_expression, uses_of_function,
                         uses_of_table, walk_diamond)
 from .pattern import (
-    COMMUTATIVE_OPS, AltPattern, AttrPattern, CallPattern, ConstantPattern, DataTypePattern,
-    DFPattern, DominatorPattern, ExprPattern, IfPattern, ScalarPattern, ShapePattern,
+    COMMUTATIVE_OPS, AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
+    DataflowVarPattern, DataTypePattern, DFPattern, DominatorPattern, ExprPattern,
+    ExternFuncPattern, GlobalVarPattern, IfPattern, NotPattern, ScalarPattern, ShapePattern,
     TupleGetItemPattern, TuplePattern, TypePattern, VarPattern, WildcardPattern, as_pattern,
     provide_sugar, pattern_to_text,
 )
@@ -279,6 +280,20 @@ class Matcher(_MatchRecord):
             self._add_input(expr)
         return ok, expr, None
 
+    def _on_dataflow_var(self, pattern: DataflowVarPattern, expr: Any):
+        if not isinstance(expr, relax.DataflowVar):
+            return False, None, None
+        return self._on_var(pattern, expr)
+
+    def _on_global_var(self, pattern: GlobalVarPattern, expr: Any):
+        return (type(expr) is tvm.ir.GlobalVar and pattern.name in expr.name_hint), expr, None
+
+    def _on_extern_func(self, pattern: ExternFuncPattern, expr: Any):
+        value, via = self._resolve(expr)
+        ok = isinstance(value, relax.ExternFunc) and (
+            not pattern.global_symbol or str(value.global_symbol) == pattern.global_symbol)
+        return ok, value, via
+
     def _on_constant(self, pattern: ConstantPattern, expr: Any):
         value, via = self._resolve(expr)
         return C.is_constant(value), (expr if via is None else value), via
@@ -306,6 +321,18 @@ class Matcher(_MatchRecord):
         self._rollback(mark)
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
+
+    def _on_and(self, pattern: AndPattern, expr: Any):
+        if not (self.visit(pattern.left, expr) and self.visit(pattern.right, expr)):
+            return False, None, None
+        return True, self._memo[pattern.left], self._via.get(pattern.left)
+
+    def _on_not(self, pattern: NotPattern, expr: Any):
+        # Whatever ``reject`` matched on the way is forgotten: a Not captures nothing.
+        mark = self._mark()
+        rejected = self.visit(pattern.reject, expr)
+        self._rollback(mark)
+        return not rejected, expr, None
 
     def _on_constraint(self, pattern: DFPattern, expr: Any):
         if not self.visit(pattern.pattern, expr):
@@ -533,6 +560,9 @@ class Matcher(_MatchRecord):
 _HANDLERS = {
     WildcardPattern: Matcher._on_wildcard,
     VarPattern: Matcher._on_var,
+    DataflowVarPattern: Matcher._on_dataflow_var,
+    GlobalVarPattern: Matcher._on_global_var,
+    ExternFuncPattern: Matcher._on_extern_func,
     ExprPattern: Matcher._match_expr,
     ConstantPattern: Matcher._on_constant,
     ScalarPattern: Matcher._on_scalar,
@@ -540,6 +570,8 @@ _HANDLERS = {
     TuplePattern: Matcher._on_tuple,
     TupleGetItemPattern: Matcher._on_tuple_get_item,
     AltPattern: Matcher._on_alt,
+    AndPattern: Matcher._on_and,
+    NotPattern: Matcher._on_not,
     AttrPattern: Matcher._on_constraint,
     TypePattern: Matcher._on_constraint,
     DataTypePattern: Matcher._on_constraint,

@@ -28,12 +28,13 @@ from ..ir.rebuild import constant_text, expr_text
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-    "VarPattern",
-    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AttrPattern",
-    "TypePattern", "DataTypePattern", "ShapePattern",
+    "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
+    "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
+    "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
     "DominatorPattern", "IfPattern",
-    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
-    "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "as_pattern",
+    "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_dfv", "is_gv",
+    "is_extern", "is_expr", "is_tuple", "is_tuple_get_item", "has_attr", "has_dtype",
+    "has_shape", "has_type", "as_pattern",
     "dominates", "is_if",
 ]
 
@@ -80,7 +81,8 @@ class DFPattern:
     """Base class of every pattern.
 
     Operators: ``p(*args)`` builds a call pattern with ``p`` as the callee; ``p | q``
-    matches either; ``p + q``, ``p - q``, ``p * q`` and ``p / q`` build calls to
+    matches either, ``p & q`` both, ``~p`` anything ``p`` does not match (``tvm.relax.dpl``'s
+    spellings); ``p + q``, ``p - q``, ``p * q`` and ``p / q`` build calls to
     ``relax.add`` / ``subtract`` / ``multiply`` / ``divide``.  A non-pattern operand of an
     arithmetic operator (a Relax expression or a Python number) is wrapped with
     :func:`is_expr` / a scalar constant.
@@ -98,6 +100,12 @@ class DFPattern:
 
     def __or__(self, other: "DFPattern") -> "AltPattern":
         return AltPattern(self, as_pattern(other))
+
+    def __and__(self, other: "DFPattern") -> "AndPattern":
+        return AndPattern(self, as_pattern(other))
+
+    def __invert__(self) -> "NotPattern":
+        return NotPattern(self)
 
     def __add__(self, other):
         return _binary("add", self, other)
@@ -268,6 +276,29 @@ class VarPattern(DFPattern):
         self.name = name or ""
 
 
+class DataflowVarPattern(VarPattern):
+    """A :class:`VarPattern` that only matches a ``relax.DataflowVar``."""
+
+
+class GlobalVarPattern(DFPattern):
+    """Matches a ``GlobalVar`` whose name *contains* ``name`` (any GlobalVar if empty).
+
+    The substring rule is ``tvm.relax.dpl``'s: ``is_call_tir("rms_norm")`` matches a
+    ``call_tir`` of ``rms_norm1`` or ``fused_rms_norm`` too.  It is what call_tir
+    patterns (``R.call_tir(gv, args)``) use for the callee.
+    """
+
+    def __init__(self, name: str = ""):
+        self.name = name or ""
+
+
+class ExternFuncPattern(DFPattern):
+    """Matches an ``ExternFunc`` (the callee of ``call_dps_packed``), optionally by symbol."""
+
+    def __init__(self, global_symbol: str = ""):
+        self.global_symbol = global_symbol or ""
+
+
 class CallPattern(DFPattern):
     """A call of ``op`` (usually an operator pattern) with argument patterns.
 
@@ -320,6 +351,27 @@ class AltPattern(DFPattern):
 
     def children(self):
         return (self.left, self.right)
+
+
+class AndPattern(DFPattern):
+    """Both ``left`` and ``right`` match the same expression (``tvm.relax.dpl``'s ``p & q``)."""
+
+    def __init__(self, left: DFPattern, right: DFPattern):
+        self.left = left
+        self.right = right
+
+    def children(self):
+        return (self.left, self.right)
+
+
+class NotPattern(DFPattern):
+    """Matches any expression ``reject`` does not match; records nothing of ``reject``."""
+
+    def __init__(self, reject: DFPattern):
+        self.reject = as_pattern(reject)
+
+    def children(self):
+        return (self.reject,)
 
 
 class _Constraint(DFPattern):
@@ -438,6 +490,21 @@ def is_var(name: str = "") -> VarPattern:
     return VarPattern(name)
 
 
+def is_dfv(name: str = "") -> DataflowVarPattern:
+    """A dataflow variable, optionally by name (``tvm.relax.dpl.is_dfv``)."""
+    return DataflowVarPattern(name)
+
+
+def is_gv(name: str = "") -> GlobalVarPattern:
+    """A GlobalVar whose name contains ``name`` (``tvm.relax.dpl.is_gv``)."""
+    return GlobalVarPattern(name)
+
+
+def is_extern(global_symbol: str = "") -> ExternFuncPattern:
+    """An ``ExternFunc``, optionally by symbol (the callee of ``call_dps_packed``)."""
+    return ExternFuncPattern(global_symbol)
+
+
 def is_expr(expr: Any) -> ExprPattern:
     return ExprPattern(expr)
 
@@ -503,6 +570,11 @@ def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
         if left is None or right is None:
             return None
         return left | right
+    if isinstance(pattern, AndPattern):  # both sides match the root: either side narrows it
+        left, right = root_op_names(pattern.left), root_op_names(pattern.right)
+        if left is None or right is None:
+            return right if left is None else left
+        return left & right
     if isinstance(pattern, _Constraint):
         return root_op_names(pattern.pattern)
     if isinstance(pattern, TupleGetItemPattern):
@@ -538,7 +610,12 @@ def pattern_to_text(pattern: DFPattern) -> str:
     if isinstance(pattern, ScalarPattern):
         return f"const({pattern.value:g})"
     if isinstance(pattern, VarPattern):
-        return f"var({pattern.name})" if pattern.name else "var"
+        kind = "dfv" if isinstance(pattern, DataflowVarPattern) else "var"
+        return f"{kind}({pattern.name})" if pattern.name else kind
+    if isinstance(pattern, GlobalVarPattern):
+        return f"gv({pattern.name})" if pattern.name else "gv"
+    if isinstance(pattern, ExternFuncPattern):
+        return f"extern({pattern.global_symbol})" if pattern.global_symbol else "extern"
     if isinstance(pattern, CallPattern):
         if pattern.args is None:
             args = "..."
@@ -554,6 +631,10 @@ def pattern_to_text(pattern: DFPattern) -> str:
         return f"{pattern_to_text(pattern.tuple)}[{'*' if pattern.index is None else pattern.index}]"
     if isinstance(pattern, AltPattern):
         return f"({pattern_to_text(pattern.left)} | {pattern_to_text(pattern.right)})"
+    if isinstance(pattern, AndPattern):
+        return f"({pattern_to_text(pattern.left)} & {pattern_to_text(pattern.right)})"
+    if isinstance(pattern, NotPattern):
+        return f"~{pattern_to_text(pattern.reject)}"
     if isinstance(pattern, AttrPattern):
         return f"{pattern_to_text(pattern.pattern)}.has_attr({pattern.attrs})"
     if isinstance(pattern, TypePattern):
@@ -596,8 +677,14 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
         # tvm.relax.dpl has no value test: any constant.  Checks of tables handed to
         # FuseOpsByPattern re-match with patternkit's matcher, which tests the value.
         out = dpl.is_const()
+    elif isinstance(pattern, DataflowVarPattern):
+        out = dpl.DataflowVarPattern(pattern.name)
     elif isinstance(pattern, VarPattern):
         out = dpl.is_var(pattern.name)
+    elif isinstance(pattern, GlobalVarPattern):
+        out = dpl.GlobalVarPattern(pattern.name)
+    elif isinstance(pattern, ExternFuncPattern):
+        out = dpl.ExternFuncPattern(pattern.global_symbol)
     elif isinstance(pattern, CallPattern):
         op = _to_dpl(pattern.op, memo)
         if pattern.args is None:
@@ -611,10 +698,18 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
                                "equivalent; list the fields")
         out = dpl.TuplePattern([_to_dpl(f, memo) for f in pattern.fields])
     elif isinstance(pattern, TupleGetItemPattern):
+        if pattern.index is not None and pattern.index < 0:
+            raise PatternError(f"is_tuple_get_item(..., {pattern.index}) counts from the end; "
+                               f"tvm.relax.dpl reads a negative index as 'any index', so it "
+                               f"has no equivalent; give the index from the start")
         out = dpl.TupleGetItemPattern(_to_dpl(pattern.tuple, memo),
                                       -1 if pattern.index is None else pattern.index)
     elif isinstance(pattern, AltPattern):
         out = dpl.OrPattern(_to_dpl(pattern.left, memo), _to_dpl(pattern.right, memo))
+    elif isinstance(pattern, AndPattern):
+        out = dpl.AndPattern(_to_dpl(pattern.left, memo), _to_dpl(pattern.right, memo))
+    elif isinstance(pattern, NotPattern):
+        out = dpl.NotPattern(_to_dpl(pattern.reject, memo))
     elif isinstance(pattern, AttrPattern):
         if "TOpPattern" in pattern.attrs:
             raise PatternError(

@@ -10,7 +10,8 @@ point, :mod:`~patternkit.engine.partitioning` wraps matches in functions
 (:mod:`~patternkit.engine.outline`).  :mod:`~patternkit.engine.rule` is the rule model
 (``Rule`` and its two kinds, ``RewriteRule`` and ``CompositeRule``; ``DFPatternCallback``
 in :mod:`~patternkit.engine.callback` is the Relay face of ``RewriteRule``), and
-:mod:`~patternkit.engine.ruleset` makes rules values that compose (``RuleSet``).
+:mod:`~patternkit.engine.ruleset` makes rules values that compose (``RuleSet``);
+:mod:`~patternkit.engine.tolerance` says what a rule promises about the numbers, per dtype.
 """
 
 from .callback import DFPatternCallback
@@ -18,13 +19,16 @@ from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
 from .partitioning import partition
 from .proposal import match_bindings
-from .rule import CompositeRule, NodeMap, Reject, RewriteRule, Rule, RuleMatch, reject
+from .rule import (CompositeRule, NodeMap, NoSuchExample, Reject, RewriteRule, Rule, RuleMatch,
+                   reject, variant_method)
 from .ruleset import RuleSet
+from .tolerance import EXACT, Tolerance, default_tolerance
 from .wellformed import assert_well_formed
 
 __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "Reject",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
-    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings",
+    "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",
+    "Tolerance", "EXACT", "default_tolerance", "NoSuchExample",
 ]

@@ -22,9 +22,32 @@ from .proposal import Group
 
 
 def lifted_inputs(group: Group) -> list:
-    """Inputs that become parameters: Vars, and constants captured by wildcards."""
-    return [e for e in group.match.inputs
-            if isinstance(e, relax.Var) or isinstance(e, tvm.ir.GenericConst)]
+    """Inputs that become parameters: Vars, constants captured by wildcards, and the
+    symbolic dimensions the match uses but its inputs do not define.
+
+    A ``reshape(x, (batch, seq, 16))`` of an ``x`` shaped ``(batch * seq, 16)`` uses
+    ``batch`` and ``seq``, which no parameter of type ``(batch * seq, 16)`` defines; they
+    are passed in as one ``R.Shape([batch, seq])`` argument (a Relax function's shape
+    parameter defines its symbolic variables), so the function keeps its result type.
+    """
+    inputs = [e for e in group.match.inputs
+              if isinstance(e, relax.Var) or isinstance(e, tvm.ir.GenericConst)]
+    missing = _undefined_symbolic_vars(group, inputs)
+    if missing:
+        inputs.append(relax.ShapeExpr(missing))
+    return inputs
+
+
+def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
+    """Symbolic variables in the types of the match's bindings that no input type defines."""
+    defined = {C.handle(v) for e in inputs
+               for v in relax.analysis.definable_tir_vars_in_type(C.type_of(e))}
+    missing: dict[int, Any] = {}
+    for var in group.interior:
+        for v in relax.analysis.tir_vars_in_type(var.ty):
+            if C.handle(v) not in defined:
+                missing.setdefault(C.handle(v), v)
+    return sorted(missing.values(), key=lambda v: v.name)
 
 
 def build_group_function(index: FunctionIndex, group: Group,

@@ -44,6 +44,7 @@ import numpy as np
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
 from ..errors import PatternError
+from .tolerance import EXACT, Tolerance, default_tolerance
 
 #: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
 MatchCheck = Callable[["RuleMatch"], Any]
@@ -78,6 +79,15 @@ class Reject(Exception):
 
     def __repr__(self) -> str:
         return f"reject({self.reason!r})"
+
+
+class NoSuchExample(ValueError):
+    """The knobs given to :meth:`Rule.example` describe no well-typed module.
+
+    Raise it from ``example(**knobs)`` for a combination of knob values that cannot be
+    built (parameter shapes that do not broadcast against ``x``, say); verification
+    skips such combinations instead of counting them as instances.
+    """
 
 
 def reject(reason: str, at: Any = None) -> Reject:
@@ -248,6 +258,32 @@ class RuleMatch:
         return f"<RuleMatch {', '.join(self.roles)}>"
 
 
+# -- methods of rule variants ---------------------------------------------------------------
+class variant_method:  # noqa: N801  (a decorator, named like staticmethod and classmethod)
+    """A rule method whose result depends on the rule's variant (its constructor arguments).
+
+    On an instance it is that instance's method; on the class it is the method of the
+    default variant, ``cls()``.  A rule whose variants need different examples (a
+    ``conv2d + silu`` composite does not fire on a ``conv2d + relu`` block) decorates
+    ``example`` and ``example_space`` with it: ``rule.example()`` is then an instance
+    ``rule`` fires on, and ``Rule.example()`` keeps working as the static method it was
+    before the rule had variants.
+
+    >>> class Scaled(RewriteRule):                                  # doctest: +SKIP
+    ...     def __init__(self, factor=2.0): ...
+    ...     @variant_method
+    ...     def example(self, dtype="float32"): ...                 # uses self.factor
+    """
+
+    def __init__(self, method: Callable[..., Any]):
+        self.method = method
+        self.__doc__ = method.__doc__
+        self.__wrapped__ = method
+
+    def __get__(self, instance: Any, owner: type) -> Callable[..., Any]:
+        return self.method.__get__(owner() if instance is None else instance, owner)
+
+
 # -- the rules -----------------------------------------------------------------------------
 class Rule:
     """A pattern with a dotted name and an optional check; the base of both rule kinds.
@@ -286,7 +322,8 @@ class Rule:
 
         Keyword arguments (all with defaults) may vary the instance: dtype, layout, rank,
         parameter shapes, symbolic dimensions.  :meth:`example_space` says which values
-        each may take, and the library's verification draws instances from it.
+        each may take, and the library's verification draws instances from it; a
+        combination that makes no well-typed module raises :class:`NoSuchExample`.
         """
         return None
 
@@ -299,6 +336,16 @@ class Rule:
         collide with the channel count).  ``{}``: the example has no knobs.
         """
         return {}
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        """How far the rule's result may drift from its input on llvm, for ``dtype`` results.
+
+        Verification (``patternkit verify``, the rule contract) holds the rule to it.  The
+        default (:func:`patternkit.engine.tolerance.default_tolerance`) is exact for
+        integer dtypes and ``max(1e-5, 8 * eps)`` for floating ones; a rule whose
+        arithmetic needs more (or promises less) overrides this and says why.
+        """
+        return default_tolerance(dtype)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.rule_name}>"
@@ -353,6 +400,10 @@ class CompositeRule(Rule):
 
     #: The composite's name after the compiler prefix; subclasses set it.
     pattern_name: str = ""
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        """:data:`EXACT` for every dtype: a composite only wraps bindings in a function."""
+        return EXACT
 
     def __init__(self, compiler: str = "byoc"):
         super().__init__()

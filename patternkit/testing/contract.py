@@ -37,7 +37,7 @@ from tvm import relax
 
 from ..byoc.merge import CompositeLog, merge_composite
 from ..dpl import explain
-from ..engine import CompositeRule, RewriteLog, RewriteRule, Rule, rewrite
+from ..engine import EXACT, CompositeRule, RewriteLog, RewriteRule, Rule, Tolerance, rewrite
 from ..ir import compat as C
 from ..verification.numeric import assert_same_numerics
 from ..verification.roundtrip import check_roundtrip
@@ -45,34 +45,6 @@ from ..verification.roundtrip import check_roundtrip
 __all__ = ["Tolerance", "EXACT", "Negative", "RuleCase", "NegativeResult", "RuleProof",
            "apply_rule", "check_rule", "prove_structure", "prove_reasons", "prove_round_trip",
            "prove_numerics", "assert_reparses"]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far the rule's result may drift from ``before`` on llvm, and why.
-
-    ``why`` is required: a tolerance nobody can explain is a tolerance nobody can tighten.
-    """
-
-    rtol: float
-    atol: float
-    why: str
-
-    def __post_init__(self) -> None:
-        if self.rtol < 0 or self.atol < 0:
-            raise ValueError(f"tolerances are non-negative, found rtol={self.rtol}, "
-                             f"atol={self.atol}")
-        if not self.why.strip():
-            raise ValueError("say why the tolerance is what it is (Tolerance.why)")
-
-    @property
-    def exact(self) -> bool:
-        return self.rtol == 0 and self.atol == 0
-
-
-#: For transforms that only move bindings (composites, partitions): bit-identical results.
-EXACT = Tolerance(0.0, 0.0, "only the structure changes: the same operators run on the "
-                            "same values, so the results are bit-identical")
 
 
 @dataclass(frozen=True)

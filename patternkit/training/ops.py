@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 import tvm
 from tvm import relax
 
 from ..ir import op_name
 from ..ir.rebuild import describe_binding
+from ..ir.walk import vars_read
 
 _GRADIENT_ATTR = "FPrimalGradient"
 _registered = False
@@ -27,12 +29,23 @@ def has_gradient(name: str) -> bool:
     return tvm.ir.Op.get(name).get_attr(_GRADIENT_ATTR) is not None
 
 
-def ops_without_gradient(func: relax.Function, func_name: str = "main") -> dict[str, list[str]]:
-    """The ops of ``func`` that have no gradient, each with the bindings that call it."""
+def ops_without_gradient(func: relax.Function, func_name: str = "main",
+                         wrt: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """The ops of ``func`` that have no gradient, each with the bindings that call it.
+
+    With ``wrt`` (parameter names), only the bindings whose value depends on one of those
+    parameters count: ``Gradient`` never differentiates the rest (a BERT's attention mask
+    built with ``arange`` and ``bitwise_and`` from integer inputs).
+    """
     missing: dict[str, list[str]] = defaultdict(list)
+    depends = None if wrt is None else {p for p in func.params if p.name in set(wrt)}
     for block in func.body.blocks:
         for binding in block.bindings:
             value = binding.value
+            if depends is not None:
+                if not any(var in depends for var in vars_read(value)):
+                    continue
+                depends.add(binding.var)
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 name = op_name(value)
                 if not has_gradient(name):

@@ -2,7 +2,13 @@
 
 :mod:`~patternkit.verification.numeric` builds two modules for ``llvm``, runs them on
 seeded random inputs and compares; :mod:`~patternkit.verification.roundtrip` checks
-``DefuseOps(FuseOps(x)) == x`` structurally (and numerically on request).
+``DefuseOps(FuseOps(x)) == x`` structurally (and numerically on request).  For the
+verification campaigns (:mod:`patternkit.testing.fuzz`):
+:mod:`~patternkit.verification.differential` runs a transform under a time limit and
+judges its result, :mod:`~patternkit.verification.shrink` cuts a failing module to its
+smallest failing cone, :mod:`~patternkit.verification.script` prints modules as
+TVMScript with constants inline, and :mod:`~patternkit.verification.report` holds the
+results.
 """
 
 from .numeric import Comparison, assert_same_numerics, compare

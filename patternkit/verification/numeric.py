@@ -200,6 +200,12 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
         # the same program: its build would run the same kernels on the same inputs
         return Comparison(0.0, 0.0, len(ref), True, identical=True)
     got = run(after, inputs, func_name)
+    return compare_outputs(ref, got, rtol=rtol, atol=atol)
+
+
+def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,
+                    atol: float = 1e-5) -> Comparison:
+    """Compare two runs' flattened outputs (:func:`run`); equal NaNs and infinities agree."""
     if len(ref) != len(got):
         return Comparison(float("inf"), float("inf"), len(ref), False)
     max_abs = max_rel = 0.0

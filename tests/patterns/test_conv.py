@@ -140,6 +140,101 @@ def test_conv_add_relu_composite_meets_the_rule_contract():
     check_rule(COMPOSITE_CASE)
 
 
+# -- conv2d -> [add] -> silu | clip (relu6) ---------------------------------------------------
+def _conv_bias_act_script(act: str, composite: bool) -> str:
+    """TVMScript of ``act(conv2d(x, w) + b)``, the three ops as they are or as a composite."""
+    call = {"silu": "R.nn.silu(a)", "clip": "R.clip(a, T.float64(0.0), T.float64(6.0))"}[act]
+    partitioned = {"silu": "nn.conv2d_add_nn.silu_", "clip": "nn.conv2d_add_clip_"}[act]
+    sig = ('(x{p}: R.Tensor((1, 3, 8, 8), "float32"), w{p}: R.Tensor((4, 3, 3, 3), "float32"), '
+           'b{p}: R.Tensor((1, 4, 1, 1), "float32")) -> R.Tensor((1, 4, 8, 8), "float32")')
+    ops = (f"c = R.nn.conv2d(x{{p}}, w{{p}}, padding=1)\n{{i}}a = R.add(c, b{{p}})\n"
+           f"{{i}}out = {call}\n{{i}}R.output(out)")
+    head = "@I.ir_module\nclass Module:\n    @R.function\n"
+    if not composite:
+        return (head + f"    def main{sig.format(p='')}:\n        with R.dataflow():\n"
+                f"            {ops.format(p='', i=' ' * 12)}\n        return out\n")
+    return (head + f"    def main{sig.format(p='')}:\n        with R.dataflow():\n"
+            f"            @R.function\n            def composite{sig.format(p='1')}:\n"
+            f'                R.func_attr({{"Composite": "byoc.conv2d_add_{act}_strict", '
+            f'"PartitionedFromPattern": "{partitioned}"}})\n'
+            f"                with R.dataflow():\n"
+            f"                    {ops.format(p='1', i=' ' * 20)}\n                return out\n\n"
+            f"            out = composite(x, w, b)\n            R.output(out)\n"
+            f"        return out\n")
+
+
+def _conv_act_case(act: str) -> RuleCase:
+    rule = ConvAddReluComposite(activation=act, relu="required")
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))
+    conv = relax.op.nn.conv2d(x, w, padding=1)
+
+    def with_bias(shape):
+        return conv + relax.Var("b", relax.TensorType(shape, "float32"))
+
+    activate = {"silu": relax.op.nn.silu, "clip": lambda y: relax.op.clip(y, 0.0, 6.0)}[act]
+    negatives = [
+        Negative("full_tensor_add", pk.from_expr(activate(with_bias((1, 4, 8, 8)))),
+                 "the added tensor of shape (1, 4, 8, 8) is not a per-channel bias of the "
+                 "conv output (1, 4, 8, 8)"),
+        Negative("relu_is_not_the_activation", pk.from_expr(relax.op.nn.relu(
+            with_bias((1, 4, 1, 1)))), "no match"),
+        Negative("no_activation", pk.from_expr(with_bias((1, 4, 1, 1))), "no match"),
+    ]
+    if act == "clip":  # relu6 written with maximum / minimum is not a clip call
+        negatives.append(Negative("relu6_as_minimum_of_maximum", pk.from_expr(relax.op.minimum(
+            relax.op.maximum(with_bias((1, 4, 1, 1)), relax.const(0.0)), relax.const(6.0))),
+            "no match"))
+    else:  # swish still written out: silu.collapse has to run first
+        y = with_bias((1, 4, 1, 1))
+        negatives.append(Negative("swish_written_out", pk.from_expr(y * relax.op.sigmoid(y)),
+                                  "no match"))
+    return RuleCase(rule, tvm.script.from_source(_conv_bias_act_script(act, False)),
+                    tvm.script.from_source(_conv_bias_act_script(act, True)),
+                    negatives=negatives, tolerance=EXACT)
+
+
+CONV_SILU_CASE = _conv_act_case("silu")
+CONV_CLIP_CASE = _conv_act_case("clip")
+
+
+def test_conv_add_silu_composite_meets_the_rule_contract():
+    check_rule(CONV_SILU_CASE)
+
+
+def test_conv_add_clip_composite_meets_the_rule_contract():
+    check_rule(CONV_CLIP_CASE)
+
+
+@pytest.mark.parametrize("activation", ["silu", "clip"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv_activation_composites_take_their_blocks_of_a_resnet_stem(activation, dtype):
+    """The library's entry for ``activation`` takes both conv + bias + activation blocks of
+    the example; the relu entry after it takes the last conv + bias, unchanged numbers."""
+    rule = ConvAddReluComposite(activation=activation, relu="required")
+    mod = rule.example(dtype=dtype)
+    log = CompositeLog()
+    out = merge_composite(mod, [rule, ConvAddReluComposite()], log=log)
+    names = sorted(str(f.attrs["Composite"]) for _, f in composite_functions(out))
+    assert names == sorted([f"byoc.conv2d_add_{activation}_strict"] * 2
+                           + ["byoc.conv2d_add_relu"]), names
+    pk.assert_same_numerics(mod, out, rtol=0, atol=0)
+
+
+def test_conv_activation_variants_are_named_apart_and_checked():
+    assert ConvAddReluComposite(activation="silu").name == "byoc.conv2d_add_silu"
+    assert ConvAddReluComposite("c", relu="required", activation="clip").name == (
+        "c.conv2d_add_clip_strict")
+    names = {ConvAddReluComposite("c", bias, relu, act).name
+             for bias in Presence for relu in (Presence.OPTIONAL, Presence.REQUIRED)
+             for act in ("relu", "silu", "clip")}
+    assert len(names) == 3 * 2 * 3
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ConvAddReluComposite(activation="gelu")
+    with pytest.raises(ValueError, match="names an activation that relu='absent' excludes"):
+        ConvAddReluComposite(relu="absent", activation="silu")
+
+
 @pytest.mark.parametrize("bias, relu, expected", [
     ((1, 4, 1, 1), True, "nn.conv2d_add_nn.relu_"),
     ((1, 4, 1, 1), False, "nn.conv2d_add_"),
@@ -417,6 +512,11 @@ def test_folded_block_partitions_into_three_composites():
 
 def test_conv_rules_are_listed_and_documented():
     assert BatchnormFoldIntoConv in all_rules()
-    assert RULES == (BatchnormFoldIntoConv,) and COMPOSITES == (ConvAddReluComposite,)
-    for cls in RULES + COMPOSITES:
+    assert RULES == (BatchnormFoldIntoConv,)
+    # The silu and clip variants (activation required) ahead of the default relu entry.
+    assert [(type(e), e.name) if isinstance(e, ConvAddReluComposite) else e
+            for e in COMPOSITES] == [
+        (ConvAddReluComposite, "byoc.conv2d_add_silu_strict"),
+        (ConvAddReluComposite, "byoc.conv2d_add_clip_strict"), ConvAddReluComposite]
+    for cls in (*RULES, ConvAddReluComposite):
         assert cls.__doc__ and cls().name.count(".") == 1

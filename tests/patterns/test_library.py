@@ -20,12 +20,12 @@ import pytest
 
 import patternkit as pk
 import patternkit.patterns as library
-from patternkit.patterns import FAMILIES, LIBRARY
+from patternkit.patterns import EXPANSIONS, FAMILIES, LIBRARY
 from patternkit.testing import RuleCase
 from patternkit.testing.contract import prove_reasons
 
 TESTS = Path(__file__).resolve().parent
-RULES = list(LIBRARY)
+RULES = [*LIBRARY, *EXPANSIONS]  # expand rules are proved like the rest
 
 
 def _family(rule) -> str:
@@ -54,7 +54,7 @@ def _case(rule) -> RuleCase:
 
 
 def test_library_rule_names_are_unique_and_dotted():
-    names = LIBRARY.names
+    names = [*LIBRARY.names, *EXPANSIONS.names]
     assert len(names) == len(set(names)) == len(RULES)
     for name in names:
         assert re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)+", name), name
@@ -63,10 +63,29 @@ def test_library_rule_names_are_unique_and_dotted():
 def test_the_library_holds_every_rule_and_composite_of_every_family_module():
     modules = sorted(info.name for info in pkgutil.iter_modules(library.__path__))
     assert sorted(FAMILIES) == modules, "a rule module that LIBRARY does not include"
-    expected = [cls for family in FAMILIES
-                for cls in (*getattr(library, family).RULES,
-                            *getattr(getattr(library, family), "COMPOSITES", ()))]
-    assert [type(rule) for rule in LIBRARY] == expected
+    # A family tuple holds rule classes (built with their defaults) or instances (variants).
+    def built(entry, *args):
+        return entry if isinstance(entry, pk.Rule) else entry(*args)
+
+    def tuples(family):
+        module = getattr(library, family)
+        return ([built(e) for e in module.RULES]
+                + [built(e, library.COMPOSITE_PREFIX).for_compiler(library.COMPOSITE_PREFIX)
+                   for e in getattr(module, "COMPOSITES", ())],
+                [built(e) for e in getattr(module, "EXPANSIONS", ())])
+
+    expected = [rule for family in FAMILIES for rule in tuples(family)[0]]
+    assert [(type(r), r.rule_name) for r in LIBRARY] == [(type(r), r.rule_name) for r in expected]
+    expansions = [rule for family in FAMILIES for rule in tuples(family)[1]]
+    assert [(type(r), r.rule_name) for r in EXPANSIONS] == [(type(r), r.rule_name)
+                                                            for r in expansions]
+    assert all(".expand" in name for name in EXPANSIONS.names)
+
+
+def test_expand_rules_are_kept_out_of_the_library():
+    assert EXPANSIONS.names and all(".expand" in name for name in EXPANSIONS.names)
+    assert not set(EXPANSIONS.names) & set(LIBRARY.names)
+    assert not any(".expand" in name for name in LIBRARY.names)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.rule_name)
@@ -126,8 +145,9 @@ def test_every_reject_in_a_rule_module_has_a_negative_case_asserting_its_reason(
     path = inspect.getsourcefile(module)
     hit: dict[str, list[int]] = {}
     for _, case in _cases(family).values():
-        hit[type(case.rule).__name__] = [r.site[1] for r in prove_reasons(case)
-                                         if r.site is not None and r.site[0] == path]
+        # Several cases may prove one class (its variants): their sites add up.
+        hit.setdefault(type(case.rule).__name__, []).extend(
+            r.site[1] for r in prove_reasons(case) if r.site is not None and r.site[0] == path)
     everywhere = [line for lines in hit.values() for line in lines]
     missing = []
     for owner, first, last in _reject_sites(module):

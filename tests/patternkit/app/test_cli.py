@@ -8,6 +8,7 @@ import os
 import pytest
 
 from patternkit.app.cli import main
+from patternkit.ir.walk import vars_read
 from patternkit.patterns import LIBRARY
 
 
@@ -20,7 +21,8 @@ def test_run_on_the_builtin_model_writes_every_output(tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["ok"] and report["numeric"]["ok"]
     assert report["rewrites"] == {"batchnorm.collapse": 20, "conv.fold_batchnorm": 20}
-    assert report["composites"] == {"ccompiler.conv2d_add_relu": 20}
+    # 20 conv blocks and the linear head (matmul + bias)
+    assert report["composites"] == {"ccompiler.conv2d_add_relu": 20, "ccompiler.matmul_bias": 1}
     assert all(r["ok"] for r in report["roundtrip"].values())
     assert {"load", "rewrite", "composites", "numeric_check", "roundtrip_fuseops",
             "write"} <= set(report["seconds"])
@@ -63,6 +65,32 @@ def test_run_an_onnx_model(tmp_path):
         "ccompiler.conv2d_add_relu": 1}
 
 
+def test_run_with_a_tvm_table_partitions_with_it_and_keeps_the_numbers(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("from patternkit.models import seed_batchnorm\n"
+                     "mod = seed_batchnorm()\n")
+    out = tmp_path / "out"
+    assert main(["run", str(model), "--table", "tensorrt", "--out", str(out), "--quiet",
+                 "--no-draw"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and report["compiler"] == "tensorrt"
+    assert report["composites"] and all(n.startswith("tensorrt.") for n in report["composites"])
+
+
+def test_coverage_writes_markdown_json_and_a_chart_per_model(tmp_path):
+    out = tmp_path / "cov"
+    assert main(["coverage", "--table", "cutlass,tensorrt", "seed-batchnorm", "--out",
+                 str(out), "--quiet"]) == 0
+    rows = json.loads((out / "coverage.json").read_text())
+    assert [(r["table"], r["stage"]) for r in rows] == [
+        ("cutlass", "as loaded"), ("cutlass", "after rewrites"),
+        ("tensorrt", "as loaded"), ("tensorrt", "after rewrites")]
+    assert all(0.0 <= r["share"] <= 1.0 for r in rows)
+    assert rows[2]["share"] == 1.0 and rows[0]["host"] == {"uncovered": rows[0]["op_calls"]}
+    assert "| builtin:seed-batchnorm | tensorrt | as loaded |" in (out / "coverage.md").read_text()
+    assert "<svg" in (out / "coverage_0.svg").read_text()
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: ["run", str(d / "missing.py")], "model file not found"),
     (lambda d: (d / "empty.py").write_text("x = 1\n") and ["run", str(d / "empty.py")],
@@ -73,6 +101,7 @@ def test_run_an_onnx_model(tmp_path):
     (lambda d: ["run", "model.txt"], "unknown model"),
     (lambda d: ["run", "zoo:gtp2"], "did you mean gpt2?"),
     (lambda d: ["run", "zoo:gpt2?layer=1"], "unknown option 'layer'"),
+    (lambda d: ["run", "seed-batchnorm", "--table", "cutlas"], "registered prefixes: coreml"),
 ])
 def test_bad_input_is_a_one_line_error_with_exit_code_2(tmp_path, capsys, setup, message):
     argv = setup(tmp_path)
@@ -126,8 +155,11 @@ def test_run_takes_a_zoo_spec_and_reports_its_canonical_name(tmp_path, zoo):
     assert main(["run", model.name, "--out", str(out), "--quiet", "--no-draw"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["model"] == "zoo:onnx:conv_bn" and report["numeric"]["ok"]
-    assert any(r["dropped_dead"] for r in report["roundtrip"].values())
-    assert "dead binding(s) the fusion dropped" in (out / "report.md").read_text()
+    assert all(r["ok"] for r in report["roundtrip"].values())
+    bindings = [b for block in model.mod["main"].body.blocks for b in block.bindings]
+    read = {v.name for b in bindings for v in vars_read(b.value)}
+    read |= {v.name for v in vars_read(model.mod["main"].body.body)}
+    assert any(b.var.name not in read for b in bindings)  # the model does hold a dead binding
 
 
 def test_viz_writes_an_svg(tmp_path):
@@ -140,6 +172,35 @@ def test_verify_checks_every_library_entry(capsys):
     assert main(["verify", "--quiet"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[:2] for line in lines] == [["ok", f"{name}:"] for name in LIBRARY.names]
+
+
+def test_verify_fuzzes_one_rule_with_a_budget_and_a_shard(capsys):
+    assert main(["verify", "conv.fold_batchnorm", "--budget", "4", "--shard", "1/2"]) == 0
+    out = capsys.readouterr().out
+    assert "conv.fold_batchnorm: 2 tried" in out or "conv.fold_batchnorm: 1 tried" in out
+    assert "PASS: verify:" in out and "shard 1/2" in out
+
+
+def test_verify_refuses_an_unknown_rule_and_a_bad_shard(capsys):
+    assert main(["verify", "no.such_rule"]) == 2
+    assert "no library rule no.such_rule" in capsys.readouterr().err
+    assert main(["verify", "--shard", "3/2"]) == 2
+    assert "1 <= k <= n" in capsys.readouterr().err
+
+
+def test_fuzz_runs_a_relax_pass_by_name(capsys):
+    assert main(["fuzz", "CanonicalizeBindings", "--budget", "3", "--quiet"]) == 0
+    assert capsys.readouterr().out.split()[:3] == ["ok", "CanonicalizeBindings:", "3"]
+
+
+def test_fuzz_refuses_what_it_cannot_resolve(capsys):
+    assert main(["fuzz", "NoSuchPass"]) == 2
+    assert "not a library rule, a relax.transform pass" in capsys.readouterr().err
+
+
+def test_bisect_passes_when_the_library_keeps_the_numbers(capsys):
+    assert main(["bisect", "seed-batchnorm"]) == 0
+    assert capsys.readouterr().out.startswith("PASS: no step")
 
 
 # -- issue 10: report, scripts, drawings, viz options, training, integer ranges -------------

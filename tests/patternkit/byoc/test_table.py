@@ -73,7 +73,13 @@ def test_a_rule_set_is_a_table_of_its_composites():
 
     rules = LIBRARY.for_compiler("ccompiler")
     table = PatternTable(rules)
-    assert table.names == ["ccompiler.conv2d_add_relu"]
+    assert table.names == [
+        "ccompiler.add_layer_norm", "ccompiler.layer_norm", "ccompiler.rms_norm",
+        "ccompiler.conv2d_add_silu_strict", "ccompiler.conv2d_add_clip_strict",
+        "ccompiler.conv2d_add_relu", *(f"ccompiler.matmul{t}{parts}" for t in ("_transposed", "")
+                                       for parts in ("_bias_relu", "_bias_gelu",
+                                                     "_bias_gelu_tanh", "_bias_silu", "_bias",
+                                                     "_silu", ""))]
     assert table[0].rule is rules.composites()[0]
 
 

@@ -51,3 +51,28 @@ def test_up_to_cast_sees_the_value_before_a_cast():
     assert pk.match(pattern, relax.op.sqrt(relax.op.astype(relax.op.exp(x), "float32")))
     assert pk.match(pattern, relax.op.sqrt(relax.op.exp(x)))
     assert not pk.match(pattern, relax.op.sqrt(relax.op.astype(x, "float32")))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_square_matches_every_spelling_of_a_square_in_any_float_dtype(dtype):
+    x = _var("x", dtype=dtype)
+    pattern = pk.square(pk.is_var("x"))
+    for spelling in (relax.op.power(x, relax.const(2.0, dtype)), relax.op.multiply(x, x),
+                     relax.op.square(x)):
+        assert pk.match(pattern, spelling), spelling
+
+
+def test_square_does_not_match_other_products_or_powers():
+    x, y = _var("x"), _var("y")
+    pattern = pk.square(pk.wildcard())
+    assert not pk.match(pattern, relax.op.multiply(x, y))  # both operands one value
+    assert not pk.match(pattern, relax.op.power(x, relax.const(3.0, "float32")))
+
+
+def test_divide_by_sqrt_matches_rsqrt_either_side_and_sqrt_as_divisor():
+    x, v = _var("x"), _var("v", (2, 1))
+    pattern = pk.divide_by_sqrt(pk.is_var("x"), pk.is_var("v"))
+    for spelling in (x * relax.op.rsqrt(v), relax.op.rsqrt(v) * x, x / relax.op.sqrt(v)):
+        assert pk.match(pattern, spelling), spelling
+    assert not pk.match(pattern, x / relax.op.rsqrt(v))  # multiplies by sqrt(v)
+    assert not pk.match(pattern, relax.op.sqrt(v) / x)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+import tvm
 from tvm import relax
 
 import patternkit as pk
@@ -39,3 +40,44 @@ def test_outlining_leaves_no_reference_cycles_for_the_garbage_collector():
     finally:
         gc.enable()
     assert len(local_functions(out)) == 20
+
+
+def _flattened_linear():
+    """``reshape(matmul(reshape(x, (b*s, 16)), w), (b, s, 8))``: the torch importer's
+    ``nn.Linear`` on a 3-D input; the last reshape uses ``b`` and ``s``, which the
+    matmul's type ``(b * s, 8)`` does not define."""
+    b, s = tvm.tirx.Var("b", "int64"), tvm.tirx.Var("s", "int64")
+    x = relax.Var("x", relax.TensorType((b, s, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            flat = bb.emit(relax.op.reshape(x, (b * s, 16)))
+            y = bb.emit(relax.op.matmul(flat, w))
+            out = bb.emit_output(relax.op.reshape(y, (b, s, 8)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_symbolic_dims_the_inputs_do_not_define_are_passed_as_a_shape_parameter():
+    mod = _flattened_linear()
+    pattern = pk.is_op("reshape")(pk.is_op("matmul")(pk.wildcard(), pk.wildcard()), pk.wildcard())
+    out = pk.partition(pattern, mod)
+    [func] = local_functions(out)
+    last = func.params[-1]
+    assert isinstance(last.ty, relax.ShapeType)
+    assert [v.name for v in last.ty.values] == ["b", "s"]
+    assert relax.analysis.check_well_formed(out)
+    tvm.ir.assert_structural_equal(func.ret_ty, mod["main"].ret_ty)
+    pk.assert_same_numerics(mod, out, shape_vars={"b": 2, "s": 3}, rtol=0, atol=0)
+    tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
+
+
+def test_a_match_whose_inputs_define_its_dims_gets_no_shape_parameter():
+    mod = _flattened_linear()
+    out = pk.partition(pk.is_op("reshape")(pk.wildcard(), pk.wildcard()), mod)
+    flatten, unflatten = local_functions(out)
+    # reshape(x): x's type (b, s, 16) defines b and s; reshape(y): (b * s, 8) does not
+    assert not any(isinstance(p.ty, relax.ShapeType) for p in flatten.params)
+    assert isinstance(unflatten.params[-1].ty, relax.ShapeType)
+    pk.assert_same_numerics(mod, out, shape_vars={"b": 2, "s": 3}, rtol=0, atol=0)

@@ -13,6 +13,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import patternkit as pk
+from patternkit.engine import variant_method
 from patternkit.ir import dtype_of, type_of
 
 
@@ -204,3 +205,42 @@ def test_a_composite_rule_is_named_for_its_compiler():
     assert rule.entry() == ("byoc.conv2d", rule.pattern, None)
     with pytest.raises(ValueError, match="compiler must be a non-empty name without dots"):
         Conv("a.b")
+
+
+
+class Scaled(pk.RewriteRule):
+    """``x * factor`` -> ``x + x`` (a rule whose example depends on its variant)."""
+
+    name = "test.scaled"
+
+    def __init__(self, factor: float = 2.0):
+        super().__init__()
+        self.factor = factor
+        self.x = pk.wildcard()
+        self.pattern = self.x * factor
+
+    def rewrite(self, match):
+        return match.x + match.x
+
+    @variant_method
+    def example(self, dtype: str = "float32"):
+        """``x * factor`` for this variant's factor."""
+        x = relax.Var("x", relax.TensorType((2, 3), dtype))
+        return pk.from_expr(x * relax.const(self.factor, dtype))
+
+    @variant_method
+    def example_space(self):
+        return {"dtype": ("float32", "float16"), "factor": (self.factor,)}
+
+
+def _constant(mod) -> float:
+    [binding] = mod["main"].body.blocks[0].bindings
+    return float(binding.value.args[1].value.numpy())
+
+
+def test_a_variant_method_is_the_instances_on_an_instance_and_the_defaults_on_the_class():
+    assert _constant(Scaled(3.0).example()) == 3.0
+    assert _constant(Scaled.example()) == 2.0  # on the class: the default variant's
+    assert Scaled.example_space()["factor"] == (2.0,)
+    assert Scaled(3.0).example_space()["factor"] == (3.0,)
+    assert Scaled.example.__doc__ == "``x * factor`` for this variant's factor."

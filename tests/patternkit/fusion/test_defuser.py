@@ -520,3 +520,25 @@ def test_patternkits_own_partition_output_round_trips():
     result = check_roundtrip(mod, lambda m: pk.partition(unit, m), numeric=True,
                              numeric_options={"positive": ("var",)}, rtol=1e-6, atol=1e-6)
     assert result.numeric.ok
+
+
+def test_an_offloaded_function_whose_composite_takes_a_shape_parameter_defuses():
+    """The composite of a torch-style ``nn.Linear`` (reshape back to ``(batch, seq, 16)``
+    inside it) takes ``R.Shape([batch, seq])``; inside the offloaded function that shape
+    binds the composite's own dims, and only the offloaded function's parameters are bound
+    from the caller's arguments."""
+    from patternkit.patterns.matmul import MatmulComposite
+
+    rule = MatmulComposite("ccompiler", transposed=True, bias=True, activation="gelu")
+    mod = rule.example()
+    offloaded = PartitionGraph("ccompiler")(merge_composite(mod, [rule]))
+    restored = defuse(offloaded)
+    assert relax.analysis.check_well_formed(restored)
+    assert _global_names(restored) == ["main"]
+
+    def ops(m):
+        return [b.value.op.name for block in m["main"].body.blocks for b in block.bindings
+                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+
+    assert sorted(ops(restored)) == sorted(ops(mod))  # the same ops, none left outlined
+    assert_same_numerics(mod, restored, shape_vars={"batch": 2, "seq": 3}, rtol=0, atol=0)

@@ -52,3 +52,17 @@ def test_the_raw_constructors_build_typed_nodes():
     var = C.new_dataflow_var("lv", ty, None)
     assert type(var) is relax.DataflowVar and var.name == "lv"
     assert type(C.new_tuple([x, var], None)) is relax.Tuple
+
+
+def test_const_to_numpy_returns_a_copy_in_the_constant_s_dtype():
+    import numpy as np
+    from tvm import relax
+
+    from patternkit.ir import compat
+
+    for dtype in ("float32", "float16", "bfloat16"):  # bfloat16: not readable by DLPack
+        const = relax.const(np.arange(4, dtype="float32"), dtype)
+        array = compat.const_to_numpy(const)
+        assert str(array.dtype) == dtype and array.astype("float32").tolist() == [0, 1, 2, 3]
+        array[0] = 7  # the constant stays as it was
+        assert compat.const_to_numpy(const).astype("float32").tolist() == [0, 1, 2, 3]

@@ -13,8 +13,9 @@ def torch_loss_of(model):
     """``sum(model(x))`` as a function of the input and the weights, in Relax parameter order."""
     import torch
 
-    torch_names = {"p_" + n.replace(".", "_"): n for n, _ in model.source.named_parameters()}
-    names = [torch_names[p] for p in model.params]
+    torch_names = {("p_" + n.replace(".", "_")).lower(): n
+                   for n, _ in model.source.named_parameters()}
+    names = [torch_names[p.lower()] for p in model.params]
 
     def loss(*tensors):
         inputs, weights = tensors[:len(model.input_names)], tensors[len(model.input_names):]
@@ -40,4 +41,22 @@ def test_resnet18_gradients_of_every_weight_match_torch_autograd(zoo):
     report, result = gradients_against_torch(model)
     assert report.expanded == {"relax.nn.batch_norm": model.families["batchnorm"]}
     assert len(result.parameters) == len(model.params) == 60
+    assert result.ok, result
+
+
+def test_two_layer_bert_gradients_of_every_weight_match_torch_autograd(zoo):
+    """Layer norms (TVM's decomposition) and erf GELUs (gelu.expand) on the path; the
+    attention mask's integer ops (arange, bitwise_and) are off it and need no gradient."""
+    model = zoo("bert", layers=2, keep_params=True)
+    report, result = gradients_against_torch(model)
+    assert report.expanded == {"relax.nn.layer_norm": model.families["layernorm"],
+                               "relax.nn.gelu": model.families["gelu"]}
+    assert report.decomposed_by_tvm
+    assert result.ok, result
+
+
+def test_gpt2_gradients_match_torch_autograd(zoo):
+    model = zoo("gpt2", keep_params=True)
+    report, result = gradients_against_torch(model)
+    assert report.expanded == {"relax.nn.layer_norm": model.families["layernorm"]}
     assert result.ok, result

@@ -1,0 +1,415 @@
+"""Activations written out elementwise, collapsed into ``R.nn.gelu`` / ``gelu_tanh`` / ``silu``;
+and the expansions that training graphs need.
+
+Recognises (``x`` any floating-point tensor; every product in any grouping and operand
+order, every number in any float dtype within that dtype's rounding)
+
+* :class:`GeluCollapse` (``gelu.collapse``): the erf form of GELU,
+  ``0.5 * x * (1 + erf(x * 0.7071067811865476))``, with the erf argument also written
+  ``x / 1.4142135623730951`` (torch's ONNX export), the ``0.5`` applied first, last or
+  to the ``1 + erf`` term, and ``x * (0.5 + 0.5 * erf(...))`` (what ``R.nn.gelu``
+  legalises to) -> ``R.nn.gelu(x)``.
+* :class:`GeluTanhCollapse` (``gelu_tanh.collapse``): the tanh approximation,
+  ``0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x^3)))`` with ``x^3`` written
+  ``power(x, 3)`` (transformers' ``NewGELUActivation``, what GPT-2 exports) or
+  ``x * x * x``, and the factored argument ``0.7978845608 * x * (1 + 0.044715 * x * x)``
+  (transformers' ``FastGELUActivation``; also what ``R.nn.gelu_tanh`` legalises to)
+  -> ``R.nn.gelu_tanh(x)``.
+* :class:`SiluCollapse` (``silu.collapse``): ``x * sigmoid(x)`` (swish; the torch importer
+  writes ``nn.SiLU`` this way, e.g. in a Llama MLP) -> ``R.nn.silu(x)``.
+
+The collapses are exact rewrites of the formula (``R.nn.gelu`` *is* the erf form,
+``R.nn.gelu_tanh`` the tanh form): what changes is only the rounding of intermediate
+results, a few ulp; the tests state the tolerance per dtype.
+
+Expansions (:data:`EXPANSIONS`, never in the library itself: applied together with the
+collapses they would undo each other).  ``relax.transform.Gradient`` in TVM 0.27 has no
+gradient for ``nn.gelu``, ``nn.gelu_tanh`` or ``erf``, and TVM's
+``DecomposeOpsForTraining`` leaves all three alone, so a training graph needs them
+written with differentiable operators:
+
+* :class:`GeluTanhExpand` (``gelu_tanh.expand``): ``R.nn.gelu_tanh(x)`` -> the tanh
+  formula, associated exactly as TVM legalises it (``power``, ``tanh``, ``multiply`` and
+  ``add`` all have gradients).  Exact up to a few ulp.
+* :class:`GeluExpand` (``gelu.expand``): ``R.nn.gelu(x)`` -> ``x * (0.5 + 0.5 * erf(x /
+  sqrt 2))`` with ``erf`` replaced by a rational approximation, since ``erf`` has no
+  gradient: ``erf(z) ~ z * P(z^2) / Q(z^2)`` on ``z`` clamped to ``[-4, 4]`` (with
+  ``maximum`` / ``minimum``: ``clip`` has no gradient either), the degree-13/8
+  minimax polynomials of Eigen's float32 ``erf`` (TVM's ``fast_erf`` uses the same).
+  It is computed in float32 (float16 and bfloat16 inputs are cast, as TVM's own
+  legalisation of ``erf`` does): evaluated in float32 it is within 3e-7 of the true
+  ``erf`` (two to three ulp near ``|erf| = 1``), and the gradient of the expanded GELU is
+  within 1e-5 of GELU's derivative (the tests measure both).  This
+  is an approximation, so the rule refuses float64 (whose rounding it would not meet).
+
+Deliberately not covered
+
+* **fast-gelu**, ``x * sigmoid(1.702 * x)`` (the sigmoid approximation of GELU, e.g.
+  transformers' ``QuickGELUActivation``) is *not collapsed*: it differs from GELU by up to
+  0.02 (from ``gelu_tanh`` by as much), so calling it ``R.nn.gelu`` would be a claim of
+  equality that is false, and ``R.nn`` has no fast-gelu op to collapse it into exactly.
+  It is not ``silu`` either (the sigmoid's argument is ``1.702 * x``, not ``x``), and
+  stays written out.
+* No ``silu.expand``: ``R.nn.silu`` has a gradient in TVM 0.27 (the tests check it).
+* ``x / (1 + exp(-x))`` for swish, GELU with ``erfc``, ``x / 2`` for ``0.5 * x``, and
+  ``x^3`` written ``x * x**2`` (no frontend emits these), and activations computed
+  between casts (``astype`` to float32 and back).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any, Sequence
+
+import tvm
+from tvm import relax
+
+from patternkit.dpl import DFPattern, as_pattern, is_op, wildcard
+from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.ir import dtype_of, from_expr, type_of
+
+#: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
+SQRT_HALF = 0.5 ** 0.5
+SQRT_TWO = 2.0 ** 0.5
+#: ``sqrt(2 / pi)`` and the cubic coefficient of the tanh approximation of GELU.
+SQRT_TWO_OVER_PI = math.sqrt(2.0 / math.pi)
+CUBIC = 0.044715
+
+#: Eigen's float32 ``erf``: ``erf(z) ~ z * P(z^2) / Q(z^2)`` for ``|z| <= 4``, the
+#: coefficients of ``P`` and ``Q`` from the highest power down (TVM's ``fast_erf`` uses
+#: the same).  Beyond 4, ``erf`` is 1 to within 2e-8, below float32's resolution there.
+ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                 -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                 -1.60960333262415e-02)
+ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                   -7.37332916720468e-03, -1.42647390514189e-02)
+ERF_CLAMP = 4.0
+
+#: Dtypes the erf approximation is accurate for (computed in float32, cast back).
+_ERF_DTYPES = ("float16", "bfloat16", "float32")
+
+
+# -- pattern helpers -------------------------------------------------------------------------
+def _alternatives(patterns: Sequence[DFPattern]) -> DFPattern:
+    out = patterns[0]
+    for pattern in patterns[1:]:
+        out = out | pattern
+    return out
+
+
+def products(*factors: Any) -> DFPattern:
+    """The product of ``factors`` in every grouping: ``a * b * c`` as ``(a * b) * c``,
+    ``(a * c) * b`` or ``a * (b * c)``.
+
+    The matcher already swaps the two operands of a ``multiply``, so one pattern per
+    grouping (per split into two sub-products, recursively) covers every order.  A
+    factor given twice (the same pattern object, e.g. ``x`` in ``x * x * x``) is the
+    same expression wherever it occurs, and groupings that only swap equal factors are
+    generated once.
+    """
+    pats = tuple(as_pattern(f) for f in factors)
+    if not pats:
+        raise ValueError("products() needs at least one factor")
+    return _alternatives(_groupings(pats))
+
+
+def _groupings(factors: tuple[DFPattern, ...]) -> list[DFPattern]:
+    if len(factors) == 1:
+        return [factors[0]]
+    first, rest = factors[0], factors[1:]
+    seen, out = set(), []
+    # Each unordered split into two sub-products once: the side holding factors[0]
+    # takes any proper subset of the rest.
+    for size in range(len(rest)):
+        for chosen in combinations(range(len(rest)), size):
+            left = (first, *(rest[i] for i in chosen))
+            right = tuple(r for i, r in enumerate(rest) if i not in chosen)
+            key = (_multiset(left), _multiset(right))
+            if key in seen:
+                continue
+            seen.add(key)
+            for lhs in _groupings(left):
+                for rhs in _groupings(right):
+                    out.append(lhs * rhs)
+    return out
+
+
+def _multiset(factors: tuple[DFPattern, ...]) -> tuple[int, ...]:
+    return tuple(sorted(id(f) for f in factors))
+
+
+def _check_shape_kept(match: RuleMatch, op: str) -> Any:
+    """Refuse when the pattern's constants broadcast ``x`` to a higher rank.
+
+    A number in a pattern matches a one-element constant of any shape; ``x * c`` with
+    ``c`` of shape ``(1, 1, 1)`` has rank 3 even for a vector ``x``, and ``op(x)`` would
+    not.  Equal ranks mean equal shapes (a one-element operand changes no dimension).
+    """
+    x_ty, out_ty = type_of(match.x), type_of(match.root)
+    x_rank = getattr(x_ty, "ndim", -1)
+    out_rank = getattr(out_ty, "ndim", -1)
+    if x_rank < 0 or out_rank < 0:
+        return reject(f"x has an unknown rank: cannot tell whether the constants broadcast "
+                      f"it to a higher rank, which {op}(x) would not", at=match.x)
+    if x_rank != out_rank:
+        return reject(f"the constants broadcast x from rank {x_rank} to rank {out_rank}; "
+                      f"{op}(x) keeps x's shape", at=match.x)
+    return True
+
+
+# -- collapses ---------------------------------------------------------------------------------
+class GeluCollapse(RewriteRule):
+    """Collapse GELU's erf form ``0.5 * x * (1 + erf(x / sqrt 2))`` into ``R.nn.gelu(x)``."""
+
+    name = "gelu.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.erf = is_op("erf")(self.x * SQRT_HALF | self.x / SQRT_TWO)
+        written = products(0.5, self.x, self.erf + 1.0)
+        legalised = self.x * (self.erf * 0.5 + 0.5)  # TVM's legalisation of R.nn.gelu
+        self.pattern = written | legalised
+
+    def check(self, match: RuleMatch) -> Any:
+        """Accept unless the constants change ``x``'s rank."""
+        return _check_shape_kept(match, "R.nn.gelu")
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        return relax.op.nn.gelu(match.x)
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "batch_seq", spelling: str = "half_first",
+                erf_argument: str = "multiply") -> tvm.IRModule:
+        """GELU's erf form on ``x`` (see :func:`example_input`), spelled ``spelling``:
+
+        ``"half_first"`` ``(0.5 * x) * (1 + erf)``, ``"half_last"`` ``(x * (1 + erf)) *
+        0.5`` (torch's ONNX export), ``"half_inner"`` ``x * (0.5 * (1 + erf))``,
+        ``"legalised"`` ``x * (0.5 + 0.5 * erf)``; the erf argument is ``x *
+        0.7071...`` (``"multiply"``) or ``x / 1.4142...`` (``"divide"``).
+        """
+        x = example_input(dtype, shape)
+        arg = (x * _const(SQRT_HALF, dtype) if erf_argument == "multiply"
+               else relax.op.divide(x, _const(SQRT_TWO, dtype)))
+        erf = relax.op.erf(arg)
+        half, one = _const(0.5, dtype), _const(1.0, dtype)
+        body = {"half_first": lambda: (x * half) * (erf + one),
+                "half_last": lambda: (x * (one + erf)) * half,
+                "half_inner": lambda: x * (half * (erf + one)),
+                "legalised": lambda: x * (half + erf * half)}[spelling]()
+        return from_expr(body)
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "shape": SHAPES,
+                "spelling": ("half_first", "half_last", "half_inner", "legalised"),
+                "erf_argument": ("multiply", "divide")}
+
+
+class GeluTanhCollapse(RewriteRule):
+    """Collapse GELU's tanh approximation (``NewGELUActivation``) into ``R.nn.gelu_tanh(x)``."""
+
+    name = "gelu_tanh.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = x = wildcard()
+        self.power = is_op("power")(x, 3)
+        cubic = products(CUBIC, self.power) | products(CUBIC, x, x, x)
+        expanded = products(SQRT_TWO_OVER_PI, x + cubic)
+        factored = products(SQRT_TWO_OVER_PI, x, products(CUBIC, x, x) + 1.0)
+        self.tanh = is_op("tanh")(expanded | factored)
+        self.pattern = products(0.5, x, self.tanh + 1.0)
+
+    def check(self, match: RuleMatch) -> Any:
+        """Accept unless the constants change ``x``'s rank."""
+        return _check_shape_kept(match, "R.nn.gelu_tanh")
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        return relax.op.nn.gelu_tanh(match.x)
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "batch_seq", cube: str = "power",
+                cubic: float = CUBIC) -> tvm.IRModule:
+        """GPT-2's GELU (``NewGELUActivation``) on ``x`` (see :func:`example_input`).
+
+        ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + cubic * x^3)))`` as the torch importer
+        writes it, ``x^3`` as ``power(x, 3)`` (``cube="power"``) or ``x * x * x``
+        (``"product"``); ``cube="factored"`` writes the argument ``sqrt(2/pi) * x * (1 +
+        cubic * x * x)`` (``FastGELUActivation``).  ``cubic`` other than 0.044715 is
+        not GELU (the rule must refuse it).
+        """
+        x = example_input(dtype, shape)
+
+        def c(value):
+            return _const(value, dtype)
+
+        if cube == "factored":
+            arg = (x * c(SQRT_TWO_OVER_PI)) * (c(1.0) + (c(cubic) * x) * x)
+        else:
+            x3 = relax.op.power(x, c(3.0)) if cube == "power" else (x * x) * x
+            arg = (x + x3 * c(cubic)) * c(SQRT_TWO_OVER_PI)
+        return from_expr((x * c(0.5)) * (relax.op.tanh(arg) + c(1.0)))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "shape": SHAPES,
+                "cube": ("power", "product", "factored"), "cubic": (CUBIC, 0.0447)}
+
+
+class SiluCollapse(RewriteRule):
+    """Collapse swish, ``x * sigmoid(x)``, into ``R.nn.silu(x)``."""
+
+    name = "silu.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.sigmoid = is_op("sigmoid")(self.x)
+        self.pattern = self.x * self.sigmoid
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        return relax.op.nn.silu(match.x)
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "batch_seq",
+                sigmoid_of: str = "x") -> tvm.IRModule:
+        """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
+        writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
+        * x)``, which is not swish (the rule must leave it alone)."""
+        x = example_input(dtype, shape)
+        arg = x if sigmoid_of == "x" else x * _const(1.702, dtype)
+        return from_expr(x * relax.op.sigmoid(arg))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "shape": SHAPES, "sigmoid_of": ("x", "scaled")}
+
+
+# -- expansions --------------------------------------------------------------------------------
+def _float_dtype(match: RuleMatch, op: str, allowed: Sequence[str] | None = None) -> Any:
+    """The dtype of ``x`` as the plan, or a refusal when it is unknown or not allowed."""
+    dtype = dtype_of(type_of(match.x))
+    if dtype is None:
+        return reject(f"x has no known dtype: the constants of {op}'s formula need one",
+                      at=match.x)
+    if allowed is not None and dtype not in allowed:
+        return reject(f"x is {dtype}: the rational erf approximation is accurate to float32 "
+                      f"rounding only (about 3e-7); leave {op} to a float64 graph as it is",
+                      at=match.x)
+    return dtype
+
+
+class GeluTanhExpand(RewriteRule):
+    """Write ``R.nn.gelu_tanh(x)`` out with differentiable operators (for ``Gradient``)."""
+
+    name = "gelu_tanh.expand"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.pattern = is_op("nn.gelu_tanh")(self.x)
+
+    def check(self, match: RuleMatch) -> Any:
+        """The dtype of ``x`` (the plan): the constants are made in it."""
+        return _float_dtype(match, "R.nn.gelu_tanh")
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        x, dtype = match.x, match.plan
+
+        def c(value):
+            return _const(value, dtype)
+
+        # TVM's legalisation, operation for operation: the same roundings.
+        arg = (c(SQRT_TWO_OVER_PI) * x) * (c(1.0) + (c(CUBIC) * x) * x)
+        return (c(0.5) * x) * (c(1.0) + relax.op.tanh(arg))
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+        """``R.nn.gelu_tanh(x)`` on ``x`` (see :func:`example_input`)."""
+        return from_expr(relax.op.nn.gelu_tanh(example_input(dtype, shape)))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16", "float64"), "shape": SHAPES}
+
+
+class GeluExpand(RewriteRule):
+    """Write ``R.nn.gelu(x)`` out with differentiable operators, erf as a rational function."""
+
+    name = "gelu.expand"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.pattern = is_op("nn.gelu")(self.x)
+
+    def check(self, match: RuleMatch) -> Any:
+        """The dtype of ``x`` (the plan), one the erf approximation is accurate for."""
+        return _float_dtype(match, "R.nn.gelu", allowed=_ERF_DTYPES)
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        x, dtype = match.x, match.plan
+        # As TVM legalises R.nn.gelu: scale in x's dtype, erf in float32, then
+        # x * (0.5 + 0.5 * erf).
+        z = x * _const(SQRT_HALF, dtype)
+        if dtype != "float32":
+            z = relax.op.astype(z, "float32")
+        erf = rational_erf(z)
+        if dtype != "float32":
+            erf = relax.op.astype(erf, dtype)
+        return x * (_const(0.5, dtype) + erf * _const(0.5, dtype))
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+        """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
+        return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16", "bfloat16", "float64"), "shape": SHAPES}
+
+
+def rational_erf(z: relax.Expr) -> relax.Expr:
+    """``erf(z)`` for a float32 ``z`` with differentiable operators only (see the module
+    docstring): ``z * P(z^2) / Q(z^2)`` on ``z`` clamped to ``[-4, 4]``, Horner's rule."""
+    def c(value):
+        return _const(value, "float32")
+
+    z = relax.op.minimum(relax.op.maximum(z, c(-ERF_CLAMP)), c(ERF_CLAMP))
+    z2 = z * z
+
+    def horner(coefficients):
+        acc = c(coefficients[0])
+        for coefficient in coefficients[1:]:
+            acc = acc * z2 + c(coefficient)
+        return acc
+
+    return (z * horner(ERF_NUMERATOR)) / horner(ERF_DENOMINATOR)
+
+
+# -- examples ----------------------------------------------------------------------------------
+#: Shapes of the examples' ``x``: a symbolic batch and sequence (what a transformer's MLP
+#: sees), static, and a vector.
+SHAPES = ("batch_seq", "static", "vector")
+
+
+def example_input(dtype: str = "float32", shape: str = "batch_seq") -> relax.Var:
+    """``x`` of an activation example: ``(batch, seq, 16)`` with symbolic ``batch`` and
+    ``seq`` (``"batch_seq"``), ``(2, 8, 16)`` (``"static"``) or ``(16,)`` (``"vector"``)."""
+    dims = {"batch_seq": (tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"), 16),
+            "static": (2, 8, 16), "vector": (16,)}[shape]
+    return relax.Var("x", relax.TensorType(dims, dtype))
+
+
+def _const(value: float, dtype: str) -> relax.Expr:
+    """A scalar constant of ``dtype`` (TVM rounds the Python float; numpy has no bfloat16)."""
+    return relax.const(value, dtype)
+
+
+#: The collapse rules of this file, in priority order (``LIBRARY``).
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse)
+
+#: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
+EXPANSIONS = (GeluExpand, GeluTanhExpand)

@@ -1,0 +1,248 @@
+"""TVM's registered pattern tables in patternkit: imported, run as FuseOpsByPattern runs them."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax import dpl
+from tvm.relax.transform import FuseOpsByPattern, FusionPattern
+
+import patternkit as pk
+from patternkit.models import resnet18
+from patternkit.byoc import tvm_tables
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return resnet18(batchnorm="op")
+
+
+def _normalized(mod):
+    return relax.transform.CanonicalizeBindings()(mod)
+
+
+def _assert_same_module(ours, theirs):
+    assert tvm_ffi.structural_equal(_normalized(ours), _normalized(theirs), map_free_vars=True)
+
+
+def _snapshot(mod):
+    """What a pass could change in place: the function map, and the printed IR."""
+    return [(gv.name_hint, f) for gv, f in mod.functions.items()], mod.script()
+
+
+def _assert_untouched(mod, snapshot):
+    functions, text = snapshot
+    assert [(gv.name_hint, f) for gv, f in mod.functions.items()] == functions
+    assert mod.script() == text
+
+
+def _matmul_module(*, relu_reads_matmul: bool):
+    """``m = matmul(x, w)``, then ``add`` of ``m`` and either ``relu(m)`` or ``x``."""
+    x = relax.Var("x", relax.TensorType((4, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            m = bb.emit(relax.op.matmul(x, w))
+            if relu_reads_matmul:  # m -> relu -> add(m, .): fusing add(matmul) is a cycle
+                out = bb.emit_output(relax.op.add(m, bb.emit(relax.op.nn.relu(m))))
+            else:  # add(m, x), and m read again afterwards: an escaping intermediate
+                out = bb.emit_output(relax.op.multiply(bb.emit(relax.op.add(m, x)), m))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+MATMUL_ADD = FusionPattern("t.matmul_add", dpl.is_op("relax.add")(
+    dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard()), dpl.wildcard()))
+
+
+# -- importing ---------------------------------------------------------------------------------
+def test_a_prefix_gives_tvms_entries_in_tvms_order_with_their_checks():
+    table = pk.PatternTable.from_tvm("cutlass")
+    registered = tvm_tables.registered_patterns("cutlass.")
+    assert [e.name for e in table] == [str(p.name) for p in registered]
+    assert len(table) > 70 and table.semantics == "tvm"
+    assert [e.tvm_check is None for e in table] == [p.check is None for p in registered]
+    assert sum(e.tvm_check is not None for e in table) > 70  # 76 of 79 in 0.27
+
+
+def test_repeated_names_are_variants_of_one_composite():
+    table = pk.PatternTable.from_tvm("cutlass")
+    assert len(table.variants_of("cutlass.stacked_attention")) == 4
+    assert table.names.count("cutlass.stacked_attention") == 1
+
+
+def test_annotation_patterns_become_roles_inside_the_converted_pattern():
+    entry = pk.PatternTable.from_tvm("cutlass.conv2d_bias_relu")[0]
+    assert {"root", "lhs", "rhs", "bias"} <= set(entry.roles)
+    inside = set()
+    stack = [entry.pattern]
+    while stack:
+        node = stack.pop()
+        inside.add(id(node))
+        stack.extend(c for c in (node.children() if hasattr(node, "children") else ()) or ()
+                     if c is not None)
+        stack.extend(getattr(node, "args", None) or ())
+    assert all(id(p) in inside for p in entry.roles.values())
+
+
+def test_several_prefixes_and_fusion_pattern_lists_are_accepted():
+    both = pk.PatternTable.from_tvm("cublas,cudnn")
+    assert {e.compiler for e in both} == {"cublas", "cudnn"}
+    assert [e.name for e in pk.PatternTable.from_tvm([MATMUL_ADD])] == ["t.matmul_add"]
+
+
+def test_a_prefix_that_matches_no_table_lists_the_registered_ones():
+    with pytest.raises(pk.PatternTableError, match="registered prefixes: .*cutlass.*tensorrt"):
+        pk.PatternTable.from_tvm("cutlas")
+
+
+def test_a_fusion_pattern_patternkit_cannot_express_is_named():
+    bad = FusionPattern("t.unordered", dpl.is_op("relax.nn.relu")(
+        dpl.is_tuple([dpl.wildcard(), dpl.wildcard()], unordered=True)))
+    with pytest.raises(pk.PatternTableError, match=r"entry 1 \('t.unordered'\).*Unordered"):
+        pk.PatternTable.from_tvm([MATMUL_ADD, bad])
+
+
+# -- same composites as FuseOpsByPattern -------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["cutlass", "tensorrt", "openclml", "cudnn", "cublas",
+                                    "nnapi", "coreml", "example_npu", "hipblas"])
+def test_merge_composite_forms_exactly_what_fuse_ops_by_pattern_forms(resnet, prefix):
+    table = pk.PatternTable.from_tvm(prefix)
+    theirs = FuseOpsByPattern(tvm_tables.registered_patterns(prefix + "."))(resnet)
+    _assert_same_module(pk.MergeComposite(table)(resnet), theirs)
+
+
+@pytest.mark.parametrize("options", [{"bind_constants": False}, {"annotate_codegen": True}])
+def test_the_fuse_ops_by_pattern_keywords_behave_as_tvms(resnet, options):
+    patterns = tvm_tables.registered_patterns("tensorrt.")
+    theirs = FuseOpsByPattern(patterns, **options)(resnet)
+    ours = pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt"), **options)(resnet)
+    _assert_same_module(ours, theirs)
+
+
+def test_the_input_module_is_left_unchanged(resnet):
+    before = _snapshot(resnet)
+    pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt"))(resnet)
+    _assert_untouched(resnet, before)
+
+
+# -- checks ------------------------------------------------------------------------------------
+def test_a_tvm_check_that_rejects_is_reported_by_name(resnet):
+    # cutlass's conv2d check wants float16 NHWC: this float32 NCHW ResNet is refused
+    report = pk.offload_report(resnet, pk.PatternTable.from_tvm("cutlass.conv2d"))
+    vetoed = report.host_ops_of_kind("vetoed")
+    assert vetoed and all(h.op == "relax.nn.conv2d" for h in vetoed)
+    assert vetoed[0].reason == "check of cutlass.conv2d rejected it"
+
+
+def test_a_check_reads_a_pattern_check_context_like_tvms():
+    seen = {}
+
+    def check(context):
+        seen["root"] = context.matched_expr
+        seen["annotated"] = dict(context.annotated_expr)
+        seen["bound"] = [str(v.name) for v in context.matched_bindings]
+        lhs = context.annotated_expr["lhs"]
+        seen["users"] = [str(v.name) for v in context.var_usages[context.value_to_bound_var[lhs]]]
+        return True
+
+    lhs = dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard())
+    fp = FusionPattern("t.matmul_add", dpl.is_op("relax.add")(lhs, dpl.wildcard()),
+                       {"lhs": lhs}, check)
+    mod = _matmul_module(relu_reads_matmul=False)
+    pk.MergeComposite(pk.PatternTable.from_tvm([fp]))(mod)
+    mine = dict(seen)
+    FuseOpsByPattern([fp])(mod)
+    assert mine["root"].same_as(seen["root"]) and mine["annotated"]["lhs"].same_as(
+        seen["annotated"]["lhs"])
+    assert sorted(mine["bound"]) == sorted(seen["bound"]) == ["lv", "lv1"]
+    assert mine["users"] == seen["users"] == ["lv1", "gv"]
+
+
+def test_a_check_that_raises_names_the_entry_and_leaves_the_module_alone():
+    def check(_context):
+        raise RuntimeError("boom")
+
+    mod = _matmul_module(relu_reads_matmul=False)
+    before = _snapshot(mod)
+    fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
+    with pytest.raises(pk.CallbackError, match="'t.matmul_add' raised RuntimeError: boom"):
+        pk.MergeComposite(pk.PatternTable.from_tvm([fp]))(mod)
+    _assert_untouched(mod, before)
+
+
+# -- the two semantics -------------------------------------------------------------------------
+def test_tvm_semantics_export_an_escaping_intermediate_relay_semantics_skip_the_match():
+    mod = _matmul_module(relu_reads_matmul=False)
+    table = pk.PatternTable.from_tvm([MATMUL_ADD])
+    ours = pk.MergeComposite(table)(mod)
+    _assert_same_module(ours, FuseOpsByPattern([MATMUL_ADD])(mod))
+    composite = next(f for gv, f in ours.functions.items() if gv.name_hint != "main")
+    assert isinstance(composite.ret_ty, relax.TupleType)  # (add, matmul): matmul is exported
+    pk.assert_same_numerics(mod, ours, rtol=0, atol=0)
+    log = pk.CompositeLog()
+    assert pk.composite_counts(pk.merge_composite(mod, table, semantics="relay", log=log)) == {}
+    assert [s.kind for s in log.skipped] == ["escape"]
+
+
+def test_a_match_that_would_depend_on_itself_is_skipped_where_tvm_crashes():
+    # Deliberately not TVM's behaviour: FuseOpsByPattern stops with "cyclic dependency"
+    # (depgroup != cur_group) on add(matmul) when relu(matmul) feeds the add.
+    mod = _matmul_module(relu_reads_matmul=True)
+    with pytest.raises(tvm.error.InternalError, match="cyclic dependency"):
+        FuseOpsByPattern([MATMUL_ADD])(mod)
+    log = pk.CompositeLog()
+    out = pk.merge_composite(mod, pk.PatternTable.from_tvm([MATMUL_ADD]), log=log)
+    assert pk.composite_counts(out) == {}
+    assert [s.kind for s in log.skipped] == ["cycle"]
+    assert "cycle" in pk.offload_report(mod, pk.PatternTable.from_tvm([MATMUL_ADD])
+                                        ).host_ops[0].kind
+
+
+def test_a_later_match_sharing_part_of_an_earlier_one_is_skipped_where_tvm_crashes():
+    # Deliberately not TVM's behaviour: for subtract(relu(*), *) on
+    # r = relu(x); a = r - y; out = r - a, FuseOpsByPattern lets the match at 'out' take
+    # 'r' from the match at 'a' and then stops with "cyclic dependency".  patternkit keeps
+    # the earlier match whole and reports the later one as an overlap.
+    x = relax.Var("x", relax.TensorType((4, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((4, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            r = bb.emit(relax.op.nn.relu(x))
+            out = bb.emit_output(relax.op.subtract(r, bb.emit(relax.op.subtract(r, y))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    fp = FusionPattern("t.relu_sub", dpl.is_op("relax.subtract")(
+        dpl.is_op("relax.nn.relu")(dpl.wildcard()), dpl.wildcard()))
+    with pytest.raises(tvm.error.InternalError, match="cyclic dependency"):
+        FuseOpsByPattern([fp])(mod)
+    log = pk.CompositeLog()
+    fused = pk.merge_composite(mod, pk.PatternTable.from_tvm([fp]), log=log)
+    assert [(f.root, f.vars) for f in log.formed] == [("lv1", ("lv", "lv1"))]
+    assert [(s.root, s.kind) for s in log.skipped] == [("gv", "overlap")]
+    pk.assert_same_numerics(mod, fused, rtol=0, atol=0)
+
+
+def test_an_unknown_semantics_is_refused():
+    with pytest.raises(pk.PatternTableError, match="semantics"):
+        pk.MergeComposite(pk.PatternTable.from_tvm([MATMUL_ADD]), semantics="onnx")
+
+
+# -- PartitionGraph ----------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["tensorrt", "example_npu"])
+def test_partition_graph_of_tvm_composites_is_merge_composite_functions(resnet, prefix):
+    theirs = relax.transform.MergeCompositeFunctions()(
+        FuseOpsByPattern(tvm_tables.registered_patterns(prefix + "."))(resnet))
+    ours = pk.PartitionGraph()(pk.MergeComposite(pk.PatternTable.from_tvm(prefix))(resnet))
+    _assert_same_module(ours, theirs)
+    assert any(name.endswith("_" + prefix) for name in (gv.name_hint for gv in ours.functions))
+
+
+def test_partition_graph_refuses_to_leave_another_compilers_tvm_composites_behind(resnet):
+    fused = pk.MergeComposite(pk.PatternTable.from_tvm("cublas,tensorrt"))(resnet)
+    with pytest.raises(pk.PatternTableError, match="also has composites of tensorrt"):
+        pk.partition_graph(fused, "cublas")
