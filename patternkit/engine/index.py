@@ -300,8 +300,14 @@ def _reads_symbolic_var(value: Any, key: int) -> bool:
 
 
 def reads_of_value(value: Any) -> list[int]:
-    """Handles of the distinct Vars a new value reads (free Vars: one C++ call)."""
-    return [handle(var) for var in C.array_items(relax.analysis.free_vars(value))]
+    """Handles of the distinct Relax Vars a new value reads (free Vars: one C++ call).
+
+    Symbolic dimensions are left out: in 0.27 ``free_vars`` also lists a TIR variable
+    read bare as an argument (``R.reshape(x, [n, d])``), which the parameters' shapes
+    define, not a binding.
+    """
+    return [handle(var) for var in C.array_items(relax.analysis.free_vars(value))
+            if not tvm.ir.is_prim_var(var)]
 
 
 def dead_after(index: "FunctionIndex", replaced: dict[int, Any],

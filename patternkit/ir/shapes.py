@@ -140,16 +140,12 @@ def dims_equal(a: Any, b: Any) -> bool | None:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     analyzer = Analyzer()
-    a, b = _prim(a), _prim(b)
+    a, b = _prim(a, b), _prim(b, a)
     if analyzer.can_prove_equal(a, b):
         return True
     if analyzer.can_prove(tvm.tirx.NE(a, b)):
         return False
     return None
-
-
-def _prim(dim: Any) -> Any:
-    return tvm.tirx.IntImm("int64", dim) if isinstance(dim, int) else dim
 
 
 def trailing_axes(axes: Sequence[Any] | None, ndim: int, *, what: str = "the reduction",

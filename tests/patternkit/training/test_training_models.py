@@ -45,13 +45,13 @@ def test_resnet18_gradients_of_every_weight_match_torch_autograd(zoo):
 
 
 def test_two_layer_bert_gradients_of_every_weight_match_torch_autograd(zoo):
-    """Layer norms (TVM's decomposition) and erf GELUs (gelu.expand) on the path; the
+    """Layer norms (layernorm.expand) and erf GELUs (gelu.expand) on the path; the
     attention mask's integer ops (arange, bitwise_and) are off it and need no gradient."""
     model = zoo("bert", layers=2, keep_params=True)
     report, result = gradients_against_torch(model)
     assert report.expanded == {"relax.nn.layer_norm": model.families["layernorm"],
                                "relax.nn.gelu": model.families["gelu"]}
-    assert report.decomposed_by_tvm
+    assert not report.decomposed_by_tvm  # the library's own rules covered every op
     assert result.ok, result
 
 
