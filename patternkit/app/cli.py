@@ -21,21 +21,42 @@ def _progress(args: argparse.Namespace):
     return lambda message: print(message, file=sys.stderr, flush=True)
 
 
+def _input_range(text: str) -> tuple[str, tuple[int, int]]:
+    """``name=lo:hi`` -> ``(name, (lo, hi))`` (``lo <= v < hi``), for ``--input-range``."""
+    name, eq, bounds = text.partition("=")
+    lo, colon, hi = bounds.partition(":")
+    try:
+        if not (name and eq and colon):
+            raise ValueError
+        low, high = int(lo), int(hi)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=LOW:HIGH (integers, LOW <= value < HIGH), found {text!r}") from None
+    if low >= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: LOW must be below HIGH")
+    return name, (low, high)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .job import run
 
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else None
     report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
-                 seed=args.seed, draw=not args.no_draw, progress=_progress(args),
-                 tables=args.table)
+                 seed=args.seed, draw=not args.no_draw, func=args.func,
+                 input_ranges=dict(args.input_range or ()), train=args.train,
+                 full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
     if not args.quiet:
         composites = sum(report.composites.values())
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
               f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
               f"{len(report.host_ops)} op(s) on the host; numeric max abs error "
-              f"{report.numeric['max_abs_error']:.3g}; round trips "
+              f"{report.numeric['max_abs_error']:.3g}"
+              f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
+              f"round trips "
               f"{'ok' if all(r['ok'] for r in report.roundtrip.values()) else 'FAILED'}; "
-              f"report in {args.out}/report.md")
+              + (f"gradients {'ok' if report.training.get('ok') else 'FAILED'}; "
+                 if args.train else "")
+              + f"report in {args.out}/report.md")
     return 0 if report.ok else 1
 
 
@@ -81,14 +102,39 @@ def _list_models() -> int:
     return 0
 
 
+VIZ_FORMATS = ("svg", "png", "pdf", "dot", "json", "plain")
+
+
 def _cmd_viz(args: argparse.Namespace) -> int:
-    from .job import load_model
-    from ..viz import viz_expr
+    from .loading import JobError, entry_function, load_model
+    from .rules import resolve_rules
+    from ..viz import viz_diff, viz_expr
 
     mod, _ = load_model(args.model)
     target = Path(args.output)
-    fmt = target.suffix.lstrip(".") or "svg"
-    path = viz_expr(mod).render(target, format=fmt)
+    fmt = args.format or target.suffix.lstrip(".") or "svg"
+    if fmt not in VIZ_FORMATS:
+        raise JobError(f"unknown drawing format {fmt!r}: one of {', '.join(VIZ_FORMATS)}")
+    options = {}
+    if args.func is not None:
+        options["functions"] = [entry_function(mod, args.func)]
+    if args.focus is not None:
+        options["focus"] = args.focus
+        options["radius"] = args.context if args.context is not None else 2
+    if args.collapse is not None:
+        options["collapse"] = args.collapse.split(",") if "," in args.collapse \
+            else args.collapse
+    if args.highlight is not None:
+        rules = list(resolve_rules([args.highlight]))
+        if len(rules) != 1:
+            raise JobError(f"--highlight takes one rule; {args.highlight!r} names {len(rules)}")
+        options["highlight"] = rules[0]
+    if args.diff is not None:
+        other, _ = load_model(args.diff)
+        graph = viz_diff(mod, other, context=None if args.focus else args.context, **options)
+    else:
+        graph = viz_expr(mod, **options)
+    path = graph.render(target, format=fmt)
     if not args.quiet:
         print(f"wrote {path}")
     return 0
@@ -190,7 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="built-in model name (default resnet18), a zoo spec "
                           "(zoo:gpt2?batch=dynamic; see list --models), a .py file defining "
                           "an IRModule, or an .onnx file")
-    run.add_argument("--patterns", help="comma-separated library names (default: all)")
+    run.add_argument("--patterns",
+                     help="comma-separated library names, rules.py:NAME or rules.py (every "
+                          "rule the file defines); default: the whole library")
+    run.add_argument("--func", help="entry function (default: main, else the only public one)")
+    run.add_argument("--input-range", action="append", type=_input_range, metavar="NAME=LO:HI",
+                     help="draw integer input NAME in [LO, HI) (repeatable); default: the "
+                          "size of the table it indexes")
+    run.add_argument("--train", action="store_true",
+                     help="also differentiate the model (sum loss, every float parameter) "
+                          "and check the gradients against finite differences")
+    run.add_argument("--full-drawing", action="store_true",
+                     help="draw every node (default: repeated layers once, composites "
+                          "collapsed, when the full layout would be slow)")
     run.add_argument("--compiler", default="ccompiler", help="external compiler name")
     run.add_argument("--table", default=None,
                      help="partition with TVM's registered pattern tables instead of the "
@@ -216,7 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     viz = sub.add_parser("viz", help="draw a model")
     viz.add_argument("model", help="built-in model name, zoo spec, .py or .onnx file")
-    viz.add_argument("-o", "--output", default="graph.svg", help="output file (svg, png, pdf)")
+    viz.add_argument("-o", "--output", default="graph.svg",
+                     help="output file; its suffix gives the format unless --format does")
+    viz.add_argument("--format", choices=VIZ_FORMATS,
+                     help="svg, png, pdf (Graphviz), dot (the DOT text), json (the graph "
+                          "model), plain (Graphviz' layout as text)")
+    viz.add_argument("--func", help="draw only this function (and what it calls)")
+    viz.add_argument("--focus", help="draw only the nodes around this variable")
+    viz.add_argument("--context", type=int, metavar="HOPS",
+                     help="hops kept around --focus, or around the changes with --diff")
+    viz.add_argument("--collapse",
+                     help="auto (default), all, none, or globs of composite/function names")
+    viz.add_argument("--diff", metavar="OTHER", help="draw what changed from MODEL to OTHER")
+    viz.add_argument("--highlight", metavar="RULE",
+                     help="outline the matches of a library rule (or rules.py:NAME)")
     viz.add_argument("--quiet", action="store_true")
     viz.set_defaults(handler=_cmd_viz)
 

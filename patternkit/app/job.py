@@ -3,32 +3,43 @@
 ``patternkit run`` is a thin shell over :func:`run`; notebooks and scripts call it
 directly.  The steps, each timed:
 
-1. **load** the model: a built-in one (default ``resnet18``, see :mod:`patternkit.models`),
-   a zoo model (``zoo:gpt2?batch=dynamic``, see :mod:`patternkit.models.zoo`), a Python
-   file that defines an ``IRModule``, or an ``.onnx`` file;
-2. **rewrite** with the library's rewrite rules (or the ones named with ``patterns=``);
-3. **composites**: ``MergeComposite`` with the library's composite entries, renamed for
+1. **load** the model (:mod:`patternkit.app.loading`): a built-in one (default
+   ``resnet18``), a zoo model (``zoo:gpt2?batch=dynamic``), a Python file that defines
+   an ``IRModule``, or an ``.onnx`` file; choose its entry function (``func=``: default
+   ``main``, else the only public function);
+2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
+   library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);
+3. **composites**: ``MergeComposite`` with the composite rules, renamed for
    ``compiler``, then ``PartitionGraph(compiler)``; or, with ``tables="cutlass"`` (TVM's
    registered tables, :meth:`patternkit.PatternTable.from_tvm`), with those tables and
    TVM's semantics instead; the offload report says which ops went to the compiler and,
    for each op left on the host, why;
-4. **numeric check**: ``before`` and ``after`` (external functions inlined back) built
-   for ``llvm`` and run on seeded random inputs;
+4. **numeric check** of the entry function: ``before`` and ``after`` (external functions
+   inlined back) built for ``llvm`` and run on seeded random inputs, integer inputs drawn
+   inside the tables they index (or the user's ``input_ranges``); inputs that would read
+   out of bounds fail the check with the reason, never pass;
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
-   ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model;
-6. **write** ``before.py``, ``after.py``, ``before.svg``, ``after.svg``, ``diff.svg``,
-   ``report.md`` and ``report.json`` to the output folder.
+   ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model, modulo
+   the dead bindings fusion drops (listed in the report);
+6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
+7. **write** ``before.py`` and ``after.py`` (which load again), ``before.svg``,
+   ``after.svg``, ``diff.svg`` (drawn within a layout budget, see
+   :mod:`patternkit.app.drawings`), ``report.md`` (a per-op table first) and
+   ``report.json`` to the output folder.
+
+The module the job loads and the output of every step are checked for well-formedness
+(:func:`patternkit.engine.assert_well_formed`), so a step that emits a broken module is
+named where it happened.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import runpy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tvm
 
@@ -38,20 +49,22 @@ from ..byoc.offload import offload_report
 from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
-from ..errors import PatternkitError
+from ..engine.wellformed import assert_well_formed
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
-from ..models import BUILTIN_MODELS, ZooError, zoo_model
-from ..models.zoo import PREFIX as ZOO_PREFIX
+from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
+from .rules import resolve_rules
+from .summary import OpSummary, markdown_table, op_summary
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "resnet18"
 DEFAULT_COMPILER = "ccompiler"
+#: Tolerances of the job's numeric check: rewrites change the arithmetic (a folded batch
+#: norm rounds differently), so not exact; a wrong rewrite is off by far more.
+RTOL = ATOL = 1e-4
 
-
-class JobError(PatternkitError):
-    """Bad input to the main job: a model that cannot be loaded, an unknown pattern..."""
+__all__ = ["DEFAULT_COMPILER", "DEFAULT_MODEL", "JobError", "JobReport", "entry_function",
+           "load_model", "run", "select_patterns", "verify", "write_outputs"]
 
 
 @dataclass
@@ -60,106 +73,72 @@ class JobReport:
 
     model: str
     compiler: str
+    func: str = "main"
     patterns: list[str] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
     composites: dict[str, int] = field(default_factory=dict)
     offloaded_ops: int = 0
     host_ops: list[str] = field(default_factory=list)
+    ops: list[dict[str, Any]] = field(default_factory=list)
     numeric: dict[str, Any] = field(default_factory=dict)
     roundtrip: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    drawings: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (bool(self.numeric.get("ok", False))
-                and all(r.get("ok", False) for r in self.roundtrip.values()))
-
-
-# -- loading ---------------------------------------------------------------------------------
-def load_model(spec: str | Path | None = None) -> tuple[tvm.IRModule, str]:
-    """``(module, description)`` for a built-in name, a zoo spec, a ``.py`` or ``.onnx`` file.
-
-    A zoo spec's description is its canonical text (``zoo:gpt2?batch=dynamic``).
-    """
-    if spec is None:
-        spec = DEFAULT_MODEL
-    text = str(spec)
-    if text in BUILTIN_MODELS:
-        return BUILTIN_MODELS[text](), f"builtin:{text}"
-    if text.startswith(ZOO_PREFIX):
-        try:
-            model = zoo_model(text)
-        except ZooError as err:
-            raise JobError(str(err)) from err
-        return model.mod, model.name
-    path = Path(text)
-    if path.suffix not in (".py", ".onnx"):
-        raise JobError(f"unknown model {text!r}: give a built-in name "
-                       f"({', '.join(sorted(BUILTIN_MODELS))}), a zoo:NAME spec "
-                       f"(patternkit list --models), a .py file or an .onnx file")
-    if not path.is_file():
-        raise JobError(f"model file not found: {path}")
-    if path.suffix == ".py":
-        return _load_python(path), str(path)
-    return _load_onnx(path), str(path)
-
-
-def _load_python(path: Path) -> tvm.IRModule:
-    try:
-        namespace = runpy.run_path(str(path))
-    except Exception as err:
-        raise JobError(f"{path}: running the file failed: {type(err).__name__}: {err}") from err
-    modules = {k: v for k, v in namespace.items() if isinstance(v, tvm.IRModule)}
-    for preferred in ("mod", "Module", "module"):
-        if preferred in modules:
-            return modules[preferred]
-    if len(modules) == 1:
-        return next(iter(modules.values()))
-    if not modules:
-        raise JobError(f"{path} defines no tvm.IRModule (name one `mod`)")
-    raise JobError(f"{path} defines several IRModules ({', '.join(sorted(modules))}); "
-                   f"name the one to use `mod`")
-
-
-def _load_onnx(path: Path) -> tvm.IRModule:
-    try:
-        import onnx
-        from tvm.relax.frontend.onnx import from_onnx
-    except ImportError as err:
-        raise JobError("loading .onnx needs the onnx extra: pip install 'patternkit[onnx]'") from err
-    try:
-        model = onnx.load(str(path))
-        return from_onnx(model)
-    except Exception as err:
-        raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
+                and all(r.get("ok", False) for r in self.roundtrip.values())
+                and self.training.get("ok", True))
 
 
 # -- pattern selection -------------------------------------------------------------------------
-def select_patterns(names: Sequence[str] | None, compiler: str) -> tuple[RuleSet, RuleSet]:
-    """``(rewrite rules, composites named for compiler)`` of the library.
+def select_patterns(names: Any, compiler: str) -> tuple[RuleSet, RuleSet]:
+    """``(rewrite rules, composites named for compiler)`` of what ``names`` selects.
 
-    ``names`` are library rule names (``"batchnorm.collapse"``, ``"byoc.conv2d_add_relu"``),
-    applied in the order given; by default the whole :data:`patternkit.patterns.LIBRARY`.
+    ``names``: library names, rules, RuleSets, ``file.py[:NAME]`` (see
+    :mod:`patternkit.app.rules`), applied in the order given; default the whole library.
     """
-    from patternkit.patterns import LIBRARY
-
-    try:
-        chosen = LIBRARY.select(names) if names else LIBRARY
-    except KeyError as err:
-        raise JobError(err.args[0]) from None
+    chosen = resolve_rules(names)
     return chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
 
 
 # -- the job ---------------------------------------------------------------------------------
-def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[str] | None = None,
+def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         compiler: str = DEFAULT_COMPILER, out_dir: str | Path | None = "patternkit-out",
-        seed: int = 0, draw: bool = True,
+        seed: int = 0, draw: bool = True, func: str | None = None,
+        numeric_options: Mapping[str, Any] | None = None,
+        input_ranges: Mapping[str, tuple[int, int]] | None = None,
+        train: bool = False, full_drawing: bool = False,
         progress: Callable[[str], None] | None = None, tables: str | None = None) -> JobReport:
     """Run the main job; see the module docstring.  ``out_dir=None`` writes nothing.
 
-    ``tables`` (``"cutlass"``, ``"cutlass,tensorrt"``) partitions with TVM's registered
-    pattern tables instead of the library's composites (the rewrites still run first).
+    Parameters
+    ----------
+    model : str, Path or tvm.IRModule
+        See :func:`patternkit.app.loading.load`; an ``IRModule`` is used as it is.
+    patterns : names, rules, RuleSets or rule files, optional
+        See :mod:`patternkit.app.rules`; default the whole library.
+    func : str, optional
+        The entry function (default ``main``, else the only public function); the numeric
+        check, round trips and drawings use it.
+    numeric_options : mapping, optional
+        Keyword arguments of :func:`patternkit.verification.numeric.compare` (``rtol``,
+        ``atol``, ``shape_vars``, ``int_ranges``...).
+    input_ranges : mapping, optional
+        Integer input name -> ``(low, high)`` (``low <= v < high``); over the ranges a zoo
+        model declares and those derived from the tables the inputs index.  Inputs that
+        would still read outside a table make the check fail, with the reason.
+    train : bool
+        Also differentiate the entry function (sum loss, every float parameter) and check
+        the gradients against finite differences; see :mod:`patternkit.app.training`.
+    full_drawing : bool
+        Draw every node instead of collapsing repeated layers and composites.
+    tables : str, optional
+        ``"cutlass"``, ``"cutlass,tensorrt"``: partition with TVM's registered pattern
+        tables instead of the library's composites (the rewrites still run first).
     """
     say = progress or (lambda message: None)
     timer = time.perf_counter
@@ -174,88 +153,149 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Sequence[st
 
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            probe = out / ".patternkit-write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as err:
-            raise JobError(f"cannot write to the output folder {out}: {err.strerror}") from err
+        _require_writable(out)
 
     say("loading the model ...")
     if isinstance(model, tvm.IRModule):
-        before, description = model, "IRModule"
+        loaded = LoadedModel(model, "IRModule")
     else:
-        before, description = step("load", load_model, model)
-    rules, composites = select_patterns(patterns, compiler)
+        loaded = step("load", load, model)
+    before = _well_formed(loaded.mod, f"the job's input ({loaded.description})", "input")
+    entry = entry_function(before, func)
+    chosen = resolve_rules(patterns)
+    rules, composites = chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
     table: Any = composites
+    names = list(chosen.names)
     if tables:
         table, compiler = PatternTable.from_tvm(tables), None
-    report = JobReport(model=description, compiler=tables or compiler,
-                       patterns=[r.rule_name for r in rules] + list(dict.fromkeys(
-                           c.name for c in table)))
+        names = list(rules.names) + list(dict.fromkeys(c.name for c in table))
+    target = tables or compiler
+    report = JobReport(model=loaded.description, compiler=target, func=entry, patterns=names)
 
     rewritten = before
+    log = RewriteLog()
     if rules:
         say(f"rewriting with {', '.join(r.rule_name for r in rules)} ...")
-        log = RewriteLog()
         rewritten = step("rewrite", rewrite, rules, before, log=log)
+        _well_formed(rewritten, "rewrite", rules=log.counts())
         report.rewrites = log.counts()
 
     after = rewritten
+    merged = None
+    host_ops: list = []
     if table:
-        say(f"forming composites for {tables or compiler} ...")
+        say(f"forming composites for {target} ...")
         offload = step("composites", offload_report, rewritten, table, compiler=compiler)
+        merged = _well_formed(offload.module, "MergeComposite")
         report.composites = offload.composites
         report.offloaded_ops = offload.offloaded_ops
-        report.host_ops = [str(h) for h in offload.host_ops]
-        after = step("partition", partition_graph, offload.module, compiler)
+        host_ops = offload.host_ops
+        report.host_ops = [str(h) for h in host_ops]
+        after = _well_formed(step("partition", partition_graph, merged, compiler),
+                             "PartitionGraph")
+    report.ops = [asdict(row) for row in op_summary(before[entry], log.records, merged,
+                                                    host_ops, target)]
 
     say("building before and after for llvm and comparing ...")
-    comparison = step("numeric_check", numeric.compare, before, inline_external(after),
-                      seed=seed, rtol=1e-4, atol=1e-4, positive=("var",))
+    options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
+    restored = _well_formed(inline_external(after), "inlining the external functions")
+    comparison = step("numeric_check", numeric.compare, before, restored, **options)
     report.numeric = {"ok": comparison.ok, "max_abs_error": comparison.max_abs_error,
-                      "max_rel_error": comparison.max_rel_error, "rtol": 1e-4, "atol": 1e-4,
-                      "seed": seed}
+                      "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
+                      "atol": options["atol"], "seed": seed,
+                      "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
+                      "refused": list(comparison.refused), "identical": comparison.identical}
 
     say("checking the fuse/defuse round trips ...")
-    fused = step("roundtrip_fuseops", check_roundtrip, before, raise_on_failure=False)
-    report.roundtrip["FuseOps"] = {"ok": fused.ok, "difference": fused.difference}
+    fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
+                 raise_on_failure=False)
+    report.roundtrip["FuseOps"] = _roundtrip_entry(fused)
     if table:
         def byoc(mod):
             return partition_graph(merge_composite(mod, table), compiler)
 
         partitioned = step("roundtrip_composites", check_roundtrip, rewritten, byoc,
-                           raise_on_failure=False)
-        report.roundtrip["MergeComposite+PartitionGraph"] = {
-            "ok": partitioned.ok, "difference": partitioned.difference}
+                           func_name=entry, raise_on_failure=False)
+        report.roundtrip["MergeComposite+PartitionGraph"] = _roundtrip_entry(partitioned)
+
+    adjoint = None
+    if train:
+        from .training import train_check  # the training package loads only when asked
+
+        say("differentiating the model and checking the gradients ...")
+        report.training, adjoint = step("train", train_check, before, entry, seed=seed,
+                                        int_ranges=options["int_ranges"])
 
     report.seconds = seconds
     if out is not None:
         say(f"writing {out}/ ...")
-        write_outputs(out, before, after, report, draw=draw, changes=None)
+        write_outputs(out, before, after, report, draw=draw, changes=log, func=entry,
+                      full_drawing=full_drawing, adjoint=adjoint)
     return report
 
 
+def _well_formed(mod: tvm.IRModule, pass_name: str, stage: str = "output",
+                 rules: Any = ()) -> tvm.IRModule:
+    """``mod``, after the engine's full well-formedness check at one of the job's boundaries.
+
+    The job checks what it loads and what each step hands on, whatever the debug mode,
+    so that a step that emits a module TVM would reject fails there, by name, rather than
+    inside ``relax.build`` three steps on.
+    """
+    assert_well_formed(mod, pass_name, stage, rules)
+    return mod
+
+
+def _roundtrip_entry(result) -> dict[str, Any]:
+    """A round trip for the report: the verdict, the difference, and the dead bindings the
+    fusion dropped (not compared: nothing reads them), so that nothing is hidden."""
+    return {"ok": result.ok, "difference": result.difference,
+            "dropped_dead": [str(d) for d in result.dropped_dead]}
+
+
+def _require_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".patternkit-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise JobError(f"cannot write to the output folder {out}: {err.strerror}") from err
+
+
+def _numeric_options(loaded: LoadedModel, entry: str, seed: int,
+                     user: Mapping[str, Any] | None,
+                     input_ranges: Mapping[str, tuple[int, int]] | None) -> dict[str, Any]:
+    """``compare``'s options: the job's defaults, then the model's facts, then the user's."""
+    options: dict[str, Any] = {"func_name": entry, "seed": seed, "rtol": RTOL, "atol": ATOL,
+                               "positive": ("var",)}
+    ranges: dict[str, tuple[int, int]] = {}
+    if loaded.zoo is not None:
+        ranges.update(loaded.zoo.input_ranges)
+        options["shape_vars"] = loaded.zoo.shape_vars()
+    options.update(user or {})
+    ranges.update(options.pop("int_ranges", None) or {})
+    ranges.update(input_ranges or {})
+    options["int_ranges"] = {k: (int(lo), int(hi)) for k, (lo, hi) in ranges.items()}
+    return options
+
+
 def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: JobReport,
-                  draw: bool = True, changes: Any = None) -> None:
+                  draw: bool = True, changes: Any = None, func: str = "main",
+                  full_drawing: bool = False, adjoint: tvm.IRModule | None = None) -> None:
     """TVMScript, drawings and the two reports."""
-    from ..viz import viz_diff, viz_expr  # drawing is optional (draw=False): load it late
-    from ..viz.display import DotUnavailable
+    from .scripts import write_script
 
     start = time.perf_counter()
-    (out / "before.py").write_text(before.script())
-    (out / "after.py").write_text(after.script())
-    files = ["before.py", "after.py"]
+    files = [write_script(out / "before.py", before), write_script(out / "after.py", after)]
     if draw:
-        drawings = {"before": lambda: viz_expr(before), "after": lambda: viz_expr(after),
-                    "diff": lambda: viz_diff(before, after, changes=changes)}
-        for name, make in drawings.items():
-            try:
-                make().render(out / name, format="svg")
-                files.append(f"{name}.svg")
-            except DotUnavailable as err:
-                logger.warning("not drawing %s.svg: %s", name, err)
+        from .drawings import draw_job  # drawing is optional (draw=False): load it late
+
+        pictures = {"before": before, "after": after}
+        drawn = draw_job(out, pictures, before, after, changes=changes, func=func,
+                         full=full_drawing, adjoint=adjoint)
+        report.drawings = {name: how for name, how in drawn.items()}
+        files += [f"{name}.svg" for name, how in drawn.items() if not how.startswith("not drawn")]
     report.seconds["write"] = round(time.perf_counter() - start, 3)
     report.outputs = files + ["report.md", "report.json"]
     (out / "report.json").write_text(json.dumps(asdict(report) | {"ok": report.ok}, indent=2))
@@ -265,9 +305,12 @@ def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: 
 def report_markdown(report: JobReport) -> str:
     verdict = "PASS" if report.ok else "FAIL"
     lines = [f"# patternkit run: {verdict}", "",
-             f"* model: `{report.model}`", f"* compiler: `{report.compiler}`",
+             f"* model: `{report.model}` (entry function `{report.func}`)",
+             f"* compiler: `{report.compiler}`",
              f"* patterns: {', '.join(f'`{p}`' for p in report.patterns) or 'none'}", "",
-             "## Rewrites", ""]
+             "## Ops", ""]
+    lines += markdown_table([OpSummary(**row) for row in report.ops])
+    lines += ["", "## Rewrites", ""]
     lines += [f"* `{k}`: {v}" for k, v in report.rewrites.items()] or ["* none"]
     lines += ["", "## Offload", "",
               f"{report.offloaded_ops} op call(s) in {sum(report.composites.values())} "
@@ -277,13 +320,34 @@ def report_markdown(report: JobReport) -> str:
         lines += ["", "Left on the host, and why:", ""]
         lines += [f"* {h}" for h in report.host_ops]
     n = report.numeric
-    lines += ["", "## Numeric check (llvm VM, seeded random inputs)", "",
-              f"{'match' if n.get('ok') else 'MISMATCH'}: max abs error "
-              f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
-              f"{n.get('max_rel_error', float('nan')):.3g} (rtol {n.get('rtol')}, "
-              f"atol {n.get('atol')}, seed {n.get('seed')})", "", "## Round trips", ""]
+    lines += ["", "## Numeric check (llvm VM, seeded random inputs)", ""]
+    if n.get("refused"):
+        lines += ["REFUSED: the inputs would read outside a table, so nothing was compared:", ""]
+        lines += [f"* {reason}" for reason in n["refused"]]
+    else:
+        lines.append(f"{'match' if n.get('ok') else 'MISMATCH'}: max abs error "
+                     f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
+                     f"{n.get('max_rel_error', float('nan')):.3g} (rtol {n.get('rtol')}, "
+                     f"atol {n.get('atol')}, seed {n.get('seed')})")
+    if n.get("identical"):
+        lines += ["", "(after is structurally identical to before: built and run once)"]
+    if n.get("int_ranges"):
+        lines += ["", "Integer inputs drawn in: " + ", ".join(
+            f"`{k}` [{lo}, {hi})" for k, (lo, hi) in sorted(n["int_ranges"].items()))]
+    lines += ["", "## Round trips", ""]
     for name, r in report.roundtrip.items():
         lines.append(f"* {name}: {'ok' if r['ok'] else 'FAILED: ' + str(r['difference'])}")
+        if r.get("dropped_dead"):
+            lines.append(f"  (not compared: {len(r['dropped_dead'])} dead binding(s) the "
+                         f"fusion dropped: {', '.join(r['dropped_dead'][:5])}"
+                         f"{', ...' if len(r['dropped_dead']) > 5 else ''})")
+    if report.training:
+        from .training import training_markdown
+
+        lines += [""] + training_markdown(report.training)
+    if report.drawings:
+        lines += ["", "## Drawings", ""]
+        lines += [f"* `{name}.svg`: {how}" for name, how in report.drawings.items()]
     lines += ["", "## Time per step (s)", ""]
     lines += [f"* {k}: {v:.2f}" for k, v in report.seconds.items()]
     return "\n".join(lines) + "\n"

@@ -2,17 +2,35 @@
 
 Every rewrite patternkit ships is checked this way; users get the same helpers to check
 their own passes.  Inputs are drawn from a seeded generator so a failure reproduces.
+
+Integer inputs that index a table (token ids into an embedding) are drawn inside it
+(:mod:`patternkit.verification.indices`), or in the range the caller gives; a comparison
+whose inputs would read outside a table is refused, never reported as a match, since
+TVM's ``take`` does not check its indices on the CPU.
+
+Building is the slow part, and a pass is usually compared against the same "before"
+many times: :func:`compare` keeps the last few built reference modules, keyed by the
+module object *and* its structural hash (so a module edited in place is rebuilt).  An
+``after`` structurally equal to ``before`` (a pass that changed nothing) is not built
+again: the result says ``identical``.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
+import tvm_ffi
 import tvm
 from tvm import relax
 
 from ..ir import compat as C
+from .indices import index_ranges, out_of_bounds
+
+#: Integers for inputs that index nothing known: small, so valid in small tensors.
+DEFAULT_INT_RANGE = (0, 8)
 
 
 @dataclass(frozen=True)
@@ -23,9 +41,17 @@ class Comparison:
     max_rel_error: float
     outputs: int
     ok: bool
+    #: Why the inputs could not be compared (reads outside a table); empty when they ran.
+    refused: tuple[str, ...] = ()
+    #: ``after`` is structurally identical to ``before``: built and run once, not twice.
+    identical: bool = False
 
     def __str__(self) -> str:
+        if self.refused:
+            return "REFUSED: " + "; ".join(self.refused)
         verdict = "match" if self.ok else "MISMATCH"
+        if self.identical:
+            return f"{verdict}: identical modules ({self.outputs} output(s))"
         return (f"{verdict}: {self.outputs} output(s), max abs error {self.max_abs_error:.3g}, "
                 f"max rel error {self.max_rel_error:.3g}")
 
@@ -73,15 +99,20 @@ def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[i
 
 def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int] | None = None,
                   default_dim: int = 3, low: float = -1.0, high: float = 1.0,
-                  positive: tuple[str, ...] = ()) -> list[np.ndarray]:
+                  positive: tuple[str, ...] = (),
+                  int_ranges: Mapping[str, tuple[int, int]] | None = None) -> list[np.ndarray]:
     """Seeded random arrays for every parameter of ``func``.
 
     Floating parameters are uniform in ``[low, high)``; names listed in ``positive``
     (variances, say) are drawn from ``[0.5, 1.5)`` so that ``sqrt`` stays defined.
+    Integer parameters are uniform in ``[lo, hi)`` of ``int_ranges[name]``, else of the
+    smallest table they index (:func:`~patternkit.verification.indices.index_ranges`),
+    else of :data:`DEFAULT_INT_RANGE`.
     Symbolic dimensions take their value from ``shape_vars`` or ``default_dim``.
     """
     rng = np.random.default_rng(seed)
     shape_vars = shape_vars or {}
+    ranges = {**index_ranges(func), **(int_ranges or {})}
     arrays = []
     for param in func.params:
         ty = param.ty
@@ -95,7 +126,8 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
         elif dtype == "bool":
             arr = rng.integers(0, 2, size=shape)
         else:
-            arr = rng.integers(0, 8, size=shape)
+            lo, hi = ranges.get(C.var_name(param), DEFAULT_INT_RANGE)
+            arr = rng.integers(lo, hi, size=shape)
         arrays.append(np.asarray(arr).astype(dtype))
     return arrays
 
@@ -109,19 +141,64 @@ def flatten(result) -> list[np.ndarray]:
     return out
 
 
-def run(mod: tvm.IRModule, inputs: list[np.ndarray], func_name: str = "main") -> list[np.ndarray]:
-    """Build ``mod`` for llvm, call ``func_name`` with ``inputs``; outputs flattened to numpy."""
-    vm = build(mod)
+def run(mod: tvm.IRModule, inputs: list[np.ndarray], func_name: str = "main",
+        vm: relax.VirtualMachine | None = None) -> list[np.ndarray]:
+    """Build ``mod`` for llvm (unless ``vm`` is its build), call ``func_name`` with ``inputs``.
+
+    Outputs are flattened to numpy.
+    """
+    vm = vm if vm is not None else build(mod)
     return flatten(vm[func_name](*[C.to_tensor(a) for a in inputs]))
+
+
+class _BuildCache:
+    """The last few reference builds: ``id(mod)`` -> ``(mod, structural hash, vm)``.
+
+    The module is held, so its ``id`` cannot be reused while the entry lives; the hash
+    catches a module changed in place (``mod["main"] = ...``) since it was built.
+    """
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self._entries: OrderedDict[int, tuple] = OrderedDict()
+
+    def vm(self, mod: tvm.IRModule) -> relax.VirtualMachine:
+        digest = tvm_ffi.structural_hash(mod)
+        entry = self._entries.get(id(mod))
+        if entry is not None and entry[0] is mod and entry[1] == digest:
+            self._entries.move_to_end(id(mod))
+            return entry[2]
+        vm = build(mod)
+        self._entries[id(mod)] = (mod, digest, vm)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return vm
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+REFERENCE_BUILDS = _BuildCache()
 
 
 def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", seed: int = 0,
             rtol: float = 1e-5, atol: float = 1e-5, inputs: list[np.ndarray] | None = None,
             **input_options) -> Comparison:
-    """Run both modules on the same seeded inputs and compare every output."""
+    """Run both modules on the same seeded inputs and compare every output.
+
+    ``before``'s build is reused across calls (see the module docstring).  Inputs that
+    would index outside a table give a refused, failed :class:`Comparison` (nothing is
+    run).  ``input_options`` go to :func:`random_inputs` (``int_ranges=``, ``positive=``).
+    """
     if inputs is None:
         inputs = random_inputs(before[func_name], seed=seed, **input_options)
-    ref = run(before, inputs, func_name)
+    refused = tuple(out_of_bounds(before[func_name], inputs))
+    if refused:
+        return Comparison(float("nan"), float("nan"), 0, False, refused)
+    ref = run(before, inputs, func_name, vm=REFERENCE_BUILDS.vm(before))
+    if after is before or tvm_ffi.structural_equal(after, before):
+        # the same program: its build would run the same kernels on the same inputs
+        return Comparison(0.0, 0.0, len(ref), True, identical=True)
     got = run(after, inputs, func_name)
     return compare_outputs(ref, got, rtol=rtol, atol=atol)
 

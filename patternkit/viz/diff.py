@@ -46,8 +46,8 @@ def viz_diff(before: Any, after: Any, changes: Any = None, context: int | None =
     ----------
     before, after : tvm.IRModule, relax.Function or relax.Expr
         The IR before and after a pass (neither is modified).
-    changes : iterable, optional
-        Records with ``.rule`` (str), ``.function`` (str), ``.root`` (str, the var name of
+    changes : RewriteLog or iterable, optional
+        The rewrite log itself (its ``records``), or records with ``.rule`` (str), ``.function`` (str), ``.root`` (str, the var name of
         the rewritten binding in ``after``) and ``.replaced`` (tuple of var names of
         ``before`` bindings the rule replaced).  Without it the graphs are aligned
         structurally.
@@ -102,6 +102,9 @@ def _functions_of(obj: Any) -> list:
 def _records(changes: Any) -> list:
     if changes is None:
         return []
+    records_of = getattr(changes, "records", None)
+    if records_of is not None and not callable(records_of):  # a RewriteLog: its records
+        changes = records_of
     try:
         records = list(changes)
     except TypeError:
@@ -379,12 +382,49 @@ def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict,
         a_edge_keys.add(k)
         edge_status = "" if k in b_edge_keys else "added"
         model.add_edge(Edge(e.src, e.dst, e.index, e.port, e.kind, edge_status))
+    removed_edges = []
     for e in mb.edges:
         k = (b_id(e.src), b_id(e.dst), e.index, e.port, e.kind)
         if k not in a_edge_keys:
-            model.add_edge(Edge(k[0], k[1], e.index, e.port, e.kind, "removed"))
+            removed_edges.append(Edge(k[0], k[1], e.index, e.port, e.kind, "removed"))
+    for e in _acyclic(model, removed_edges):
+        model.add_edge(e)
     model.drop_empty_clusters()
     return model
+
+
+def _acyclic(model: GraphModel, removed: list[Edge]) -> list[Edge]:
+    """The removed edges that do not close a cycle with the edges already drawn.
+
+    A removed edge joins a *before* node to its aligned *after* counterpart; when the
+    rewrite reordered values (the old consumer is now upstream of the old producer) it
+    would draw a cycle, which reads as a data dependence that exists in neither version
+    (and makes ``dot`` reverse edges).  Such edges are left out; the removed node keeps
+    its other edges, so it is still drawn where it was.
+    """
+    succ: dict[str, list[str]] = {}
+    for e in model.edges:
+        succ.setdefault(e.src, []).append(e.dst)
+
+    def reaches(start: str, goal: str) -> bool:
+        stack, seen = [start], {start}
+        while stack:
+            node = stack.pop()
+            if node == goal:
+                return True
+            for nxt in succ.get(node, ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+    kept = []
+    for e in removed:
+        if e.src == e.dst or reaches(e.dst, e.src):
+            continue
+        succ.setdefault(e.src, []).append(e.dst)
+        kept.append(e)
+    return kept
 
 
 def _side_by_side(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict) -> GraphModel:
@@ -417,8 +457,21 @@ def _side_by_side(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dic
     return model
 
 
+def _in_changed_cluster(model: GraphModel, cluster: str | None) -> bool:
+    """Is ``cluster`` (or a cluster around it) added or removed: a fusion boundary moved?"""
+    while cluster:
+        c = model.clusters.get(cluster)
+        if c is None:
+            return False
+        if c.status in ("added", "removed"):
+            return True
+        cluster = c.parent
+    return False
+
+
 def _restrict_to_changes(model: GraphModel, hops: int) -> None:
-    changed = [n.id for n in model.nodes.values() if n.status in ("added", "removed", "changed")]
+    changed = [n.id for n in model.nodes.values() if n.status in ("added", "removed", "changed")
+               or _in_changed_cluster(model, n.cluster)]
     # A rewiring between two unchanged nodes is a change too.
     flagged = set(changed)
     for e in model.edges:

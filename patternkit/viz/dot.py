@@ -12,7 +12,7 @@ from html import escape as html_escape
 
 from .model import Cluster, GraphModel, Node
 from .options import VizOptions
-from .palette import STATUS_COLORS, fill_color, outline_color
+from .palette import STATUS_COLORS, fill_color, outline_color, text_color
 
 __all__ = ["to_dot"]
 
@@ -156,7 +156,7 @@ def to_dot(model: GraphModel, options: VizOptions) -> str:
                 attrs["fillcolor"] = fill_color(key)
         if node.status in STATUS_COLORS:
             attrs["color"] = STATUS_COLORS[node.status]
-            attrs["fontcolor"] = STATUS_COLORS[node.status]
+            attrs["fontcolor"] = text_color(STATUS_COLORS[node.status])
             attrs["penwidth"] = "2.5"
             if node.status == "removed":
                 attrs["style"] = attrs["style"] + ",dashed"
@@ -186,7 +186,7 @@ def to_dot(model: GraphModel, options: VizOptions) -> str:
         if cluster.kind == "match":
             idx = int(cluster.attrs.get("match", 0))
             attrs["color"] = outline_color(idx)
-            attrs["fontcolor"] = outline_color(idx)
+            attrs["fontcolor"] = text_color(outline_color(idx))
         if cluster.kind == "codegen" and key is not None:
             attrs["fillcolor"] += "66"  # translucent, so the composites inside stand out
         if cluster.status in STATUS_COLORS:

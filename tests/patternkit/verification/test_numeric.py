@@ -151,3 +151,37 @@ def test_local_functions_from_partition_are_lifted_before_the_build(make_var):
     assert any(isinstance(b.value, relax.Function)
                for b in partitioned["main"].body.blocks[0].bindings)
     assert pk.compare(mod, partitioned, rtol=0, atol=0).ok
+
+
+# ---------------------------------------------------------------------- reference builds
+def test_compare_builds_the_reference_once_and_again_after_the_module_changes(monkeypatch):
+    from patternkit.verification import numeric
+
+    import tvm
+
+    mod = tvm.IRModule(dict(Plus.functions))  # our own copy, to change in place below
+    numeric.REFERENCE_BUILDS.clear()
+    builds = []
+    real = numeric.build
+    monkeypatch.setattr(numeric, "build", lambda m, *a, **k: builds.append(m) or real(m, *a, **k))
+    for _ in range(3):
+        assert not pk.compare(mod, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0).ok
+    assert len(builds) == 4  # "before" once, "after" each time
+    mod["main"] = PlusAnEighth["main"]  # changed in place: the cached build is stale
+    assert not pk.compare(mod, Plus, inputs=INPUTS, rtol=0, atol=0).ok
+
+
+def test_an_after_identical_to_before_is_not_built_twice(monkeypatch):
+    from patternkit.verification import numeric
+
+    numeric.REFERENCE_BUILDS.clear()
+    builds = []
+    real = numeric.build
+    monkeypatch.setattr(numeric, "build", lambda m, *a, **k: builds.append(m) or real(m, *a, **k))
+    import tvm
+
+    same = pk.compare(Plus, tvm.IRModule(dict(Plus.functions)), inputs=INPUTS, rtol=0, atol=0)
+    assert same.ok and same.identical and len(builds) == 1
+    assert "identical modules" in str(same)
+    other = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0)
+    assert not other.ok and not other.identical and len(builds) == 2

@@ -1,0 +1,126 @@
+"""The job's drawings: always a useful picture, within a layout budget.
+
+Graphviz' ``dot`` grows faster than linearly with the graph, and a 12-layer GPT-2 has
+thousands of bindings: drawn whole, the layout times out and the job writes nothing.
+So each picture is tried in steps, cheapest-to-read first, until one lays out in time:
+
+1. as it is (composites collapsed automatically past ``max_nodes``);
+2. repeated layers drawn once, with a count (:mod:`patternkit.viz.repeats`), and every
+   composite as a single node;
+3. the same around the function's result only (``focus=`` the output, a few hops), which
+   always lays out.
+
+``full=True`` (``--full-drawing``) draws every node, with a generous timeout.  What was
+drawn, and how, goes into the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+logger = logging.getLogger(__name__)
+
+#: Seconds ``dot`` may take per attempt; the budget per picture is a few attempts.
+LAYOUT_TIMEOUT = 8.0
+#: Past this many nodes the drawing as it is is not tried: ``dot`` would spend the whole
+#: timeout (a 12-layer GPT-2's 680 nodes did not lay out in 20 s), and the picture would not be readable anyway.
+AS_IS_NODES = 400
+FULL_TIMEOUT = 120.0
+
+
+def _attempts(full: bool):
+    if full:
+        return [("full drawing", {"collapse": "none", "max_nodes": 10**6,
+                                  "hard_limit": 10**6, "timeout": FULL_TIMEOUT}, "as is")]
+    return [("as is", {}, "as is"),
+            ("repeated layers drawn once, composites collapsed", {"collapse": "all"}, "fold"),
+            ("the output's neighbourhood only (6 hops)",
+             {"collapse": "all", "radius": 6}, "output")]
+
+
+def draw_picture(path: Path, draw, full: bool = False) -> str:
+    """Render ``draw(mode, **options) -> (VizGraph, note)`` to ``path`` (SVG).
+
+    ``mode``: ``"as is"``, ``"fold"`` (repeated layers once) or ``"output"`` (around the
+    result); a drawer that has no smaller form may ignore it.
+
+    Returns how it was drawn (or why not), for the report.
+    """
+    from ..viz import VizError
+    from ..viz.display import DotUnavailable
+
+    last = ""
+    for how, options, mode in _attempts(full):
+        start = time.perf_counter()
+        options = {"timeout": LAYOUT_TIMEOUT, **options}
+        try:
+            graph, note = draw(mode, **options)
+            nodes = len(graph.model.nodes)
+            if not graph.layout_allowed or (mode == "as is" and nodes > AS_IS_NODES):
+                last = f"{nodes} nodes is past the layout limit"
+                logger.info("%s: %s has %d nodes; trying smaller", path.name, how, nodes)
+                continue
+            graph.render(path, format="svg")
+        except (DotUnavailable, VizError) as err:  # a picture never fails the job
+            last = str(err)
+            logger.info("%s: %s did not lay out (%s); trying smaller", path.name, how, err)
+            continue
+        return f"{how}{note} ({time.perf_counter() - start:.1f} s)"
+    return f"not drawn: {last}"
+
+
+def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
+             after: tvm.IRModule, *, changes: Any = None, func: str = "main",
+             full: bool = False, adjoint: tvm.IRModule | None = None) -> dict[str, str]:
+    """``before.svg``, ``after.svg``, ``diff.svg`` (and ``adjoint.svg``); name -> how drawn."""
+    from ..viz import viz_diff, viz_expr
+    from ..viz.repeats import fold_repeats
+
+    def expr_drawer(mod: tvm.IRModule, name: str):
+        def draw(mode: str, **options):
+            target, note = fold_repeats(mod, name) if mode != "as is" else (mod, "")
+            result = _result_name(target[name]) if mode == "output" else ""
+            if result:
+                options["focus"] = result
+            graph = viz_expr(target, functions=[name], title=f"{name}{note}", **options)
+            return graph, note
+        return draw
+
+    def diff_drawer(mode: str, **options):
+        context = {"as is": 2, "fold": 1, "output": 0}[mode]
+        return viz_diff(before, after, changes=changes, context=context, functions=[func],
+                        **{k: v for k, v in options.items() if k != "radius"}), ""
+
+    drawn = {}
+    for name, mod in pictures.items():
+        drawn[name] = draw_picture(out / name, expr_drawer(mod, func), full)
+    drawn["diff"] = draw_picture(out / "diff", diff_drawer, full)
+    if adjoint is not None:
+        name = func + "_loss_adjoint"
+        drawn["adjoint"] = draw_picture(out / "adjoint", expr_drawer(adjoint, name), full)
+    return drawn
+
+
+def _result_name(func) -> str:
+    """The last op binding's variable: what the last-resort drawing is drawn around.
+
+    Not the returned variable itself, which is often a plain copy out of the dataflow
+    block (``gv = lv99``) that the visualiser draws as the output, not as a node.
+    """
+    from tvm import relax
+
+    from ..ir import compat as C
+
+    body = func.body
+    if isinstance(body, relax.SeqExpr):
+        for block in reversed(list(body.blocks)):
+            for binding in reversed(list(block.bindings)):
+                if C.op_name(binding.value) is not None or isinstance(binding.value,
+                                                                      relax.Call):
+                    return C.var_name(binding.var)
+    return ""

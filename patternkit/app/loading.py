@@ -1,0 +1,128 @@
+"""Loading the job's input: a model spec to an ``IRModule``, and its entry function.
+
+A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule`` or an
+``.onnx`` file.  Its entry function is the one the user names, else ``main``, else the
+only public function: importers and hand-written modules do not all call it ``main``
+(``forward``), and a guess among several would check the wrong function.
+"""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from ..errors import PatternkitError
+from ..models import BUILTIN_MODELS, ZooError, zoo_model
+from ..models.zoo import PREFIX as ZOO_PREFIX
+
+DEFAULT_MODEL = "resnet18"
+
+
+class JobError(PatternkitError):
+    """Bad input to the main job: a model that cannot be loaded, an unknown pattern..."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A loaded model: the module, how to name it, and the zoo build it came from."""
+
+    mod: tvm.IRModule
+    description: str
+    zoo: Any = None  # a patternkit.models.ZooModel for zoo specs: input ranges, sizes
+
+
+def load(spec: str | Path | None = None) -> LoadedModel:
+    """Load a built-in name, a zoo spec, a ``.py`` or an ``.onnx`` file (default resnet18).
+
+    A zoo spec's description is its canonical text (``zoo:gpt2?batch=dynamic``).
+    """
+    if spec is None:
+        spec = DEFAULT_MODEL
+    text = str(spec)
+    if text in BUILTIN_MODELS:
+        return LoadedModel(BUILTIN_MODELS[text](), f"builtin:{text}")
+    if text.startswith(ZOO_PREFIX):
+        try:
+            model = zoo_model(text)
+        except ZooError as err:
+            raise JobError(str(err)) from err
+        return LoadedModel(model.mod, model.name, model)
+    path = Path(text)
+    if path.suffix not in (".py", ".onnx"):
+        raise JobError(f"unknown model {text!r}: give a built-in name "
+                       f"({', '.join(sorted(BUILTIN_MODELS))}), a zoo:NAME spec "
+                       f"(patternkit list --models), a .py file or an .onnx file")
+    if not path.is_file():
+        raise JobError(f"model file not found: {path}")
+    if path.suffix == ".py":
+        return LoadedModel(_load_python(path), str(path))
+    return LoadedModel(_load_onnx(path), str(path))
+
+
+def load_model(spec: str | Path | None = None) -> tuple[tvm.IRModule, str]:
+    """``(module, description)``; see :func:`load`."""
+    loaded = load(spec)
+    return loaded.mod, loaded.description
+
+
+def entry_function(mod: tvm.IRModule, func: str | None = None) -> str:
+    """The name of the function the job checks: ``func``, else ``main``, else the only public one.
+
+    Raises
+    ------
+    JobError
+        ``func`` is not a Relax function of ``mod``, or ``func`` is not given and the module
+        has no ``main`` and not exactly one public Relax function (an empty module, say).
+    """
+    relax_funcs = {gv.name_hint: f for gv, f in mod.functions.items()
+                   if isinstance(f, relax.Function)}
+    if func is not None:
+        if func not in relax_funcs:
+            raise JobError(f"the model has no Relax function {func!r} "
+                           f"(it has: {', '.join(sorted(relax_funcs)) or 'none'})")
+        return func
+    if "main" in relax_funcs:
+        return "main"
+    public = sorted(name for name, f in relax_funcs.items()
+                    if f.attrs is not None and "global_symbol" in f.attrs)
+    if len(public) == 1:
+        return public[0]
+    if not public:
+        raise JobError("the model has no public Relax function to run (an empty module?)")
+    raise JobError(f"the model has no 'main' and several public functions "
+                   f"({', '.join(public)}): choose one with --func")
+
+
+def _load_python(path: Path) -> tvm.IRModule:
+    try:
+        namespace = runpy.run_path(str(path))
+    except Exception as err:
+        raise JobError(f"{path}: running the file failed: {type(err).__name__}: {err}") from err
+    modules = {k: v for k, v in namespace.items() if isinstance(v, tvm.IRModule)}
+    for preferred in ("mod", "Module", "module"):
+        if preferred in modules:
+            return modules[preferred]
+    if len(modules) == 1:
+        return next(iter(modules.values()))
+    if not modules:
+        raise JobError(f"{path} defines no tvm.IRModule (name one `mod`)")
+    raise JobError(f"{path} defines several IRModules ({', '.join(sorted(modules))}); "
+                   f"name the one to use `mod`")
+
+
+def _load_onnx(path: Path) -> tvm.IRModule:
+    try:
+        import onnx
+        from tvm.relax.frontend.onnx import from_onnx
+    except ImportError as err:
+        raise JobError("loading .onnx needs the onnx extra: pip install 'patternkit[onnx]'") from err
+    try:
+        model = onnx.load(str(path))
+        return from_onnx(model)
+    except Exception as err:
+        raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err

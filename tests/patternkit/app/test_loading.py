@@ -1,0 +1,87 @@
+"""Loading the job's model and choosing its entry function."""
+
+from __future__ import annotations
+
+import pytest
+import tvm
+
+from patternkit.app.cli import main
+from patternkit.app.loading import JobError, entry_function
+from patternkit.models import seed_batchnorm
+
+
+def _renamed(*names: str) -> tvm.IRModule:
+    """A module with one copy of ``seed_batchnorm``'s ``main`` under each of ``names``."""
+    return tvm.IRModule({name: seed_batchnorm()["main"].with_attr("global_symbol", name)
+                         for name in names})
+
+
+def test_main_is_the_entry_when_there_is_one_else_the_only_public_function():
+    assert entry_function(seed_batchnorm()) == "main"
+    assert entry_function(_renamed("forward")) == "forward"
+    assert entry_function(_renamed("main", "forward")) == "main"
+    assert entry_function(_renamed("a", "b"), "b") == "b"
+
+
+@pytest.mark.parametrize("mod, func, message", [
+    (tvm.IRModule(), None, "no public Relax function to run"),
+    (_renamed("a", "b"), None, "several public functions (a, b): choose one"),
+    (_renamed("forward"), "main", "no Relax function 'main' (it has: forward)"),
+])
+def test_an_entry_that_cannot_be_chosen_is_a_one_line_error(mod, func, message):
+    with pytest.raises(JobError) as err:
+        entry_function(mod, func)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def _write_module(path, mod_expr: str) -> None:
+    path.write_text("import tvm\nfrom patternkit.models import seed_batchnorm\n"
+                    "_f = seed_batchnorm()['main']\n" + mod_expr + "\n")
+
+
+def test_run_checks_and_reports_a_forward_entry(tmp_path, capsys):
+    model = tmp_path / "forward.py"
+    _write_module(model, "mod = tvm.IRModule({'forward': _f.with_attr('global_symbol', "
+                         "'forward')})")
+    out = tmp_path / "out"
+    assert main(["run", str(model), "--out", str(out), "--quiet", "--no-draw"]) == 0
+    report = (out / "report.md").read_text()
+    assert "# patternkit run: PASS" in report and "entry function `forward`" in report
+
+
+@pytest.mark.parametrize("mod_expr, argv, message", [
+    ("mod = tvm.IRModule()", [], "no public Relax function to run"),
+    ("mod = tvm.IRModule({'a': _f.with_attr('global_symbol', 'a'), 'b': "
+     "seed_batchnorm()['main'].with_attr('global_symbol', 'b')})", [], "choose one with --func"),
+    ("mod = seed_batchnorm()", ["--func", "forward"], "no Relax function 'forward'"),
+])
+def test_run_without_a_usable_entry_exits_2_with_one_line(tmp_path, capsys, mod_expr, argv,
+                                                          message):
+    model = tmp_path / "model.py"
+    _write_module(model, mod_expr)
+    assert main(["run", str(model), "--out", str(tmp_path / "out"), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.models
+def test_run_on_a_zoo_model_whose_entry_is_forward(tmp_path, zoo):
+    model = zoo("gpt2", entry="forward")
+    out = tmp_path / "out"
+    assert main(["run", model.name, "--out", str(out), "--quiet"]) == 0
+    import json
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["func"] == "forward" and report["numeric"]["ok"]
+    assert {"before.svg", "after.svg", "diff.svg"} <= set(report["outputs"])
+
+
+def test_a_model_that_is_not_well_formed_is_refused_at_the_jobs_input(tmp_path, capsys):
+    model = tmp_path / "shared.py"
+    # the same parameters in two functions: TVM's checker refuses it
+    _write_module(model, "mod = tvm.IRModule({'main': _f, 'other': "
+                         "_f.with_attr('global_symbol', 'other')})")
+    assert main(["run", str(model), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the job's input" in err and "not well formed" in err
+    assert len(err.strip().splitlines()) == 1
