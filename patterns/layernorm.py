@@ -233,7 +233,7 @@ class LayerNormCollapse(RewriteRule):
         b = relax.Var("beta", relax.TensorType(features, dtype))
         params += [p for p, role in ((g, "gamma"), (b, "beta")) if affine in (role, "both")]
         eps_value = {"scalar": relax.const(1e-5, dtype),
-                     "vector": relax.const(np.full(int(shape[-1]), 1e-5, dtype)),
+                     "vector": relax.const(np.full(int(shape[-1]), 1e-5, dtype), dtype),
                      "variable": relax.Var("eps", relax.TensorType((), dtype))}[eps]
         if eps == "variable":
             params.append(eps_value)

@@ -177,7 +177,7 @@ class RmsNormCollapse(RewriteRule):
         w = relax.Var("w", relax.TensorType(shape if weight == "full" else features, dtype))
         compute = "float32" if spelling != "plain" else dtype
         eps_value = (relax.const(1e-6, compute) if eps == "scalar" else
-                     relax.const(np.full(int(shape[-1]), 1e-6, compute)))
+                     relax.const(np.full(int(shape[-1]), 1e-6, compute), compute))
         bb = relax.BlockBuilder()
         with bb.function("main", [x] + ([] if weight == "none" else [w])):
             with bb.dataflow():
