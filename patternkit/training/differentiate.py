@@ -90,7 +90,6 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
     target = _function(mod, func)
     params = _wrt_params(target, func, wrt)
     _require_scalar_loss(target, func)
-    ensure_extra_gradients()
 
     expanded = expand_for_gradient(target, func, expansions, report)
     _require_one_dataflow_block(expanded, func)
@@ -207,11 +206,12 @@ def expand_for_gradient(target: relax.Function, func: str = "main", expansions: 
     # construction (what they emit holds no op they match), so no growth bound applies.
     expanded = rewrite(_rules(expansions, EXPANSIONS), target, log=report.expansion_log,
                        max_growth=None)
-    if any(op in ops_without_gradient(expanded, func) for op in _TVM_DECOMPOSES):
+    still = ops_without_gradient(expanded, func)
+    if any(op in still for op in _TVM_DECOMPOSES):
         single = relax.transform.DecomposeOpsForTraining()(tvm.IRModule({func: expanded}))
         expanded = single[func]
         report.decomposed_by_tvm = True
-    still = ops_without_gradient(expanded, func)
+        still = ops_without_gradient(expanded, func)
     report.expanded = {op: n for op, n in report.expanded.items() if op not in still}
     return expanded
 

@@ -24,9 +24,8 @@ _WIDE = "float64"
 
 def _wide_type(ty: Any) -> Any:
     if isinstance(ty, relax.TensorType) and str(ty.dtype).startswith("float"):
-        shape = ty.shape if ty.shape is not None else None
-        if shape is not None:
-            return relax.TensorType(shape, _WIDE)
+        if ty.shape is not None:
+            return relax.TensorType(ty.shape, _WIDE)
         return relax.TensorType(dtype=_WIDE, ndim=ty.ndim)
     if isinstance(ty, relax.TupleType):
         return relax.TupleType([_wide_type(f) for f in ty.fields])
@@ -88,8 +87,9 @@ def _rebuild_with_dtype(call: relax.Call, args: list, func_name: str, binding: A
         return getattr(relax.op, name.split(".")[-1])(args[0], _WIDE)
     if name in ("relax.full",):
         return relax.op.full(args[0], args[1], _WIDE)
-    if name in ("relax.zeros_like", "relax.ones_like", "relax.full_like"):
-        return relax.Call(call.op, args, None) if name != "relax.full_like" else \
-            relax.op.full_like(args[0], args[1], _WIDE)
+    if name in ("relax.zeros_like", "relax.ones_like"):
+        return getattr(relax.op, name.split(".")[-1])(args[0], _WIDE)
+    if name == "relax.full_like":
+        return relax.op.full_like(args[0], args[1], _WIDE)
     raise GradientError(f"{func_name}: cannot recompute {name} (dtype attribute) in float64"
                         + (f" (binding {binding.var.name})" if binding is not None else ""))
