@@ -1,0 +1,269 @@
+"""patterns/backward.py: batch-norm and layer-norm backward chains as composites, on the
+graphs ``relax.transform.Gradient`` emits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.byoc import CompositeLog, inline_external, merge_composite
+from patternkit.patterns import LIBRARY
+from patternkit.patterns.backward import (COMPOSITES, FrozenBatchNormGradComposite,
+                                          NormGradComposite)
+from patternkit.testing import EXACT, Negative, RuleCase, check_rule
+from patternkit.training import gradient, with_loss
+
+#: The backward composites as the library holds them (named ``byoc.<kind>_grad``).
+BACKWARD = [rule for rule in LIBRARY.composites() if type(rule).__module__.endswith(".backward")]
+
+
+# -- the chain as Gradient writes it, as TVMScript ---------------------------------------------
+def _norm_grad_script(x_shape, stats, count, *, dtype="float32", gamma=None, upstream=False,
+                      composite=None, pattern_ops=None, second_stats=None, half=0.5) -> str:
+    """TVMScript of the input gradient of a norm over ``x_shape`` with ``stats``-shaped
+    statistics, as ``Gradient`` emits it for ``layernorm.expand`` / ``batchnorm.expand``.
+
+    ``gamma``: the scale's shape (``None``: no ``dy * gamma``); ``upstream``: the
+    running-statistics adjoints added to the mean's and the variance's gradients (a
+    training-mode batch norm); ``composite``: the chain wrapped in a local composite of
+    that name instead; ``second_stats`` / ``half``: edges for negatives.  A ``"n"`` in a
+    shape is a symbolic dimension.
+    """
+    dims = lambda shape: ", ".join(str(d) for d in shape)  # noqa: E731
+    sym = any(d == "n" for d in x_shape)
+    def ty(shape, outer: bool = True) -> str:
+        """The type; ``n`` is declared by the outer signature and read by the composite's."""
+        text = ", ".join(repr(d) if d == "n" and outer else str(d) for d in shape)
+        return f'R.Tensor(({text}{"," if len(shape) == 1 else ""}), "{dtype}")'
+
+    second = second_stats or stats
+    params = [("dy", x_shape)] + ([("gamma", gamma)] if gamma else []) + [
+        ("std", stats), ("xhat", x_shape), ("xc", x_shape)]
+    if upstream:
+        params += [("dvar_up", stats), ("dmean_up", second)]
+
+    def chain(p: str, indent: str) -> str:
+        arg = lambda name: name + p  # noqa: E731
+        g = "g" if gamma else arg("dy")
+        lines = ([f"g = R.multiply({arg('dy')}, {arg('gamma')})"] if gamma else []) + [
+            f"neg_g = R.negative({g})",
+            f"g_xhat = R.multiply(neg_g, {arg('xhat')})",
+            f"direct = R.divide({g}, {arg('std')})",
+            f"through_std = R.divide(g_xhat, {arg('std')})",
+            f"dstd = R.collapse_sum_to(through_std, R.shape([{dims(stats)}]))",
+            f'half = R.multiply(R.const({half}, "{dtype}"), dstd)',
+            f"dvar = R.divide(half, {arg('std')})"]
+        dvar = "dvar"
+        if upstream:
+            lines.append(f"dvar_all = R.add({arg('dvar_up')}, dvar)")
+            dvar = "dvar_all"
+        lines += [
+            f'dvar_mean = R.divide({dvar}, R.const({count}, "{dtype}"))',
+            f"dsq = R.broadcast_to(dvar_mean, R.shape([{dims(x_shape)}]))",
+            f"left = R.multiply(dsq, {arg('xc')})",
+            "dxc1 = R.add(direct, left)",
+            f"right = R.multiply(dsq, {arg('xc')})",
+            "dxc = R.add(dxc1, right)",
+            "neg_dxc = R.negative(dxc)",
+            f"dmean = R.collapse_sum_to(neg_dxc, R.shape([{dims(second)}]))"]
+        dmean = "dmean"
+        if upstream:
+            lines.append(f"dmean_all = R.add({arg('dmean_up')}, dmean)")
+            dmean = "dmean_all"
+        lines += [f'dmean_n = R.divide({dmean}, R.const({count}, "{dtype}"))',
+                  f"dmean_b = R.broadcast_to(dmean_n, R.shape([{dims(x_shape)}]))",
+                  "dx = R.add(dxc, dmean_b)", "R.output(dx)"]
+        return "\n".join(indent + line for line in lines)
+
+    def signature(p: str, order) -> str:
+        return (", ".join(f"{name}{p}: {ty(shape, not p)}" for name, shape in order)
+                + f") -> {ty(x_shape, not p)}:")
+
+    # the composite's parameters in the order the match meets its inputs
+    inner = sorted(params, key=lambda param: ["dy", "gamma", "std", "dvar_up", "xhat", "xc",
+                                              "dmean_up"].index(param[0]))
+
+    n = "        n = T.int64()\n" if sym else ""
+    head = ("@I.ir_module\nclass Module:\n    @R.function\n"
+            f"    def main({signature('', params)}\n{n}")
+    if composite is None:
+        return head + f"        with R.dataflow():\n{chain('', ' ' * 12)}\n        return dx\n"
+    return (head + "        with R.dataflow():\n            @R.function\n"
+            f"            def composite({signature('1', inner)}\n"
+            f'                R.func_attr({{"Composite": "{composite}", '
+            f'"PartitionedFromPattern": "{pattern_ops}"}})\n'
+            f"                with R.dataflow():\n{chain('1', ' ' * 20)}\n"
+            "                return dx\n\n"
+            f"            dx = composite({', '.join(name for name, _ in inner)})\n"
+            "            R.output(dx)\n        return dx\n")
+
+
+def _ops(gamma: bool, upstream: bool) -> str:
+    """``PartitionedFromPattern`` of the chain: its ops in pattern order."""
+    ops = (["multiply"] if gamma else []) + [
+        "divide", "negative", "multiply", "divide", "collapse_sum_to", "multiply", "divide"]
+    ops += ["add"] * upstream + ["divide", "broadcast_to", "multiply", "add", "multiply", "add",
+                                 "negative", "collapse_sum_to"]
+    ops += ["add"] * upstream + ["divide", "broadcast_to", "add"]
+    return "".join(op + "_" for op in ops)
+
+
+def _module(script: str) -> tvm.IRModule:
+    return tvm.script.from_source(script)
+
+
+def _norm_case(rule, x_shape, stats, count, negatives, **knobs) -> RuleCase:
+    gamma, upstream = knobs.get("gamma"), knobs.get("upstream", False)
+    return RuleCase(rule, _module(_norm_grad_script(x_shape, stats, count, **knobs)),
+                    _module(_norm_grad_script(x_shape, stats, count, composite=rule.name,
+                                              pattern_ops=_ops(gamma is not None, upstream),
+                                              **knobs)),
+                    negatives=negatives, tolerance=EXACT, positive=("std",))
+
+
+def _refused(name, reason, x_shape, stats, count, **knobs) -> Negative:
+    return Negative(name, _module(_norm_grad_script(x_shape, stats, count, **knobs)), reason)
+
+
+# -- layer_norm_grad ------------------------------------------------------------------------------
+LN = dict(x_shape=(2, 5, 8), stats=(2, 5, 1), count=8.0)
+
+#: Without gamma, a symbolic batch in float16: the statistics keep the batch.
+LAYER_NORM_GRAD_UNSCALED_CASE = _norm_case(
+    NormGradComposite(kind="layer_norm", scale=False), ("n", 5, 8), ("n", 5, 1), 8.0,
+    dtype="float16", negatives=[
+        _refused("batch_norm_statistics", "a layer norm reduces trailing axes",
+                 (2, 7, 4, 3), (1, 7, 1, 1), 24.0, dtype="float16"),
+        _refused("symbolic_normalised_axis",
+                 "the statistics average a symbolic number of elements (n)",
+                 (2, 5, "n"), (2, 5, 1), 8.0),
+    ])
+
+LAYER_NORM_GRAD_CASE = _norm_case(
+    NormGradComposite(kind="layer_norm"), **LN, gamma=(8,), negatives=[
+        _refused("batch_norm_statistics",
+                 "the statistics reduce axes [0, 2, 3] and keep [1] of a rank-4 input: a "
+                 "layer norm reduces trailing axes", (2, 7, 4, 3), (1, 7, 1, 1), 24.0,
+                 gamma=(1, 7, 1, 1)),
+        _refused("gamma_along_the_kept_axis",
+                 "gamma varies along axes [1]: a layer norm's gamma scales the normalised "
+                 "axes [2]", **LN, gamma=(5, 1)),
+        _refused("divides_by_the_wrong_count",
+                 "the gradient divides by [7.0], the statistics average 8 elements over "
+                 "axes [2]", (2, 5, 8), (2, 5, 1), 7.0, gamma=(8,)),
+        _refused("half_is_not_a_half", "no match", **LN, gamma=(8,), half=0.25),
+        _refused("no_gamma", "no match", **LN),
+        _refused("scaled_by_a_full_tensor",
+                 "the upstream gradient is scaled by a tensor of shape (2, 5, 8), not by a "
+                 "gamma that broadcasts against the input (2, 5, 8)", **LN, gamma=(2, 5, 8)),
+        _refused("two_statistics_shapes",
+                 "the statistics (2, 5, 1) and (2, 1, 1) are not one keepdims shape of the "
+                 "input (2, 5, 8)", (2, 5, 8), (2, 5, 1), 8.0, gamma=(8,),
+                 second_stats=(2, 1, 1)),
+    ])
+
+
+def test_layer_norm_grad_meets_the_rule_contract():
+    check_rule(LAYER_NORM_GRAD_CASE)
+
+
+def test_layer_norm_grad_unscaled_meets_the_rule_contract_in_float16_with_a_symbolic_batch():
+    check_rule(LAYER_NORM_GRAD_UNSCALED_CASE)
+
+
+# -- batch_norm_grad ------------------------------------------------------------------------------
+BN = dict(x_shape=(2, 7, 4, 3), stats=(1, 7, 1, 1), count=24.0)
+
+#: Without gamma, in float16, and without the running-statistics adjoints.
+BATCH_NORM_GRAD_UNSCALED_CASE = _norm_case(
+    NormGradComposite(kind="batch_norm", scale=False), **BN, dtype="float16", negatives=[
+        _refused("layer_norm_statistics", "a batch norm keeps one channel axis", **LN,
+                 dtype="float16"),
+        _refused("a_batch_of_one",
+                 "the statistics reduce axes [2, 3], not a batch: without a gamma to show "
+                 "the channel axis this is a layer norm's gradient",
+                 (1, 7, 4, 3), (1, 7, 1, 1), 12.0),
+        _refused("no_reduction", "the statistics reduce no axis of the input",
+                 (2, 7), (2, 7), 1.0),
+    ])
+
+BATCH_NORM_GRAD_CASE = _norm_case(
+    NormGradComposite(kind="batch_norm"), **BN, gamma=(1, 7, 1, 1), upstream=True, negatives=[
+        _refused("layer_norm_statistics",
+                 "the statistics keep axes [0, 1] of a rank-3 input: a batch norm keeps one "
+                 "channel axis", **LN, gamma=(8,)),
+        _refused("gamma_along_a_reduced_axis",
+                 "gamma varies along axes [3]: a batch norm's gamma scales its channel axis 1",
+                 **BN, gamma=(3,)),
+        Negative("statistics_without_shape", _module(_norm_grad_script(
+            **BN, gamma=(1, 7, 1, 1)).replace(
+                'xc: R.Tensor((2, 7, 4, 3), "float32")', 'xc: R.Tensor(ndim=4, dtype="float32")')),
+            "the gradient or its statistics have no known shape"),
+    ])
+
+
+def test_batch_norm_grad_meets_the_rule_contract():
+    check_rule(BATCH_NORM_GRAD_CASE)
+
+
+def test_batch_norm_grad_unscaled_meets_the_rule_contract_in_float16():
+    check_rule(BATCH_NORM_GRAD_UNSCALED_CASE)
+
+
+# -- frozen_batch_norm_grad -----------------------------------------------------------------------
+def _frozen(dy=(2, 7, 4, 3), gamma=(1, 7, 1, 1), std=(1, 7, 1, 1),
+            dtype="float32") -> tvm.IRModule:
+    """``(dy * gamma) / std`` on parameters (``dy="ndim"``: of unknown shape)."""
+    dy_, gamma_, std_ = (relax.Var(name, relax.TensorType(shape, dtype) if shape != "ndim"
+                                   else relax.TensorType(ndim=4, dtype=dtype))
+                         for name, shape in (("dy", dy), ("gamma", gamma), ("std", std)))
+    return pk.from_expr(relax.op.divide(relax.op.multiply(dy_, gamma_), std_))
+
+
+def _frozen_script(composite: bool, batch="2", dtype="float32") -> str:
+    x = f'R.Tensor(({batch}, 7, 4, 3), "{dtype}")'
+    c = f'R.Tensor((1, 7, 1, 1), "{dtype}")'
+    outer_x = x.replace("(n,", '("n",')
+    sig = f"(dy{{p}}: {{x}}, gamma{{p}}: {c}, std{{p}}: {c}) -> {{x}}:"
+    ops = "g = R.multiply(dy{p}, gamma{p})\n{i}dx = R.divide(g, std{p})\n{i}R.output(dx)"
+    head = f"@I.ir_module\nclass Module:\n    @R.function\n    def main{sig.format(p='', x=outer_x)}\n"
+    if not composite:
+        return head + f"        with R.dataflow():\n            {ops.format(p='', i=' ' * 12)}\n        return dx\n"
+    return (head + "        with R.dataflow():\n            @R.function\n"
+            f"            def composite{sig.format(p='1', x=x)}\n"
+            '                R.func_attr({"Composite": "byoc.frozen_batch_norm_grad", '
+            '"PartitionedFromPattern": "multiply_divide_"})\n'
+            f"                with R.dataflow():\n                    {ops.format(p='1', i=' ' * 20)}\n"
+            "                return dx\n\n            dx = composite(dy, gamma, std)\n"
+            "            R.output(dx)\n        return dx\n")
+
+
+def _frozen_case(batch="2", dtype="float32") -> RuleCase:
+    return RuleCase(
+        FrozenBatchNormGradComposite(), _module(_frozen_script(False, batch, dtype)),
+        _module(_frozen_script(True, batch, dtype)), negatives=[
+            Negative("gradient_without_shape", _frozen(dy="ndim", dtype=dtype),
+                     "the gradient has no known shape"),
+            Negative("full_tensor_gamma", _frozen(gamma=(2, 7, 4, 3), dtype=dtype),
+                     "not a batch norm's input gradient: gamma has shape (2, 7, 4, 3)"),
+            Negative("gamma_and_std_on_different_axes", _frozen(std=(1, 1, 1, 3), dtype=dtype),
+                     "gamma varies along axis 1 and std along axis 3"),
+            Negative("per_sample_scale", _frozen(gamma=(2, 1, 1, 1), std=(2, 1, 1, 1),
+                                                 dtype=dtype),
+                     "gamma varies along axis 0 and std along axis 0"),
+        ], tolerance=EXACT, positive=("std",))
+
+
+FROZEN_BATCH_NORM_GRAD_CASE = _frozen_case()
+FROZEN_BATCH_NORM_GRAD_SYMBOLIC_FP16_CASE = _frozen_case(batch="n", dtype="float16")
+
+
+def test_frozen_batch_norm_grad_meets_the_rule_contract():
+    check_rule(FROZEN_BATCH_NORM_GRAD_CASE)
+
+
+def test_frozen_batch_norm_grad_meets_the_rule_contract_in_float16_with_a_symbolic_batch():
+    check_rule(FROZEN_BATCH_NORM_GRAD_SYMBOLIC_FP16_CASE)
