@@ -238,7 +238,9 @@ class NormGradComposite(CompositeRule):
 
     @variant_method
     def example_space(self) -> dict[str, Sequence[Any]]:
-        batches: tuple = (2, "n") if self.kind == "layer_norm" else (2, 1)
+        # without gamma a batch norm over a batch of one is a layer norm's gradient
+        batches: tuple = ((2, "n") if self.kind == "layer_norm"
+                          else (2, 1) if self.scaled else (2,))
         return {"dtype": ("float32", "float16"), "batch": batches}
 
 
