@@ -6,7 +6,8 @@ Recognises
 * :class:`NormGradComposite`: the input gradient of a normalisation with batch
   statistics, ``y = gamma * (x - mean(x)) / sqrt(var(x) + eps) + beta``, exactly as
   ``Gradient`` writes it for the written-out forms of ``batchnorm.expand`` (training
-  mode), ``layernorm.expand`` and TVM's ``DecomposeOpsForTraining``.  With ``g`` the
+  mode) and ``layernorm.expand``, which :func:`patternkit.training.gradient` applies
+  before differentiating.  With ``g`` the
   upstream gradient scaled by gamma, ``xc = x - mean``, ``std = sqrt(var + eps)`` and
   ``xhat = xc / std`` (forward values the chain reads, saved activations for a kernel)::
 
@@ -18,8 +19,8 @@ Recognises
 
   ``g`` is ``dy * gamma`` when the norm scales (the multiply belongs to the composite:
   a kernel takes ``dy`` and ``gamma``); the ``_unscaled`` variants start at ``g``
-  itself, computed outside (a norm without gamma).  The
-  optional upstream terms are the adjoints ``Gradient`` propagates into the batch
+  itself, computed outside (a norm without gamma).  The optional upstream terms are
+  the adjoints ``Gradient`` propagates into the batch
   statistics from the running-mean / running-variance updates of a training-mode batch
   norm (zeros when nothing reads the updated statistics, but still in the graph).
   ``add`` / ``multiply`` operands match in either order and the two ``dsq * xc``
@@ -32,21 +33,24 @@ Recognises
   ``dgamma = collapse_sum_to(dy * xhat)`` and ``dbeta = collapse_sum_to(dy)`` are
   separate results (a composite has one output) and stay outside.
 
-Deliberately not covered: the backward of a batch norm with running statistics
-(``training=False``, ResNet in eval mode): its input gradient is ``dy * gamma / std``,
-two element-wise ops without the reductions a kernel exists for; normalisations
-written other ways than the library's expansions (``rsqrt``, a variance through
-``power``), ``rms_norm`` and ``group_norm`` backward, and the backward chains of
-``gelu`` and ``softmax``.  ``Gradient`` cannot differentiate a training-mode batch
-norm over a symbolic batch in TVM 0.27 (its ``mean`` gradient needs a static count),
-so the batch-norm composite only meets static reductions; a layer norm over a
-symbolic batch is covered.
+* :class:`FrozenBatchNormGradComposite`: the input gradient of a batch norm with running
+  statistics (``training=False``: ResNet fine-tuned in eval mode), ``dy * gamma / std``.
+
+Deliberately not covered: normalisations written other ways than the library's
+expansions (TVM's ``DecomposeOpsForTraining`` computes the variance with ``R.variance``,
+whose gradient is another chain; ``rsqrt``; a variance through ``power``), ``rms_norm``
+and ``group_norm`` backward, and the backward chains of ``gelu`` and ``softmax``; the
+gradients of a frozen batch norm's running statistics (they read ``dy * gamma`` too).
+``Gradient`` cannot differentiate a training-mode batch norm over a symbolic batch in
+TVM 0.27 (its ``mean`` gradient needs a static count), so the batch-norm composite only
+meets static reductions; a layer norm over a symbolic batch is covered.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -54,10 +58,17 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
 from patternkit.engine import CompositeRule, RuleMatch, reject, variant_method
-from patternkit.ir import (NotPerChannel, const_value, dims_equal, per_channel_axis, prove_equal,
-                           static_shape, type_of)
+from patternkit.ir import (
+    NotPerChannel,
+    const_value,
+    dims_equal,
+    per_channel_axis,
+    prove_equal,
+    static_shape,
+    type_of,
+)
 
-#: The kinds of :class:`NormGradComposite`: composite name and what the kind reduces.
+#: The kinds of :class:`NormGradComposite`, each with its composite name.
 NORM_KINDS = {"batch_norm": "batch_norm_grad", "layer_norm": "layer_norm_grad"}
 
 
@@ -253,7 +264,8 @@ class FrozenBatchNormGradComposite(CompositeRule):
     into the producer's backward kernel.  The check asks for ``gamma`` and ``std`` that
     vary along one and the same channel axis of ``dy``.  The forward normalisation,
     ``(x - mean) / std * gamma``, ends in a ``multiply``: it is never a candidate.  The
-    ``dy * gamma`` product is read by nothing else: when the running statistics are differentiated too, their gradients read it
+    ``dy * gamma`` product is read by nothing else: when the running statistics are
+    differentiated too, their gradients read it
     and the match is left alone.
     """
 
