@@ -27,8 +27,10 @@ Recognises
   products may be one binding (after common-subexpression elimination) or two (as
   ``Gradient`` emits them).  The check tells the two kinds apart by the statistics'
   shape, keepdims-shaped like ``x``: a batch norm keeps exactly one (channel) axis and
-  reduces the others, batch included; a layer norm keeps leading axes and reduces a
-  trailing run.  It also checks that both divisors ``N`` are the number of elements
+  reduces the others; a layer norm keeps leading axes and reduces a trailing run.  Where
+  the shapes agree with both (a batch norm over a batch of one), gamma's axes decide:
+  per channel or per normalised feature; without gamma a batch norm must reduce a batch
+  of more than one.  It also checks that both divisors ``N`` are the number of elements
   each statistic averages (a symbolic batch is fine where it is not reduced).
   ``dgamma = collapse_sum_to(dy * xhat)`` and ``dbeta = collapse_sum_to(dy)`` are
   separate results (a composite has one output) and stay outside.
