@@ -249,6 +249,18 @@ def structural_hash(a: Any, map_free_vars: bool = False) -> int:
     return int(tvm_ffi.structural_hash(a, map_free_vars=map_free_vars))
 
 
+def typed_global_var(name: str, func: Any) -> tvm.ir.GlobalVar:
+    """A ``GlobalVar`` named ``name`` that carries ``func``'s type, as ``add_func`` makes it.
+
+    A call to a global function is typed from its ``GlobalVar``; ``BlockBuilder.add_func``
+    sets that type, but its cost grows with the module (see
+    :mod:`patternkit.byoc.function_table`), so patternkit sets it itself.
+    """
+    gv = tvm.ir.GlobalVar(name)
+    relax.expr._update_type(gv, func.ty)  # pylint: disable=protected-access
+    return gv
+
+
 def to_tensor(array: np.ndarray):
     """numpy -> ``tvm.runtime.Tensor`` (``tvm.nd.array`` in older releases)."""
     return tvm.runtime.tensor(array)
