@@ -174,6 +174,22 @@ def test_a_check_that_raises_names_the_entry_and_leaves_the_module_alone():
     _assert_untouched(mod, before)
 
 
+
+def test_errors_raised_inside_a_pipeline_keep_their_patternkit_class(resnet):
+    pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt")),
+                                         pk.PartitionGraph(merge=False)])
+    with pytest.raises(pk.PatternTableError, match=r"PartitionGraph\(merge=False\)"):
+        pipeline(resnet)
+
+    def check(_context):
+        raise RuntimeError("boom")
+
+    fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
+    pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm([fp]))])
+    with pytest.raises(pk.CallbackError, match="'t.matmul_add' raised RuntimeError") as raised:
+        pipeline(_matmul_module(relu_reads_matmul=False))
+    assert raised.value.binding.startswith("main:")
+
 # -- the two semantics -------------------------------------------------------------------------
 def test_tvm_semantics_export_an_escaping_intermediate_relay_semantics_skip_the_match():
     mod = _matmul_module(relu_reads_matmul=False)
