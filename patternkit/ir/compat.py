@@ -15,7 +15,6 @@ expression kinds is :mod:`patternkit.ir.walk`.)
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 from typing import Any, Callable, Iterator
 
@@ -330,7 +329,7 @@ class _ErrorBridge:
         bridge = self
 
         class Received:
-            def __new__(_, message: str) -> BaseException:  # noqa: N804 (not an instance)
+            def __new__(_cls, message: str) -> BaseException:
                 return bridge.receive(cls, message)
 
         return Received
