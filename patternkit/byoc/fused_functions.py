@@ -4,7 +4,8 @@ Each planned composite becomes a private global function, built the way TVM's
 ``FunctionCreator`` builds it (``src/relax/transform/fuse_ops.cc``):
 
 * parameters are the values the members read from outside, in first-read order, named
-  after them; a tensor constant stays inside (``bind_constants=True``, the default) or
+  after them (the fields of a tuple written in an argument, ``concat((x, y))``, one by
+  one); a tensor constant stays inside (``bind_constants=True``, the default) or
   becomes a parameter ``param_<i>``; prim values and static shapes always stay inside;
   a tuple read only through ``tuple[i]`` becomes one parameter per field used;
 * the body is one dataflow block re-binding the members; the results that leave the
@@ -115,6 +116,11 @@ class _Parameters:
         self._constants = 0
 
     def read(self, expr: Any) -> None:
+        if isinstance(expr, relax.Tuple) and not _inlinable(expr):
+            # an argument written as a tuple, ``concat((x, y))``: its fields are read
+            for item in C.array_items(expr.fields):
+                self.read(item)
+            return
         key = C.handle(expr)
         if key in self.position:
             return
