@@ -38,7 +38,7 @@ class Site:
     function: str
     var: Any  # the Var the call binds
     composite: str  # the entry name
-    region: str | None = None  # the external function it went to
+    region: str | None = None  # its region, "<compiler> region <k>" (see assign_regions)
     split: str | None = None  # why it is not in the region it reads from
 
 
