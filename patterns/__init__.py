@@ -1,10 +1,10 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
 One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
-``attention``, ``conv``, ``matmul``).  Each module documents what it recognises and produces, defines one
-class per rule and ends with a ``RULES`` tuple (rewrite rules), and where it has them a
-``COMPOSITES`` tuple (composite rules for external compilers) and an ``EXPANSIONS`` tuple
-(fused op -> written-out form).  A tuple holds rule classes (built with their defaults) or
+``attention``, ``conv``, ``matmul``).  Each module documents what it recognises and
+produces, defines one class per rule and ends with a ``RULES`` tuple (rewrite rules), and
+where it has them a ``COMPOSITES`` tuple (composite rules for external compilers) and an
+``EXPANSIONS`` tuple (fused op -> written-out form).  A tuple holds rule classes (built with their defaults) or
 rule instances (a variant, built with its constructor arguments).  Importing a module
 registers nothing anywhere.
 
@@ -64,7 +64,8 @@ LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(
 #: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
 #: its written-out form.
 EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(activation)
-              | _family_expansions(layernorm) | _family_expansions(rmsnorm))
+              | _family_expansions(layernorm) | _family_expansions(rmsnorm)
+              | _family_expansions(attention))
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

@@ -64,9 +64,10 @@ import tvm_ffi
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_op, through, wildcard
-from patternkit.engine import NoSuchExample, RewriteRule, RuleMatch, Tolerance, reject
-from patternkit.ir import (const_value, dims_equal, dtype_of, is_tensor_constant, prove_equal,
-                           static_shape, type_of)
+from patternkit.engine import (CompositeRule, NoSuchExample, RewriteRule, RuleMatch, Tolerance,
+                               reject, variant_method)
+from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, is_tensor_constant,
+                           prove_equal, static_shape, type_of)
 
 #: The head split and the attention's layout: BNSH <-> BSNH (its own inverse).
 HEADS_FIRST = (0, 2, 1, 3)
@@ -566,5 +567,148 @@ def _example_dims(shape: str, key: str) -> tuple[Any, Any, Any]:
     return {"static": (2, 8, 8), "cross": (2, 4, 8), "decode": (2, 1, 8)}[shape]
 
 
+# -- the expand rule ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExpandPlan:
+    """The scale the written-out scores are multiplied by (a number is no plan: it accepts)."""
+
+    scale: float
+
+
+class AttentionExpand(RewriteRule):
+    """Write ``R.nn.attention`` out in ops that ``relax.transform.Gradient`` differentiates.
+
+    ``attention(q, k, v[, bias], scale)`` on BSNH tensors becomes the ONNX importer's form:
+    ``permute_dims(matmul(softmax(matmul(q', k') * scale [+ bias]), v'), [0, 2, 1, 3])``
+    with ``q' = permute_dims(q, [0, 2, 1, 3])``, ``k' = permute_dims(k, [0, 2, 3, 1])``
+    and ``v' = permute_dims(v, [0, 2, 1, 3])`` (``attention.collapse`` turns it back).
+    A missing scale is the op's default ``1/sqrt(H)``.  Refused: a causal mask or a
+    sliding window (the op builds them inside; written out they would need the key and
+    query lengths), and a head size that is not static when the scale is the default.
+    """
+
+    name = "attention.expand"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.q, self.k, self.v, self.bias = wildcard(), wildcard(), wildcard(), wildcard()
+        self.attention = is_op("nn.attention")(self.q, self.k, self.v)
+        self.attention_bias = is_op("nn.attention_bias")(self.q, self.k, self.v, self.bias)
+        self.pattern: DFPattern = self.attention_bias | self.attention
+
+    def _call(self, match: RuleMatch) -> Any:
+        return match.attention_bias if "attention_bias" in match else match.attention
+
+    def check(self, match: RuleMatch) -> Any:
+        """The scale to write out, when the call has no causal mask and no window."""
+        call = self._call(match)
+        attrs = call.attrs
+        if attrs.causal_mask is not None or attrs.window_size is not None:
+            return reject(f"the attention has causal_mask={attrs.causal_mask}, window_size="
+                          f"{attrs.window_size}: attention.expand writes out the plain and "
+                          f"the bias form only", at=call)
+        if attrs.scale is not None:
+            return ExpandPlan(float(attrs.scale))
+        shape = static_shape(type_of(match.q))
+        head = None if shape is None else shape[3]
+        if not isinstance(head, int):
+            return reject(f"the attention's default scale 1/sqrt(H) needs a static head size, "
+                          f"the query has shape {_shape_text(shape)}", at=call)
+        return ExpandPlan(float(head) ** -0.5)
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        dtype = dtype_of(type_of(match.q))
+        q = relax.op.permute_dims(match.q, list(HEADS_FIRST))
+        k_t = relax.op.permute_dims(match.k, [0, 2, 3, 1])
+        v = relax.op.permute_dims(match.v, list(HEADS_FIRST))
+        scores = relax.op.multiply(relax.op.matmul(q, k_t),
+                                   relax.const(np.array(match.plan.scale, dtype)))
+        if "attention_bias" in match:
+            scores = relax.op.add(scores, match.bias)
+        p = relax.op.nn.softmax(scores, axis=-1)
+        return relax.op.permute_dims(relax.op.matmul(p, v), list(HEADS_FIRST))
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        return FLOAT16 if dtype == "float16" else FLOAT32
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "static", bias: bool = True,
+                scale: float | None = 0.25, causal_mask: str | None = None) -> tvm.IRModule:
+        """``R.nn.attention(q, k, v[, bias], scale)`` on BSNH ``(B, S, 2, 16)`` tensors.
+
+        ``shape``: ``"static"`` (B = 2, S = T = 8), ``"symbolic"`` (batch and sequence) or
+        ``"cross"`` (S = 4, T = 8); ``bias``: a ``(B, 1, 1, T)`` mask; ``scale=None``:
+        the op's default; ``causal_mask`` (``"TopLeft"``) and a symbolic head size
+        (``shape="symbolic_head"``) are refused.
+        """
+        heads = 2
+        head = tvm.tirx.Var("head", "int64") if shape == "symbolic_head" else 16
+        batch, seq, kv_len = _example_dims("static" if shape == "symbolic_head" else shape,
+                                           "transposed")
+        q = relax.Var("q", relax.TensorType((batch, seq, heads, head), dtype))
+        k = relax.Var("k", relax.TensorType((batch, kv_len, heads, head), dtype))
+        v = relax.Var("v", relax.TensorType((batch, kv_len, heads, head), dtype))
+        mask = relax.Var("mask", relax.TensorType((batch, 1, 1, kv_len), dtype)) if bias else None
+        return from_expr(relax.op.nn.attention(q, k, v, mask, scale=scale,
+                                               causal_mask=causal_mask))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"),
+                "shape": ("static", "symbolic", "cross", "symbolic_head"),
+                "bias": (True, False), "scale": (0.25, None, 0.1),
+                "causal_mask": (None, "TopLeft")}
+
+
+# -- the composites -------------------------------------------------------------------------
+class AttentionComposite(CompositeRule):
+    """``R.nn.attention`` (``bias=True``: its bias form) as a pattern-table entry.
+
+    Named as TVM's cutlass table names them: ``<compiler>.attention`` and
+    ``<compiler>.attention_bias``.  A call with a causal mask or a sliding window is
+    left out (``attention_var_len`` and sliding-window kernels are other entries).
+    """
+
+    def __init__(self, compiler: str = "byoc", bias: bool = False):
+        super().__init__(compiler)
+        self.with_bias = bool(bias)
+        self.q, self.k, self.v = wildcard(), wildcard(), wildcard()
+        if self.with_bias:
+            self.bias = wildcard()
+            self.attention = is_op("nn.attention_bias")(self.q, self.k, self.v, self.bias)
+        else:
+            self.attention = is_op("nn.attention")(self.q, self.k, self.v)
+        self.pattern: DFPattern = self.attention
+        self.pattern_name = "attention_bias" if self.with_bias else "attention"
+
+    def check(self, match: RuleMatch) -> Any:
+        """Accept a call without a causal mask or sliding window."""
+        attrs = match.attention.attrs
+        if attrs.causal_mask is not None or attrs.window_size is not None:
+            return reject(f"the attention has causal_mask={attrs.causal_mask}, window_size="
+                          f"{attrs.window_size}: the {self.pattern_name} entry takes neither",
+                          at=match.attention)
+        return True
+
+    @variant_method
+    def example(self, dtype: str = "float32", shape: str = "static",
+                causal_mask: str | None = None) -> tvm.IRModule:
+        """``R.nn.attention`` in this variant's form (see :meth:`AttentionExpand.example`)."""
+        return AttentionExpand.example(dtype=dtype, shape=shape, bias=self.with_bias,
+                                       causal_mask=causal_mask)
+
+    @variant_method
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "shape": ("static", "symbolic", "cross"),
+                "causal_mask": (None, "TopLeft")}
+
+
 #: The rewrite rules of this file.
 RULES = (AttentionCollapse,)
+
+#: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
+EXPANSIONS = (AttentionExpand,)
+
+#: Pattern-table entries of this file: the bias form first (the two ops differ, so the
+#: order only fixes how the table lists them).
+COMPOSITES = (AttentionComposite("byoc", bias=True), AttentionComposite("byoc"))

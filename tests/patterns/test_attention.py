@@ -12,9 +12,11 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 import patternkit as pk
-from patternkit.patterns import LIBRARY
-from patternkit.patterns.attention import FLOAT16, FLOAT32, AttentionCollapse
-from patternkit.testing import Negative, RuleCase, apply_rule, check_rule
+from patternkit.patterns import EXPANSIONS, LIBRARY
+from patternkit.patterns.attention import (FLOAT16, FLOAT32, AttentionCollapse, AttentionComposite,
+                                           AttentionExpand)
+from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
+from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
 
 RULE = "attention.collapse"
 SHAPE_VARS = {"batch": 2, "seq": 8}
@@ -196,6 +198,142 @@ def test_the_library_collapses_the_softmax_and_then_the_attention():
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY.rewrite_rules(), written, log=log)
     assert log.count(RULE) == 1 and len(attentions(after)) == 1
+
+
+# -- the expand rule: for training graphs -------------------------------------------------------
+@I.ir_module
+class Fused:
+    @R.function
+    def main(q: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             k: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             v: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             mask: R.Tensor(("batch", 1, 1, "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 2, 16), "float32"):
+        with R.dataflow():
+            out = R.nn.attention(q, k, v, mask, scale=0.25)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class WrittenOut:
+    @R.function
+    def main(q: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             k: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             v: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             mask: R.Tensor(("batch", 1, 1, "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 2, 16), "float32"):
+        with R.dataflow():
+            q_heads = R.permute_dims(q, axes=[0, 2, 1, 3])
+            k_t = R.permute_dims(k, axes=[0, 2, 3, 1])
+            scores = R.matmul(q_heads, k_t)
+            scaled = R.multiply(scores, R.const(0.25, "float32"))
+            masked = R.add(scaled, mask)
+            p = R.nn.softmax(masked, axis=-1)
+            v_heads = R.permute_dims(v, axes=[0, 2, 1, 3])
+            o = R.matmul(p, v_heads)
+            out = R.permute_dims(o, axes=[0, 2, 1, 3])
+            R.output(out)
+        return out
+
+
+EXPAND_CASE = RuleCase(
+    AttentionExpand(), Fused, WrittenOut,
+    negatives=[
+        Negative("causal_mask", AttentionExpand().example(causal_mask="TopLeft"),
+                 "the attention has causal_mask=TopLeft, window_size=None"),
+        Negative("default_scale_of_a_symbolic_head_size",
+                 AttentionExpand().example(shape="symbolic_head", scale=None),
+                 "the attention's default scale 1/sqrt(H) needs a static head size"),
+    ],
+    tolerance=FLOAT32)
+
+
+def test_attention_expand_meets_the_rule_contract():
+    check_rule(EXPAND_CASE)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("knobs", [{}, {"bias": False}, {"scale": None}, {"shape": "symbolic"},
+                                   {"shape": "cross", "bias": False}],
+                         ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "bias")
+def test_expanded_attention_computes_the_fused_numbers_and_collapses_back(knobs, dtype):
+    fused = AttentionExpand().example(dtype=dtype, **knobs)
+    expanded = pk.rewrite(EXPANSIONS, fused)
+    assert not attentions(expanded)
+    tol = TOLERANCE[dtype]
+    pk.assert_same_numerics(fused, expanded, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars=SHAPE_VARS)
+    back = pk.rewrite(LIBRARY.rewrite_rules(), expanded)
+    (again,) = attentions(back)
+    # The default scale comes back spelled out: the collapse always passes it.
+    head = 16
+    assert float(again.attrs.scale) == pytest.approx(knobs.get("scale", 0.25) or head ** -0.5)
+
+
+def test_gradient_differentiates_attention_through_its_expansion():
+    fused = with_loss(AttentionExpand().example(), reduce="sum")
+    assert "relax.nn.attention_bias" in ops_without_gradient(fused["main_loss"])
+    grads = gradient(fused, "main_loss")
+    check = check_gradients(fused, grads, "main_loss")
+    assert check.ok, check
+
+
+# -- the composites ----------------------------------------------------------------------------
+def _composite_script(bias: bool, composite: bool) -> tvm.IRModule:
+    """R.nn.attention on (2, 8, 2, 16) BSNH tensors, as it is or as the composite makes it."""
+    args = "q, k, v, mask" if bias else "q, k, v"
+    mask_param = ', mask: R.Tensor((2, 1, 1, 8), "float32")' if bias else ""
+    tensor = 'R.Tensor((2, 8, 2, 16), "float32")'
+    params = f"q: {tensor}, k: {tensor}, v: {tensor}{mask_param}"
+    name = "attention_bias" if bias else "attention"
+    body = f"R.nn.attention({args}, scale=0.25)"
+    if composite:
+        inner = (f"            @R.function\n"
+                 f"            def fused({params}) -> {tensor}:\n"
+                 f'                R.func_attr({{"Composite": "byoc.{name}", '
+                 f'"PartitionedFromPattern": "nn.{name}_"}})\n'
+                 f"                with R.dataflow():\n"
+                 f"                    out = {body}\n"
+                 f"                    R.output(out)\n"
+                 f"                return out\n\n"
+                 f"            out = fused({args})\n")
+    else:
+        inner = f"            out = {body}\n"
+    source = (f"@I.ir_module\nclass Module:\n    @R.function\n"
+              f"    def main({params}) -> {tensor}:\n        with R.dataflow():\n"
+              f"{inner}            R.output(out)\n        return out\n")
+    return tvm.script.from_source(source)
+
+
+def _composite_case(bias: bool) -> RuleCase:
+    rule = AttentionComposite("byoc", bias=bias)
+    return RuleCase(
+        rule, _composite_script(bias, False), _composite_script(bias, True),
+        negatives=[
+            Negative("causal_mask", rule.example(causal_mask="TopLeft"),
+                     "the attention has causal_mask=TopLeft"),
+            Negative("the_other_form", _composite_script(not bias, False),
+                     "nn.attention" if bias else "nn.attention_bias"),
+        ],
+        tolerance=EXACT)
+
+
+ATTENTION_COMPOSITE_CASE = _composite_case(bias=False)
+ATTENTION_BIAS_COMPOSITE_CASE = _composite_case(bias=True)
+
+
+def test_the_attention_composite_meets_the_rule_contract():
+    check_rule(ATTENTION_COMPOSITE_CASE)
+
+
+def test_the_attention_bias_composite_meets_the_rule_contract():
+    check_rule(ATTENTION_BIAS_COMPOSITE_CASE)
+
+
+def test_the_composites_are_named_as_tvms_cutlass_table_names_them():
+    names = {rule.rule_name for rule in LIBRARY.by_prefix("byoc.attention")}
+    assert names == {"byoc.attention", "byoc.attention_bias"}
 
 
 # -- the model zoo ---------------------------------------------------------------------------
