@@ -63,7 +63,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from patternkit.dpl import DFPattern, is_op, through, wildcard
+from patternkit.dpl import DFPattern, is_constant, is_op, through, wildcard
 from patternkit.engine import (CompositeRule, NoSuchExample, RewriteRule, RuleMatch, Tolerance,
                                reject, variant_method)
 from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, is_tensor_constant,
@@ -110,7 +110,9 @@ class AttentionPlan:
 
     Each of ``query``, ``key`` and ``value`` is ``(expr, axes)``: the tensor the match
     read and the ``permute_dims`` that makes it BSNH (``IDENTITY``: used as it is).
-    ``bias_rank`` is the mask's rank (it is ``expand_dims``-ed to 4-D), ``out_axes`` the
+    ``bias_rank`` is the mask's rank (it is ``expand_dims``-ed to 4-D); ``fill`` is
+    ``(value, where_true)`` when ``bias`` is a masked_fill condition, whose bias is
+    ``where(bias, value, 0)`` (``where(bias, 0, value)`` for ``where_true=False``); ``out_axes`` the
     permutation of the attention's BSNH result that the match's root computes.
     """
 
@@ -119,6 +121,7 @@ class AttentionPlan:
     value: tuple[Any, tuple[int, ...]]
     bias: Any
     bias_rank: int
+    fill: tuple[float, bool] | None
     scale: float
     out_axes: tuple[int, ...]
 
@@ -190,13 +193,22 @@ class AttentionCollapse(RewriteRule):
         scaled = _scaled(self, "scale", scores, self._scales) | scores
         self.mask = wildcard()
         masked = is_op("add")(scaled, self.mask) | is_op("add")(self.mask, scaled)
-        self.softmax = is_op("nn.softmax")(masked | scaled)
+        # masked_fill: where(cond, fill, scores) (torch's masked_fill(cond, fill)) or
+        # where(cond, scores, fill) (keep where cond holds)
+        self.condition, self.fill = wildcard(), is_constant()
+        self.fill_where_true = is_op("where")(self.condition, self.fill, scaled)
+        self.fill_where_false = is_op("where")(self.condition, scaled, self.fill)
+        self.softmax = is_op("nn.softmax")(masked | self.fill_where_true
+                                           | self.fill_where_false | scaled)
         self.cast = is_op("astype")(self.softmax)
         probabilities = self.cast | self.softmax
         self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
                                   through(self._value.view, OPERAND_PLUMBING))
-        self.out = is_op("permute_dims")(through(self.pv, ("reshape",), depth=1))
-        self.pattern: DFPattern = self.out
+        heads_out = through(self.pv, ("reshape",), depth=1)
+        self.out = is_op("permute_dims")(heads_out)
+        # The permute back to (B, S, N, Hv) first: the match rooted there wins, and an
+        # attention whose result stays head-first (q, k, v given BNSH) matches without it.
+        self.pattern: DFPattern = self.out | heads_out
 
     # -- check -------------------------------------------------------------------------
     def check(self, match: RuleMatch) -> Any:
@@ -209,16 +221,20 @@ class AttentionCollapse(RewriteRule):
         scores = (batch, heads, seq, kv_len)
         self._check_transposed(match, k_axes)
         self._check_plumbing(match.qk, q_view, k_view)
-        bias, bias_rank = None, 0
+        bias, bias_rank, fill = None, 0, None
         if "mask" in match:
-            bias, bias_rank = self._check_mask(match, scores)
+            bias, bias_rank = self._check_mask(match.mask, "the mask", scores)
+        elif "condition" in match:
+            bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
+                                               scores)
+            fill = self._check_fill(match)
         self._check_softmax(match, scores)
         self._check_plumbing(match.pv, scores, v_view)
         self._agree(match.k, "the key (transposed)", k_view, (batch, heads, head_dim, None))
         self._agree(match.v, "the value", v_view, (batch, heads, kv_len, None))
         self._check_dtypes(match)
-        out_call = match.out
-        heads_out = static_shape(type_of(out_call.args[0]))
+        out_call = match.out if "out" in match else None
+        heads_out = static_shape(type_of(match.root if out_call is None else out_call.args[0]))
         if not _is_view(heads_out, (batch, heads, seq, value_dim), merged=False):
             return reject(f"the attention's result has shape {_shape_text(heads_out)}, not "
                           f"{_shape_text((batch, heads, seq, value_dim))}: the batched "
@@ -231,7 +247,9 @@ class AttentionCollapse(RewriteRule):
         return AttentionPlan((match.q, _compose(q_axes, HEADS_FIRST)),
                              (match.k, _compose(k_axes, KEY_FROM_TRANSPOSED)),
                              (match.v, _compose(v_axes, HEADS_FIRST)),
-                             bias, bias_rank, scale, _compose(HEADS_FIRST, _axes(out_call, 4)))
+                             bias, bias_rank, fill, scale,
+                             HEADS_FIRST if out_call is None else
+                             _compose(HEADS_FIRST, _axes(out_call, 4)))
 
     @staticmethod
     def _check_dtypes(match: RuleMatch) -> None:
@@ -246,7 +264,7 @@ class AttentionCollapse(RewriteRule):
         found_dtypes = (("values", dtype_of(type_of(match.v)), match.v),
                         ("scores", dtype_of(type_of(match.softmax.args[0])), match.softmax),
                         ("probabilities", probabilities, match.softmax),
-                        ("results", dtype_of(type_of(match.out.args[0])), match.out))
+                        ("results", dtype_of(type_of(match.root)), match.root))
         for what, found, at in found_dtypes:
             if found != dtype:
                 raise reject(f"the {what} are {found}, the query {dtype}: R.nn.attention "
@@ -335,24 +353,40 @@ class AttentionCollapse(RewriteRule):
         return 1.0
 
     @staticmethod
-    def _check_mask(match: RuleMatch, scores: tuple) -> tuple[Any, int]:
+    def _check_mask(mask: Any, what: str, scores: tuple) -> tuple[Any, int]:
         """The mask and its rank, when it broadcasts as ``R.nn.attention``'s bias."""
-        mask = match.mask
         shape = static_shape(type_of(mask))
         if shape is None or len(shape) > 4:
-            raise reject(f"the mask has shape {_shape_text(shape)}: attention's bias has at "
+            raise reject(f"{what} has shape {_shape_text(shape)}: attention's bias has at "
                          f"most 4 axes", at=mask)
         padded = (1,) * (4 - len(shape)) + tuple(shape)
         if not prove_equal(padded[3], scores[3]):
-            raise reject(f"the mask {_shape_text(shape)} does not broadcast as attention's "
+            raise reject(f"{what} {_shape_text(shape)} does not broadcast as attention's "
                          f"bias: its last axis is {padded[3]}, the key length {scores[3]}",
                          at=mask)
         for axis in range(3):
             if not (dims_equal(padded[axis], 1) or prove_equal(padded[axis], scores[axis])):
-                raise reject(f"the mask {_shape_text(shape)} does not broadcast as attention's "
+                raise reject(f"{what} {_shape_text(shape)} does not broadcast as attention's "
                              f"bias {_shape_text(scores)} (axis {axis}: {padded[axis]})",
                              at=mask)
         return mask, len(shape)
+
+    @staticmethod
+    def _check_fill(match: RuleMatch) -> tuple[float, bool]:
+        """The masked_fill's value, -inf, and whether it fills where the condition holds.
+
+        ``scores + where(c, -inf, 0)`` equals ``where(c, -inf, scores)`` everywhere; with
+        a finite fill it does not on a fully masked row (the fill gives it uniform
+        weights, the added bias keeps the scores' own softmax).
+        """
+        fill = match.fill
+        values = const_value(fill)
+        value = float(values.reshape(())) if values.size == 1 else None
+        if value != float("-inf"):
+            raise reject(f"the masked scores are filled with "
+                         f"{'a tensor' if value is None else value}, not -inf: as a bias it "
+                         f"would change fully masked rows", at=fill)
+        return value, "fill_where_true" in match
 
     # -- rewrite -----------------------------------------------------------------------
     def rewrite(self, match: RuleMatch) -> Any:
@@ -363,6 +397,12 @@ class AttentionCollapse(RewriteRule):
             return expr if axes == IDENTITY else relax.op.permute_dims(expr, list(axes))
 
         bias = plan.bias
+        if plan.fill is not None:
+            value, where_true = plan.fill
+            dtype = dtype_of(type_of(plan.query[0]))
+            fill, zero = (relax.const(np.array(v, dtype)) for v in (value, 0.0))
+            bias = relax.op.where(bias, fill, zero) if where_true else \
+                relax.op.where(bias, zero, fill)
         if bias is not None and plan.bias_rank < 4:
             bias = relax.op.expand_dims(bias, list(range(4 - plan.bias_rank)))
         out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
@@ -398,8 +438,10 @@ class AttentionCollapse(RewriteRule):
         ``"divide"`` (scores / sqrt(16)), ``"query"``, ``"key"``, ``"none"``, or
         ``"tensor"`` (a per-head tensor, which is not attention's scale).  ``mask``:
         ``"none"``, ``"padding"`` (B, 1, 1, T), ``"causal"`` (a constant (S, T)
-        lower-triangular 0 / -1e4 mask), ``"full"`` (B, 2, S, T), or ``"last_axis_one"``
-        (B, 1, S, 1), which is not a bias.  ``kv_heads=1``: the key and value have one
+        lower-triangular 0 / -1e4 mask), ``"full"`` (B, 2, S, T), ``"masked_fill"``
+        (``where(not causal, -inf, scores)``, torch's ``masked_fill``), ``"masked_keep"``
+        (``where(causal, scores, -inf)``), or, refused, ``"last_axis_one"`` (B, 1, S, 1)
+        and ``"masked_fill_finite"`` (a -1e4 fill).  ``kv_heads=1``: the key and value have one
         head, repeated to two as Llama's ``repeat_kv`` writes it.  ``softmax_axis=2``,
         ``key="untransposed"`` (``q @ k`` with H = T = 16) and ``value_heads=4`` (the
         value split into 4 heads of 8, reshaped back into 2 by the batched matmul) make
@@ -414,7 +456,7 @@ class AttentionCollapse(RewriteRule):
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
         heads, head_dim = 2, 16
-        if mask == "causal" and shape == "symbolic":
+        if mask in ("causal", *_MASKED_FILLS) and shape == "symbolic":
             raise NoSuchExample("a constant causal mask needs a static sequence length")
         if (value_heads != heads or split != "heads_first") and frontend != "torch":
             raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
@@ -434,6 +476,8 @@ class AttentionCollapse(RewriteRule):
         elif mask == "causal":
             bias = relax.const(np.where(np.tril(np.ones((seq, kv_len), bool)), 0.0, -1e4)
                                .astype(dtype))
+        elif mask in _MASKED_FILLS:
+            bias = relax.const(np.tril(np.ones((seq, kv_len), bool)))  # True: keep
         torch_form = frontend == "torch"
         bb = relax.BlockBuilder()
         with bb.function("main", params):
@@ -493,7 +537,14 @@ class AttentionCollapse(RewriteRule):
                 elif scale == "tensor":
                     per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
                     scores = emit(relax.op.multiply, scores, relax.const(per_head))
-                if bias is not None:
+                if mask in _MASKED_FILLS:
+                    keep = mask == "masked_keep"
+                    fill = relax.const(np.array(-1e4 if mask == "masked_fill_finite"
+                                                else -np.inf, scores_dtype))
+                    condition = bias if keep else bb.emit(relax.op.logical_not(bias))
+                    scores = bb.emit(relax.op.where(condition, scores, fill) if keep
+                                     else relax.op.where(condition, fill, scores))
+                elif bias is not None:
                     if accumulate is not None:
                         bias = bb.emit(relax.op.astype(bias, accumulate))
                     scores = emit(relax.op.add, scores, bias)
@@ -513,7 +564,8 @@ class AttentionCollapse(RewriteRule):
         return {"dtype": ("float32", "float16"), "frontend": ("torch", "onnx"),
                 "shape": ("static", "symbolic", "cross", "decode"),
                 "scale": ("product", "divide", "query", "key", "none", "tensor"),
-                "mask": ("padding", "none", "causal", "full", "last_axis_one"),
+                "mask": ("padding", "none", "causal", "full", "last_axis_one", "square",
+                         "rank5", *_MASKED_FILLS),
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
                 "key": ("transposed", "untransposed"), "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
@@ -548,6 +600,11 @@ def _is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> b
         return all(prove_equal(a, b) for a, b in zip(shape, view))
     return (merged and len(shape) == 3 and prove_equal(shape[0], view[0] * view[1])
             and prove_equal(shape[1], view[2]) and prove_equal(shape[2], view[3]))
+
+
+#: Masks written as torch's ``masked_fill``: ``where(not causal, -inf, scores)``,
+#: ``where(causal, scores, -inf)``, and a finite fill (refused).
+_MASKED_FILLS = ("masked_fill", "masked_keep", "masked_fill_finite")
 
 
 def _repeat_kv(bb: relax.BlockBuilder, x: relax.Expr, times: int) -> relax.Expr:

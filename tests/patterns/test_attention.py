@@ -83,14 +83,17 @@ class TorchAttentionCollapsed:
         return out
 
 
-def _onnx_form(q_ty=None, also_return_probabilities: bool = False) -> tvm.IRModule:
+def _onnx_form(q_ty=None, also_return_probabilities: bool = False,
+               permute_back: bool = True) -> tvm.IRModule:
     """The ONNX importer's attention on BNSH q, BSNH k and BNSH v, built expression-wise."""
     q = relax.Var("q", q_ty or relax.TensorType((2, 2, 8, 16), "float32"))
     k = relax.Var("k", relax.TensorType((2, 8, 2, 16), "float32"))
     v = relax.Var("v", relax.TensorType((2, 2, 8, 16), "float32"))
     scores = relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 3, 1]))
     p = relax.op.nn.softmax(scores * relax.const(0.25))
-    out = relax.op.permute_dims(relax.op.matmul(p, v), [0, 2, 1, 3])
+    out = relax.op.matmul(p, v)
+    if permute_back:
+        out = relax.op.permute_dims(out, [0, 2, 1, 3])
     return pk.from_expr(relax.Tuple([out, p]) if also_return_probabilities else out)
 
 
@@ -127,6 +130,8 @@ COLLAPSE_CASE = RuleCase(
         Negative("float16_scores_accumulated_in_float32",
                  _example(dtype="float16", accumulate="float32"),
                  "the scores are float32, the query float16"),
+        Negative("masked_fill_with_a_finite_value", _example(mask="masked_fill_finite"),
+                 "the masked scores are filled with -10000.0, not -inf"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
@@ -151,7 +156,8 @@ def test_attention_collapse_meets_the_rule_contract():
     {}, {"frontend": "onnx"}, {"shape": "symbolic"}, {"shape": "symbolic", "frontend": "onnx"},
     {"shape": "cross"}, {"shape": "decode"}, {"scale": "divide"}, {"scale": "query"},
     {"scale": "key"}, {"scale": "none"}, {"mask": "none"}, {"mask": "causal"},
-    {"mask": "full"}, {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
+    {"mask": "full"}, {"mask": "masked_fill"}, {"mask": "masked_keep", "frontend": "onnx"},
+    {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
@@ -175,6 +181,15 @@ def test_a_grouped_query_collapse_keeps_the_key_value_repeat():
     assert op_names(after).count("relax.broadcast_to") == 2  # repeat_kv of k and v
     for operand in fused.args[1:3]:
         assert int(operand.ty.shape[2]) == 2  # BSNH: both heads
+    pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def test_an_attention_whose_result_stays_head_first_collapses_with_one_permute():
+    before = _onnx_form(permute_back=False)
+    after = pk.rewrite(AttentionCollapse(), before)
+    assert len(attentions(after)) == 1
+    # q and v permuted to BSNH (the key is given BSNH), the result back to head-first
+    assert op_names(after).count("relax.permute_dims") == 3
     pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
 
 
