@@ -6,6 +6,8 @@ Recognises (:class:`AttentionCollapse`, ``attention.collapse``)::
     p      = softmax(scores * c [+ mask], axis=-1)
     out    = permute_dims(matmul(p, v))          # v: (B, N, T, Hv), back to (B, S, N, Hv)
 
+(the final ``permute_dims`` optional: a result left head-first gets one back)
+
 as the frontends write it out:
 
 * **torch** (``from_exported_program`` on an eager ``GPT2Attention``, ``BertSelfAttention``,
@@ -22,7 +24,13 @@ q and k by ``H**-0.25``).  Without one the scale is 1 (``R.nn.attention``'s defa
 be ``1/sqrt(H)``, so the rule always passes it).  The additive mask is any tensor that
 broadcasts as attention's bias does: rank at most 4, ending with the key length ``T``,
 every other axis 1 or the scores' own (the padding-and-causal masks transformers builds,
-``(B, 1, S, T)``, GPT-2's and Llama's; BERT's ``(B, 1, 1, T)``).
+``(B, 1, S, T)``, GPT-2's and Llama's; BERT's ``(B, 1, 1, T)``).  Causal masks arrive in
+one of two spellings, both kept as a bias: transformers 5 folds the causal triangle and
+the padding mask into that additive float mask (``where(allowed, 0, finfo.min)``), and
+torch's ``scores.masked_fill(~causal, -inf)`` imports as ``where(cond, -inf, scores)``,
+which becomes the bias ``where(cond, -inf, 0)`` (equal everywhere, fully masked rows
+included; a finite fill is refused: added, it would not give such a row the uniform
+weights the fill gives it).
 
 Produces ``R.nn.attention(q, k, v[, bias], scale=c)`` on BSNH tensors: ``q``, ``k`` and
 ``v`` are the head-split tensors the model permuted (``permute_dims`` composed with the
@@ -46,11 +54,18 @@ not rewritten.
 No speed claim: on llvm ``R.nn.attention`` legalises to about the same loops as the
 written-out form, and the rule is for backends (cutlass, cudnn) that take the fused op.
 
-Deliberately not covered: dropout between the softmax and the second matmul (training
-graphs), a softmax computed in float32 between two casts of a float16 model (the fused
-op computes in float16, which changes results beyond the model's own rounding), causal
-masks recognised as ``causal_mask`` (the frontends fold them into the additive mask,
-which is kept as the bias), packed QKV layouts (BS3NH) and variable-length batches.
+Deliberately not covered:
+
+* torch's SDPA as ``torch.export`` decomposes it (``attn_implementation="sdpa"``): after
+  the softmax it sets rows whose scores are all ``-inf`` to 0 (``where(not any(score >
+  -inf), 0, p)``), which ``R.nn.attention`` does not (it gives NaN there), so collapsing
+  would change a fully padded row;
+* a softmax computed in float32 between two casts of a float16 model (Llama's
+  ``softmax(..., dtype=float32).to(float16)``): the fused op would compute it in float16,
+  a precision the model did not ask for;
+* causal masks turned into ``causal_mask="TopLeft"`` (the mask would have to be proved
+  triangular; it stays a correct bias), dropout between the softmax and the second
+  matmul (training graphs), packed QKV layouts (BS3NH) and variable-length batches.
 """
 
 from __future__ import annotations
