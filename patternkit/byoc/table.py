@@ -285,7 +285,7 @@ def _fusion_check(entry: CompositeEntry) -> Callable[[Any], bool] | None:
                                 entry.name, "") from err
         return refusal is None
 
-    return check
+    return C.ffi_callback(check)
 
 
 def _as_entry(raw: Any, i: int) -> CompositeEntry:

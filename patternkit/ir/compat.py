@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import functools
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -356,14 +357,26 @@ def module_pass(transform: Callable[[tvm.IRModule, Any], tvm.IRModule],
     :class:`_ErrorBridge`); any other exception as TVM's FFI converts it.
     """
 
-    def run(mod: tvm.IRModule, ctx: Any) -> tvm.IRModule:
+    return tvm.transform.module_pass(ffi_callback(transform), opt_level=0, name=name)
+
+
+def ffi_callback(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as TVM's C++ calls it back (a pass body, a ``FusionPattern`` check).
+
+    A :class:`~patternkit.errors.PatternkitError` raised by ``fn`` reaches whoever called
+    into TVM as itself (see :class:`_ErrorBridge`); any other exception as TVM's FFI
+    converts it.
+    """
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
         try:
-            return transform(mod, ctx)
+            return fn(*args)
         except PatternkitError as err:
             _ERRORS.send(err)
             raise
 
-    return tvm.transform.module_pass(run, opt_level=0, name=name)
+    return call
 
 
 # -- tvm.relax.dpl fields that the FFI does not reflect ---------------------------------------

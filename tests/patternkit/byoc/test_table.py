@@ -80,7 +80,10 @@ def test_a_rule_set_is_a_table_of_its_composites():
         "ccompiler.conv2d_add_relu", *(f"ccompiler.matmul{t}{parts}" for t in ("_transposed", "")
                                        for parts in ("_bias_relu", "_bias_gelu",
                                                      "_bias_gelu_tanh", "_bias_silu", "_bias",
-                                                     "_silu", ""))]
+                                                     "_silu", "")),
+        "ccompiler.batch_norm_grad", "ccompiler.layer_norm_grad",
+        "ccompiler.batch_norm_grad_unscaled", "ccompiler.layer_norm_grad_unscaled",
+        "ccompiler.frozen_batch_norm_grad"]
     assert table[0].rule is rules.composites()[0]
 
 
