@@ -19,6 +19,12 @@ from .matcher import Matcher, function_lookup
 from .pattern import DFPattern, as_pattern, pattern_to_text
 
 
+#: Levels of the failed sub-pattern a near miss shows: enough to recognise it, while a
+#: large pattern (``attention.collapse``'s, with its ``through`` alternatives) would
+#: otherwise print to megabytes.
+NEAR_MISS_DEPTH = 3
+
+
 class _TracingMatcher(Matcher):
     def __init__(self, lookup=None):
         super().__init__(lookup)
@@ -66,5 +72,5 @@ def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -
     if matcher.match(as_pattern(pattern), expr) is not None:
         return "matched"
     depth, failed, where = matcher.deepest
-    return (f"no match: {pattern_to_text(failed)} (depth {depth}) vs "
+    return (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}) vs "
             f"{_describe(where, lookup)}")

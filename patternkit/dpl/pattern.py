@@ -599,8 +599,21 @@ def _op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
     return None
 
 
-def pattern_to_text(pattern: DFPattern) -> str:
-    """A compact, readable rendering: ``add(divide(multiply(*, subtract(*, *)), ...), *)``."""
+def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
+    """A compact, readable rendering: ``add(divide(multiply(*, subtract(*, *)), ...), *)``.
+
+    ``max_depth`` cuts the rendering that many levels below ``pattern`` (``…`` stands for
+    what is cut).  A pattern is a DAG and its text a tree: one that shares sub-patterns
+    (a role used several times, ``through`` alternatives) can print to megabytes, so
+    messages that quote a pattern bound it.
+    """
+    if max_depth is not None and max_depth < 0:
+        return "…"
+    below = None if max_depth is None else max_depth - 1
+
+    def text(sub: DFPattern) -> str:
+        return pattern_to_text(sub, below)
+
     if isinstance(pattern, WildcardPattern):
         return "*"
     if isinstance(pattern, ExprPattern):
@@ -620,35 +633,37 @@ def pattern_to_text(pattern: DFPattern) -> str:
         if pattern.args is None:
             args = "..."
         else:
-            args = ", ".join(pattern_to_text(a) for a in pattern.args)
+            args = ", ".join(text(a) for a in pattern.args)
             if pattern.varg_default_wildcard:
                 args += ", ..."
-        return f"{pattern_to_text(pattern.op)}({args})"
+        op = (_expr_pattern_text(pattern.op.expr) if isinstance(pattern.op, ExprPattern)
+              else text(pattern.op))  # the operator's name costs no depth
+        return f"{op}({args})"
     if isinstance(pattern, TuplePattern):
         return "(...)" if pattern.fields is None else \
-            "(" + ", ".join(pattern_to_text(f) for f in pattern.fields) + ")"
+            "(" + ", ".join(text(f) for f in pattern.fields) + ")"
     if isinstance(pattern, TupleGetItemPattern):
-        return f"{pattern_to_text(pattern.tuple)}[{'*' if pattern.index is None else pattern.index}]"
+        return f"{text(pattern.tuple)}[{'*' if pattern.index is None else pattern.index}]"
     if isinstance(pattern, AltPattern):
-        return f"({pattern_to_text(pattern.left)} | {pattern_to_text(pattern.right)})"
+        return f"({text(pattern.left)} | {text(pattern.right)})"
     if isinstance(pattern, AndPattern):
-        return f"({pattern_to_text(pattern.left)} & {pattern_to_text(pattern.right)})"
+        return f"({text(pattern.left)} & {text(pattern.right)})"
     if isinstance(pattern, NotPattern):
-        return f"~{pattern_to_text(pattern.reject)}"
+        return f"~{text(pattern.reject)}"
     if isinstance(pattern, AttrPattern):
-        return f"{pattern_to_text(pattern.pattern)}.has_attr({pattern.attrs})"
+        return f"{text(pattern.pattern)}.has_attr({pattern.attrs})"
     if isinstance(pattern, TypePattern):
-        return f"{pattern_to_text(pattern.pattern)}.has_type({expr_text(pattern.ty, 80)})"
+        return f"{text(pattern.pattern)}.has_type({expr_text(pattern.ty, 80)})"
     if isinstance(pattern, DataTypePattern):
-        return f"{pattern_to_text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
+        return f"{text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):
-        return f"{pattern_to_text(pattern.pattern)}.has_shape({pattern.shape})"
+        return f"{text(pattern.pattern)}.has_shape({pattern.shape})"
     if isinstance(pattern, DominatorPattern):
-        return (f"dominates({pattern_to_text(pattern.parent)}, {pattern_to_text(pattern.path)}, "
-                f"{pattern_to_text(pattern.child)})")
+        return (f"dominates({text(pattern.parent)}, {text(pattern.path)}, "
+                f"{text(pattern.child)})")
     if isinstance(pattern, IfPattern):
-        return (f"if({pattern_to_text(pattern.cond)}, {pattern_to_text(pattern.true_branch)}, "
-                f"{pattern_to_text(pattern.false_branch)})")
+        return (f"if({text(pattern.cond)}, {text(pattern.true_branch)}, "
+                f"{text(pattern.false_branch)})")
     return type(pattern).__name__
 
 

@@ -7,6 +7,7 @@ import pytest
 from tvm import relax
 
 import patternkit as pk
+from patternkit.dpl.pattern import pattern_to_text
 
 CONV = pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard())
 
@@ -106,3 +107,18 @@ def test_an_expected_constant_is_shown_with_its_dtype_and_values_as_is_the_one_f
     assert why == "no match: expr(float32[3] [1, 2.5, 3]) (depth 2) vs const float32[3] [2, 2, 2]"
     assert pk.explain(pk.is_expr(relax.const(0.5, "float32")), relax.const(1.0, "float32")) == \
         "no match: expr(float32 0.5) (depth 1) vs const float32 1"
+
+
+def test_a_near_miss_of_a_pattern_that_shares_sub_patterns_stays_one_short_line(make_var):
+    """A DAG pattern prints as a tree: ten levels of ``x + x`` over a shared ``x`` are
+    2^10 copies of the bottom.  The near miss shows the failed node three levels deep."""
+    pattern = pk.wildcard()
+    for _ in range(10):
+        pattern = pk.is_op("multiply")(pattern, pattern) | pk.is_op("add")(pattern, pattern)
+    full = pattern_to_text(pattern)
+    x = make_var("x", (4,))
+    why = pk.explain(pattern, relax.op.subtract(x, x))
+    assert len(full) > 100_000
+    assert why.startswith("no match: ") and len(why) < 400 and "…" in why
+    assert pattern_to_text(pattern, max_depth=1) == (
+        "(multiply(…, …) | add(…, …))")
