@@ -56,7 +56,7 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import root_op_names
+from ..dpl.pattern import may_occur, required_op_names, root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
@@ -300,7 +300,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     check_input(index, "MergeComposite", func_name)
     if len(table) > 1:  # one index for every entry, not one scan of the function each
         present = index.by_key.keys()
-        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)]
+        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)
+                        and may_occur(required_op_names(e.pattern), present)]
     site = CheckSite(index)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
