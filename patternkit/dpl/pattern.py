@@ -605,6 +605,9 @@ def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
     ``erf``).  Optional parts (alternatives with a wildcard, ``through``, ``up_to_cast``),
     negations and operator kinds require nothing; an empty tuple requires nothing.
     """
+    cached = pattern.__dict__.get("_required_op_names")
+    if cached is not None:  # patterns are not changed once built; tables ask every call
+        return cached
     memo: dict[int, tuple[frozenset[str], ...]] = {}
 
     def visit(p: DFPattern) -> tuple[frozenset[str], ...]:
@@ -614,7 +617,8 @@ def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
             memo[key] = _minimal(_requirements(p, visit))
         return memo[key]
 
-    return visit(pattern)
+    pattern.__dict__["_required_op_names"] = found = visit(pattern)
+    return found
 
 
 def _requirements(p: DFPattern, visit: Callable) -> list[frozenset[str]]:
