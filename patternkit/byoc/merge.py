@@ -319,18 +319,21 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
             if taken is not None:
                 by = claimed[C.handle(taken)]
                 reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
-                vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                               _names(group.interior), "overlap", reason, by,
-                                               bound=tuple(group.interior)))
+                if log is not None:  # names cross the FFI: only for a log that shows them
+                    vetoes.append(SkippedComposite(
+                        entry.name, func_name, C.var_name(group.root_var),
+                        _names(group.interior), "overlap", reason, by,
+                        bound=tuple(group.interior)))
                 return reject(reason)
             if entry_check is None:
                 return True
             refusal, _ = judge(entry_check, group)
             if refusal is None:
                 return True
-            vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                           _names(group.interior), "check", refusal.reason,
-                                           rejection=refusal, bound=tuple(group.interior)))
+            if log is not None:
+                vetoes.append(SkippedComposite(
+                    entry.name, func_name, C.var_name(group.root_var), _names(group.interior),
+                    "check", refusal.reason, rejection=refusal, bound=tuple(group.interior)))
             return refusal
 
         groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
@@ -349,8 +352,9 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     for entry, group in accepted:
-        local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name}),
-                              lifted_inputs(group))
+        inputs = lifted_inputs(group)
+        local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
+                                                   inputs), inputs)
         # a composite reading a symbolic variable its inputs do not define (its input is
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
