@@ -112,13 +112,14 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
     for skipped in log.skipped:
         reasons.setdefault(family_of_rule(skipped.rule), Counter())[skipped.reason] += 1
     removed = Counter(REMOVES[r.rule] for r in log.records if r.rule in REMOVES)
-    error = scale = None
+    error = scale = source = None
     if numeric:
         args = [to_tensor(a) for a in model.arguments()]
         ref = flatten(build(model.mod)[model.entry](*args))
         got = flatten(build(after)[model.entry](*args))
         error = max(float(np.abs(r.astype(np.float64) - g).max()) for r, g in zip(ref, got))
         scale = max(float(np.abs(r).max()) for r in ref)
+        source = _source_errors(model, ref, got)
     shares, left = {}, {}
     fused_ops = {op for ops in FUSED_OPS.values() for op in ops}
     for name, table in (tables or {}).items():
@@ -131,8 +132,32 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
                                     if r.composite is None and r.op in fused_ops))
     return dict(spec=model.name, families=dict(model.families), fused=fused_counts(after),
                 removed=dict(removed), made=dict(made), error=error, scale=scale,
+                source_errors=source,
                 shares=shares, left_on_host=left, rewrite_seconds=seconds,
                 reasons={f: dict(c) for f, c in reasons.items()}, rewritten=after)
+
+
+def _source_errors(model, imported: list, rewritten: list) -> tuple[float, float] | None:
+    """Max abs error of the imported and of the rewritten model against the source model.
+
+    Tells a rewrite that loses accuracy from one that only rounds differently: the
+    rewritten model is then as close to torch / onnx as the imported one.  ``None`` when
+    the source's outputs do not line up with the Relax ones.
+    """
+    try:
+        source = model.reference()
+    except Exception as err:  # the reference is a cross-check, not the measurement
+        _LOG.info("%s: no source reference (%s)", model.name, err)
+        return None
+    if len(source) != len(imported) or any(np.shape(s) != np.shape(r)
+                                            for s, r in zip(source, imported)):
+        return None
+
+    def worst(outputs):
+        return max(float(np.abs(np.asarray(s, np.float64) - o).max())
+                   for s, o in zip(source, outputs))
+
+    return worst(imported), worst(rewritten)
 
 
 def handled(row: dict, family: str) -> int:
@@ -157,21 +182,24 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
              "counts as collapsed.  `-`: the family is absent.  Error: max abs difference of "
              "the rewritten model's outputs against the imported model's on the llvm VM "
              f"(float32, bound {FLOAT32_BOUND:g}), and in brackets relative to the largest "
-             "output magnitude.  Tables: share of op calls TVM's "
+             "output magnitude.  Vs source: max abs error of the imported / the rewritten "
+             "model against the torch (or onnx) model itself.  Tables: share of op calls TVM's "
              "pattern table takes, as imported -> after the rewrites.  Rewrite: CPU time of "
              "`pk.rewrite(LIBRARY, mod)`.", ""]
     families = [f for f in FAMILIES if any(r["families"].get(f) or r["fused"].get(f) for r in rows)]
     tables = list(dict.fromkeys(t for r in rows for t in r["shares"]))
-    lines.append("| model | " + " | ".join(families) + " | max abs error | "
+    lines.append("| model | " + " | ".join(families) + " | max abs error | vs source | "
                  + " | ".join(tables) + " | rewrite |")
-    lines.append("|---|" + "---:|" * (len(families) + 1 + len(tables)) + "---:|")
+    lines.append("|---|" + "---:|" * (len(families) + 2 + len(tables)) + "---:|")
     for r in rows:
         error = "not run" if r["error"] is None else (
             f"{r['error']:.2g} ({r['error'] / max(r['scale'], 1e-30):.1g})"
             + ("" if r["error"] <= FLOAT32_BOUND else " **over bound**"))
         shares = [f"{before:.0%} -> {after:.0%}" for before, after in r["shares"].values()]
+        source = r.get("source_errors")
+        vs_source = "-" if source is None else f"{source[0]:.2g} / {source[1]:.2g}"
         lines.append(f"| `{r['spec']}` | " + " | ".join(_cell(r, f) for f in families)
-                     + f" | {error} | " + " | ".join(shares)
+                     + f" | {error} | {vs_source} | " + " | ".join(shares)
                      + f" | {r['rewrite_seconds'] * 1e3:.0f} ms |")
     lines += ["", "## Not collapsed", "",
               "Source instances that are not one fused op after the rewrites, with the "
