@@ -133,7 +133,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
     return dict(spec=model.name, families=dict(model.families), fused=fused_counts(after),
                 removed=dict(removed), made=dict(made), error=error, scale=scale,
                 source_errors=source,
-                shares=shares, left_on_host=left, rewrite_seconds=seconds,
+                shares=shares, left_on_host=left, rewrite_seconds=seconds, rules=log.counts(),
                 reasons={f: dict(c) for f, c in reasons.items()}, rewritten=after)
 
 
@@ -218,13 +218,25 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
         lines.append(f"- `{r['spec']}`: {count} {f} - {text}")
     if not missing:
         lines.append("- none")
+    over = [r for r in rows if r["error"] is not None and r["error"] > FLOAT32_BOUND]
+    if over:
+        lines += ["", "## Over the float32 bound", "",
+                  "Rewritten models further than the bound from the imported one, with the "
+                  "rules that rewrote them and both models' distance to the source model:", ""]
+        for r in over:
+            rules = ", ".join(f"`{name}` x{n}" for name, n in sorted(r["rules"].items()))
+            source = r.get("source_errors")
+            against = "" if source is None else (
+                f"; against the source model the imported one is {source[0]:.2g} off, the "
+                f"rewritten one {source[1]:.2g}")
+            lines.append(f"- `{r['spec']}`: {r['error']:.2g} max abs ({rules}){against}")
     lost = [(r["spec"], table, ops) for r in rows for table, ops in r["left_on_host"].items()
             if ops]
     if lost:
         lines += ["", "## Fused ops a table does not take", "",
-                  "A table's share can fall after the rewrites: it took the written-out "
-                  "elementwise ops one by one, but has no pattern for the fused op that "
-                  "replaced them:", ""]
+                  "Fused ops the rewrites made that the table leaves on the host (it has no "
+                  "pattern for them).  Where the table took the written-out elementwise ops "
+                  "one by one, its share falls after the rewrites:", ""]
         lines += [f"- `{spec}`, {table}: " + ", ".join(f"`{op}` x{n}" for op, n in sorted(ops.items()))
                   for spec, table, ops in lost]
     if failed:

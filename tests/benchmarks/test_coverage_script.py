@@ -74,3 +74,14 @@ def test_the_report_lists_every_family_instance_left_uncollapsed(coverage_script
     for family, count in missing.items():
         assert f"`{row['spec']}`: {count} {family} - " in text
     assert "`zoo:broken`: ZooImportError" in text
+
+
+@pytest.mark.models
+def test_a_model_over_the_float32_bound_is_listed_with_the_rules_that_rewrote_it(
+        coverage_script, gpt2_row):
+    row = {k: v for k, v in gpt2_row.items() if k != "rewritten"}
+    assert "## Over the float32 bound" not in coverage_script.render([row], {}, 1.0)
+    row["error"] = 10 * coverage_script.FLOAT32_BOUND
+    text = coverage_script.render([row], {}, 1.0)
+    assert "## Over the float32 bound" in text
+    assert f"`{row['spec']}`: 0.001 max abs (`gelu_tanh.collapse` x1" in text
