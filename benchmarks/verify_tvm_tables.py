@@ -1,6 +1,6 @@
 """Which entries of TVM's registered tables fire on which model, and do they keep the numbers?
 
-Run ``python benchmarks/verify_tvm_tables.py`` (``--models resnet18 gpt2 bert``,
+Run ``python benchmarks/verify_tvm_tables.py`` (``--models resnet18 gpt2 bert llama vit``,
 ``--tables`` default: every registered prefix).  For each model and table,
 :func:`patternkit.verify_table` partitions the model with one entry at a time (TVM's
 semantics, as ``FuseOpsByPattern``), builds it for ``llvm`` and compares it with the
@@ -11,7 +11,9 @@ Models: ``resnet18`` is :func:`patternkit.models.resnet18` with ``R.nn.batch_nor
 ops; ``gpt2`` (1 layer, width 64) and ``bert`` (1 layer, width 64) come from
 ``transformers`` configs with random weights through ``torch.export`` (the same
 importer the benchmark uses).  Token ids stay inside the vocabulary and the attention
-mask is all ones.
+mask is all ones.  ``llama`` and ``vit`` are the zoo's (:func:`patternkit.models.zoo_model`)
+with one layer and its defaults otherwise (width 64, 4 heads, batch 2; Llama: 2 key/value
+heads, sequence 8; ViT: 32x32 images, 8x8 patches), run on the zoo's inputs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import warnings
 import numpy as np
 
 import patternkit as pk
-from patternkit.models import resnet18
+from patternkit.models import resnet18, zoo_model
 from patternkit.byoc import tvm_tables
 
 
@@ -63,7 +65,14 @@ def bert():
     return _import(transformers.BertModel(config), torch.randint(0, 100, (1, 8))), [_tokens()]
 
 
-MODELS = {"resnet18": lambda: (resnet18(batchnorm="op"), None), "gpt2": gpt2, "bert": bert}
+def _zoo(name: str, **options):
+    """A zoo model in its smallest configuration, with the zoo's own valid inputs."""
+    model = zoo_model(name, **options)
+    return model.mod, [model.inputs[n] for n in model.input_names]
+
+
+MODELS = {"resnet18": lambda: (resnet18(batchnorm="op"), None), "gpt2": gpt2, "bert": bert,
+          "llama": lambda: _zoo("llama", layers=1), "vit": lambda: _zoo("vit", layers=1)}
 
 
 def main() -> None:

@@ -53,10 +53,3 @@ class GradientError(PatternkitError):
     """A function cannot be differentiated as asked: bad ``wrt``, no scalar loss, an op
     with no gradient and no expansion.  Raised before ``relax.transform.Gradient`` runs,
     so the user sees the op or name at fault instead of TVM's internal check failure."""
-
-
-#: Every exception type patternkit raises, registered with TVM's FFI by the first pass
-#: patternkit builds (:func:`patternkit.ir.compat.module_pass`), so that they keep their
-#: type when they cross a ``tvm.transform.Pass`` boundary.
-ERROR_TYPES = (PatternkitError, PatternError, CallbackError, RewriteDidNotConverge,
-               MalformedIRError, NothingToPartition, GradientError)

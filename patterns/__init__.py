@@ -1,12 +1,12 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
 One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
-``conv``, ``matmul``, ``backward``).  Each module documents what it recognises and produces,
-defines one class per rule and ends with a ``RULES`` tuple (rewrite rules), and where it has them a
-``COMPOSITES`` tuple (composite rules for external compilers) and an ``EXPANSIONS`` tuple
-(fused op -> written-out form).  A tuple holds rule classes (built with their defaults) or
-rule instances (a variant, built with its constructor arguments).  Importing a module
-registers nothing anywhere.
+``attention``, ``conv``, ``matmul``, ``backward``).  Each module documents what it
+recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
+(rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite rules for external
+compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).  A tuple holds rule
+classes (built with their defaults) or rule instances (a variant, built with its
+constructor arguments).  Importing a module registers nothing anywhere.
 
 :data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
 order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
@@ -27,7 +27,8 @@ from typing import Any
 
 from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import activation, backward, batchnorm, conv, layernorm, matmul, rmsnorm, softmax
+from . import (activation, attention, backward, batchnorm, conv, layernorm, matmul, rmsnorm,
+               softmax)
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
@@ -52,11 +53,12 @@ def _family_expansions(module: Any) -> RuleSet:
 
 
 #: Every rewrite rule and composite of the library, in application order: the collapses
-#: (batch norm, activations, norms, softmax) run before the conv and matmul composites
-#: that take their fused ops; the backward composites (gradient graphs only) come last.
+#: (batch norm, activations, norms, softmax, then attention, which reads ``R.nn.softmax``)
+#: run before the conv and matmul composites that take their fused ops; the backward
+#: composites (gradient graphs only) come last.
 LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(layernorm)
-           | _family_rules(rmsnorm) | _family_rules(softmax) | _family_rules(conv)
-           | _family_rules(matmul) | _family_rules(backward))
+           | _family_rules(rmsnorm) | _family_rules(softmax) | _family_rules(attention)
+           | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
 #: differentiate), for training graphs.  Kept apart from :data:`LIBRARY`: its collapse
@@ -64,7 +66,8 @@ LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(
 #: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
 #: its written-out form.
 EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(activation)
-              | _family_expansions(layernorm) | _family_expansions(rmsnorm))
+              | _family_expansions(layernorm) | _family_expansions(rmsnorm)
+              | _family_expansions(attention))
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))

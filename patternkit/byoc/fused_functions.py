@@ -4,7 +4,8 @@ Each planned composite becomes a private global function, built the way TVM's
 ``FunctionCreator`` builds it (``src/relax/transform/fuse_ops.cc``):
 
 * parameters are the values the members read from outside, in first-read order, named
-  after them; a tensor constant stays inside (``bind_constants=True``, the default) or
+  after them (the fields of a tuple written in an argument, ``concat((x, y))``, one by
+  one); a tensor constant stays inside (``bind_constants=True``, the default) or
   becomes a parameter ``param_<i>``; prim values and static shapes always stay inside;
   a tuple read only through ``tuple[i]`` becomes one parameter per field used;
 * the body is one dataflow block re-binding the members; the results that leave the
@@ -14,7 +15,8 @@ Each planned composite becomes a private global function, built the way TVM's
   shape parameter;
 * attributes ``Composite`` (the entry's name), ``Primitive`` and whatever the entry's
   ``attrs_getter`` adds; the name is ``fused_<op>_<op>...`` as TVM spells it, and
-  structurally equal composites are one function, both through the BlockBuilder.
+  structurally equal composites are one function, both as ``BlockBuilder.add_func``
+  gives them (:mod:`~patternkit.byoc.function_table`, which does it in linear time).
 
 The caller binds a call where the composite stands, and for a tuple result one
 ``tuple[i]`` per result, in member order.  With ``annotate_codegen=True`` each
@@ -35,6 +37,7 @@ from ..ir import compat as C
 from ..ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
 from ..ir.rebuild import make_block, rebuild_function
 from ..ir.walk import substitute
+from .function_table import FunctionTable
 from .tvm_fusion import FunctionPlan, PlannedComposite
 
 _CALL_TIR = frozenset({"relax.call_tir", "relax.call_tir_inplace"})
@@ -54,18 +57,18 @@ class _Built:
 def emit_module(mod: tvm.IRModule, plans: list[tuple[tvm.ir.GlobalVar, FunctionPlan]],
                 bind_constants: bool, annotate_codegen: bool) -> tvm.IRModule:
     """``mod`` with every plan applied; ``mod`` itself is not modified."""
-    bb = relax.BlockBuilder(C.copy_module(mod))
+    table = FunctionTable(mod, COMPOSITE)
     composites = sorted(((c, plan) for _, plan in plans for c in plan.composites),
                         key=lambda item: item[0].created)
     built: dict[int, _Built] = {}
     for composite, plan in composites:
         func, arguments = _composite_function(plan.index, composite, bind_constants)
-        gv = bb.add_func(func, _fused_name(plan.index, composite))
+        gv = table.add(func, _fused_name(plan.index, composite))
         built[id(composite)] = _Built(gv, arguments, len(composite.outputs) == 1)
-    for gv, plan in plans:
-        if plan.composites:
-            bb.update_func(gv, _rewrite_caller(bb, mod[gv], plan, built))
-    out = bb.get()
+    bb = relax.BlockBuilder()  # types the new calls; the composites' GlobalVars carry theirs
+    updates = {gv: _rewrite_caller(bb, mod[gv], plan, built)
+               for gv, plan in plans if plan.composites}
+    out = table.module(mod, updates)
     return _annotate_codegen(out) if annotate_codegen else out
 
 
@@ -113,6 +116,11 @@ class _Parameters:
         self._constants = 0
 
     def read(self, expr: Any) -> None:
+        if isinstance(expr, relax.Tuple) and not _inlinable(expr):
+            # an argument written as a tuple, ``concat((x, y))``: its fields are read
+            for item in C.array_items(expr.fields):
+                self.read(item)
+            return
         key = C.handle(expr)
         if key in self.position:
             return
@@ -283,7 +291,8 @@ def _like(var: Any, name: str, ty: Any) -> Any:
 # -- annotate_codegen ------------------------------------------------------------------------
 def _annotate_codegen(mod: tvm.IRModule) -> tvm.IRModule:
     """Wrap every composite in a ``Codegen`` function, as ``CompositeFunctionAnnotator``."""
-    bb = relax.BlockBuilder(mod)
+    bb = relax.BlockBuilder()
+    table = FunctionTable(mod, CODEGEN)
     wrappers: dict[str, tvm.ir.GlobalVar] = {}
     updates = {}
     for gv, func in list(mod.functions.items()):
@@ -301,7 +310,7 @@ def _annotate_codegen(mod: tvm.IRModule) -> tvm.IRModule:
                         and attr(mod[value.op], COMPOSITE) is not None):
                     name = value.op.name_hint
                     if name not in wrappers:
-                        wrappers[name] = _add_wrapper(bb, value.op, mod[value.op])
+                        wrappers[name] = _add_wrapper(table, value.op, mod[value.op])
                     value = relax.Call(wrappers[name], value.args)
                     binding = relax.VarBinding(binding.var, bb.normalize(value))
                     changed = True
@@ -309,15 +318,13 @@ def _annotate_codegen(mod: tvm.IRModule) -> tvm.IRModule:
             blocks.append(make_block(kept, isinstance(block, relax.DataflowBlock), block.span))
         if changed:
             updates[gv] = rebuild_function(func, blocks)
-    for gv, func in updates.items():
-        bb.update_func(gv, func)
-    out = bb.get()
+    out = table.module(mod, updates)
     # The wrapped composites now live inside their wrappers only (TVM removes them).
     functions = {gv: f for gv, f in out.functions.items() if gv.name_hint not in wrappers}
     return C.copy_module(out, functions)
 
 
-def _add_wrapper(bb: relax.BlockBuilder, gv: tvm.ir.GlobalVar,
+def _add_wrapper(table: FunctionTable, gv: tvm.ir.GlobalVar,
                  composite: relax.Function) -> tvm.ir.GlobalVar:
     codegen = str(composite.attrs[COMPOSITE]).split(".", 1)[0]
     inner = composite.without_attr(PRIMITIVE)
@@ -330,7 +337,7 @@ def _add_wrapper(bb: relax.BlockBuilder, gv: tvm.ir.GlobalVar,
     symbol = f"{gv.name_hint}_{codegen}"
     wrapper = relax.Function(params, body, composite.ret_ty, inner.is_pure)
     wrapper = wrapper.with_attr(CODEGEN, codegen).with_attr(GLOBAL_SYMBOL, symbol)
-    return bb.add_func(relax.BlockBuilder().normalize(wrapper), symbol)
+    return table.add(relax.BlockBuilder().normalize(wrapper), symbol)
 
 
 __all__ = ["emit_module"]

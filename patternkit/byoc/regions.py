@@ -72,8 +72,9 @@ def merge_compiler_regions(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModul
                if any(ref.name_hint in composites for ref in relax.analysis.all_global_vars(f))]
     bb = relax.BlockBuilder(tvm.IRModule())
     rewritten = {}
+    caller_names = {gv.name_hint for gv, _ in callers}
     for gv, func in callers:
-        rewritten[gv.name_hint] = _merge_in_function(mod, gv, func, bb)
+        rewritten[gv.name_hint] = _merge_in_function(mod, gv, func, bb, caller_names)
     functions = {}
     for gv, func in mod.functions.items():
         if gv.name_hint in composites:
@@ -85,10 +86,21 @@ def merge_compiler_regions(mod: tvm.IRModule, selected: set[str]) -> tvm.IRModul
 
 
 def _merge_in_function(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Function,
-                       bb: relax.BlockBuilder) -> relax.Function:
-    """One caller through ``MergeCompositeFunctions``; its new functions go to ``bb``."""
+                       bb: relax.BlockBuilder, caller_names: set[str]) -> relax.Function:
+    """One caller through ``MergeCompositeFunctions``; its new functions go to ``bb``.
+
+    The other callers of composites stay out of the module the pass sees (unless this
+    one calls them): the pass groups every function it finds, and two callers sharing one
+    lifted composite (a gradient module's primal and adjoint both call the same
+    ``layer_norm`` composite) make it fail with "Variable ... could not be found in any
+    group".  Each caller gets its own turn.
+    """
     entry, held = _hold_symbolic_bindings(func)
-    functions = {g: f for g, f in mod.functions.items() if g.name_hint != _ENTRY}
+    called = {ref.name_hint for ref in relax.analysis.all_global_vars(func)}
+    functions = {g: f for g, f in mod.functions.items()
+                 if g.name_hint != _ENTRY
+                 and (g.name_hint not in caller_names or g.name_hint in called
+                      or g.same_as(gv))}
     # bound to "main", the one function the pass looks at; under its own name too, so
     # that a recursive call still resolves
     functions[tvm.ir.GlobalVar(_ENTRY)] = entry.with_attr(GLOBAL_SYMBOL, _ENTRY)

@@ -10,11 +10,14 @@ operator call, plus what ``PartitionGraph`` makes of the composites:
   intermediate escaped (Relay's semantics), fusing would have made a cycle);
 * ``.regions`` / ``.largest_region``: the external functions after ``PartitionGraph``
   (merged regions, as ``MergeCompositeFunctions`` forms them) and the op calls of the
-  largest.
+  largest; each offloaded op's record names its region;
+* ``.split``: the offloaded op calls that region merging split off from the region they
+  read from to avoid a cycle (:mod:`patternkit.byoc.region_splits`), each with the path
+  that forced it (``OpRecord.split``).
 
-Region merging never splits a composite: what ``MergeCompositeFunctions`` keeps apart to
-avoid a cycle stays in two regions, which shows as a larger region count, not as an op
-on the host.
+Region merging never splits a composite and never sends one back to the host: what it
+keeps apart to avoid a cycle becomes a region of its own, so such an op is offloaded
+(``composite`` set) and carries the reason in ``split``.
 """
 
 from __future__ import annotations
@@ -31,12 +34,17 @@ from ..ir.kinds import CODEGEN, attr
 from ..ir.targets import rewritable_functions
 from .external import partition_graph
 from .offload import offload_report
+from .region_splits import Site, assign_regions, find_splits, mark_sites
 from .table import PatternTable
 
 
 @dataclass(frozen=True)
 class OpRecord:
-    """One operator call of the model: where it went (``composite``) or why not (``reason``)."""
+    """One operator call of the model: where it went (``composite``) or why not (``reason``).
+
+    An offloaded call also names its ``region`` (the external function) and, when region
+    merging kept its composite out of the region it reads from, why (``split``).
+    """
 
     op: str
     function: str
@@ -44,6 +52,8 @@ class OpRecord:
     composite: str | None = None
     kind: str | None = None
     reason: str | None = None
+    region: str | None = None
+    split: str | None = None
 
 
 @dataclass
@@ -60,6 +70,11 @@ class CoverageReport:
         """Fraction of op calls in a composite (``0.0`` for a model without op calls)."""
         return sum(r.composite is not None for r in self.ops) / len(self.ops) if self.ops else 0.0
 
+    @property
+    def split(self) -> int:
+        """Offloaded op calls that region merging split off to avoid a cycle."""
+        return sum(r.split is not None for r in self.ops)
+
     def host_reasons(self) -> dict[str, int]:
         """``{kind: op calls}`` for the ops left on the host."""
         out: dict[str, int] = {}
@@ -72,25 +87,36 @@ class CoverageReport:
         return json.dumps({"share": self.share, "regions": self.regions,
                            "largest_region": self.largest_region,
                            "composites": self.composites, "host": self.host_reasons(),
+                           "split": self.split,
                            "ops": [asdict(r) for r in self.ops]}, indent=1)
 
     def __str__(self) -> str:
         on_host = ", ".join(f"{k} {n}" for k, n in sorted(self.host_reasons().items()))
+        split = f"; split off to avoid a cycle: {self.split}" if self.split else ""
         return (f"{self.share:.0%} of {len(self.ops)} op calls offloaded, {self.regions} "
                 f"region(s), largest {self.largest_region} op(s); on the host: "
-                f"{on_host or 'none'}")
+                f"{on_host or 'none'}{split}")
 
 
 def coverage(mod: tvm.IRModule, table: Any) -> CoverageReport:
     """Partition ``mod`` with ``table`` and account for every op call; ``mod`` is unchanged."""
     table = PatternTable(table)
     offload = offload_report(mod, table)
+    regions: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+    report = CoverageReport(composites=dict(offload.composites))
+    if offload.formed:
+        marked, sites = mark_sites(offload.module)
+        partitioned = partition_graph(marked)
+        sizes = _region_sizes(partitioned)
+        report.regions, report.largest_region = len(sizes), max(sizes, default=0)
+        assign_regions(partitioned, sites)
+        find_splits(marked, sites)
+        regions = _regions_of_ops(offload.formed, sites)
     taken: dict[tuple[str, str], str] = {}
     for formed in offload.formed:
         for var in formed.vars:
             taken[(formed.function, var)] = formed.entry
     host = {(h.function, h.var): h for h in offload.host_ops}
-    report = CoverageReport(composites=dict(offload.composites))
     for gv, func in rewritable_functions(mod):
         for block in C.array_items(func.body.blocks):
             for binding in C.array_items(block.bindings):
@@ -99,15 +125,34 @@ def coverage(mod: tvm.IRModule, table: Any) -> CoverageReport:
                     continue
                 key = (gv.name_hint, C.var_name(binding.var))
                 if key in taken:
-                    report.ops.append(OpRecord(op, *key, composite=taken[key]))
+                    region, split = regions.get(key, (None, None))
+                    report.ops.append(OpRecord(op, *key, composite=taken[key], region=region,
+                                               split=split))
                 else:
                     h = host.get(key)
                     report.ops.append(OpRecord(op, *key, kind=h.kind if h else "uncovered",
                                                reason=h.reason if h else None))
-    if offload.formed:
-        sizes = _region_sizes(partition_graph(offload.module))
-        report.regions, report.largest_region = len(sizes), max(sizes, default=0)
     return report
+
+
+def _regions_of_ops(formed: list, sites: list[Site]) -> dict[tuple[str, str], tuple]:
+    """``(function, binding) -> (region, split)`` for the ops of every composite call.
+
+    A call site binds the name of one of its composite's members (its single result),
+    or ``<root>_results`` (a tuple of several).
+    """
+    by_name: dict[tuple[str, str], Any] = {}
+    for f in formed:
+        for var in f.vars:
+            by_name[(f.function, var)] = f
+        by_name[(f.function, f"{f.root}_results")] = f
+    out: dict[tuple[str, str], tuple] = {}
+    for site in sites:
+        f = by_name.get((site.function, C.var_name(site.var)))
+        if f is not None:
+            for var in f.vars:
+                out[(f.function, var)] = (site.region, site.split)
+    return out
 
 
 def _region_sizes(mod: tvm.IRModule) -> list[int]:

@@ -39,7 +39,7 @@ The plan (:class:`FunctionPlan`) is turned into IR by :mod:`patternkit.byoc.fuse
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from tvm import relax
 
@@ -221,8 +221,12 @@ class _Planner:
                      roots: list[int]) -> list[PlannedComposite]:
         index, position = self.index, self.index.position
         matcher = Matcher(call_args=index.call_args, table=state.live)
+        # ``formed`` (by identity, in formation order) and ``group_of`` (member -> its
+        # group) are kept up to date match by match rather than rebuilt: an entry can form
+        # thousands of composites in one block (tensorrt's ``add`` on GPT-2).
         group_of: dict[int, PlannedComposite] = {}
-        formed: list[PlannedComposite] = []
+        formed: dict[int, PlannedComposite] = {}
+        last_member = -1  # the highest rank of any member of ``formed``
         for j in roots:
             binding = state.bindings[j]
             found = matcher.match(entry.pattern, binding.value)
@@ -241,8 +245,8 @@ class _Planner:
                            f"'{C.var_name(state.bindings[partial.root].var)}' already took "
                            f"some of its bindings", by=entry.name)
                 continue
-            others = [g for g in formed if g not in touched]
-            cycle = _cycle_through(index, state, member_set, others)
+            cycle = _cycle_through(index, state, member_set, group_of, formed.values(),
+                                   last_member)
             if cycle is not None:
                 self._skip(entry, state, j, members, "cycle", cycle)
                 continue
@@ -252,10 +256,13 @@ class _Planner:
                            rejection=refusal)
                 continue
             group = PlannedComposite(entry, state.bi, members, j, found)
-            formed = [g for g in formed if g not in touched] + [group]
+            for g in touched:
+                del formed[id(g)]
+            formed[id(group)] = group
             for m in members:
                 group_of[m] = group
-        return formed
+            last_member = max(last_member, state.rank[members[-1]])
+        return list(formed.values())
 
     def _check(self, entry: CompositeEntry, state: _Block, j: int, found: Match) -> Reject | None:
         binding = state.bindings[j]
@@ -351,42 +358,54 @@ def _readers(index: FunctionIndex, state: _Block, j: int) -> list[int]:
 
 
 def _cycle_through(index: FunctionIndex, state: _Block, members: set[int],
-                   others: list[PlannedComposite]) -> str | None:
+                   pending: dict[int, PlannedComposite], others: Iterable[PlannedComposite],
+                   last_member: int) -> str | None:
     """Why fusing ``members`` would make a composite depend on itself, or ``None``.
 
     Composites formed earlier (by earlier entries: ``state.taken``; by this entry so
-    far: ``others``) count as one node each.  A cycle is a path that leaves the members
+    far: ``pending``, member -> composite, whose members reach up to rank
+    ``last_member``) count as one node each.  A cycle is a path that leaves the members
     and comes back.  The block order is a topological order of everything but this
     entry's new composites, so a path can only come back below the match's last member
     through one of those that spans it; without one, readers past the match are not
-    followed.
+    followed.  A composite of ``pending`` that the match absorbs lies inside
+    ``members``, so the walk never enters it.
     """
     rank = state.rank
     top = max(rank[m] for m in members)
-    pending = {m: g for g in others for m in g.members}
-    spanning = any(min(rank[m] for m in g.members) < top < max(rank[m] for m in g.members)
-                   for g in others)
-
-    def unit(j: int):
-        return state.taken.get(j) or pending.get(j) or j
+    # Roots are tried in block order, so the composites of this entry usually all end
+    # below ``top``; only when one reaches past it can one span it.
+    spanning = last_member > top and any(
+        min(rank[m] for m in g.members) < top < max(rank[m] for m in g.members)
+        for g in others)
 
     work = [(m, r) for m in members for r in _readers(index, state, m) if r not in members]
     seen: set[int] = set()
     while work:
         source, j = work.pop()
-        u = unit(j)
-        key = u if isinstance(u, int) else -1 - id(u)
-        if key in seen:
-            continue
-        seen.add(key)
-        if isinstance(u, int):
+        u = state.taken.get(j)
+        if u is not None:  # an earlier entry's composite: a unit of the block order
+            key = -1 - id(u)
+            if key in seen:
+                continue
+            seen.add(key)
             if not spanning and rank[u] > top:
                 continue
-            inside = [u]
-        else:
-            if not spanning and u not in others and rank[u] > top:
-                continue
             inside = u.members
+        elif j in pending:  # this entry's composite: not placed in the block order yet
+            u = pending[j]
+            key = -1 - id(u)
+            if key in seen:
+                continue
+            seen.add(key)
+            inside = u.members
+        else:
+            if j in seen:
+                continue
+            seen.add(j)
+            if not spanning and rank[j] > top:
+                continue
+            inside = [j]
         for k in inside:
             for r in _readers(index, state, k):
                 if r in members:

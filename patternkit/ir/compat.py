@@ -15,7 +15,6 @@ expression kinds is :mod:`patternkit.ir.walk`.)
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 from typing import Any, Callable, Iterator
 
@@ -26,7 +25,7 @@ from tvm import relax
 
 from tvm.sym import Analyzer  # noqa: F401  (re-exported; tvm.arith before 0.27)
 
-from ..errors import ERROR_TYPES
+from ..errors import PatternkitError
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
@@ -249,6 +248,18 @@ def structural_hash(a: Any, map_free_vars: bool = False) -> int:
     return int(tvm_ffi.structural_hash(a, map_free_vars=map_free_vars))
 
 
+def typed_global_var(name: str, func: Any) -> tvm.ir.GlobalVar:
+    """A ``GlobalVar`` named ``name`` that carries ``func``'s type, as ``add_func`` makes it.
+
+    A call to a global function is typed from its ``GlobalVar``; ``BlockBuilder.add_func``
+    sets that type, but its cost grows with the module (see
+    :mod:`patternkit.byoc.function_table`), so patternkit sets it itself.
+    """
+    gv = tvm.ir.GlobalVar(name)
+    relax.expr._update_type(gv, func.ty)  # pylint: disable=protected-access
+    return gv
+
+
 def to_tensor(array: np.ndarray):
     """numpy -> ``tvm.runtime.Tensor`` (``tvm.nd.array`` in older releases)."""
     return tvm.runtime.tensor(array)
@@ -285,25 +296,74 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-@functools.cache
-def _register_errors() -> None:
-    """Keep patternkit's exception types when they cross a ``tvm.transform.Pass`` boundary.
+class _ErrorBridge:
+    """Keeps patternkit's exceptions as they are when they cross a ``tvm.transform.Pass``.
 
-    A Python pass runs behind TVM's FFI; an unregistered exception comes back as a bare
-    ``RuntimeError``.  Registering the classes makes ``pytest.raises(PatternError)`` and
-    ``except PatternkitError`` work on a pass inside ``Sequential`` too.  Done on the
-    first pass patternkit builds rather than at import, so that importing patternkit
-    (``patternkit --help``) does not load TVM.
+    A Python pass runs behind TVM's FFI.  An exception raised in it goes through C++ as
+    a *kind* (a name) and a message, and comes back as ``ERROR_NAME_TO_TYPE[kind](message)``
+    -- a bare ``RuntimeError`` for a class the FFI does not know, the class itself
+    rebuilt from the message for one it does (losing ``CallbackError.binding``).  The
+    bridge registers each :class:`~patternkit.errors.PatternkitError` subclass when a
+    pass raises it (subclasses live in every layer, and users define their own), with a
+    factory that hands back the very exception object the pass raised, so that
+    ``except PatternTableError as err: err...`` works on a pass inside ``Sequential``
+    exactly as on a direct call.
     """
-    for cls in ERROR_TYPES:
-        tvm_ffi.register_error(f"patternkit.{cls.__name__}", cls)
+
+    def __init__(self) -> None:
+        self.registered: set[type] = set()
+        self.in_flight: dict[type, BaseException] = {}  # class -> the last one raised
+
+    def send(self, err: PatternkitError) -> None:
+        """Called as ``err`` leaves a pass: the FFI will rebuild it on the other side."""
+        cls = type(err)
+        self.in_flight[cls] = err
+        if cls not in self.registered:
+            kind = f"{cls.__module__}.{cls.__qualname__}"
+            tvm_ffi.register_error(kind, cls)  # the kind ``err`` crosses as
+            # ... and what the kind turns back into (the FFI wants a type to call)
+            tvm_ffi.core.ERROR_NAME_TO_TYPE[kind] = self._receiver(cls)
+            self.registered.add(cls)
+
+    def _receiver(self, cls: type) -> type:
+        bridge = self
+
+        class Received:
+            def __new__(_cls, message: str) -> BaseException:
+                return bridge.receive(cls, message)
+
+        return Received
+
+    def receive(self, cls: type, message: str) -> BaseException:
+        """The exception the FFI rebuilds from ``message``: the one raised, if it is that."""
+        err = self.in_flight.pop(cls, None)
+        if err is not None and str(err) == message:
+            return err
+        err = cls.__new__(cls)  # its ``__init__`` may want more than the message
+        Exception.__init__(err, message)
+        return err
+
+
+_ERRORS = _ErrorBridge()
 
 
 def module_pass(transform: Callable[[tvm.IRModule, Any], tvm.IRModule],
                 name: str) -> tvm.transform.Pass:
-    """``transform(mod, ctx)`` as a ``tvm.transform.Pass`` named ``name`` (opt level 0)."""
-    _register_errors()
-    return tvm.transform.module_pass(transform, opt_level=0, name=name)
+    """``transform(mod, ctx)`` as a ``tvm.transform.Pass`` named ``name`` (opt level 0).
+
+    A :class:`~patternkit.errors.PatternkitError` raised by ``transform`` reaches the
+    caller of the pass (or of the ``Sequential`` holding it) as itself (see
+    :class:`_ErrorBridge`); any other exception as TVM's FFI converts it.
+    """
+
+    def run(mod: tvm.IRModule, ctx: Any) -> tvm.IRModule:
+        try:
+            return transform(mod, ctx)
+        except PatternkitError as err:
+            _ERRORS.send(err)
+            raise
+
+    return tvm.transform.module_pass(run, opt_level=0, name=name)
 
 
 # -- tvm.relax.dpl fields that the FFI does not reflect ---------------------------------------

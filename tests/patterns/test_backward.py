@@ -9,7 +9,8 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import CompositeLog, inline_external, merge_composite
+from patternkit.byoc import (CompositeLog, composite_counts, external_functions, inline_external,
+                             merge_composite)
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.backward import FrozenBatchNormGradComposite, NormGradComposite
 from patternkit.testing import EXACT, Negative, RuleCase, check_rule
@@ -304,12 +305,8 @@ def _formed(mod: tvm.IRModule, rules=BACKWARD) -> dict[str, int]:
 
 
 def _adjoint(grad: tvm.IRModule, name: str = "main_adjoint") -> tvm.IRModule:
-    """The adjoint function alone, the part an accelerator takes for the backward pass.
-
-    (``PartitionGraph`` on the whole module, whose primal function has composites of its
-    own, fails in TVM's ``MergeCompositeFunctions``: "Variable lv could not be found in any
-    group".)
-    """
+    """The adjoint function alone, the part an accelerator takes for the backward pass
+    (the whole module partitions too: see the test after the layer-norm tests)."""
     return tvm.IRModule({name: grad[name]})
 
 
@@ -363,6 +360,20 @@ def test_a_layer_norm_gradient_is_one_layer_norm_grad(batch, cse):
     assert _formed(grad) == {"byoc.layer_norm_grad": 1}
     pk.assert_same_numerics(grad, _partitioned_and_inlined(grad), func_name="main_adjoint",
                             rtol=0.0, atol=0.0)
+
+
+def test_a_whole_gradient_module_partitions_with_its_primal_and_adjoint_composites():
+    """The primal function keeps its ``layer_norm`` composite beside the adjoint's
+    ``layer_norm_grad``; PartitionGraph takes both functions, and both keep their numbers."""
+    grad = gradient(_layer_norm())
+    assert _formed(grad, LIBRARY) == {"byoc.layer_norm": 1, "byoc.layer_norm_grad": 1}
+    partitioned = pk.PartitionGraph("xpu")(pk.MergeComposite(LIBRARY.for_compiler("xpu"))(grad))
+    assert relax.analysis.check_well_formed(partitioned)
+    assert len(external_functions(partitioned, "xpu")) == 2
+    assert composite_counts(partitioned) == {"xpu.layer_norm": 1, "xpu.layer_norm_grad": 1}
+    out = inline_external(partitioned)
+    for func in ("main", "main_adjoint"):
+        pk.assert_same_numerics(grad, out, func_name=func, rtol=0.0, atol=0.0)
 
 
 # -- real models -----------------------------------------------------------------------------------

@@ -87,7 +87,10 @@ def test_coverage_writes_markdown_json_and_a_chart_per_model(tmp_path):
         ("tensorrt", "as loaded"), ("tensorrt", "after rewrites")]
     assert all(0.0 <= r["share"] <= 1.0 for r in rows)
     assert rows[2]["share"] == 1.0 and rows[0]["host"] == {"uncovered": rows[0]["op_calls"]}
-    assert "| builtin:seed-batchnorm | tensorrt | as loaded |" in (out / "coverage.md").read_text()
+    markdown = (out / "coverage.md").read_text()
+    assert "| builtin:seed-batchnorm | tensorrt | as loaded |" in markdown
+    assert "split off to avoid a cycle |" in markdown
+    assert rows[2]["regions"] == 1 and rows[2]["split"] == 0  # one region: nothing split off
     assert "<svg" in (out / "coverage_0.svg").read_text()
 
 

@@ -220,6 +220,50 @@ def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function
     tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
 
 
+@I.ir_module
+class TwoFunctionsOneComposite:
+    """A primal and an adjoint-like function that each compute the same matmul + add,
+    as ``relax.transform.Gradient``'s output does (the forward part appears in both)."""
+
+    @R.function
+    def main(x: R.Tensor((2, 4), "float32"), w: R.Tensor((4, 8), "float32"),
+             b: R.Tensor((8,), "float32")):
+        with R.dataflow():
+            lv = R.matmul(x, w)
+            lv1 = R.add(lv, b)
+            gv = R.sum(lv1)
+            R.output(gv)
+        return gv
+
+    @R.function
+    def main_adjoint(x: R.Tensor((2, 4), "float32"), w: R.Tensor((4, 8), "float32"),
+                     b: R.Tensor((8,), "float32")):
+        with R.dataflow():
+            lv = R.matmul(x, w)
+            lv1 = R.add(lv, b)
+            lv2 = R.nn.relu(lv1)
+            gv = R.sum(lv2)
+            R.output(gv)
+        return gv
+
+
+def test_two_functions_whose_composites_are_identical_partition_each_on_its_own(bit_exact):
+    """TVM's ``MergeCompositeFunctions`` fails ("Variable lv could not be found in any
+    group") when it sees two callers of one shared lifted composite; each caller is merged
+    on its own turn, so a gradient module (primal + adjoint) partitions as a whole."""
+    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
+                                            wildcard()))]
+    mod = TwoFunctionsOneComposite
+    out = PartitionGraph("cc")(MergeComposite(table)(mod))
+    assert relax.analysis.check_well_formed(out)
+    assert composite_counts(out) == {"cc.matmul_add": 2}
+    for name in ("main", "main_adjoint"):
+        calls = [b.value.op.name_hint for b in out[name].body.blocks[0].bindings
+                 if isinstance(b.value, relax.Call) and isinstance(b.value.op, relax.GlobalVar)]
+        assert len(calls) == 1 and calls[0] in external_functions(out, "cc")
+        bit_exact(mod, inline_external(out), func_name=name)
+
+
 def _symbolic_dims(func) -> set:
     return set(relax.analysis.defined_symbolic_vars(func))
 

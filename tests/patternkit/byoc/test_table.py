@@ -75,6 +75,7 @@ def test_a_rule_set_is_a_table_of_its_composites():
     table = PatternTable(rules)
     assert table.names == [
         "ccompiler.add_layer_norm", "ccompiler.layer_norm", "ccompiler.rms_norm",
+        "ccompiler.attention_bias", "ccompiler.attention",
         "ccompiler.conv2d_add_silu_strict", "ccompiler.conv2d_add_clip_strict",
         "ccompiler.conv2d_add_relu", *(f"ccompiler.matmul{t}{parts}" for t in ("_transposed", "")
                                        for parts in ("_bias_relu", "_bias_gelu",

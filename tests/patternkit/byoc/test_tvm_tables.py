@@ -12,6 +12,7 @@ from tvm.relax.transform import FuseOpsByPattern, FusionPattern
 import patternkit as pk
 from patternkit.models import resnet18
 from patternkit.byoc import tvm_tables
+from patternkit.engine.wellformed import assert_well_formed
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,27 @@ def test_the_fuse_ops_by_pattern_keywords_behave_as_tvms(resnet, options):
     _assert_same_module(ours, theirs)
 
 
+
+def test_a_tuple_written_in_an_argument_gives_its_fields_as_parameters_as_tvm_does():
+    # Llama's rotary embedding imports as ``concat((neg, x))`` with the tuple inline.
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            n = bb.emit(relax.op.negative(x))
+            twice = bb.emit(relax.op.concat(relax.Tuple([n, n]), axis=1))
+            both = bb.emit(relax.op.concat(relax.Tuple([y, n]), axis=1))
+            out = bb.emit_output(relax.op.add(twice, both))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    concat = FusionPattern("t.concat", dpl.is_op("relax.concat")(dpl.wildcard()))
+    ours = pk.MergeComposite(pk.PatternTable.from_tvm([concat]))(mod)
+    assert_well_formed(ours, "MergeComposite")  # a parameter read but never defined
+    _assert_same_module(ours, FuseOpsByPattern([concat])(mod))
+    report = pk.verify_table(pk.PatternTable.from_tvm([concat]), mod)
+    assert report.fired == {"t.concat": 2} and not report.failures
+
 def test_the_input_module_is_left_unchanged(resnet):
     before = _snapshot(resnet)
     pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt"))(resnet)
@@ -173,6 +195,22 @@ def test_a_check_that_raises_names_the_entry_and_leaves_the_module_alone():
         pk.MergeComposite(pk.PatternTable.from_tvm([fp]))(mod)
     _assert_untouched(mod, before)
 
+
+
+def test_errors_raised_inside_a_pipeline_keep_their_patternkit_class(resnet):
+    pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt")),
+                                         pk.PartitionGraph(merge=False)])
+    with pytest.raises(pk.PatternTableError, match=r"PartitionGraph\(merge=False\)"):
+        pipeline(resnet)
+
+    def check(_context):
+        raise RuntimeError("boom")
+
+    fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
+    pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm([fp]))])
+    with pytest.raises(pk.CallbackError, match="'t.matmul_add' raised RuntimeError") as raised:
+        pipeline(_matmul_module(relu_reads_matmul=False))
+    assert raised.value.binding.startswith("main:")
 
 # -- the two semantics -------------------------------------------------------------------------
 def test_tvm_semantics_export_an_escaping_intermediate_relay_semantics_skip_the_match():

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import tvm
 from tvm import relax
 
+from patternkit.byoc.table import PatternTableError
+from patternkit.dpl.from_tvm import FromDplError
+from patternkit.errors import CallbackError, PatternkitError
 from patternkit.ir import compat as C
 
 
@@ -66,3 +72,50 @@ def test_const_to_numpy_returns_a_copy_in_the_constant_s_dtype():
         assert str(array.dtype) == dtype and array.astype("float32").tolist() == [0, 1, 2, 3]
         array[0] = 7  # the constant stays as it was
         assert compat.const_to_numpy(const).astype("float32").tolist() == [0, 1, 2, 3]
+
+
+# -- errors raised inside a pass --------------------------------------------------------------
+class UsersOwnError(PatternkitError):
+    """A subclass patternkit has never seen (a user's check raising its own error)."""
+
+
+def _failing_pass(err):
+    def transform(_mod, _ctx):
+        raise err
+    return C.module_pass(transform, "test.fails")
+
+
+@pytest.mark.parametrize("err", [
+    PatternTableError("a table error"),
+    FromDplError("a kind patternkit cannot express", "FunctionPattern"),
+    CallbackError("a callback raised", "rule", "main:lv = add(x, y)"),
+    UsersOwnError("a user's error"),
+], ids=lambda err: type(err).__name__)
+def test_a_patternkit_error_raised_in_a_pass_reaches_the_caller_as_itself(err):
+    pipeline = tvm.transform.Sequential([tvm.transform.Sequential([_failing_pass(err)])])
+    with pytest.raises(type(err)) as raised:
+        pipeline(tvm.IRModule({}))
+    assert raised.value is err  # the same object: its attributes are all there
+
+
+def test_a_patternkit_error_raised_twice_in_a_pass_is_the_second_one_the_second_time():
+    first, second = PatternTableError("first"), PatternTableError("second")
+    for err in (first, second):
+        with pytest.raises(PatternTableError) as raised:
+            _failing_pass(err)(tvm.IRModule({}))
+        assert raised.value is err
+
+
+def test_other_exceptions_cross_a_pass_as_tvm_converts_them():
+    with pytest.raises(ValueError, match="not patternkit's"):
+        _failing_pass(ValueError("not patternkit's"))(tvm.IRModule({}))
+
+
+def test_every_pass_patternkit_builds_goes_through_module_pass():
+    root = Path(C.__file__).resolve().parents[1]
+    builders = ("tvm.transform.module_pass", "relax.transform.function_pass",
+                "relax.transform.dataflowblock_pass", "transform.module_pass(")
+    offenders = [f"{path.relative_to(root.parent)}: {word}"
+                 for path in root.rglob("*.py") if path.name != "compat.py"
+                 for word in builders if word in path.read_text()]
+    assert not offenders, "passes built outside ir.compat.module_pass:\n" + "\n".join(offenders)

@@ -1,0 +1,786 @@
+"""Scaled dot-product attention written out, collapsed into ``R.nn.attention``.
+
+Recognises (:class:`AttentionCollapse`, ``attention.collapse``)::
+
+    scores = matmul(q, permute_dims(k))          # q: (B, N, S, H), k^T: (B, N, H, T)
+    p      = softmax(scores * c [+ mask], axis=-1)
+    out    = permute_dims(matmul(p, v))          # v: (B, N, T, Hv), back to (B, S, N, Hv)
+
+(the final ``permute_dims`` optional: a result left head-first gets one back)
+
+as the frontends write it out:
+
+* **torch** (``from_exported_program`` on an eager ``GPT2Attention``, ``BertSelfAttention``,
+  ``ViTSelfAttention``, ``LlamaAttention``): every batched matmul has its operands
+  ``broadcast_to`` their own shape and ``reshape``-d to ``(B*N, ., .)``, and its result
+  reshaped back to ``(B, N, ., .)``; the key is split into heads with ``permute_dims(axes=
+  [0, 2, 1, 3])`` and then transposed with ``[0, 1, 3, 2]``;
+* **ONNX** (``from_onnx``, opset 14 and 17): 4-D matmuls, the key transposed once with
+  ``[0, 2, 3, 1]``, and a no-op ``astype`` of the softmax to its own dtype.
+
+The scale is a one-element constant multiplying (either operand order) or dividing the
+scores, the query or the transposed key; several of them multiply (a model scaling both
+q and k by ``H**-0.25``).  Without one the scale is 1 (``R.nn.attention``'s default would
+be ``1/sqrt(H)``, so the rule always passes it).  The additive mask is any tensor that
+broadcasts as attention's bias does: rank at most 4, ending with the key length ``T``,
+every other axis 1 or the scores' own (the padding-and-causal masks transformers builds,
+``(B, 1, S, T)``, GPT-2's and Llama's; BERT's ``(B, 1, 1, T)``).  Causal masks arrive in
+one of two spellings, both kept as a bias: transformers 5 folds the causal triangle and
+the padding mask into that additive float mask (``where(allowed, 0, finfo.min)``), and
+torch's ``scores.masked_fill(~causal, -inf)`` imports as ``where(cond, -inf, scores)``,
+which becomes the bias ``where(cond, -inf, 0)`` (equal everywhere, fully masked rows
+included; a finite fill is refused: added, it would not give such a row the uniform
+weights the fill gives it).
+
+Produces ``R.nn.attention(q, k, v[, bias], scale=c)`` on BSNH tensors: ``q``, ``k`` and
+``v`` are the head-split tensors the model permuted (``permute_dims`` composed with the
+ones in the match, none where they cancel), the bias is the mask (``expand_dims``-ed to
+4-D), and the model's final ``permute_dims`` of the result is the attention's own BSNH
+layout.  Grouped-query attention (Llama's ``repeat_kv``: ``expand_dims``,
+``broadcast_to``, ``reshape`` of the key and value heads) is collapsed with the repeat
+kept, so k and v reach ``R.nn.attention`` with the full head count: TVM 0.27's llvm
+legalisation gives wrong numbers for fewer key/value heads than query heads.
+
+The guards, each refusing with its reason: q, k and v have static ranks (4) and agree on
+batch, heads, sequence and head sizes (a value split into other heads than the query is
+refused, not re-paired); the key is transposed (the score matmul contracts the head axis
+the key was split into, its last); every ``reshape`` and ``broadcast_to`` between a 4-D
+tensor and its matmul only merges the batch and head axes (or keeps the shape); the scale
+is a one-element constant; the softmax is over the last axis and any cast after it is to
+its own dtype; the mask broadcasts as a bias; every tensor of the match has the query's
+dtype.  A match whose intermediate (the scores, the probabilities) is read elsewhere is
+not rewritten.
+
+No speed claim: on llvm ``R.nn.attention`` legalises to about the same loops as the
+written-out form, and the rule is for backends (cutlass, cudnn) that take the fused op.
+
+Deliberately not covered:
+
+* torch's SDPA as ``torch.export`` decomposes it (``attn_implementation="sdpa"``): after
+  the softmax it sets rows whose scores are all ``-inf`` to 0 (``where(not any(score >
+  -inf), 0, p)``), which ``R.nn.attention`` does not (it gives NaN there), so collapsing
+  would change a fully padded row;
+* a softmax computed in float32 between two casts of a float16 model (Llama's
+  ``softmax(..., dtype=float32).to(float16)``): the fused op would compute it in float16,
+  a precision the model did not ask for;
+* causal masks turned into ``causal_mask="TopLeft"`` (the mask would have to be proved
+  triangular; it stays a correct bias), dropout between the softmax and the second
+  matmul (training graphs), packed QKV layouts (BS3NH) and variable-length batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from patternkit.dpl import DFPattern, is_constant, is_op, through, wildcard
+from patternkit.engine import (CompositeRule, NoSuchExample, RewriteRule, RuleMatch, Tolerance,
+                               reject, variant_method)
+from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, is_tensor_constant,
+                           prove_equal, static_shape, type_of)
+
+#: The head split and the attention's layout: BNSH <-> BSNH (its own inverse).
+HEADS_FIRST = (0, 2, 1, 3)
+#: The identity permutation of a 4-D tensor.
+IDENTITY = (0, 1, 2, 3)
+#: ``k^T`` (BNHS) back to the attention's BSNH key: the inverse of ``(0, 2, 3, 1)``.
+KEY_FROM_TRANSPOSED = (0, 3, 1, 2)
+#: The plumbing the torch importer wraps around a batched matmul's operands.
+OPERAND_PLUMBING = ("broadcast_to", "reshape")
+
+#: float32: on llvm R.nn.attention legalises to the same matmuls, scale, softmax and
+#: matmul in the same order; the examples agree to the bit (15 instances measured).
+#: 1e-6 leaves room for another legalisation order, nothing more.
+FLOAT32 = Tolerance(1e-6, 1e-6, "the fused op legalises to the same arithmetic in the same "
+                                "order: bit-identical on the examples, 1e-6 for reordering")
+#: float16: the two forms round the scores, the probabilities and the products to float16
+#: (eps 9.8e-4) at different points; measured up to 1.2e-3 on outputs below 0.75.
+FLOAT16 = Tolerance(4e-3, 4e-3, "both forms round scores, probabilities and products to "
+                                "float16 (eps 9.8e-4) at different points: 1.2e-3 measured")
+
+
+def _compose(inner: Sequence[int], outer: Sequence[int]) -> tuple[int, ...]:
+    """Axes of ``permute_dims(permute_dims(x, inner), outer)`` as one ``permute_dims`` of x."""
+    return tuple(inner[i] for i in outer)
+
+
+def _axes(call: Any, rank: int) -> tuple[int, ...]:
+    """The axes of a ``permute_dims`` call (``None`` there means reversing them)."""
+    axes = call.attrs.axes
+    return tuple(reversed(range(rank))) if axes is None else tuple(int(a) for a in axes)
+
+
+def _shape_text(shape: Sequence[Any] | None) -> str:
+    return "unknown" if shape is None else f"({', '.join(str(d) for d in shape)})"
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What the rewrite emits: the BSNH operands (source, permutation), bias, scale, output.
+
+    Each of ``query``, ``key`` and ``value`` is ``(expr, axes)``: the tensor the match
+    read and the ``permute_dims`` that makes it BSNH (``IDENTITY``: used as it is).
+    ``bias_rank`` is the mask's rank (it is ``expand_dims``-ed to 4-D); ``fill`` is
+    ``(value, where_true)`` when ``bias`` is a masked_fill condition, whose bias is
+    ``where(bias, value, 0)`` (``where(bias, 0, value)`` for ``where_true=False``); ``out_axes`` the
+    permutation of the attention's BSNH result that the match's root computes.
+    """
+
+    query: tuple[Any, tuple[int, ...]]
+    key: tuple[Any, tuple[int, ...]]
+    value: tuple[Any, tuple[int, ...]]
+    bias: Any
+    bias_rank: int
+    fill: tuple[float, bool] | None
+    scale: float
+    out_axes: tuple[int, ...]
+
+
+class _Operand:
+    """The patterns of one attention operand: ``source [-> permute_dims...] [* scale]``.
+
+    ``permutes`` are the optional ``permute_dims`` roles, innermost first; ``transpose``
+    (the key only) is a required one after them.  ``view`` is the 4-D operand as the
+    matmul's arguments see it before the torch importer's plumbing.
+    """
+
+    def __init__(self, rule: AttentionCollapse, name: str, transposed: bool, scaled: bool):
+        self.name = name
+        # 4-D only: otherwise the plumbing look-through of a 4-D matmul would take the
+        # reshape and broadcast_to of Llama's repeat_kv, and find a 5-D tensor inside.
+        self.source = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
+        setattr(rule, name, self.source)
+        self.transpose = None
+        if not transposed:  # the query and value: their head split, if the match has it
+            split = is_op("permute_dims")(self.source)
+            setattr(rule, f"{name}_permute", split)
+            core: DFPattern = split | self.source
+        else:  # the key: one permute_dims always, a head split before it maybe
+            self.inner = is_op("permute_dims")(self.source)
+            setattr(rule, f"{name}_split", self.inner)
+            self.transpose = is_op("permute_dims")(self.inner | self.source)
+            setattr(rule, f"{name}_transpose", self.transpose)
+            core = self.transpose
+        self.scales: list[tuple[str, DFPattern, DFPattern]] = []
+        view = core
+        if scaled:
+            view = _scaled(rule, f"{name}_scale", core, self.scales) | core
+        self.view = view
+
+
+def _scaled(rule: AttentionCollapse, name: str, operand: DFPattern,
+            record: list) -> DFPattern:
+    """``operand * c``, ``c * operand`` or ``operand / c`` with ``c`` the role ``name``."""
+    constant = wildcard()
+    setattr(rule, name, constant)
+    mul_right, mul_left = operand * constant, constant * operand
+    div = operand / constant
+    for kind, pattern in (("multiply", mul_right), ("multiply", mul_left), ("divide", div)):
+        setattr(rule, f"{name}_{kind}_{len(record)}", pattern)
+        record.append((kind, pattern, constant))
+    return mul_right | mul_left | div
+
+
+class AttentionCollapse(RewriteRule):
+    """Collapse ``softmax(q @ k^T * scale [+ mask]) @ v`` into ``R.nn.attention``.
+
+    The forms the torch and ONNX importers write, with the scale on the scores, the query
+    or the key (multiply or divide, or none), an optional additive mask (the bias) and
+    grouped-query key/value repeats kept; see the module docstring.
+    """
+
+    name = "attention.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self._query = _Operand(self, "q", transposed=False, scaled=True)
+        self._key = _Operand(self, "k", transposed=True, scaled=True)
+        self._value = _Operand(self, "v", transposed=False, scaled=False)
+        self.qk = is_op("matmul")(through(self._query.view, OPERAND_PLUMBING),
+                                  through(self._key.view, OPERAND_PLUMBING))
+        scores = through(self.qk, ("reshape",), depth=1)
+        self._scales: list[tuple[str, DFPattern, DFPattern]] = []
+        scaled = _scaled(self, "scale", scores, self._scales) | scores
+        self.mask = wildcard()
+        masked = is_op("add")(scaled, self.mask) | is_op("add")(self.mask, scaled)
+        # masked_fill: where(cond, fill, scores) (torch's masked_fill(cond, fill)) or
+        # where(cond, scores, fill) (keep where cond holds)
+        self.condition, self.fill = wildcard(), is_constant()
+        self.fill_where_true = is_op("where")(self.condition, self.fill, scaled)
+        self.fill_where_false = is_op("where")(self.condition, scaled, self.fill)
+        self.softmax = is_op("nn.softmax")(masked | self.fill_where_true
+                                           | self.fill_where_false | scaled)
+        self.cast = is_op("astype")(self.softmax)
+        probabilities = self.cast | self.softmax
+        self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
+                                  through(self._value.view, OPERAND_PLUMBING))
+        heads_out = through(self.pv, ("reshape",), depth=1)
+        self.out = is_op("permute_dims")(heads_out)
+        # The permute back to (B, S, N, Hv) first: the match rooted there wins, and an
+        # attention whose result stays head-first (q, k, v given BNSH) matches without it.
+        self.pattern: DFPattern = self.out | heads_out
+
+    # -- check -------------------------------------------------------------------------
+    def check(self, match: RuleMatch) -> Any:
+        """An :class:`AttentionPlan` when the shapes, axes, scale and mask are attention's."""
+        q_axes, q_view = self._view(match, self._query)
+        k_axes, k_view = self._view(match, self._key)
+        v_axes, v_view = self._view(match, self._value)
+        batch, heads, seq, head_dim = q_view
+        kv_len, value_dim = k_view[3], v_view[3]
+        scores = (batch, heads, seq, kv_len)
+        self._check_transposed(match, k_axes)
+        self._check_plumbing(match.qk, q_view, k_view)
+        bias, bias_rank, fill = None, 0, None
+        if "mask" in match:
+            bias, bias_rank = self._check_mask(match.mask, "the mask", scores)
+        elif "condition" in match:
+            bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
+                                               scores)
+            fill = self._check_fill(match)
+        self._check_softmax(match, scores)
+        self._check_plumbing(match.pv, scores, v_view)
+        self._agree(match.k, "the key (transposed)", k_view, (batch, heads, head_dim, None))
+        self._agree(match.v, "the value", v_view, (batch, heads, kv_len, None))
+        self._check_dtypes(match)
+        out_call = match.out if "out" in match else None
+        heads_out = static_shape(type_of(match.root if out_call is None else out_call.args[0]))
+        if not _is_view(heads_out, (batch, heads, seq, value_dim), merged=False):
+            return reject(f"the attention's result has shape {_shape_text(heads_out)}, not "
+                          f"{_shape_text((batch, heads, seq, value_dim))}: the batched "
+                          f"matmul's result is not split back into the query's heads",
+                          at=out_call)
+        scale = 1.0
+        for name, scales in (("q", self._query.scales), ("k", self._key.scales),
+                             ("", self._scales)):
+            scale *= self._scale(match, scales, name)
+        return AttentionPlan((match.q, _compose(q_axes, HEADS_FIRST)),
+                             (match.k, _compose(k_axes, KEY_FROM_TRANSPOSED)),
+                             (match.v, _compose(v_axes, HEADS_FIRST)),
+                             bias, bias_rank, fill, scale,
+                             HEADS_FIRST if out_call is None else
+                             _compose(HEADS_FIRST, _axes(out_call, 4)))
+
+    @staticmethod
+    def _check_dtypes(match: RuleMatch) -> None:
+        """Every tensor of the match has the query's dtype: the fused op has one dtype.
+
+        Relax's binary ops already refuse mixed operands; what gets here is a matmul's
+        ``out_dtype`` (float16 scores accumulated in float32) or a cast after the softmax.
+        """
+        dtype = dtype_of(type_of(match.q))
+        probabilities = (str(match.cast.attrs.dtype) if "cast" in match
+                         else dtype_of(type_of(match.softmax.args[0])))
+        found_dtypes = (("values", dtype_of(type_of(match.v)), match.v),
+                        ("scores", dtype_of(type_of(match.softmax.args[0])), match.softmax),
+                        ("probabilities", probabilities, match.softmax),
+                        ("results", dtype_of(type_of(match.root)), match.root))
+        for what, found, at in found_dtypes:
+            if found != dtype:
+                raise reject(f"the {what} are {found}, the query {dtype}: R.nn.attention "
+                             f"computes in one dtype", at=at)
+
+    @staticmethod
+    def _view(match: RuleMatch, operand: _Operand) -> tuple[tuple[int, ...], tuple]:
+        """The permutation from the operand's source to its 4-D view, and the view's shape."""
+        source = match[operand.name]
+        shape = static_shape(type_of(source))
+        what = {"q": "the query", "k": "the key", "v": "the value"}[operand.name]
+        if shape is None:
+            raise reject(f"{what} has no known shape: cannot tell its batch, heads, "
+                         f"sequence and head sizes apart", at=source)
+        axes = IDENTITY
+        permutes = [f"{operand.name}_split", f"{operand.name}_transpose"] if operand.transpose \
+            else [f"{operand.name}_permute"]
+        for role in permutes:
+            if role in match:
+                axes = _compose(axes, _axes(match[role], 4))
+        return axes, tuple(shape[a] for a in axes)
+
+    @staticmethod
+    def _check_transposed(match: RuleMatch, k_axes: tuple[int, ...]) -> None:
+        """The score matmul contracts the key's last axis, the head axis it was split into."""
+        if k_axes[2] != 3:
+            raise reject(f"k is not transposed: the score matmul contracts axis {k_axes[2]} "
+                         f"of the key, not its head axis (3); permute_dims axes "
+                         f"{list(k_axes)} from the key", at=match.k_transpose)
+
+    @staticmethod
+    def _agree(source: Any, what: str, shape: tuple, expected: tuple) -> None:
+        names = ("batch", "heads", "sequence", "head size")
+        for axis, (got, want) in enumerate(zip(shape, expected)):
+            if want is not None and not prove_equal(got, want):
+                raise reject(f"{what} has {names[axis]} {got} on axis {axis} where the query "
+                             f"has {want}: {_shape_text(shape)} is not split into the "
+                             f"query's heads", at=source)
+        return None
+
+    @staticmethod
+    def _check_plumbing(matmul: Any, lhs: tuple, rhs: tuple) -> None:
+        """The matmul's operands and result are the 4-D views, or with batch * heads merged.
+
+        Any chain of ``reshape`` and ``broadcast_to`` that ends in one of these shapes
+        keeps the elements in order (a broadcast cannot shrink, so it is the identity when
+        the element count is kept): the batched matmul pairs the views' heads.
+        """
+        for what, expr, view in (("left operand", matmul.args[0], lhs),
+                                 ("right operand", matmul.args[1], rhs)):
+            shape = static_shape(type_of(expr))
+            if not _is_view(shape, view):
+                raise reject(f"the matmul's {what} has shape {_shape_text(shape)}, neither "
+                             f"{_shape_text(view)} nor batch and heads merged", at=matmul)
+
+    @staticmethod
+    def _check_softmax(match: RuleMatch, scores: tuple) -> None:
+        softmax = match.softmax
+        axis = int(softmax.attrs.axis)
+        if axis not in (-1, 3):
+            raise reject(f"the softmax normalises axis {axis}, attention the key axis (-1)",
+                         at=softmax)
+        shape = static_shape(type_of(softmax.args[0]))
+        if not _is_view(shape, scores, merged=False):
+            raise reject(f"the softmax's input has shape {_shape_text(shape)}, the scores "
+                         f"{_shape_text(scores)}: the batched matmul's result is not split "
+                         f"back into the query's heads", at=softmax)
+
+    @staticmethod
+    def _scale(match: RuleMatch, scales: list, name: str) -> float:
+        """The factor of the scale roles that matched (1.0 when none did)."""
+        for kind, pattern, constant in scales:
+            if pattern in match:
+                value = match[constant]
+                where = {"q": "the query's", "k": "the key's", "": "the scores'"}[name]
+                if not is_tensor_constant(value) or const_value(value).size != 1:
+                    shape = static_shape(type_of(value))
+                    raise reject(f"{where} scale is not a scalar constant (a "
+                                 f"{'constant' if is_tensor_constant(value) else 'tensor'} "
+                                 f"of shape {_shape_text(shape)}): R.nn.attention takes one "
+                                 f"number", at=value)
+                factor = float(const_value(value).reshape(()))
+                if kind == "divide":
+                    return float(np.float64(1.0) / factor) if factor else float("inf")
+                return factor
+        return 1.0
+
+    @staticmethod
+    def _check_mask(mask: Any, what: str, scores: tuple) -> tuple[Any, int]:
+        """The mask and its rank, when it broadcasts as ``R.nn.attention``'s bias."""
+        shape = static_shape(type_of(mask))
+        if shape is None or len(shape) > 4:
+            raise reject(f"{what} has shape {_shape_text(shape)}: attention's bias has at "
+                         f"most 4 axes", at=mask)
+        padded = (1,) * (4 - len(shape)) + tuple(shape)
+        if not prove_equal(padded[3], scores[3]):
+            raise reject(f"{what} {_shape_text(shape)} does not broadcast as attention's "
+                         f"bias: its last axis is {padded[3]}, the key length {scores[3]}",
+                         at=mask)
+        for axis in range(3):
+            if not (dims_equal(padded[axis], 1) or prove_equal(padded[axis], scores[axis])):
+                raise reject(f"{what} {_shape_text(shape)} does not broadcast as attention's "
+                             f"bias {_shape_text(scores)} (axis {axis}: {padded[axis]})",
+                             at=mask)
+        return mask, len(shape)
+
+    @staticmethod
+    def _check_fill(match: RuleMatch) -> tuple[float, bool]:
+        """The masked_fill's value, -inf, and whether it fills where the condition holds.
+
+        ``scores + where(c, -inf, 0)`` equals ``where(c, -inf, scores)`` everywhere; with
+        a finite fill it does not on a fully masked row (the fill gives it uniform
+        weights, the added bias keeps the scores' own softmax).
+        """
+        fill = match.fill
+        values = const_value(fill)
+        value = float(values.reshape(())) if values.size == 1 else None
+        if value != float("-inf"):
+            raise reject(f"the masked scores are filled with "
+                         f"{'a tensor' if value is None else value}, not -inf: as a bias it "
+                         f"would change fully masked rows", at=fill)
+        return value, "fill_where_true" in match
+
+    # -- rewrite -----------------------------------------------------------------------
+    def rewrite(self, match: RuleMatch) -> Any:
+        plan: AttentionPlan = match.plan
+
+        def bsnh(operand: tuple[Any, tuple[int, ...]]) -> Any:
+            expr, axes = operand
+            return expr if axes == IDENTITY else relax.op.permute_dims(expr, list(axes))
+
+        bias = plan.bias
+        if plan.fill is not None:
+            value, where_true = plan.fill
+            dtype = dtype_of(type_of(plan.query[0]))
+            fill, zero = (relax.const(np.array(v, dtype)) for v in (value, 0.0))
+            bias = relax.op.where(bias, fill, zero) if where_true else \
+                relax.op.where(bias, zero, fill)
+        if bias is not None and plan.bias_rank < 4:
+            bias = relax.op.expand_dims(bias, list(range(4 - plan.bias_rank)))
+        out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
+                                    scale=plan.scale)
+        if plan.out_axes != IDENTITY:
+            out = relax.op.permute_dims(out, list(plan.out_axes))
+        # The check proved the shapes equal; a model may spell them differently
+        # (``batch * 2 // 2`` against ``batch``), and a rewrite keeps the binding's type.
+        root_shape = static_shape(type_of(match.root))
+        if not all(_spelled_alike(a, b) for a, b in zip(_result_shape(plan), root_shape)):
+            out = relax.op.reshape(out, root_shape)
+        return out
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        return FLOAT16 if dtype == "float16" else FLOAT32
+
+    # -- self-check example (used by tests and `patternkit verify`) ---------------------
+    @staticmethod
+    def example(dtype: str = "float32", frontend: str = "torch", shape: str = "static",
+                scale: str = "product", mask: str = "padding", kv_heads: int = 2,
+                softmax_axis: int = -1, key: str = "transposed", value_heads: int = 2,
+                repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
+                seed: int = 0) -> tvm.IRModule:
+        """One attention block on projections ``xq: (B, S, 32)``, ``xk, xv: (B, T, .)``:
+        2 query heads of 16.
+
+        ``frontend``: ``"torch"`` (the importer's ``broadcast_to`` + ``reshape`` around
+        3-D batched matmuls, the key split with ``[0, 2, 1, 3]`` then transposed with
+        ``[0, 1, 3, 2]``) or ``"onnx"`` (4-D matmuls, the key transposed once with
+        ``[0, 2, 3, 1]``, a no-op ``astype`` after the softmax).  ``shape``: ``"static"``
+        (B, S, T = 2, 8, 8), ``"symbolic"`` (batch and sequence symbolic, T = S) or
+        ``"cross"`` (S = 4 queries on T = 8 keys).  ``scale``: ``"product"``,
+        ``"divide"`` (scores / sqrt(16)), ``"query"``, ``"key"``, ``"none"``, or
+        ``"tensor"`` (a per-head tensor, which is not attention's scale).  ``mask``:
+        ``"none"``, ``"padding"`` (B, 1, 1, T), ``"causal"`` (a constant (S, T)
+        lower-triangular 0 / -1e4 mask), ``"full"`` (B, 2, S, T), ``"masked_fill"``
+        (``where(not causal, -inf, scores)``, torch's ``masked_fill``), ``"masked_keep"``
+        (``where(causal, scores, -inf)``), or, refused, ``"last_axis_one"`` (B, 1, S, 1)
+        and ``"masked_fill_finite"`` (a -1e4 fill).  ``kv_heads=1``: the key and value have one
+        head, repeated to two as Llama's ``repeat_kv`` writes it.  ``softmax_axis=2``,
+        ``key="untransposed"`` (``q @ k`` with H = T = 16) and ``value_heads=4`` (the
+        value split into 4 heads of 8, reshaped back into 2 by the batched matmul) make
+        modules the check must refuse, and so do ``repeat=False`` (``kv_heads=1`` with
+        the ONNX form: the 4-D matmuls broadcast the single key/value head, the
+        grouped-query form TVM 0.27's llvm attention computes wrongly), ``split=
+        "scores"`` / ``"output"`` (the torch form reshapes that batched matmul's result
+        to (B, S, N, .) instead of (B, N, S, .)), ``mask="square"`` with
+        ``shape="decode"`` (a (B, 1, T, T) mask broadcasting one query row up to T),
+        ``mask="rank5"`` and ``accumulate="float32"`` (the score matmul's ``out_dtype``).
+        """
+        rng = np.random.default_rng(seed)
+        batch, seq, kv_len = _example_dims(shape, key)
+        heads, head_dim = 2, 16
+        if mask in ("causal", *_MASKED_FILLS) and shape == "symbolic":
+            raise NoSuchExample("a constant causal mask needs a static sequence length")
+        if (value_heads != heads or split != "heads_first") and frontend != "torch":
+            raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
+        if not repeat and (frontend == "torch" or kv_heads == heads):
+            raise NoSuchExample("repeat=False: the ONNX form's matmuls broadcast kv_heads=1")
+        xq = relax.Var("xq", relax.TensorType((batch, seq, heads * head_dim), dtype))
+        xk = relax.Var("xk", relax.TensorType((batch, kv_len, kv_heads * head_dim), dtype))
+        xv = relax.Var("xv", relax.TensorType((batch, kv_len, kv_heads * head_dim), dtype))
+        params = [xq, xk, xv]
+        bias = None
+        if mask in ("padding", "full", "last_axis_one", "square", "rank5"):
+            bias_shape = {"padding": (batch, 1, 1, kv_len), "full": (batch, heads, seq, kv_len),
+                          "last_axis_one": (batch, 1, seq, 1), "square": (batch, 1, kv_len, kv_len),
+                          "rank5": (1, batch, 1, 1, kv_len)}[mask]
+            bias = relax.Var("mask", relax.TensorType(bias_shape, dtype))
+            params.append(bias)
+        elif mask == "causal":
+            bias = relax.const(np.where(np.tril(np.ones((seq, kv_len), bool)), 0.0, -1e4)
+                               .astype(dtype))
+        elif mask in _MASKED_FILLS:
+            bias = relax.const(np.tril(np.ones((seq, kv_len), bool)))  # True: keep
+        torch_form = frontend == "torch"
+        bb = relax.BlockBuilder()
+        with bb.function("main", params):
+            with bb.dataflow():
+                def emit(op, *args):
+                    return bb.emit(op(*args))
+
+                def heads_first(x):
+                    return emit(relax.op.permute_dims, x, list(HEADS_FIRST))
+
+                def matmul(a, b, rows, misplit=False, out_dtype=None):
+                    if not torch_form:
+                        return bb.emit(relax.op.matmul(a, b, out_dtype=out_dtype))
+                    inner = a.ty.shape[3]
+                    cols = b.ty.shape[3] * b.ty.shape[1] // heads
+                    a3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, a, a.ty.shape),
+                              (batch * heads, rows, inner))
+                    b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b.ty.shape),
+                              (batch * heads, inner, cols))
+                    out = bb.emit(relax.op.matmul(a3, b3, out_dtype=out_dtype))
+                    split_as = (batch, rows, heads, cols) if misplit else (batch, heads, rows, cols)
+                    return emit(relax.op.reshape, out, split_as)
+
+                factor = relax.const(np.array(head_dim ** -0.5, dtype))
+                q = heads_first(emit(relax.op.reshape, xq, (batch, seq, heads, head_dim)))
+                if scale == "query":
+                    q = emit(relax.op.multiply, q, factor)
+                k = emit(relax.op.reshape, xk, (batch, kv_len, kv_heads, head_dim))
+                v_heads = kv_heads if value_heads == heads else value_heads
+                v = emit(relax.op.reshape, xv, (batch, kv_len, v_heads,
+                                                kv_heads * head_dim // v_heads))
+                if not repeat:  # the ONNX form: 4-D matmuls broadcast the one kv head
+                    k, v = heads_first(k), heads_first(v)
+                elif kv_heads != heads:  # Llama: repeat_kv on the head-first tensors
+                    k = _repeat_kv(bb, heads_first(k), heads // kv_heads)
+                    v = _repeat_kv(bb, heads_first(v), heads // kv_heads)
+                elif torch_form:  # the importer splits the key's heads, then transposes
+                    k = heads_first(k)
+                heads_first_key = kv_heads != heads or torch_form
+                if key == "untransposed":
+                    k_t = k if heads_first_key else heads_first(k)
+                else:
+                    k_t = emit(relax.op.permute_dims, k,
+                               [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
+                if scale == "key":
+                    k_t = emit(relax.op.multiply, factor, k_t)
+                if kv_heads == heads:
+                    v = heads_first(v)
+                scores = matmul(q, k_t, seq, split == "scores", accumulate)
+                scores_dtype = accumulate or dtype
+                if scale == "product":
+                    scores = emit(relax.op.multiply, scores,
+                                  relax.const(np.array(head_dim ** -0.5, scores_dtype)))
+                elif scale == "divide":
+                    scores = emit(relax.op.divide, scores,
+                                  relax.const(np.array(head_dim ** 0.5, scores_dtype)))
+                elif scale == "tensor":
+                    per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
+                    scores = emit(relax.op.multiply, scores, relax.const(per_head))
+                if mask in _MASKED_FILLS:
+                    keep = mask == "masked_keep"
+                    fill = relax.const(np.array(-1e4 if mask == "masked_fill_finite"
+                                                else -np.inf, scores_dtype))
+                    condition = bias if keep else bb.emit(relax.op.logical_not(bias))
+                    scores = bb.emit(relax.op.where(condition, scores, fill) if keep
+                                     else relax.op.where(condition, fill, scores))
+                elif bias is not None:
+                    if accumulate is not None:
+                        bias = bb.emit(relax.op.astype(bias, accumulate))
+                    scores = emit(relax.op.add, scores, bias)
+                p = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
+                if not torch_form and accumulate is None:
+                    p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast
+                if accumulate is not None:
+                    p = bb.emit(relax.op.astype(p, dtype))
+                rows = kv_len if mask == "square" else seq  # the square mask broadcasts rows
+                out = heads_first(matmul(p, v, rows, split == "output"))
+                result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
+            bb.emit_func_output(result)
+        return bb.get()
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "frontend": ("torch", "onnx"),
+                "shape": ("static", "symbolic", "cross", "decode"),
+                "scale": ("product", "divide", "query", "key", "none", "tensor"),
+                "mask": ("padding", "none", "causal", "full", "last_axis_one", "square",
+                         "rank5", *_MASKED_FILLS),
+                "kv_heads": (2, 1), "softmax_axis": (-1, 2),
+                "key": ("transposed", "untransposed"), "value_heads": (2, 4),
+                "repeat": (True, False), "split": ("heads_first", "scores", "output"),
+                "accumulate": (None, "float32")}
+
+
+def _permuted_shape(operand: tuple[Any, tuple[int, ...]]) -> tuple:
+    expr, axes = operand
+    shape = static_shape(type_of(expr))
+    return tuple(shape[a] for a in axes)
+
+
+def _result_shape(plan: AttentionPlan) -> tuple:
+    """The shape Relax infers for the rewrite: attention's (B, S, N, Hv), then permuted."""
+    query, value = _permuted_shape(plan.query), _permuted_shape(plan.value)
+    bsnh = (*query[:3], value[3])
+    return tuple(bsnh[a] for a in plan.out_axes)
+
+
+def _spelled_alike(a: Any, b: Any) -> bool:
+    """The same dimension written the same way (``batch`` and ``batch * 2 // 2`` are not)."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def _is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> bool:
+    """``shape`` is ``view`` or (``merged``) ``view`` with its first two axes merged."""
+    if shape is None:
+        return False
+    if len(shape) == 4:
+        return all(prove_equal(a, b) for a, b in zip(shape, view))
+    return (merged and len(shape) == 3 and prove_equal(shape[0], view[0] * view[1])
+            and prove_equal(shape[1], view[2]) and prove_equal(shape[2], view[3]))
+
+
+#: Masks written as torch's ``masked_fill``: ``where(not causal, -inf, scores)``,
+#: ``where(causal, scores, -inf)``, and a finite fill (refused).
+_MASKED_FILLS = ("masked_fill", "masked_keep", "masked_fill_finite")
+
+
+def _repeat_kv(bb: relax.BlockBuilder, x: relax.Expr, times: int) -> relax.Expr:
+    """Llama's ``repeat_kv``: (B, KV, T, H) -> (B, KV * times, T, H), as torch exports it."""
+    b, kv, t, h = x.ty.shape
+    wide = bb.emit(relax.op.broadcast_to(bb.emit(relax.op.expand_dims(x, [2])),
+                                         (b, kv, times, t, h)))
+    return bb.emit(relax.op.reshape(wide, (b, kv * times, t, h)))
+
+
+def _example_dims(shape: str, key: str) -> tuple[Any, Any, Any]:
+    if key == "untransposed":  # q @ k type-checks only with as many keys as head sizes
+        return 2, 16, 16
+    if shape == "symbolic":
+        seq = tvm.tirx.Var("seq", "int64")
+        return tvm.tirx.Var("batch", "int64"), seq, seq
+    return {"static": (2, 8, 8), "cross": (2, 4, 8), "decode": (2, 1, 8)}[shape]
+
+
+# -- the expand rule ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExpandPlan:
+    """The scale the written-out scores are multiplied by (a number is no plan: it accepts)."""
+
+    scale: float
+
+
+class AttentionExpand(RewriteRule):
+    """Write ``R.nn.attention`` out in ops that ``relax.transform.Gradient`` differentiates.
+
+    ``attention(q, k, v[, bias], scale)`` on BSNH tensors becomes the ONNX importer's form:
+    ``permute_dims(matmul(softmax(matmul(q', k') * scale [+ bias]), v'), [0, 2, 1, 3])``
+    with ``q' = permute_dims(q, [0, 2, 1, 3])``, ``k' = permute_dims(k, [0, 2, 3, 1])``
+    and ``v' = permute_dims(v, [0, 2, 1, 3])`` (``attention.collapse`` turns it back).
+    A missing scale is the op's default ``1/sqrt(H)``.  Refused: a causal mask or a
+    sliding window (the op builds them inside; written out they would need the key and
+    query lengths), and a head size that is not static when the scale is the default.
+    """
+
+    name = "attention.expand"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.q, self.k, self.v, self.bias = wildcard(), wildcard(), wildcard(), wildcard()
+        self.attention = is_op("nn.attention")(self.q, self.k, self.v)
+        self.attention_bias = is_op("nn.attention_bias")(self.q, self.k, self.v, self.bias)
+        self.pattern: DFPattern = self.attention_bias | self.attention
+
+    def _call(self, match: RuleMatch) -> Any:
+        return match.attention_bias if "attention_bias" in match else match.attention
+
+    def check(self, match: RuleMatch) -> Any:
+        """The scale to write out, when the call has no causal mask and no window."""
+        call = self._call(match)
+        attrs = call.attrs
+        if attrs.causal_mask is not None or attrs.window_size is not None:
+            return reject(f"the attention has causal_mask={attrs.causal_mask}, window_size="
+                          f"{attrs.window_size}: attention.expand writes out the plain and "
+                          f"the bias form only", at=call)
+        if attrs.scale is not None:
+            return ExpandPlan(float(attrs.scale))
+        shape = static_shape(type_of(match.q))
+        head = None if shape is None else shape[3]
+        if not isinstance(head, int):
+            return reject(f"the attention's default scale 1/sqrt(H) needs a static head size, "
+                          f"the query has shape {_shape_text(shape)}", at=call)
+        return ExpandPlan(float(head) ** -0.5)
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        dtype = dtype_of(type_of(match.q))
+        q = relax.op.permute_dims(match.q, list(HEADS_FIRST))
+        k_t = relax.op.permute_dims(match.k, [0, 2, 3, 1])
+        v = relax.op.permute_dims(match.v, list(HEADS_FIRST))
+        scores = relax.op.multiply(relax.op.matmul(q, k_t),
+                                   relax.const(np.array(match.plan.scale, dtype)))
+        if "attention_bias" in match:
+            scores = relax.op.add(scores, match.bias)
+        p = relax.op.nn.softmax(scores, axis=-1)
+        return relax.op.permute_dims(relax.op.matmul(p, v), list(HEADS_FIRST))
+
+    def tolerance(self, dtype: str | None) -> Tolerance:
+        return FLOAT16 if dtype == "float16" else FLOAT32
+
+    @staticmethod
+    def example(dtype: str = "float32", shape: str = "static", bias: bool = True,
+                scale: float | None = 0.25, causal_mask: str | None = None) -> tvm.IRModule:
+        """``R.nn.attention(q, k, v[, bias], scale)`` on BSNH ``(B, S, 2, 16)`` tensors.
+
+        ``shape``: ``"static"`` (B = 2, S = T = 8), ``"symbolic"`` (batch and sequence) or
+        ``"cross"`` (S = 4, T = 8); ``bias``: a ``(B, 1, 1, T)`` mask; ``scale=None``:
+        the op's default; ``causal_mask`` (``"TopLeft"``) and a symbolic head size
+        (``shape="symbolic_head"``) are refused.
+        """
+        heads = 2
+        head = tvm.tirx.Var("head", "int64") if shape == "symbolic_head" else 16
+        batch, seq, kv_len = _example_dims("static" if shape == "symbolic_head" else shape,
+                                           "transposed")
+        q = relax.Var("q", relax.TensorType((batch, seq, heads, head), dtype))
+        k = relax.Var("k", relax.TensorType((batch, kv_len, heads, head), dtype))
+        v = relax.Var("v", relax.TensorType((batch, kv_len, heads, head), dtype))
+        mask = relax.Var("mask", relax.TensorType((batch, 1, 1, kv_len), dtype)) if bias else None
+        return from_expr(relax.op.nn.attention(q, k, v, mask, scale=scale,
+                                               causal_mask=causal_mask))
+
+    @classmethod
+    def example_space(cls) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"),
+                "shape": ("static", "symbolic", "cross", "symbolic_head"),
+                "bias": (True, False), "scale": (0.25, None, 0.1),
+                "causal_mask": (None, "TopLeft")}
+
+
+# -- the composites -------------------------------------------------------------------------
+class AttentionComposite(CompositeRule):
+    """``R.nn.attention`` (``bias=True``: its bias form) as a pattern-table entry.
+
+    Named as TVM's cutlass table names them: ``<compiler>.attention`` and
+    ``<compiler>.attention_bias``.  A call with a causal mask or a sliding window is
+    left out (``attention_var_len`` and sliding-window kernels are other entries).
+    """
+
+    def __init__(self, compiler: str = "byoc", bias: bool = False):
+        super().__init__(compiler)
+        self.with_bias = bool(bias)
+        self.q, self.k, self.v = wildcard(), wildcard(), wildcard()
+        if self.with_bias:
+            self.bias = wildcard()
+            self.attention = is_op("nn.attention_bias")(self.q, self.k, self.v, self.bias)
+        else:
+            self.attention = is_op("nn.attention")(self.q, self.k, self.v)
+        self.pattern: DFPattern = self.attention
+        self.pattern_name = "attention_bias" if self.with_bias else "attention"
+
+    def check(self, match: RuleMatch) -> Any:
+        """Accept a call without a causal mask or sliding window."""
+        attrs = match.attention.attrs
+        if attrs.causal_mask is not None or attrs.window_size is not None:
+            return reject(f"the attention has causal_mask={attrs.causal_mask}, window_size="
+                          f"{attrs.window_size}: the {self.pattern_name} entry takes neither",
+                          at=match.attention)
+        return True
+
+    @variant_method
+    def example(self, dtype: str = "float32", shape: str = "static",
+                causal_mask: str | None = None) -> tvm.IRModule:
+        """``R.nn.attention`` in this variant's form (see :meth:`AttentionExpand.example`)."""
+        return AttentionExpand.example(dtype=dtype, shape=shape, bias=self.with_bias,
+                                       causal_mask=causal_mask)
+
+    @variant_method
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "shape": ("static", "symbolic", "cross"),
+                "causal_mask": (None, "TopLeft")}
+
+
+#: The rewrite rules of this file.
+RULES = (AttentionCollapse,)
+
+#: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
+EXPANSIONS = (AttentionExpand,)
+
+#: Pattern-table entries of this file: the bias form first (the two ops differ, so the
+#: order only fixes how the table lists them).
+COMPOSITES = (AttentionComposite("byoc", bias=True), AttentionComposite("byoc"))

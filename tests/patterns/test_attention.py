@@ -1,0 +1,377 @@
+"""attention: softmax(q @ k^T * scale [+ mask]) @ v, as the torch and ONNX importers write it,
+collapses into R.nn.attention on BSNH tensors; grouped-query repeats are kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import patternkit as pk
+from patternkit.patterns import EXPANSIONS, LIBRARY
+from patternkit.patterns.attention import (FLOAT16, FLOAT32, AttentionCollapse, AttentionComposite,
+                                           AttentionExpand)
+from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
+from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
+
+RULE = "attention.collapse"
+SHAPE_VARS = {"batch": 2, "seq": 8}
+TOLERANCE = {"float32": FLOAT32, "float16": FLOAT16}
+FUSED_OPS = ("relax.nn.attention", "relax.nn.attention_bias")
+
+
+@I.ir_module
+class TorchAttention:
+    """GPT-2's eager attention after the torch importer, batch and sequence symbolic."""
+
+    @R.function
+    def main(xq: R.Tensor(("batch", "seq", 32), "float32"),
+             xk: R.Tensor(("batch", "seq", 32), "float32"),
+             xv: R.Tensor(("batch", "seq", 32), "float32"),
+             mask: R.Tensor(("batch", 1, "seq", "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 32), "float32"):
+        batch, seq = T.int64(), T.int64()
+        with R.dataflow():
+            q = R.reshape(xq, R.shape([batch, seq, 2, 16]))
+            k = R.reshape(xk, R.shape([batch, seq, 2, 16]))
+            v = R.reshape(xv, R.shape([batch, seq, 2, 16]))
+            q_heads = R.permute_dims(q, axes=[0, 2, 1, 3])
+            k_heads = R.permute_dims(k, axes=[0, 2, 1, 3])
+            k_t = R.permute_dims(k_heads, axes=[0, 1, 3, 2])
+            v_heads = R.permute_dims(v, axes=[0, 2, 1, 3])
+            q_b = R.broadcast_to(q_heads, R.shape([batch, 2, seq, 16]))
+            q_3 = R.reshape(q_b, R.shape([batch * 2, seq, 16]))
+            k_b = R.broadcast_to(k_t, R.shape([batch, 2, 16, seq]))
+            k_3 = R.reshape(k_b, R.shape([batch * 2, 16, seq]))
+            s_3 = R.matmul(q_3, k_3, out_dtype="float32")
+            s = R.reshape(s_3, R.shape([batch, 2, seq, seq]))
+            scaled = R.multiply(s, R.const(0.25, "float32"))
+            masked = R.add(scaled, mask)
+            p = R.nn.softmax(masked, axis=-1)
+            p_b = R.broadcast_to(p, R.shape([batch, 2, seq, seq]))
+            p_3 = R.reshape(p_b, R.shape([batch * 2, seq, seq]))
+            v_b = R.broadcast_to(v_heads, R.shape([batch, 2, seq, 16]))
+            v_3 = R.reshape(v_b, R.shape([batch * 2, seq, 16]))
+            o_3 = R.matmul(p_3, v_3, out_dtype="float32")
+            o = R.reshape(o_3, R.shape([batch, 2, seq, 16]))
+            o_t = R.permute_dims(o, axes=[0, 2, 1, 3])
+            out = R.reshape(o_t, R.shape([batch, seq, 32]))
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class TorchAttentionCollapsed:
+    @R.function
+    def main(xq: R.Tensor(("batch", "seq", 32), "float32"),
+             xk: R.Tensor(("batch", "seq", 32), "float32"),
+             xv: R.Tensor(("batch", "seq", 32), "float32"),
+             mask: R.Tensor(("batch", 1, "seq", "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 32), "float32"):
+        batch, seq = T.int64(), T.int64()
+        with R.dataflow():
+            q = R.reshape(xq, R.shape([batch, seq, 2, 16]))
+            k = R.reshape(xk, R.shape([batch, seq, 2, 16]))
+            v = R.reshape(xv, R.shape([batch, seq, 2, 16]))
+            o_t = R.nn.attention(q, k, v, mask, scale=0.25)
+            out = R.reshape(o_t, R.shape([batch, seq, 32]))
+            R.output(out)
+        return out
+
+
+def _onnx_form(q_ty=None, also_return_probabilities: bool = False,
+               permute_back: bool = True) -> tvm.IRModule:
+    """The ONNX importer's attention on BNSH q, BSNH k and BNSH v, built expression-wise."""
+    q = relax.Var("q", q_ty or relax.TensorType((2, 2, 8, 16), "float32"))
+    k = relax.Var("k", relax.TensorType((2, 8, 2, 16), "float32"))
+    v = relax.Var("v", relax.TensorType((2, 2, 8, 16), "float32"))
+    scores = relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 3, 1]))
+    p = relax.op.nn.softmax(scores * relax.const(0.25))
+    out = relax.op.matmul(p, v)
+    if permute_back:
+        out = relax.op.permute_dims(out, [0, 2, 1, 3])
+    return pk.from_expr(relax.Tuple([out, p]) if also_return_probabilities else out)
+
+
+def _example(**knobs) -> tvm.IRModule:
+    return AttentionCollapse().example(**knobs)
+
+
+COLLAPSE_CASE = RuleCase(
+    AttentionCollapse(), TorchAttention, TorchAttentionCollapsed,
+    negatives=[
+        Negative("scale_not_a_scalar", _example(scale="tensor"),
+                 "the scores' scale is not a scalar constant (a constant of shape "
+                 "(1, 2, 1, 1))"),
+        Negative("softmax_over_the_query_axis", _example(softmax_axis=2),
+                 "the softmax normalises axis 2, attention the key axis (-1)"),
+        Negative("mask_of_one_key", _example(mask="last_axis_one"),
+                 "does not broadcast as attention's bias: its last axis is 1, the key length 8"),
+        Negative("mask_broadcasting_the_query_rows", _example(shape="decode", mask="square",
+                                                              frontend="onnx"),
+                 "the mask (2, 1, 8, 8) does not broadcast as attention's bias (2, 2, 1, 8)"),
+        Negative("mask_of_rank_5", _example(mask="rank5"),
+                 "the mask has shape (1, 2, 1, 1, 8): attention's bias has at most 4 axes"),
+        Negative("k_not_transposed", _example(key="untransposed"),
+                 "k is not transposed: the score matmul contracts axis 1 of the key"),
+        Negative("v_from_a_different_head_split", _example(value_heads=4),
+                 "the matmul's right operand has shape (4, 8, 16), neither (2, 4, 8, 8)"),
+        Negative("grouped_query_without_the_repeat", _example(frontend="onnx", kv_heads=1,
+                                                              repeat=False),
+                 "the key (transposed) has heads 1 on axis 1 where the query has 2"),
+        Negative("scores_split_into_sequence_first", _example(split="scores"),
+                 "the softmax's input has shape (2, 8, 2, 8), the scores (2, 2, 8, 8)"),
+        Negative("result_split_into_sequence_first", _example(split="output"),
+                 "the attention's result has shape (2, 8, 2, 16), not (2, 2, 8, 16)"),
+        Negative("float16_scores_accumulated_in_float32",
+                 _example(dtype="float16", accumulate="float32"),
+                 "the scores are float32, the query float16"),
+        Negative("masked_fill_with_a_finite_value", _example(mask="masked_fill_finite"),
+                 "the masked scores are filled with -10000.0, not -inf"),
+        Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
+                 "the query has no known shape"),
+    ],
+    tolerance=FLOAT32)
+
+
+def attentions(mod: tvm.IRModule, func: str = "main") -> list:
+    return [b.value for block in mod[func].body.blocks for b in block.bindings
+            if pk.ir.op_name(b.value) in FUSED_OPS]
+
+
+def op_names(mod: tvm.IRModule, func: str = "main") -> list:
+    return [pk.ir.op_name(b.value) for block in mod[func].body.blocks for b in block.bindings]
+
+
+def test_attention_collapse_meets_the_rule_contract():
+    check_rule(COLLAPSE_CASE)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("knobs", [
+    {}, {"frontend": "onnx"}, {"shape": "symbolic"}, {"shape": "symbolic", "frontend": "onnx"},
+    {"shape": "cross"}, {"shape": "decode"}, {"scale": "divide"}, {"scale": "query"},
+    {"scale": "key"}, {"scale": "none"}, {"mask": "none"}, {"mask": "causal"},
+    {"mask": "full"}, {"mask": "masked_fill"}, {"mask": "masked_keep", "frontend": "onnx"},
+    {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
+], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
+def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
+    before = _example(dtype=dtype, **knobs)
+    applied = apply_rule(AttentionCollapse(), before)
+    assert applied.fired == 1
+    (fused,) = attentions(applied.module)
+    assert not {"relax.nn.softmax", "relax.matmul"} & set(op_names(applied.module))
+    assert float(fused.attrs.scale) == pytest.approx(0.25 if knobs.get("scale") != "none"
+                                                     else 1.0, rel=1e-6)
+    tol = TOLERANCE[dtype]
+    pk.assert_same_numerics(before, applied.module, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars=SHAPE_VARS)
+
+
+def test_a_grouped_query_collapse_keeps_the_key_value_repeat():
+    # TVM 0.27's llvm attention computes wrongly with fewer key/value heads than query
+    # heads: the repeat must stay, and the fused op must see the full head count.
+    before = _example(kv_heads=1)
+    after = pk.rewrite(AttentionCollapse(), before)
+    (fused,) = attentions(after)
+    assert op_names(after).count("relax.broadcast_to") == 2  # repeat_kv of k and v
+    for operand in fused.args[1:3]:
+        assert int(operand.ty.shape[2]) == 2  # BSNH: both heads
+    pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def test_an_attention_whose_result_stays_head_first_collapses_with_one_permute():
+    before = _onnx_form(permute_back=False)
+    after = pk.rewrite(AttentionCollapse(), before)
+    assert len(attentions(after)) == 1
+    # q and v permuted to BSNH (the key is given BSNH), the result back to head-first
+    assert op_names(after).count("relax.permute_dims") == 3
+    pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def test_a_rank_2_mask_becomes_a_4_d_bias():
+    after = pk.rewrite(AttentionCollapse(), _example(mask="causal"))
+    (fused,) = attentions(after)
+    assert fused.args[3].ty.ndim == 4
+
+
+def test_attention_whose_probabilities_are_read_elsewhere_is_left_alone():
+    assert len(attentions(pk.rewrite(AttentionCollapse(), _onnx_form()))) == 1
+    returned = _onnx_form(also_return_probabilities=True)  # the softmax is an output too
+    log = pk.RewriteLog()
+    after = pk.rewrite(AttentionCollapse(), returned, log=log)
+    assert log.count(RULE) == 0 and not attentions(after)
+    tvm.ir.assert_structural_equal(after, returned)
+
+
+def test_the_library_collapses_the_softmax_and_then_the_attention():
+    written = _example()
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY.rewrite_rules(), written, log=log)
+    assert log.count(RULE) == 1 and len(attentions(after)) == 1
+
+
+# -- the expand rule: for training graphs -------------------------------------------------------
+@I.ir_module
+class Fused:
+    @R.function
+    def main(q: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             k: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             v: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             mask: R.Tensor(("batch", 1, 1, "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 2, 16), "float32"):
+        with R.dataflow():
+            out = R.nn.attention(q, k, v, mask, scale=0.25)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class WrittenOut:
+    @R.function
+    def main(q: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             k: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             v: R.Tensor(("batch", "seq", 2, 16), "float32"),
+             mask: R.Tensor(("batch", 1, 1, "seq"), "float32"),
+             ) -> R.Tensor(("batch", "seq", 2, 16), "float32"):
+        with R.dataflow():
+            q_heads = R.permute_dims(q, axes=[0, 2, 1, 3])
+            k_t = R.permute_dims(k, axes=[0, 2, 3, 1])
+            scores = R.matmul(q_heads, k_t)
+            scaled = R.multiply(scores, R.const(0.25, "float32"))
+            masked = R.add(scaled, mask)
+            p = R.nn.softmax(masked, axis=-1)
+            v_heads = R.permute_dims(v, axes=[0, 2, 1, 3])
+            o = R.matmul(p, v_heads)
+            out = R.permute_dims(o, axes=[0, 2, 1, 3])
+            R.output(out)
+        return out
+
+
+EXPAND_CASE = RuleCase(
+    AttentionExpand(), Fused, WrittenOut,
+    negatives=[
+        Negative("causal_mask", AttentionExpand().example(causal_mask="TopLeft"),
+                 "the attention has causal_mask=TopLeft, window_size=None"),
+        Negative("default_scale_of_a_symbolic_head_size",
+                 AttentionExpand().example(shape="symbolic_head", scale=None),
+                 "the attention's default scale 1/sqrt(H) needs a static head size"),
+    ],
+    tolerance=FLOAT32)
+
+
+def test_attention_expand_meets_the_rule_contract():
+    check_rule(EXPAND_CASE)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("knobs", [{}, {"bias": False}, {"scale": None}, {"shape": "symbolic"},
+                                   {"shape": "cross", "bias": False}],
+                         ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "bias")
+def test_expanded_attention_computes_the_fused_numbers_and_collapses_back(knobs, dtype):
+    fused = AttentionExpand().example(dtype=dtype, **knobs)
+    expanded = pk.rewrite(EXPANSIONS, fused)
+    assert not attentions(expanded)
+    tol = TOLERANCE[dtype]
+    pk.assert_same_numerics(fused, expanded, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars=SHAPE_VARS)
+    back = pk.rewrite(LIBRARY.rewrite_rules(), expanded)
+    (again,) = attentions(back)
+    # The default scale comes back spelled out: the collapse always passes it.
+    head = 16
+    assert float(again.attrs.scale) == pytest.approx(knobs.get("scale", 0.25) or head ** -0.5)
+
+
+def test_gradient_differentiates_attention_through_its_expansion():
+    fused = with_loss(AttentionExpand().example(), reduce="sum")
+    assert "relax.nn.attention_bias" in ops_without_gradient(fused["main_loss"])
+    grads = gradient(fused, "main_loss")
+    check = check_gradients(fused, grads, "main_loss")
+    assert check.ok, check
+
+
+# -- the composites ----------------------------------------------------------------------------
+def _composite_script(bias: bool, composite: bool) -> tvm.IRModule:
+    """R.nn.attention on (2, 8, 2, 16) BSNH tensors, as it is or as the composite makes it."""
+    args = "q, k, v, mask" if bias else "q, k, v"
+    mask_param = ', mask: R.Tensor((2, 1, 1, 8), "float32")' if bias else ""
+    tensor = 'R.Tensor((2, 8, 2, 16), "float32")'
+    params = f"q: {tensor}, k: {tensor}, v: {tensor}{mask_param}"
+    name = "attention_bias" if bias else "attention"
+    body = f"R.nn.attention({args}, scale=0.25)"
+    if composite:
+        inner = (f"            @R.function\n"
+                 f"            def fused({params}) -> {tensor}:\n"
+                 f'                R.func_attr({{"Composite": "byoc.{name}", '
+                 f'"PartitionedFromPattern": "nn.{name}_"}})\n'
+                 f"                with R.dataflow():\n"
+                 f"                    out = {body}\n"
+                 f"                    R.output(out)\n"
+                 f"                return out\n\n"
+                 f"            out = fused({args})\n")
+    else:
+        inner = f"            out = {body}\n"
+    source = (f"@I.ir_module\nclass Module:\n    @R.function\n"
+              f"    def main({params}) -> {tensor}:\n        with R.dataflow():\n"
+              f"{inner}            R.output(out)\n        return out\n")
+    return tvm.script.from_source(source)
+
+
+def _composite_case(bias: bool) -> RuleCase:
+    rule = AttentionComposite("byoc", bias=bias)
+    return RuleCase(
+        rule, _composite_script(bias, False), _composite_script(bias, True),
+        negatives=[
+            Negative("causal_mask", rule.example(causal_mask="TopLeft"),
+                     "the attention has causal_mask=TopLeft"),
+            Negative("the_other_form", _composite_script(not bias, False),
+                     "nn.attention" if bias else "nn.attention_bias"),
+        ],
+        tolerance=EXACT)
+
+
+ATTENTION_COMPOSITE_CASE = _composite_case(bias=False)
+ATTENTION_BIAS_COMPOSITE_CASE = _composite_case(bias=True)
+
+
+def test_the_attention_composite_meets_the_rule_contract():
+    check_rule(ATTENTION_COMPOSITE_CASE)
+
+
+def test_the_attention_bias_composite_meets_the_rule_contract():
+    check_rule(ATTENTION_BIAS_COMPOSITE_CASE)
+
+
+def test_the_composites_are_named_as_tvms_cutlass_table_names_them():
+    names = {rule.rule_name for rule in LIBRARY.by_prefix("byoc.attention")}
+    assert names == {"byoc.attention", "byoc.attention_bias"}
+
+
+# -- the model zoo ---------------------------------------------------------------------------
+ZOO_MODELS = [("gpt2", {}), ("bert", {}), ("vit", {}), ("llama", {}),
+              ("gpt2", {"batch": "dynamic", "seq": "dynamic"}),
+              ("onnx:gpt2", {"opset": 14}), ("onnx:gpt2", {"opset": 17}),
+              ("onnx:bert", {"opset": 14}), ("onnx:bert", {"opset": 17})]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name, options", ZOO_MODELS,
+                         ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
+                              for n, o in ZOO_MODELS])
+def test_every_attention_of_a_zoo_model_collapses_with_the_output_kept(name, options, zoo,
+                                                                      zoo_vm):
+    model = zoo(name, **options)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
+    count = model.families["attention"]
+    assert count and log.count(RULE) == count
+    assert len(attentions(after, model.entry)) == count
+    # float32 model output within 1e-4 of the unrewritten module (issue 11's bound).
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    np.testing.assert_allclose(got, zoo_vm(model)(), rtol=0, atol=1e-4)
