@@ -39,21 +39,19 @@ DEFAULT_LAYERS = [1, 4, 12, 48]
 DEFAULT_GRAPHS = ["gpt2", "onnx:gpt2?opset=14"]
 
 
-def _best(fn, repeat: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        start = time.process_time()
-        out = fn()
-        best = min(best, time.process_time() - start)
-    return best, out
+def _cpu_seconds(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
 
 
 def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
     """Time the library, its rewrites and one rule on ``graph`` with ``layers`` layers."""
+    from patternkit.patterns import LIBRARY
+
     import patternkit as pk
     from patternkit.byoc.merge import merge_composite
     from patternkit.models import zoo_model
-    from patternkit.patterns import LIBRARY
 
     separator = "&" if "?" in graph else "?"
     model = zoo_model(f"{graph}{separator}layers={layers}")
@@ -70,8 +68,7 @@ def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
     for _ in range(repeat):  # interleaved, so load bursts fall on all three alike
         for name, fn in (("library", library), ("rewrites", lambda: pk.rewrite(rules, mod)),
                          ("one_rule", lambda: pk.rewrite([one], mod))):
-            seconds, _ = _best(fn, 1)
-            times[name] = min(times.get(name, float("inf")), seconds)
+            times[name] = min(times.get(name, float("inf")), _cpu_seconds(fn))
     log = pk.RewriteLog()
     pk.rewrite(rules, mod, log=log)
     one_log = pk.RewriteLog()

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import tvm
+from patternkit.patterns import LIBRARY
 from tvm import relax
 
 import patternkit as pk
@@ -37,7 +38,6 @@ from patternkit.ir import op_name
 from patternkit.ir.compat import to_tensor
 from patternkit.models import zoo_model
 from patternkit.models.zoomodel import FAMILIES
-from patternkit.patterns import LIBRARY
 from patternkit.verification.numeric import build, flatten
 
 _LOG = logging.getLogger("coverage")
@@ -190,7 +190,8 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
              "batch 2, sequence 8.  Each family cell: instances in the source model (counted "
              "from its torch modules) / fused ops after the library's rewrites (of which the "
              "library made); a batch norm folded into its conv (`conv.fold_batchnorm`) "
-             "and a softmax taken into an attention collapse count as collapsed.  `-`: the family is absent.  Error: max abs difference of "
+             "and a softmax taken into an attention collapse count as collapsed.  `-`: the "
+             "family is absent.  Error: max abs difference of "
              "the rewritten model's outputs against the imported model's on the llvm VM "
              f"(float32, bound {FLOAT32_BOUND:g}), and in brackets relative to the largest "
              "output magnitude.  Vs source: max abs error of the imported / the rewritten "
@@ -248,7 +249,8 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
                   "Fused ops the rewrites made that the table leaves on the host (it has no "
                   "pattern for them).  Where the table took the written-out elementwise ops "
                   "one by one, its share falls after the rewrites:", ""]
-        lines += [f"- `{spec}`, {table}: " + ", ".join(f"`{op}` x{n}" for op, n in sorted(ops.items()))
+        lines += [f"- `{spec}`, {table}: "
+                  + ", ".join(f"`{op}` x{n}" for op, n in sorted(ops.items()))
                   for spec, table, ops in lost]
     if failed:
         lines += ["", "## Models that did not build", ""]
