@@ -56,7 +56,7 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import root_op_names
+from ..dpl.pattern import may_occur, required_op_names, root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
@@ -300,7 +300,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     check_input(index, "MergeComposite", func_name)
     if len(table) > 1:  # one index for every entry, not one scan of the function each
         present = index.by_key.keys()
-        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)]
+        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)
+                        and may_occur(required_op_names(e.pattern), present)]
     site = CheckSite(index)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
@@ -318,18 +319,21 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
             if taken is not None:
                 by = claimed[C.handle(taken)]
                 reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
-                vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                               _names(group.interior), "overlap", reason, by,
-                                               bound=tuple(group.interior)))
+                if log is not None:  # names cross the FFI: only for a log that shows them
+                    vetoes.append(SkippedComposite(
+                        entry.name, func_name, C.var_name(group.root_var),
+                        _names(group.interior), "overlap", reason, by,
+                        bound=tuple(group.interior)))
                 return reject(reason)
             if entry_check is None:
                 return True
             refusal, _ = judge(entry_check, group)
             if refusal is None:
                 return True
-            vetoes.append(SkippedComposite(entry.name, func_name, C.var_name(group.root_var),
-                                           _names(group.interior), "check", refusal.reason,
-                                           rejection=refusal, bound=tuple(group.interior)))
+            if log is not None:
+                vetoes.append(SkippedComposite(
+                    entry.name, func_name, C.var_name(group.root_var), _names(group.interior),
+                    "check", refusal.reason, rejection=refusal, bound=tuple(group.interior)))
             return refusal
 
         groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
@@ -348,8 +352,9 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     for entry, group in accepted:
-        local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name}),
-                              lifted_inputs(group))
+        inputs = lifted_inputs(group)
+        local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
+                                                   inputs), inputs)
         # a composite reading a symbolic variable its inputs do not define (its input is
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type

@@ -588,6 +588,84 @@ def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
     return None
 
 
+#: Operators the matcher may match for one another: ``divide`` / ``multiply`` re-associate
+#: (:mod:`patternkit.dpl.association`), so a requirement naming one names both.
+_INTERCHANGEABLE = (frozenset({"relax.divide", "relax.multiply"}),)
+
+#: Most requirement sets kept per pattern node (alternatives multiply them).
+_MAX_REQUIREMENTS = 32
+
+
+def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
+    """Sets of operator names of which every match calls at least one, each.
+
+    A necessary condition, never a sufficient one: a function whose bindings call no
+    operator of one of the sets cannot hold a match, so the engine skips the pattern
+    there without trying its candidate roots one by one (a GELU rule on a model without
+    ``erf``).  Optional parts (alternatives with a wildcard, ``through``, ``up_to_cast``),
+    negations and operator kinds require nothing; an empty tuple requires nothing.
+    """
+    cached = pattern.__dict__.get("_required_op_names")
+    if cached is not None:  # patterns are not changed once built; tables ask every call
+        return cached
+    memo: dict[int, tuple[frozenset[str], ...]] = {}
+
+    def visit(p: DFPattern) -> tuple[frozenset[str], ...]:
+        key = id(p)
+        if key not in memo:
+            memo[key] = ()  # a pattern reached again while it is visited requires nothing more
+            memo[key] = _minimal(_requirements(p, visit))
+        return memo[key]
+
+    pattern.__dict__["_required_op_names"] = found = visit(pattern)
+    return found
+
+
+def _requirements(p: DFPattern, visit: Callable) -> list[frozenset[str]]:
+    if isinstance(p, CallPattern):
+        names = _op_names_of(p.op)
+        found = [] if names is None else [_widened(names)]
+        for arg in p.args or ():
+            found.extend(visit(arg))
+        return found
+    if isinstance(p, AltPattern):  # one side matches: a set of each side, joined
+        left, right = visit(p.left), visit(p.right)
+        return [a | b for a in left for b in right][:_MAX_REQUIREMENTS]
+    if isinstance(p, AndPattern):
+        return [*visit(p.left), *visit(p.right)]
+    if isinstance(p, _Constraint):
+        return list(visit(p.pattern))
+    if isinstance(p, TupleGetItemPattern):
+        return list(visit(p.tuple))
+    if isinstance(p, TuplePattern):
+        return [r for f in p.fields or () for r in visit(f)]
+    if isinstance(p, DominatorPattern):  # the path may repeat zero times
+        return [*visit(p.parent), *visit(p.child)]
+    return []
+
+
+def _widened(names: frozenset[str]) -> frozenset[str]:
+    for group in _INTERCHANGEABLE:
+        if names & group:
+            names = names | group
+    return names
+
+
+def _minimal(sets: list[frozenset[str]]) -> tuple[frozenset[str], ...]:
+    """``sets`` without repeats and without supersets of another (they say nothing more)."""
+    unique = sorted(set(sets), key=len)
+    kept: list[frozenset[str]] = []
+    for s in unique:
+        if not any(k <= s for k in kept):
+            kept.append(s)
+    return tuple(kept[:_MAX_REQUIREMENTS])
+
+
+def may_occur(requirements: tuple[frozenset[str], ...], present: Any) -> bool:
+    """Can a pattern with these :func:`required_op_names` match where ``present`` ops occur?"""
+    return all(any(name in present for name in names) for names in requirements)
+
+
 def _op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
     if isinstance(op_pattern, ExprPattern) and isinstance(op_pattern.expr, tvm.ir.Op):
         return frozenset({op_pattern.expr.name})

@@ -63,7 +63,7 @@ import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import DFPattern, root_op_names
+from ..dpl.pattern import DFPattern, may_occur, required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
@@ -286,12 +286,13 @@ class _Prepared:
     name: str
     roles: dict
     root_ops: frozenset | None  # None: the root may be anything
+    required: tuple  # operator-name sets every match calls one of (required_op_names)
     checker: MatchCheck | None  # None: the rule accepts every match
 
     @classmethod
     def of(cls, rule: RewriteRule) -> "_Prepared":
         return cls(rule, rule.rule_name, rule.roles(), root_op_names(rule.pattern),
-                   rule.match_check())
+                   required_op_names(rule.pattern), rule.match_check())
 
 
 @dataclass(frozen=True)
@@ -313,10 +314,10 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     sizes = _InputSizes(mod)
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
     for round_index in range(options.max_passes):
-        mod, fired = _run_round(active, mod, round_index, options, sizes) if active \
-            else (mod, [])
+        mod, fired, indexes = _run_round(active, mod, round_index, options, sizes) if active \
+            else (mod, [], {})
         if multi:
-            mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log)
+            mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes)
             fired += fired_multi
         if options.log is not None:
             options.log.rounds = round_index + 1
@@ -367,10 +368,11 @@ class _FunctionRound:
         self.extra_readers: dict[int, list] = {}  # handle -> takers whose replacement reads it
 
     def has_candidates(self, rule: _Prepared) -> bool:
-        if rule.root_ops is None:
-            return True
+        """Can ``rule`` match here: its root operator and every operator it needs occur?"""
         by_key = self.index.by_key
-        return any(op in by_key for op in rule.root_ops)
+        if rule.root_ops is not None and not any(op in by_key for op in rule.root_ops):
+            return False
+        return may_occur(rule.required, by_key)
 
     def replace(self, rule: _Prepared, group: Group, value: Any, later_rules: bool) -> None:
         """Record ``value`` for ``group``'s root; with ``later_rules``, what they may not touch."""
@@ -391,11 +393,12 @@ class _FunctionRound:
 
 def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                options: _Options, sizes: _InputSizes,
-               ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
+               ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]], dict[str, FunctionIndex]]:
     """One round of every active rule over every function.
 
-    Returns the module and, per rewrite that changed it, ``(rule, function, binding)``
-    (formatted only if it ends up in an error message).
+    Returns the module; per rewrite that changed it, ``(rule, function, binding)``
+    (formatted only if it ends up in an error message); and the indexes of the functions
+    the round indexed but left unchanged, by name, for the multi-root rules to share.
     """
     log = options.log
     first = round_index == 0
@@ -451,8 +454,9 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                           round_index + 1)
             if last is not None:
                 fired.append((rule.name, fn.name, last))
+    unchanged = {fn.name: fn.index for fn in functions if not fn.replacements}
     if not fired:
-        return mod, fired
+        return mod, fired, unchanged
     updates: dict[tvm.ir.GlobalVar, relax.Function] = {}
     for fn in functions:
         if not fn.replacements:
@@ -465,23 +469,27 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
         updates[fn.gv] = emitted.function
     functions_after = dict(mod.functions.items())
     functions_after.update(updates)
-    return C.copy_module(mod, functions_after), fired
+    return C.copy_module(mod, functions_after), fired, unchanged
 
 
 def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_index: int,
-                     log: RewriteLog | None) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
+                     log: RewriteLog | None, indexes: dict[str, FunctionIndex],
+                     ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
     """One round of the multi-root rules (engine/multi.py), one rule after the other.
 
     They match a :class:`~patternkit.dpl.PatternContext` graph over a whole block rather
-    than one root, so they take their own walk instead of the shared index.
+    than one root, so they take their own walk; the function index is the round's
+    (``indexes``) for every function that is still the one it indexed.
     """
     fired: list[tuple[str, str, Any]] = []
     for rule in rules:
         roles = rule.roles()
         updates = {}
         for gv, func in rewritable_functions(mod):
-            done = rewrite_function_bindings(rule, roles, gv.name_hint, func,
-                                             collect=log is not None)
+            index = indexes.get(gv.name_hint)
+            done = rewrite_function_bindings(
+                rule, roles, gv.name_hint, func, collect=log is not None,
+                index=index if index is not None and index.func.same_as(func) else None)
             if log is not None:
                 log.records.extend(RewriteRecord(rule.rule_name, gv.name_hint, root, replaced,
                                                  round_index) for root, replaced in done.rewritten)

@@ -60,7 +60,7 @@ from tvm import relax
 from ..dpl.context import PatternContext
 from ..dpl.dominator import Uses
 from ..dpl.matcher import Matcher
-from ..dpl.pattern import DFPattern, provide_sugar
+from ..dpl.pattern import DFPattern, provide_sugar, root_op_names
 from ..errors import CallbackError, PatternError
 from ..ir import compat as C
 from ..ir.rebuild import rebuild_function
@@ -202,6 +202,30 @@ class _GraphMatcher:
             return None
         return self._tree(state, 1)
 
+    def first_candidates(self) -> list[int]:
+        """The Vars the first root may take, in first-read order.
+
+        Every consumer of a matched pattern must match one of its Var's readers (at least
+        one), so when a consumer of the first root calls known operators only the
+        operands of bindings calling them can be the first root: a wildcard root with a
+        ``matmul`` consumer is tried at the matmuls' operands, not at every Var.
+        """
+        if not self.roots:
+            return []
+        graph, index = self.graph, self.graph.index
+        for consumer, _ in self.consumers[self.roots[0]]:
+            ops = root_op_names(consumer)
+            if ops is None or any(op.startswith("<") for op in ops):
+                continue
+            keys = index.keys[graph.block_index]
+            found: set[int] = set()
+            for op in ops:
+                for bi, j in index.by_key.get(op, ()):
+                    if bi == graph.block_index:
+                        found.update(graph.operands.get(keys[j][0], ()))
+            return sorted(found, key=self.first_read.__getitem__)
+        return list(graph.order)
+
     def _matches(self, pattern: DFPattern, key: int) -> bool:
         return self.matcher.match(pattern, self.graph.var[key]) is not None
 
@@ -214,6 +238,8 @@ class _GraphMatcher:
         readers = graph.readers_of(key)
         for consumer, uses in self.consumers[pattern]:
             if uses[0].every:
+                if len(readers) < uses[0].at_least:
+                    return None
                 taken = tuple(r for r in readers if r not in found.r2p and r not in current.r2p
                               and _operand_ok(graph, r, key, uses[0].index)
                               and self._matches(consumer, r))
@@ -285,7 +311,7 @@ def _each_match(context: PatternContext, graph: _BlockGraph, uses: Uses,
     rewrite at it (its readers changed); see the module docstring.
     """
     matcher = _GraphMatcher(context, graph, uses)
-    for key in list(graph.order):
+    for key in matcher.first_candidates():
         while True:
             state = matcher.match_at(key)
             if state is None:
@@ -322,11 +348,12 @@ def _matchings(state: _State, graph: _BlockGraph) -> dict[DFPattern, Any]:
 class _FunctionRewrite:
     """The replacements of one function, checked as they come, then emitted once."""
 
-    def __init__(self, rule_name: str, func_name: str, func: relax.Function):
+    def __init__(self, rule_name: str, func_name: str, func: relax.Function,
+                 index: FunctionIndex | None = None):
         self.rule_name = rule_name
         self.func_name = func_name
         self.func = func
-        self.index = FunctionIndex.build(func)
+        self.index = FunctionIndex.build(func) if index is None else index
         self.uses = Uses(self.index.readers, self.index.escaping)
         self.replacements: dict[int, Any] = {}
 
@@ -729,12 +756,17 @@ class BindingsPass:
 
 def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFPattern],
                               func_name: str, func: relax.Function,
-                              collect: bool = False) -> BindingsPass:
-    """One pass of a :class:`BindingsRewriteRule` over one function (the driver's hook)."""
+                              collect: bool = False,
+                              index: FunctionIndex | None = None) -> BindingsPass:
+    """One pass of a :class:`BindingsRewriteRule` over one function (the driver's hook).
+
+    ``index``: the function's index if the caller has one (the driver's round shares
+    its own), else it is built here; it is only read.
+    """
     done = BindingsPass(func)
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
         return done
-    work = _FunctionRewrite(rule.rule_name, func_name, func)
+    work = _FunctionRewrite(rule.rule_name, func_name, func, index)
     checker = rule.match_check()
     for graph in work.graphs():
         view: BlockBindings | None = None

@@ -50,15 +50,17 @@ def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
     return sorted(missing.values(), key=lambda v: v.name)
 
 
-def build_group_function(index: FunctionIndex, group: Group,
-                         attrs: dict[str, Any]) -> relax.Function:
+def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, Any],
+                         inputs: list | None = None) -> relax.Function:
     """The local function computing ``group``, tagged ``PartitionedFromPattern``.
 
     Parameters are named ``FunctionVar_<group>_<i>`` after the group's number
-    (:attr:`Group.gid`), as Relay named them.
+    (:attr:`Group.gid`), as Relay named them; one per ``inputs`` (default
+    :func:`lifted_inputs`, which a caller that also passes them as the call's arguments
+    computes once and hands in).
     """
     group_id = group.gid
-    inputs = lifted_inputs(group)
+    inputs = lifted_inputs(group) if inputs is None else inputs
     mapping: dict[Any, Any] = {}
     params = []
     for i, expr in enumerate(inputs):

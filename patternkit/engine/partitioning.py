@@ -125,8 +125,9 @@ def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function
         return func
     replacements = {}
     for group in groups:
-        local = build_group_function(index, group, attrs)
-        replacements[C.handle(group.root_var)] = relax.Call(local, lifted_inputs(group))
+        inputs = lifted_inputs(group)
+        local = build_group_function(index, group, attrs, inputs)
+        replacements[C.handle(group.root_var)] = relax.Call(local, inputs)
     return emit_function(func, index, replacements, "partition", func_name)
 
 

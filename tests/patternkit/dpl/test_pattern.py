@@ -213,3 +213,34 @@ def test_a_scalar_tolerance_can_be_widened_explicitly_and_is_shown_in_explanatio
     assert "const(1.7)" in pk.explain(pk.wildcard() * 1.7, expr)
     with pytest.raises(pk.PatternError, match="non-negative"):
         pk.is_scalar(1.0, rtol=-1)
+
+
+def test_required_op_names_lists_the_operators_every_match_calls():
+    from patternkit.dpl.pattern import required_op_names
+
+    x = pk.wildcard()
+    silu = x * pk.is_op("sigmoid")(x)
+    required = required_op_names(silu)
+    assert frozenset({"relax.sigmoid"}) in required
+    # multiply and divide re-associate, so a requirement on one is met by either
+    assert frozenset({"relax.multiply", "relax.divide"}) in required
+
+
+def test_optional_parts_of_a_pattern_require_no_operator():
+    from patternkit.dpl.pattern import may_occur, required_op_names
+
+    x = pk.wildcard()
+    optional = pk.is_op("exp")(pk.through(x) | pk.is_op("sqrt")(x))
+    required = required_op_names(optional)
+    assert required == (frozenset({"relax.exp"}),)
+    assert may_occur(required, {"relax.exp": []})
+    assert not may_occur(required, {"relax.sqrt": []})
+
+
+def test_an_alternative_requires_one_operator_of_each_side():
+    from patternkit.dpl.pattern import required_op_names
+
+    x = pk.wildcard()
+    either = pk.is_op("sqrt")(pk.is_op("exp")(x)) | pk.is_op("rsqrt")(pk.is_op("exp")(x))
+    assert set(required_op_names(either)) == {frozenset({"relax.sqrt", "relax.rsqrt"}),
+                                              frozenset({"relax.exp"})}

@@ -1,0 +1,120 @@
+"""The whole pattern library against one rule, on GPT-2 graphs of 1 to 48 layers.
+
+Run ``python benchmarks/bench_library.py`` (``--layers 1 4 12 48``, ``--repeat 3``,
+``--graphs gpt2 onnx:gpt2?opset=14``, ``--rule gelu_tanh.collapse``).
+
+What is timed, on the same imported module:
+
+* **library**: what ``patternkit run`` applies by default, ``pk.rewrite`` with every
+  rewrite rule of :data:`patternkit.patterns.LIBRARY` (to the fixed point), then
+  ``merge_composite`` with every composite of the library on the rewritten module;
+* **rewrites**: the rewrite half of that alone;
+* **one rule**: ``pk.rewrite`` with the single rule ``--rule`` (default
+  ``gelu_tanh.collapse``, which fires once per layer on both graphs).
+
+Graphs, from :func:`patternkit.models.zoo_model` (random weights, nothing downloaded):
+``gpt2`` (torch export: the importer emits ``R.nn.layer_norm`` and ``R.nn.softmax``
+itself, so only GELU-tanh and the matmul composites fire) and ``onnx:gpt2?opset=14``
+(layer norms, softmax-free attention and GELU-tanh written out, so the collapse rules
+fire on every layer).
+
+How it times: every (graph, layers) pair runs in a fresh process (a process that has
+just imported a 48-layer model runs what follows it slower), which builds the model
+untimed and then times each of the three ``--repeat`` times, interleaved, keeping the
+best CPU time of the process (``time.process_time``: user + system, steadier than wall
+time on a shared machine).  Each process prints one JSON line; the parent prints them
+and a summary line per graph: library / one rule at every size, and time per binding
+relative to the smallest size (linear growth keeps it flat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+DEFAULT_LAYERS = [1, 4, 12, 48]
+DEFAULT_GRAPHS = ["gpt2", "onnx:gpt2?opset=14"]
+
+
+def _cpu_seconds(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
+    """Time the library, its rewrites and one rule on ``graph`` with ``layers`` layers."""
+    from patternkit.patterns import LIBRARY
+
+    import patternkit as pk
+    from patternkit.byoc.merge import merge_composite
+    from patternkit.models import zoo_model
+
+    separator = "&" if "?" in graph else "?"
+    model = zoo_model(f"{graph}{separator}layers={layers}")
+    mod = model.mod
+    bindings = sum(len(block.bindings) for block in mod[model.entry].body.blocks)
+    rules = LIBRARY.rewrite_rules()
+    composites = LIBRARY.composites().for_compiler("ccompiler")
+    one = LIBRARY.find(rule_name)
+
+    def library():
+        return merge_composite(pk.rewrite(rules, mod), composites)
+
+    times: dict[str, float] = {}
+    for _ in range(repeat):  # interleaved, so load bursts fall on all three alike
+        for name, fn in (("library", library), ("rewrites", lambda: pk.rewrite(rules, mod)),
+                         ("one_rule", lambda: pk.rewrite([one], mod))):
+            times[name] = min(times.get(name, float("inf")), _cpu_seconds(fn))
+    log = pk.RewriteLog()
+    pk.rewrite(rules, mod, log=log)
+    one_log = pk.RewriteLog()
+    pk.rewrite([one], mod, log=one_log)
+    return {"graph": graph, "layers": layers, "bindings": bindings, "rule": rule_name,
+            **{f"{k}_s": round(v, 4) for k, v in times.items()},
+            "library_over_one_rule": round(times["library"] / times["one_rule"], 2),
+            "rewrites_over_one_rule": round(times["rewrites"] / times["one_rule"], 2),
+            "library_rewrites": log.count(), "library_rounds": log.rounds,
+            "one_rule_rewrites": one_log.count()}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Ratios at each size, and time per binding relative to the smallest size."""
+    rows = sorted(rows, key=lambda r: r["layers"])
+    base = rows[0]
+    return {"graph": base["graph"], "summary": True,
+            "library_over_one_rule": {r["layers"]: r["library_over_one_rule"] for r in rows},
+            "per_binding_vs_smallest": {
+                name: {r["layers"]: round((r[f"{name}_s"] / r["bindings"])
+                                          / (base[f"{name}_s"] / base["bindings"]), 2)
+                       for r in rows}
+                for name in ("library", "one_rule")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=DEFAULT_LAYERS)
+    parser.add_argument("--graphs", nargs="+", default=DEFAULT_GRAPHS)
+    parser.add_argument("--rule", default="gelu_tanh.collapse")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=2, metavar=("GRAPH", "LAYERS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]), args.rule, args.repeat)))
+        return
+    for graph in args.graphs:
+        rows = []
+        for layers in args.layers:
+            cmd = [sys.executable, __file__, "--child", graph, str(layers), "--rule", args.rule,
+                   "--repeat", str(args.repeat)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps(summarize(rows)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
