@@ -39,6 +39,7 @@ from patternkit.ir.compat import to_tensor
 from patternkit.models import zoo_model
 from patternkit.models.zoomodel import FAMILIES
 from patternkit.verification.numeric import build, flatten
+from patternkit.training.precision import as_float64
 
 _LOG = logging.getLogger("coverage")
 
@@ -123,7 +124,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
         family = family_of_rule(record.rule)
         if family in ABSORBS and ".collapse" in record.rule:
             removed[ABSORBS[family]] += 1
-    error = scale = source = None
+    error = scale = source = float64 = None
     if numeric:
         args = [to_tensor(a) for a in model.arguments()]
         ref = flatten(build(model.mod)[model.entry](*args))
@@ -131,6 +132,8 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
         error = max(float(np.abs(r.astype(np.float64) - g).max()) for r, g in zip(ref, got))
         scale = max(float(np.abs(r).max()) for r in ref)
         source = _source_errors(model, ref, got)
+        if error > FLOAT32_BOUND:
+            float64 = _float64_errors(model, after, ref, got)
     shares, left = {}, {}
     fused_ops = {op for ops in FUSED_OPS.values() for op in ops}
     for name, table in (tables or {}).items():
@@ -143,7 +146,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
                                     if r.composite is None and r.op in fused_ops))
     return dict(spec=model.name, families=dict(model.families), fused=fused_counts(after),
                 removed=dict(removed), made=dict(made), error=error, scale=scale,
-                source_errors=source,
+                source_errors=source, float64_errors=float64,
                 shares=shares, left_on_host=left, rewrite_seconds=seconds, rules=log.counts(),
                 reasons={f: dict(c) for f, c in reasons.items()}, rewritten=after)
 
@@ -169,6 +172,34 @@ def _source_errors(model, imported: list, rewritten: list) -> tuple[float, float
                    for s, o in zip(source, outputs))
 
     return worst(imported), worst(rewritten)
+
+
+def _float64_errors(model, rewritten: tvm.IRModule, imported: list, got: list):
+    """For a model over the bound: is the rewrite wrong, or is the model ill-conditioned?
+
+    Both modules are recomputed in float64 (:func:`patternkit.training.as_float64`) on the
+    same inputs.  Returns the max abs error against the imported model in float64 of the
+    imported model in float32, of the rewritten one in float32, and of the rewritten one
+    in float64 (what is left of the rewrite without float32 arithmetic: the rounding of
+    constants it folded), or ``None`` when a module cannot be widened.
+    """
+    def wide(mod):
+        return tvm.IRModule({model.entry: as_float64(mod[model.entry], model.entry)})
+
+    args = [np.asarray(a) for a in model.arguments()]
+    args = [to_tensor(a.astype(np.float64) if a.dtype.kind == "f" else a) for a in args]
+    try:
+        truth = flatten(build(wide(model.mod))[model.entry](*args))
+        rewritten64 = flatten(build(wide(rewritten))[model.entry](*args))
+    except Exception as err:  # a cross-check, not the measurement
+        _LOG.info("%s: no float64 reference (%s)", model.name, err)
+        return None
+
+    def worst(outputs):
+        return max(float(np.abs(t - np.asarray(o, np.float64)).max())
+                   for t, o in zip(truth, outputs))
+
+    return worst(imported), worst(got), worst(rewritten64)
 
 
 def handled(row: dict, family: str) -> int:
@@ -241,7 +272,13 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
             against = "" if source is None else (
                 f"; against the source model the imported one is {source[0]:.2g} off, the "
                 f"rewritten one {source[1]:.2g}")
-            lines.append(f"- `{r['spec']}`: {r['error']:.2g} max abs ({rules}){against}")
+            wide = r.get("float64_errors")
+            exact = "" if wide is None else (
+                f"; against the model recomputed in float64, the imported model in float32 is "
+                f"{wide[0]:.2g} off, the rewritten one {wide[1]:.2g}, and the rewritten one "
+                f"recomputed in float64 {wide[2]:.2g} (the float32 rounding of the constants "
+                f"it folded)")
+            lines.append(f"- `{r['spec']}`: {r['error']:.2g} max abs ({rules}){against}{exact}")
     lost = [(r["spec"], table, ops) for r in rows for table, ops in r["left_on_host"].items()
             if ops]
     if lost:

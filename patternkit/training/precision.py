@@ -72,6 +72,9 @@ def _widen(expr: Any, env: dict, func_name: str, binding: Any) -> Any:
         dtype = getattr(expr.attrs, "dtype", None) if expr.attrs is not None else None
         if dtype is not None and str(dtype).startswith("float"):
             return _rebuild_with_dtype(expr, args, func_name, binding)
+        out_dtype = getattr(expr.attrs, "out_dtype", None) if expr.attrs is not None else None
+        if out_dtype is not None and str(out_dtype).startswith("float"):
+            return _rebuild_with_out_dtype(expr, args, func_name, binding)
         return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
     if not isinstance(expr, relax.Call):  # shapes, prim values, strings: no float inside
         return expr
@@ -93,3 +96,20 @@ def _rebuild_with_dtype(call: relax.Call, args: list, func_name: str, binding: A
         return relax.op.full_like(args[0], args[1], _WIDE)
     raise GradientError(f"{func_name}: cannot recompute {name} (dtype attribute) in float64"
                         + (f" (binding {binding.var.name})" if binding is not None else ""))
+
+
+def _rebuild_with_out_dtype(call: relax.Call, args: list, func_name: str, binding: Any) -> Any:
+    """A matmul or convolution whose ``out_dtype`` names a float type (the torch importer
+    writes ``out_dtype="float32"`` on every conv2d), accumulating in float64 instead."""
+    name = op_name(call)
+    if name == "relax.matmul":
+        return relax.op.matmul(args[0], args[1], out_dtype=_WIDE)
+    if name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"):
+        a = call.attrs
+        conv = getattr(relax.op.nn, name.split(".")[-1])
+        return conv(args[0], args[1], strides=a.strides, padding=a.padding,
+                    dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
+                    kernel_layout=a.kernel_layout, out_layout=a.out_layout, out_dtype=_WIDE)
+    raise GradientError(f"{func_name}: cannot recompute {name} (out_dtype attribute) in "
+                        "float64" + (f" (binding {binding.var.name})" if binding is not None
+                                     else ""))
