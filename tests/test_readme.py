@@ -59,7 +59,8 @@ def test_ci_runs_the_readme_test_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     test_command = _setup_commands(README)[1]
     assert args == ["-euo", "pipefail", "-c", test_command]
-    assert test_command.endswith("python -m pytest -q")
+    # the whole suite, split over the machine's cores by pytest-xdist (CI has 30 minutes)
+    assert test_command.endswith("python -m pytest -q -n auto")
     assert f"+ {test_command}" in proc.stdout
 
 
