@@ -90,10 +90,10 @@ def _merge_in_function(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Func
     """One caller through ``MergeCompositeFunctions``; its new functions go to ``bb``.
 
     The other callers of composites stay out of the module the pass sees (unless this
-    one calls them): the pass groups every function it finds, and two callers sharing one
-    lifted composite (a gradient module's primal and adjoint both call the same
-    ``layer_norm`` composite) make it fail with "Variable ... could not be found in any
-    group".  Each caller gets its own turn.
+    one calls them): the pass groups the bindings of ``main`` alone, then rewrites every
+    function of the module with those groups, so a second function that calls composites
+    (a gradient module's adjoint beside its primal) makes it fail with "Variable ... could
+    not be found in any group".  Each caller gets its own turn.
     """
     entry, held = _hold_symbolic_bindings(func)
     called = {ref.name_hint for ref in relax.analysis.all_global_vars(func)}

@@ -220,40 +220,36 @@ def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function
     tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
 
 
-@I.ir_module
-class TwoFunctionsOneComposite:
-    """A primal and an adjoint-like function that each compute the same matmul + add,
-    as ``relax.transform.Gradient``'s output does (the forward part appears in both)."""
+def _two_functions_with_composites(other_batch: int) -> tvm.IRModule:
+    """``main`` and ``main_adjoint`` each computing matmul + add, as a gradient module's
+    primal and adjoint do; with ``other_batch == 2`` their composites are one function."""
+    def function(batch: int, relu: bool) -> relax.Function:
+        x = relax.Var("x", relax.TensorType((batch, 4), "float32"))
+        w = relax.Var("w", relax.TensorType((4, 8), "float32"))
+        b = relax.Var("b", relax.TensorType((8,), "float32"))
+        bb = relax.BlockBuilder()
+        with bb.function("f", [x, w, b]):
+            with bb.dataflow():
+                y = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
+                y = bb.emit(relax.op.nn.relu(y)) if relu else y
+                out = bb.emit_output(relax.op.sum(y))
+            bb.emit_func_output(out)
+        return bb.get()["f"]
 
-    @R.function
-    def main(x: R.Tensor((2, 4), "float32"), w: R.Tensor((4, 8), "float32"),
-             b: R.Tensor((8,), "float32")):
-        with R.dataflow():
-            lv = R.matmul(x, w)
-            lv1 = R.add(lv, b)
-            gv = R.sum(lv1)
-            R.output(gv)
-        return gv
-
-    @R.function
-    def main_adjoint(x: R.Tensor((2, 4), "float32"), w: R.Tensor((4, 8), "float32"),
-                     b: R.Tensor((8,), "float32")):
-        with R.dataflow():
-            lv = R.matmul(x, w)
-            lv1 = R.add(lv, b)
-            lv2 = R.nn.relu(lv1)
-            gv = R.sum(lv2)
-            R.output(gv)
-        return gv
+    return tvm.IRModule({"main": function(2, relu=False).with_attr("global_symbol", "main"),
+                         "main_adjoint": function(other_batch, relu=True)
+                         .with_attr("global_symbol", "main_adjoint")})
 
 
-def test_two_functions_whose_composites_are_identical_partition_each_on_its_own(bit_exact):
-    """TVM's ``MergeCompositeFunctions`` fails ("Variable lv could not be found in any
-    group") when it sees two callers of one shared lifted composite; each caller is merged
-    on its own turn, so a gradient module (primal + adjoint) partitions as a whole."""
+@pytest.mark.parametrize("other_batch", [2, 3], ids=["shared_composite", "own_composite"])
+def test_every_function_that_calls_composites_partitions(other_batch, bit_exact):
+    """TVM's ``MergeCompositeFunctions`` groups ``main``'s bindings only and fails on any
+    other function calling composites ("Variable lv could not be found in any group");
+    each caller is merged on its own turn, so a gradient module (primal + adjoint)
+    partitions as a whole."""
     table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
                                             wildcard()))]
-    mod = TwoFunctionsOneComposite
+    mod = relax.transform.Normalize()(_two_functions_with_composites(other_batch))
     out = PartitionGraph("cc")(MergeComposite(table)(mod))
     assert relax.analysis.check_well_formed(out)
     assert composite_counts(out) == {"cc.matmul_add": 2}
