@@ -99,6 +99,12 @@ def family_of_rule(rule_name: str) -> str:
 LIBRARY_FAMILIES = frozenset(family_of_rule(rule.rule_name) for rule in LIBRARY.rewrite_rules())
 
 
+def max_abs_error(reference: list, outputs: list) -> float:
+    """The largest absolute difference over all outputs, computed in float64."""
+    return max(float(np.abs(np.asarray(r, np.float64) - np.asarray(o, np.float64)).max())
+               for r, o in zip(reference, outputs))
+
+
 def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = True) -> dict:
     """Everything one row of the table needs, for the zoo model ``spec``.
 
@@ -129,7 +135,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
         args = [to_tensor(a) for a in model.arguments()]
         ref = flatten(build(model.mod)[model.entry](*args))
         got = flatten(build(after)[model.entry](*args))
-        error = max(float(np.abs(r.astype(np.float64) - g).max()) for r, g in zip(ref, got))
+        error = max_abs_error(ref, got)
         scale = max(float(np.abs(r).max()) for r in ref)
         source = _source_errors(model, ref, got)
         if error > FLOAT32_BOUND:
@@ -167,11 +173,7 @@ def _source_errors(model, imported: list, rewritten: list) -> tuple[float, float
                                             for s, r in zip(source, imported)):
         return None
 
-    def worst(outputs):
-        return max(float(np.abs(np.asarray(s, np.float64) - o).max())
-                   for s, o in zip(source, outputs))
-
-    return worst(imported), worst(rewritten)
+    return max_abs_error(source, imported), max_abs_error(source, rewritten)
 
 
 def _float64_errors(model, rewritten: tvm.IRModule, imported: list, got: list):
@@ -195,11 +197,8 @@ def _float64_errors(model, rewritten: tvm.IRModule, imported: list, got: list):
         _LOG.info("%s: no float64 reference (%s)", model.name, err)
         return None
 
-    def worst(outputs):
-        return max(float(np.abs(t - np.asarray(o, np.float64)).max())
-                   for t, o in zip(truth, outputs))
-
-    return worst(imported), worst(got), worst(rewritten64)
+    return (max_abs_error(truth, imported), max_abs_error(truth, got),
+            max_abs_error(truth, rewritten64))
 
 
 def handled(row: dict, family: str) -> int:
