@@ -56,7 +56,7 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import may_occur, required_op_names, root_op_names
+from ..dpl.pattern import required_op_names, root_op_names
 from ..engine.emit import emit_function
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
@@ -242,8 +242,7 @@ def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: 
             if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
                 continue
             index = FunctionIndex.build(func)
-            present = index.by_key.keys()
-            live = [e for e, k in keys if k is None or any(key in present for key in k)]
+            live = [e for e, k in keys if index.may_hold(k)]
             if not live:
                 continue
             plan = plan_function(table, gv.name_hint, func, _tvm_check_error,
@@ -299,9 +298,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     index = FunctionIndex.build(func)
     check_input(index, "MergeComposite", func_name)
     if len(table) > 1:  # one index for every entry, not one scan of the function each
-        present = index.by_key.keys()
-        live_entries = [e for e in table if _may_match(root_op_names(e.pattern), present)
-                        and may_occur(required_op_names(e.pattern), present)]
+        live_entries = [e for e in table if index.may_hold(root_op_names(e.pattern),
+                                                           required_op_names(e.pattern))]
     site = CheckSite(index)
     claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
     accepted: list[tuple[CompositeEntry, Group]] = []
@@ -393,10 +391,6 @@ def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
     closed = relax.Function(list(local.params) + params, body, local.ret_ty, local.is_pure,
                             local.attrs, local.span)
     return relax.BlockBuilder().normalize(closed), list(args) + free
-
-
-def _may_match(keys: Any, present: Any) -> bool:
-    return keys is None or any(key in present for key in keys)
 
 
 def _tvm_group_check(entry: CompositeEntry, site: CheckSite, on_error: Any) -> Any:

@@ -63,7 +63,7 @@ import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import DFPattern, may_occur, required_op_names, root_op_names
+from ..dpl.pattern import DFPattern, required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
@@ -369,10 +369,7 @@ class _FunctionRound:
 
     def has_candidates(self, rule: _Prepared) -> bool:
         """Can ``rule`` match here: its root operator and every operator it needs occur?"""
-        by_key = self.index.by_key
-        if rule.root_ops is not None and not any(op in by_key for op in rule.root_ops):
-            return False
-        return may_occur(rule.required, by_key)
+        return self.index.may_hold(rule.root_ops, rule.required)
 
     def replace(self, rule: _Prepared, group: Group, value: Any, later_rules: bool) -> None:
         """Record ``value`` for ``group``'s root; with ``later_rules``, what they may not touch."""

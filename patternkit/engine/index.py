@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
+from ..dpl.pattern import may_occur
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
 from ..ir.rebuild import describe_binding  # noqa: F401  (the engine names it from here)
@@ -208,6 +209,19 @@ class FunctionIndex:
             found = [pos for key in keys for pos in self.by_key.get(key, ())]
         found.sort()
         return found
+
+    def may_hold(self, root_keys: Iterable[str] | None,
+                 required: tuple[frozenset[str], ...] = ()) -> bool:
+        """Can a pattern match here: one of ``root_keys`` (``None``: any root) occurs, and
+        an operator of every set of ``required`` (:func:`patternkit.dpl.required_op_names`)?
+
+        A necessary condition only: it lets a pass skip a rule in a function without
+        trying its candidates one by one.
+        """
+        by_key = self.by_key
+        if root_keys is not None and not any(key in by_key for key in root_keys):
+            return False
+        return may_occur(required, by_key)
 
     def binding_at(self, position: tuple[int, int]):
         bi, j = position
