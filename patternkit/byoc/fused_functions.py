@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..engine.index import FunctionIndex
+from ..fusion.symbolic import detach_symbolic_vars
 from ..ir import compat as C
 from ..ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
 from ..ir.rebuild import make_block, rebuild_function
@@ -202,14 +203,11 @@ def _composite_function(index: FunctionIndex, composite: PlannedComposite,
                 mapping[key] = out_vars[key] = new_var
         results = [out_vars[index.keys[composite.block][m][0]] for m in composite.outputs]
         bb.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
-    func = bb.get()["composite"]
-    arguments = list(params.arguments)
-    free = list(relax.analysis.free_symbolic_vars(func))
-    if free:
-        shape_param = relax.Var("tir_vars", relax.ShapeType(free))
-        arguments.append(relax.ShapeExpr(free))
-        func = relax.BlockBuilder().normalize(relax.Function(
-            [*func.params, shape_param], func.body, func.ret_ty, func.is_pure, func.attrs))
+    # its own symbolic variables, and the caller's it only reads as a trailing shape
+    func, extra = detach_symbolic_vars(bb.get()["composite"])
+    arguments = [*params.arguments, *extra]
+    if extra:
+        func = relax.BlockBuilder().normalize(func)
     func = func.with_attr(COMPOSITE, composite.entry.name).with_attr(PRIMITIVE, True)
     getter = composite.entry.attrs_getter
     if getter is not None:

@@ -145,6 +145,29 @@ def test_a_tuple_written_in_an_argument_gives_its_fields_as_parameters_as_tvm_do
     report = pk.verify_table(pk.PatternTable.from_tvm([concat]), mod)
     assert report.fired == {"t.concat": 2} and not report.failures
 
+def test_composites_over_a_symbolic_batch_define_their_own_symbolic_variables():
+    """Two layer norms over ``(n, 8)``: each composite gets fresh ``n`` as TVM's
+    ``SymbolicVarRenewMutator`` gives it (sharing the caller's ``n`` is not well formed)."""
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    gamma, beta = (relax.Var(name, relax.TensorType((8,), "float32"))
+                   for name in ("gamma", "beta"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, gamma, beta]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.layer_norm(x, gamma, beta, axes=[-1]))
+            y = bb.emit(relax.op.nn.relu(y))
+            out = bb.emit_output(relax.op.nn.layer_norm(y, gamma, beta, axes=[-1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    norm = FusionPattern("t.layer_norm", dpl.is_op("relax.nn.layer_norm")(
+        dpl.wildcard(), dpl.wildcard(), dpl.wildcard()))
+    ours = pk.MergeComposite(pk.PatternTable.from_tvm([norm]))(mod)
+    assert_well_formed(ours, "MergeComposite")
+    _assert_same_module(ours, FuseOpsByPattern([norm])(mod))
+    pk.assert_same_numerics(mod, ours, rtol=0, atol=0, shape_vars={"n": 3})
+
+
 def test_the_input_module_is_left_unchanged(resnet):
     before = _snapshot(resnet)
     pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt"))(resnet)
