@@ -214,7 +214,9 @@ def _partition_tvm_form(mod: tvm.IRModule, compilers: set[str] | None,
             f"PartitionGraph({', '.join(sorted(compilers))}): with TVM's semantics every "
             f"composite is partitioned, as MergeCompositeFunctions does; this module also "
             f"has composites of {', '.join(sorted(prefixes - compilers))}")
-    return relax.transform.MergeCompositeFunctions()(mod)
+    # MergeCompositeFunctions caller by caller, bindings that pass a symbolic variable
+    # held out of its way (it crashes on them: a dynamic-batch GPT-2)
+    return merge_compiler_regions(mod, prefixes)
 
 
 def _compilers(compiler) -> set[str] | None:

@@ -307,3 +307,26 @@ def test_partition_graph_refuses_to_leave_another_compilers_tvm_composites_behin
     fused = pk.MergeComposite(pk.PatternTable.from_tvm("cublas,tensorrt"))(resnet)
     with pytest.raises(pk.PatternTableError, match="also has composites of tensorrt"):
         pk.partition_graph(fused, "cublas")
+
+
+def test_partition_graph_of_tvm_composites_takes_host_code_that_reads_a_symbolic_batch():
+    """``R.arange(0, n)`` beside a composite: TVM's ``MergeCompositeFunctions`` crashes
+    on it (as on a dynamic-batch GPT-2); PartitionGraph holds such bindings out of its way."""
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            pos = bb.emit(relax.op.arange(0, n, 1, dtype="float32"))
+            y = bb.emit(relax.op.matmul(x, w))
+            out = bb.emit_output(relax.op.multiply(y, relax.op.reshape(pos, (n, 1))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    table = pk.PatternTable.from_tvm([FusionPattern(
+        "t.matmul", dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard()))])
+    out = pk.PartitionGraph("t")(pk.MergeComposite(table)(mod))
+    assert_well_formed(out, "PartitionGraph")
+    assert len(pk.external_functions(out, "t")) == 1
+    inlined = pk.inline_external(out)
+    pk.assert_same_numerics(mod, inlined, rtol=0, atol=0, shape_vars={"n": 3})
