@@ -70,6 +70,8 @@ Deliberately not covered:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -128,7 +130,9 @@ class AttentionPlan:
     ``bias_rank`` is the mask's rank (it is ``expand_dims``-ed to 4-D); ``fill`` is
     ``(value, where_true)`` when ``bias`` is a masked_fill condition, whose bias is
     ``where(bias, value, 0)`` (``where(bias, 0, value)`` for ``where_true=False``); ``out_axes`` the
-    permutation of the attention's BSNH result that the match's root computes.
+    permutation of the attention's BSNH result that the match's root computes;
+    ``zero_masked_rows``: the model's softmax gives a fully masked row probabilities 0
+    (torch's SDPA), so the result is 0 on the rows whose bias is all -inf.
     """
 
     query: tuple[Any, tuple[int, ...]]
@@ -139,6 +143,7 @@ class AttentionPlan:
     fill: tuple[float, bool] | None
     scale: float
     out_axes: tuple[int, ...]
+    zero_masked_rows: bool = False
 
 
 class _Operand:
@@ -213,10 +218,17 @@ class AttentionCollapse(RewriteRule):
         self.condition, self.fill = wildcard(), is_constant()
         self.fill_where_true = is_op("where")(self.condition, self.fill, scaled)
         self.fill_where_false = is_op("where")(self.condition, scaled, self.fill)
-        self.softmax = is_op("nn.softmax")(masked | self.fill_where_true
-                                           | self.fill_where_false | scaled)
+        self.scores = masked | self.fill_where_true | self.fill_where_false | scaled
+        self.softmax = is_op("nn.softmax")(self.scores)
         self.cast = is_op("astype")(self.softmax)
-        probabilities = self.cast | self.softmax
+        # torch's SDPA as torch.export writes it (``_safe_softmax``): a row whose scores
+        # are all -inf gets probabilities 0, where softmax gives NaN
+        live = is_op("logical_not")(is_op("equal")(self.scores, float("-inf")))
+        self.row_test = is_op("max")(is_op("astype")(live))
+        row_masked = is_op("logical_not")(is_op("astype")(self.row_test))
+        self.safe_softmax = is_op("where")(row_masked, is_op("full_like")(self.softmax, 0.0),
+                                           self.softmax)
+        probabilities = self.safe_softmax | self.cast | self.softmax
         self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
                                   through(self._value.view, OPERAND_PLUMBING))
         heads_out = through(self.pv, ("reshape",), depth=1)
@@ -264,7 +276,8 @@ class AttentionCollapse(RewriteRule):
                              (match.v, _compose(v_axes, HEADS_FIRST)),
                              bias, bias_rank, fill, scale,
                              HEADS_FIRST if out_call is None else
-                             _compose(HEADS_FIRST, _axes(out_call, 4)))
+                             _compose(HEADS_FIRST, _axes(out_call, 4)),
+                             "safe_softmax" in match)
 
     @staticmethod
     def _check_dtypes(match: RuleMatch) -> None:
@@ -347,6 +360,14 @@ class AttentionCollapse(RewriteRule):
             raise reject(f"the softmax's input has shape {_shape_text(shape)}, the scores "
                          f"{_shape_text(scores)}: the batched matmul's result is not split "
                          f"back into the query's heads", at=softmax)
+        if "safe_softmax" in match:
+            test = match.row_test
+            axes = None if test.attrs.axis is None else [int(a) for a in test.attrs.axis]
+            if axes not in ([-1], [3]) or not bool(test.attrs.keepdims):
+                raise reject(f"the safe softmax zeroes the probabilities where max(axis="
+                             f"{axes}, keepdims={bool(test.attrs.keepdims)}) finds no score "
+                             f"above -inf, not on the fully masked rows (axis -1, kept): "
+                             f"not what attention's rows are", at=test)
 
     @staticmethod
     def _scale(match: RuleMatch, scales: list, name: str) -> float:
@@ -422,6 +443,15 @@ class AttentionCollapse(RewriteRule):
             bias = relax.op.expand_dims(bias, list(range(4 - plan.bias_rank)))
         out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
                                     scale=plan.scale)
+        dtype = dtype_of(type_of(plan.query[0]))
+        if dtype != "float32":
+            # TVM 0.27's llvm legalisation of a float16 attention returns float32 (it
+            # scales the scores by a float32 constant), and the next binary op with a
+            # float16 operand then fails to build; the cast, a no-op in Relax, keeps the
+            # model's dtype there (docs/tvm-bugs.md)
+            out = relax.op.astype(out, dtype)
+        if plan.zero_masked_rows and _may_mask_a_whole_row(plan):
+            out = _zero_masked_rows(out, bias, dtype)
         if plan.out_axes != IDENTITY:
             out = relax.op.permute_dims(out, list(plan.out_axes))
         # The check proved the shapes equal; a model may spell them differently
@@ -440,7 +470,7 @@ class AttentionCollapse(RewriteRule):
                 scale: str = "product", mask: str = "padding", kv_heads: int = 2,
                 softmax_axis: int = -1, key: str = "transposed", value_heads: int = 2,
                 repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
-                seed: int = 0) -> tvm.IRModule:
+                safe_softmax: str | None = None, seed: int = 0) -> tvm.IRModule:
         """One attention block on projections ``xq: (B, S, 32)``, ``xk, xv: (B, T, .)``:
         2 query heads of 16.
 
@@ -467,6 +497,10 @@ class AttentionCollapse(RewriteRule):
         to (B, S, N, .) instead of (B, N, S, .)), ``mask="square"`` with
         ``shape="decode"`` (a (B, 1, T, T) mask broadcasting one query row up to T),
         ``mask="rank5"`` and ``accumulate="float32"`` (the score matmul's ``out_dtype``).
+        ``safe_softmax="keys"`` writes the softmax as torch's SDPA exports it (a row whose
+        scores are all -inf gets probabilities 0); ``mask="boolean"`` is SDPA's mask, a
+        boolean ``(B, 1, 1, T)`` input turned into ``where(allowed, 0, -inf)``; and
+        ``safe_softmax="queries"`` (the test reduced over the query axis) is refused.
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
@@ -477,6 +511,16 @@ class AttentionCollapse(RewriteRule):
             raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
         if not repeat and (frontend == "torch" or kv_heads == heads):
             raise NoSuchExample("repeat=False: the ONNX form's matmuls broadcast kv_heads=1")
+        if key == "untransposed" and (shape != "static" or kv_heads != heads
+                                      or value_heads != heads):
+            raise NoSuchExample("key='untransposed' needs H = T = 16: one static shape, "
+                                "every operand split into the query's heads")
+        if (value_heads != heads or split != "heads_first") and (
+                shape != "static" or kv_heads != heads or mask not in ("none", "padding")):
+            raise NoSuchExample("value_heads and split mis-split one matmul of the static "
+                                "multi-head form: no other departure")
+        if safe_softmax is not None and (frontend != "torch" or accumulate is not None):
+            raise NoSuchExample("safe_softmax is torch's SDPA, exported in the model's dtype")
         xq = relax.Var("xq", relax.TensorType((batch, seq, heads * head_dim), dtype))
         xk = relax.Var("xk", relax.TensorType((batch, kv_len, kv_heads * head_dim), dtype))
         xv = relax.Var("xv", relax.TensorType((batch, kv_len, kv_heads * head_dim), dtype))
@@ -493,86 +537,96 @@ class AttentionCollapse(RewriteRule):
                                .astype(dtype))
         elif mask in _MASKED_FILLS:
             bias = relax.const(np.tril(np.ones((seq, kv_len), bool)))  # True: keep
+        elif mask == "boolean":
+            allowed = relax.Var("allowed", relax.TensorType((batch, 1, 1, kv_len), "bool"))
+            params.append(allowed)
         torch_form = frontend == "torch"
-        bb = relax.BlockBuilder()
-        with bb.function("main", params):
-            with bb.dataflow():
-                def emit(op, *args):
-                    return bb.emit(op(*args))
+        with _well_typed_or_no_example():
+            bb = relax.BlockBuilder()
+            with bb.function("main", params):
+                with bb.dataflow():
+                    def emit(op, *args):
+                        return bb.emit(op(*args))
 
-                def heads_first(x):
-                    return emit(relax.op.permute_dims, x, list(HEADS_FIRST))
+                    def heads_first(x):
+                        return emit(relax.op.permute_dims, x, list(HEADS_FIRST))
 
-                def matmul(a, b, rows, misplit=False, out_dtype=None):
-                    if not torch_form:
-                        return bb.emit(relax.op.matmul(a, b, out_dtype=out_dtype))
-                    inner = a.ty.shape[3]
-                    cols = b.ty.shape[3] * b.ty.shape[1] // heads
-                    a3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, a, a.ty.shape),
-                              (batch * heads, rows, inner))
-                    b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b.ty.shape),
-                              (batch * heads, inner, cols))
-                    out = bb.emit(relax.op.matmul(a3, b3, out_dtype=out_dtype))
-                    split_as = (batch, rows, heads, cols) if misplit else (batch, heads, rows, cols)
-                    return emit(relax.op.reshape, out, split_as)
+                    def matmul(a, b, rows, misplit=False, out_dtype=None):
+                        if not torch_form:
+                            return bb.emit(relax.op.matmul(a, b, out_dtype=out_dtype))
+                        inner = a.ty.shape[3]
+                        cols = b.ty.shape[3] * b.ty.shape[1] // heads
+                        a3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, a, a.ty.shape),
+                                  (batch * heads, rows, inner))
+                        b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b.ty.shape),
+                                  (batch * heads, inner, cols))
+                        out = bb.emit(relax.op.matmul(a3, b3, out_dtype=out_dtype))
+                        split_as = ((batch, rows, heads, cols) if misplit
+                                    else (batch, heads, rows, cols))
+                        return emit(relax.op.reshape, out, split_as)
 
-                factor = relax.const(np.array(head_dim ** -0.5, dtype))
-                q = heads_first(emit(relax.op.reshape, xq, (batch, seq, heads, head_dim)))
-                if scale == "query":
-                    q = emit(relax.op.multiply, q, factor)
-                k = emit(relax.op.reshape, xk, (batch, kv_len, kv_heads, head_dim))
-                v_heads = kv_heads if value_heads == heads else value_heads
-                v = emit(relax.op.reshape, xv, (batch, kv_len, v_heads,
-                                                kv_heads * head_dim // v_heads))
-                if not repeat:  # the ONNX form: 4-D matmuls broadcast the one kv head
-                    k, v = heads_first(k), heads_first(v)
-                elif kv_heads != heads:  # Llama: repeat_kv on the head-first tensors
-                    k = _repeat_kv(bb, heads_first(k), heads // kv_heads)
-                    v = _repeat_kv(bb, heads_first(v), heads // kv_heads)
-                elif torch_form:  # the importer splits the key's heads, then transposes
-                    k = heads_first(k)
-                heads_first_key = kv_heads != heads or torch_form
-                if key == "untransposed":
-                    k_t = k if heads_first_key else heads_first(k)
-                else:
-                    k_t = emit(relax.op.permute_dims, k,
-                               [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
-                if scale == "key":
-                    k_t = emit(relax.op.multiply, factor, k_t)
-                if kv_heads == heads:
-                    v = heads_first(v)
-                scores = matmul(q, k_t, seq, split == "scores", accumulate)
-                scores_dtype = accumulate or dtype
-                if scale == "product":
-                    scores = emit(relax.op.multiply, scores,
-                                  relax.const(np.array(head_dim ** -0.5, scores_dtype)))
-                elif scale == "divide":
-                    scores = emit(relax.op.divide, scores,
-                                  relax.const(np.array(head_dim ** 0.5, scores_dtype)))
-                elif scale == "tensor":
-                    per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
-                    scores = emit(relax.op.multiply, scores, relax.const(per_head))
-                if mask in _MASKED_FILLS:
-                    keep = mask == "masked_keep"
-                    fill = relax.const(np.array(-1e4 if mask == "masked_fill_finite"
-                                                else -np.inf, scores_dtype))
-                    condition = bias if keep else bb.emit(relax.op.logical_not(bias))
-                    scores = bb.emit(relax.op.where(condition, scores, fill) if keep
-                                     else relax.op.where(condition, fill, scores))
-                elif bias is not None:
+                    factor = relax.const(np.array(head_dim ** -0.5, dtype))
+                    q = heads_first(emit(relax.op.reshape, xq, (batch, seq, heads, head_dim)))
+                    if scale == "query":
+                        q = emit(relax.op.multiply, q, factor)
+                    k = emit(relax.op.reshape, xk, (batch, kv_len, kv_heads, head_dim))
+                    v_heads = kv_heads if value_heads == heads else value_heads
+                    v = emit(relax.op.reshape, xv, (batch, kv_len, v_heads,
+                                                    kv_heads * head_dim // v_heads))
+                    if not repeat:  # the ONNX form: 4-D matmuls broadcast the one kv head
+                        k, v = heads_first(k), heads_first(v)
+                    elif kv_heads != heads:  # Llama: repeat_kv on the head-first tensors
+                        k = _repeat_kv(bb, heads_first(k), heads // kv_heads)
+                        v = _repeat_kv(bb, heads_first(v), heads // kv_heads)
+                    elif torch_form:  # the importer splits the key's heads, then transposes
+                        k = heads_first(k)
+                    heads_first_key = kv_heads != heads or torch_form
+                    if key == "untransposed":
+                        k_t = k if heads_first_key else heads_first(k)
+                    else:
+                        k_t = emit(relax.op.permute_dims, k,
+                                   [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
+                    if scale == "key":
+                        k_t = emit(relax.op.multiply, factor, k_t)
+                    if kv_heads == heads:
+                        v = heads_first(v)
+                    scores = matmul(q, k_t, seq, split == "scores", accumulate)
+                    scores_dtype = accumulate or dtype
+                    if scale == "product":
+                        scores = emit(relax.op.multiply, scores,
+                                      relax.const(np.array(head_dim ** -0.5, scores_dtype)))
+                    elif scale == "divide":
+                        scores = emit(relax.op.divide, scores,
+                                      relax.const(np.array(head_dim ** 0.5, scores_dtype)))
+                    elif scale == "tensor":
+                        per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
+                        scores = emit(relax.op.multiply, scores, relax.const(per_head))
+                    if mask == "boolean":  # torch's SDPA: where(allowed, 0, -inf)
+                        bias = bb.emit(relax.op.where(allowed, relax.const(np.array(0.0, dtype)),
+                                                      relax.const(np.array(-np.inf, dtype))))
+                    if mask in _MASKED_FILLS:
+                        keep = mask == "masked_keep"
+                        fill = relax.const(np.array(-1e4 if mask == "masked_fill_finite"
+                                                    else -np.inf, scores_dtype))
+                        condition = bias if keep else bb.emit(relax.op.logical_not(bias))
+                        scores = bb.emit(relax.op.where(condition, scores, fill) if keep
+                                         else relax.op.where(condition, fill, scores))
+                    elif bias is not None:
+                        if accumulate is not None:
+                            bias = bb.emit(relax.op.astype(bias, accumulate))
+                        scores = emit(relax.op.add, scores, bias)
+                    p = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
+                    if safe_softmax is not None:
+                        p = _safe_softmax(bb, scores, p, -1 if safe_softmax == "keys" else 2)
+                    if not torch_form and accumulate is None:
+                        p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast
                     if accumulate is not None:
-                        bias = bb.emit(relax.op.astype(bias, accumulate))
-                    scores = emit(relax.op.add, scores, bias)
-                p = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
-                if not torch_form and accumulate is None:
-                    p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast
-                if accumulate is not None:
-                    p = bb.emit(relax.op.astype(p, dtype))
-                rows = kv_len if mask == "square" else seq  # the square mask broadcasts rows
-                out = heads_first(matmul(p, v, rows, split == "output"))
-                result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
-            bb.emit_func_output(result)
-        return bb.get()
+                        p = bb.emit(relax.op.astype(p, dtype))
+                    rows = kv_len if mask == "square" else seq  # the square mask broadcasts rows
+                    out = heads_first(matmul(p, v, rows, split == "output"))
+                    result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
+                bb.emit_func_output(result)
+            return bb.get()
 
     @classmethod
     def example_space(cls) -> dict[str, Sequence[Any]]:
@@ -580,11 +634,40 @@ class AttentionCollapse(RewriteRule):
                 "shape": ("static", "symbolic", "cross", "decode"),
                 "scale": ("product", "divide", "query", "key", "none", "tensor"),
                 "mask": ("padding", "none", "causal", "full", "last_axis_one", "square",
-                         "rank5", *_MASKED_FILLS),
+                         "rank5", "boolean", *_MASKED_FILLS),
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
                 "key": ("transposed", "untransposed"), "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
-                "accumulate": (None, "float32")}
+                "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries")}
+
+
+def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
+    """Can some row of the bias be -inf throughout (the rows the safe softmax zeroes)?
+
+    Without a bias no score is -inf (q and k finite); a constant bias is looked at.
+    """
+    if plan.bias is None:
+        return False
+    if not is_tensor_constant(plan.bias):
+        return True
+    values = const_value(plan.bias)
+    if plan.fill is not None:
+        value, where_true = plan.fill
+        values = np.where(values if where_true else np.logical_not(values), value, 0.0)
+    return bool(np.isneginf(values).all(axis=-1).any())
+
+
+def _zero_masked_rows(out: Any, bias: Any, dtype: str) -> Any:
+    """``where(row has a score above -inf, out, 0)``: torch's SDPA on attention's BSNH result.
+
+    The scores are ``q k^T * scale + bias`` with q and k finite, so a row's scores are
+    all -inf exactly where the 4-D bias's row is; its (B|1, N|1, S|1, 1) test is
+    permuted to BSNH, which broadcasts against ``out``.
+    """
+    minus_inf, zero = (relax.const(np.array(v, dtype)) for v in (-np.inf, 0.0))
+    some_score = relax.op.astype(relax.op.not_equal(bias, minus_inf), "int8")
+    live = relax.op.astype(relax.op.max(some_score, axis=[-1], keepdims=True), "bool")
+    return relax.op.where(relax.op.permute_dims(live, list(HEADS_FIRST)), out, zero)
 
 
 def _permuted_shape(operand: tuple[Any, tuple[int, ...]]) -> tuple:
@@ -620,6 +703,31 @@ def _is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> b
 #: Masks written as torch's ``masked_fill``: ``where(not causal, -inf, scores)``,
 #: ``where(causal, scores, -inf)``, and a finite fill (refused).
 _MASKED_FILLS = ("masked_fill", "masked_keep", "masked_fill_finite")
+
+
+@contextmanager
+def _well_typed_or_no_example() -> Iterator[None]:
+    """Knobs that make no well-typed module (Relax's type inference refuses a binding) are
+    no example: ``example_space()`` is a product, and some refusal knobs only make sense
+    alone (a rank-5 mask on the ONNX form, a mis-split matmul on a cross-attention)."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        raise NoSuchExample(f"these knobs make no well-typed module: {error}") from error
+
+
+def _safe_softmax(bb: relax.BlockBuilder, scores: relax.Expr, p: relax.Expr,
+                  axis: int) -> relax.Expr:
+    """torch's ``_safe_softmax`` as ``torch.export`` writes it: 0 where ``axis`` has no
+    score above -inf, ``p`` elsewhere."""
+    dtype = dtype_of(type_of(scores))
+    live = bb.emit(relax.op.logical_not(relax.op.equal(scores, relax.const(np.array(-np.inf,
+                                                                                    dtype)))))
+    some = bb.emit(relax.op.max(bb.emit(relax.op.astype(live, "int8")), axis=[axis],
+                                keepdims=True))
+    none = bb.emit(relax.op.logical_not(bb.emit(relax.op.astype(some, "bool"))))
+    zeros = bb.emit(relax.op.full_like(p, relax.const(np.array(0.0, dtype))))
+    return bb.emit(relax.op.where(none, zeros, p))
 
 
 def _repeat_kv(bb: relax.BlockBuilder, x: relax.Expr, times: int) -> relax.Expr:

@@ -1,4 +1,4 @@
-"""Known bugs of TVM 0.27 passes, found by ``patternkit fuzz`` (see docs/tvm-bugs.md).
+"""Known bugs of TVM 0.27, found by ``patternkit fuzz`` and rule tests (docs/tvm-bugs.md).
 
 Each test states what the pass should do and is a strict xfail: when a TVM release fixes
 the bug the test passes, the xfail turns into a failure, and the entry can be retired.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -42,3 +43,27 @@ def test_fold_batchnorm_to_conv2d_keeps_the_numbers_of_an_nhwc_conv():
     folded = relax.transform.FoldBatchnormToConv2D()(NhwcConvBatchNorm)
     comparison = numeric.compare(NhwcConvBatchNorm, folded, rtol=1e-5, atol=1e-5)
     assert comparison.ok, comparison
+
+
+BIAS = _RNG.uniform(-1, 1, 32).astype("float16")
+
+
+@I.ir_module
+class Float16AttentionThenBias:
+    """A float16 attention whose result meets a float16 bias."""
+
+    @R.function
+    def main(q: R.Tensor((2, 8, 2, 16), "float16")) -> R.Tensor((2, 8, 32), "float16"):
+        with R.dataflow():
+            att = R.nn.attention(q, q, q, scale=0.25)
+            out = R.add(R.reshape(att, R.shape([2, 8, 32])), R.const(BIAS))
+            R.output(out)
+        return out
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27 legalises a float16 R.nn.attention to a "
+                                       "float32 result: the float16 add then fails to build")
+def test_a_float16_attention_builds_and_computes_in_float16():
+    vm = relax.VirtualMachine(relax.build(Float16AttentionThenBias, target="llvm"), tvm.cpu())
+    q = tvm.runtime.tensor(_RNG.uniform(-1, 1, (2, 8, 2, 16)).astype("float16"))
+    assert vm["main"](q).dtype == "float16"

@@ -16,6 +16,7 @@ expression" (a diamond), exactly as in Relay.
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Any, Callable, Sequence
 
 import tvm
@@ -250,12 +251,16 @@ class ScalarPattern(DFPattern):
     be within ``atol + rtol * |value|`` of ``value``.  By default ``rtol`` is twice the
     machine epsilon of the constant's own dtype (a float16 ``0.044715`` is stored as
     ``0.04471``), so a literal matches its rounded self and nothing noticeably different;
-    integer dtypes match integral values exactly.
+    integer dtypes match integral values exactly.  An infinity matches the same infinity
+    in any float dtype (the ``-inf`` of a mask); NaN, equal to nothing, is refused.
     """
 
     def __init__(self, value: float, rtol: float | None = None, atol: float = 0.0):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PatternError(f"a scalar pattern needs a number, found {value!r}")
+        if math.isnan(value):
+            raise PatternError("a scalar pattern cannot match NaN: it equals no constant, "
+                               "itself included")
         if (rtol is not None and rtol < 0) or atol < 0:
             raise PatternError(f"scalar tolerances must be non-negative, found rtol={rtol}, "
                                f"atol={atol}")

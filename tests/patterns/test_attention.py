@@ -132,6 +132,9 @@ COLLAPSE_CASE = RuleCase(
                  "the scores are float32, the query float16"),
         Negative("masked_fill_with_a_finite_value", _example(mask="masked_fill_finite"),
                  "the masked scores are filled with -10000.0, not -inf"),
+        Negative("safe_softmax_over_the_query_axis", _example(safe_softmax="queries"),
+                 "the safe softmax zeroes the probabilities where max(axis=[2], keepdims=True) "
+                 "finds no score above -inf, not on the fully masked rows"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
@@ -158,6 +161,10 @@ def test_attention_collapse_meets_the_rule_contract():
     {"scale": "key"}, {"scale": "none"}, {"mask": "none"}, {"mask": "causal"},
     {"mask": "full"}, {"mask": "masked_fill"}, {"mask": "masked_keep", "frontend": "onnx"},
     {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
+    {"safe_softmax": "keys"}, {"safe_softmax": "keys", "mask": "boolean"},
+    {"safe_softmax": "keys", "mask": "none"}, {"safe_softmax": "keys", "mask": "masked_fill"},
+    {"safe_softmax": "keys", "mask": "boolean", "shape": "symbolic"},
+    {"safe_softmax": "keys", "mask": "boolean", "kv_heads": 1},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
@@ -191,6 +198,58 @@ def test_an_attention_whose_result_stays_head_first_collapses_with_one_permute()
     # q and v permuted to BSNH (the key is given BSNH), the result back to head-first
     assert op_names(after).count("relax.permute_dims") == 3
     pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_torch_sdpa_keeps_a_fully_masked_row_at_zero_where_attention_alone_gives_nan(dtype):
+    # torch's SDPA gives a row with no allowed key probabilities 0 (its _safe_softmax);
+    # R.nn.attention gives NaN there, so the collapse zeroes the rows the bias masks whole.
+    before = _example(safe_softmax="keys", mask="boolean", dtype=dtype)
+    after = pk.rewrite(AttentionCollapse(), before)
+    assert len(attentions(after)) == 1
+    rng = np.random.default_rng(0)
+    xq, xk, xv = (rng.uniform(-1, 1, (2, 8, 32)).astype(dtype) for _ in range(3))
+    allowed = np.ones((2, 1, 1, 8), bool)
+    allowed[0] = False  # the first sequence is padding throughout
+    allowed[1, ..., 5:] = False
+    want, got = _run(before, xq, xk, xv, allowed), _run(after, xq, xk, xv, allowed)
+    assert not np.isnan(want).any() and np.all(want[0] == 0)
+    np.testing.assert_array_equal(got[0], want[0])
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(got[1], want[1], rtol=tol.rtol, atol=tol.atol)
+    plain = _example(mask="boolean", dtype=dtype)  # softmax without SDPA's guard: NaN rows
+    assert np.isnan(_run(pk.rewrite(AttentionCollapse(), plain), xq, xk, xv, allowed)[0]).all()
+
+
+def test_a_float16_collapse_builds_with_a_bias_after_it_and_stays_float16():
+    # TVM 0.27 legalises a float16 R.nn.attention to float32 (docs/tvm-bugs.md): without
+    # the rule's cast, the bias add after it would not build
+    before = _example(dtype="float16")
+    bias = relax.const(np.random.default_rng(1).uniform(-1, 1, 32).astype("float16"))
+    func = before["main"]
+    body = relax.SeqExpr(func.body.blocks, relax.op.add(func.body.body, bias))
+    returns = relax.TensorType((2, 8, 32), "float16")
+    before = tvm.IRModule({"main": relax.Function(func.params, body, returns)})
+    before = relax.transform.Normalize()(before)
+    after = pk.rewrite(AttentionCollapse(), before)
+    assert len(attentions(after)) == 1
+    rng = np.random.default_rng(0)
+    args = [rng.uniform(-1, 1, [int(d) for d in p.ty.shape]).astype("float16")
+            for p in after["main"].params]
+    got, want = _run(after, *args), _run(before, *args)
+    assert got.dtype == "float16"
+    np.testing.assert_allclose(got, want, rtol=FLOAT16.rtol, atol=FLOAT16.atol)
+
+
+def test_torch_sdpa_without_a_mask_collapses_to_attention_alone():
+    # no bias: with q and k finite no score is -inf, so no row needs the guard
+    after = pk.rewrite(AttentionCollapse(), _example(safe_softmax="keys", mask="none"))
+    assert attentions(after) and "relax.where" not in op_names(after)
 
 
 def test_a_rank_2_mask_becomes_a_4_d_bias():
@@ -353,6 +412,8 @@ def test_the_composites_are_named_as_tvms_cutlass_table_names_them():
 
 # -- the model zoo ---------------------------------------------------------------------------
 ZOO_MODELS = [("gpt2", {}), ("bert", {}), ("vit", {}), ("llama", {}),
+              ("bert", {"attention": "sdpa"}), ("vit", {"attention": "sdpa"}),
+              ("llama", {"attention": "sdpa"}),
               ("gpt2", {"batch": "dynamic", "seq": "dynamic"}),
               ("onnx:gpt2", {"opset": 14}), ("onnx:gpt2", {"opset": 17}),
               ("onnx:bert", {"opset": 14}), ("onnx:bert", {"opset": 17})]

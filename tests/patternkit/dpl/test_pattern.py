@@ -205,6 +205,20 @@ def test_a_number_matches_prim_values_integers_and_one_element_tensors():
     assert not pk.match(pk.is_scalar(2.5), relax.const(2, "int64"))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_an_infinity_matches_the_same_infinity_only(dtype):
+    # a mask's -inf: |inf - inf| is NaN, which no tolerance admits
+    x = relax.Var("x", relax.TensorType((2,), dtype))
+    minus_inf = relax.op.equal(x, relax.const(-np.inf, dtype))
+    assert pk.match(pk.is_op("equal")(pk.wildcard(), float("-inf")), minus_inf)
+    assert not pk.match(pk.is_op("equal")(pk.wildcard(), float("inf")), minus_inf)
+    assert not pk.match(pk.is_op("equal")(pk.wildcard(), -65504.0), minus_inf)
+    assert not pk.match(pk.is_op("equal")(pk.wildcard(), float("-inf")),
+                        relax.op.equal(x, relax.const(-65504.0, dtype)))
+    with pytest.raises(pk.PatternError, match="NaN"):
+        pk.is_scalar(float("nan"))
+
+
 def test_a_scalar_tolerance_can_be_widened_explicitly_and_is_shown_in_explanations():
     x = relax.Var("x", relax.TensorType((2,), "float32"))
     expr = relax.op.multiply(x, relax.const(1.702, "float32"))
