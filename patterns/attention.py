@@ -54,12 +54,20 @@ not rewritten.
 No speed claim: on llvm ``R.nn.attention`` legalises to about the same loops as the
 written-out form, and the rule is for backends (cutlass, cudnn) that take the fused op.
 
+torch's SDPA as ``torch.export`` decomposes it (``attn_implementation="sdpa"``) is
+collapsed too.  Its ``_safe_softmax`` gives a row whose scores are all ``-inf`` (a fully
+padded sequence) probabilities 0, ``where(not max(scores != -inf), 0, softmax)``, where
+``R.nn.attention`` gives NaN.  With q and k finite a score is ``-inf`` exactly where the
+bias is, so the rewrite zeroes the result's rows whose bias row is all ``-inf``:
+``where(max(bias != -inf, axis=-1), attention(...), 0)`` (nothing when there is no bias,
+or a constant bias masks no row whole).  The reduction must run over the key axis.
+
+A float16 result is cast back to float16 (a no-op in Relax): TVM 0.27's llvm legalisation
+of a float16 ``R.nn.attention`` returns float32, and the next op with a float16 operand
+would not build (docs/tvm-bugs.md).
+
 Deliberately not covered:
 
-* torch's SDPA as ``torch.export`` decomposes it (``attn_implementation="sdpa"``): after
-  the softmax it sets rows whose scores are all ``-inf`` to 0 (``where(not any(score >
-  -inf), 0, p)``), which ``R.nn.attention`` does not (it gives NaN there), so collapsing
-  would change a fully padded row;
 * a softmax computed in float32 between two casts of a float16 model (Llama's
   ``softmax(..., dtype=float32).to(float16)``): the fused op would compute it in float16,
   a precision the model did not ask for;
