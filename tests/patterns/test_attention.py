@@ -436,3 +436,21 @@ def test_every_attention_of_a_zoo_model_collapses_with_the_output_kept(name, opt
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     np.testing.assert_allclose(got, zoo_vm(model)(), rtol=0, atol=1e-4)
+
+
+@pytest.mark.models
+def test_an_sdpa_bert_keeps_a_fully_padded_sequence_as_torch_computes_it(zoo, zoo_vm):
+    # the guard on a real model: the first sequence is padding throughout, where
+    # R.nn.attention alone would give NaN and torch's SDPA gives its zeroed rows
+    model = zoo("bert", attention="sdpa")
+    inputs = dict(model.inputs)
+    inputs["attention_mask"] = np.array(inputs["attention_mask"])
+    inputs["attention_mask"][0] = 0
+    after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod)
+    assert len(attentions(after, model.entry)) == model.families["attention"]
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments(inputs)))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, zoo_vm(model)(inputs), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got, model.reference(inputs)[0], rtol=0, atol=1e-4)
