@@ -140,8 +140,12 @@ def _transformer(layers=2, hidden=64, heads=4, **extra) -> dict[str, Option]:
     }
 
 
-_ATTENTION = Option("eager", "attention implementation; with sdpa BERT imports, GPT-2 does not "
-                    "in TVM 0.27 (a strided view the importer cannot reshape)", ("eager", "sdpa"))
+#: GPT-2 with SDPA does not import: torch's ``run_decompositions`` (which
+#: ``from_exported_program`` runs) cannot view its strided attention input, and TVM 0.27's
+#: converter for an undecomposed SDPA takes float masks only (GPT-2's is boolean).
+_ATTENTION = Option("eager", "attention implementation; with sdpa BERT, Llama and ViT import, "
+                    "GPT-2 does not (torch's decomposition of its SDPA fails)",
+                    ("eager", "sdpa"))
 #: Offered where it imports: TVM 0.27's torch importer mixes float16 and float32 in the
 #: biased linears of GPT-2 and BERT, the patch conv of ViT and ResNet's batch norms
 #: ("Binary operators must have the same datatype"), so only Llama (no biases) has it.
