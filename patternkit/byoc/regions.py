@@ -176,9 +176,13 @@ def _hold(bb: relax.BlockBuilder, binding: Any, dataflow: bool, held: dict) -> A
     out = relax.Var(C.var_name(binding.var), binding.var.ty)
     body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(
         out, substitute(value, dict(zip(free, params))))])], out)
-    function = relax.Function(params, body, out.ty, dataflow).with_attr(HELD, True)
-    function, extra = detach_symbolic_vars(function)
+    # the attribute names the binding: two holders alike but for the symbolic variable
+    # they read (arange(0, batch), arange(0, seq)) are equal once detached, and add_func
+    # would hand back the first one's global for the second
     name = f"patternkit_held_{len(held)}"
+    function = relax.Function(params, body, out.ty, dataflow).with_attr(
+        HELD, f"{name}: {C.var_name(binding.var)}")
+    function, extra = detach_symbolic_vars(function)
     # a private global of bb's module, so that the call below is typed against it
     gv = bb.add_func(function, name)
     held[gv.name_hint] = _HeldBinding(gv, function, value, free)

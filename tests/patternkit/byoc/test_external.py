@@ -220,6 +220,40 @@ def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function
     tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
 
 
+@I.ir_module
+class PositionsOfTwoDynamicDims:
+    """``R.arange(0, n)`` and ``R.arange(0, m)``: two host bindings alike but for the
+    symbolic variable they read (BERT exported with dynamic batch and sequence)."""
+
+    @R.function
+    def main(x: R.Tensor(("n", "m"), "float32"), w: R.Tensor(("m", "m"), "float32"),
+             b: R.Tensor(("m",), "float32")):
+        n, m = T.int64(), T.int64()
+        with R.dataflow():
+            rows = R.arange(0, n, 1, dtype="float32")
+            cols = R.arange(0, m, 1, dtype="float32")
+            lv = R.add(R.matmul(x, w), b)
+            lv1 = R.multiply(lv, R.reshape(rows, R.shape([n, 1])))
+            lv2 = R.add(lv1, cols)
+            R.output(lv2)
+        return lv2
+
+
+def test_held_host_bindings_alike_but_for_their_symbolic_variable_keep_their_own(bit_exact):
+    # the two aranges were held in structurally equal functions, which a BlockBuilder
+    # deduplicated: both came back as arange(0, m), and the module was not well formed
+    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
+                                            wildcard()))]
+    mod = PositionsOfTwoDynamicDims
+    out = PartitionGraph("cc")(MergeComposite(table)(mod))
+    assert relax.analysis.check_well_formed(out)
+    aranges = [b.value for b in out["main"].body.blocks[0].bindings
+               if isinstance(b.value, relax.Call) and b.value.op == tvm.ir.Op.get("relax.arange")]
+    n, m = (v for v in mod["main"].params[0].ty.shape)
+    assert [str(a.args[1]) for a in aranges] == [str(n), str(m)]
+    bit_exact(mod, inline_external(out), shape_vars={"n": 3, "m": 5})
+
+
 def _two_functions_with_composites(other_batch: int) -> tvm.IRModule:
     """``main`` and ``main_adjoint`` each computing matmul + add, as a gradient module's
     primal and adjoint do; with ``other_batch == 2`` their composites are one function."""
