@@ -51,7 +51,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
               f"{len(report.host_ops)} op(s) on the host; numeric max abs error "
               f"{report.numeric['max_abs_error']:.3g}"
-              f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
+              + (f" ({report.numeric['dtype']}: from float64, imported "
+                 f"{report.numeric['float64']['imported']:.3g}, rewritten "
+                 f"{report.numeric['float64']['rewritten']:.3g})"
+                 if report.numeric.get("float64") else "")
+              + f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
               f"round trips "
               f"{'ok' if all(r['ok'] for r in report.roundtrip.values()) else 'FAILED'}; "
               + (f"gradients {'ok' if report.training.get('ok') else 'FAILED'}; "

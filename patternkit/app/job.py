@@ -53,6 +53,7 @@ from ..engine.wellformed import assert_well_formed
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
+from .precision import float64_check, low_precision_dtype
 from .rules import resolve_rules
 from .summary import OpSummary, markdown_table, op_summary
 
@@ -205,6 +206,14 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
                       "atol": options["atol"], "seed": seed,
                       "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
                       "refused": list(comparison.refused), "identical": comparison.identical}
+    low_precision = low_precision_dtype(before[entry])
+    if low_precision and not comparison.refused and not comparison.identical:
+        say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
+        inputs = numeric.random_inputs(before[entry], **{
+            k: v for k, v in options.items() if k not in ("func_name", "rtol", "atol")})
+        check = step("numeric_float64", float64_check, before, restored, entry, inputs,
+                     options["atol"])
+        report.numeric.update(ok=check["ok"], dtype=low_precision, float64=check)
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -329,6 +338,14 @@ def report_markdown(report: JobReport) -> str:
                      f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
                      f"{n.get('max_rel_error', float('nan')):.3g} (rtol {n.get('rtol')}, "
                      f"atol {n.get('atol')}, seed {n.get('seed')})")
+        if n.get("float64"):
+            wide = n["float64"]
+            lines += ["", f"A {n['dtype']} model rounds differently after any rewrite, so the "
+                          f"verdict compares both with the imported model recomputed in "
+                          f"float64: the imported model is {wide['imported']:.3g} from it, "
+                          f"the rewritten one {wide['rewritten']:.3g} "
+                          f"({'within' if wide['ok'] else 'NOT within'} {wide['slack']:g}x "
+                          f"+ atol)."]
     if n.get("identical"):
         lines += ["", "(after is structurally identical to before: built and run once)"]
     if n.get("int_ranges"):

@@ -56,6 +56,8 @@ def _emit_block(bb: relax.BlockBuilder, block: Any, env: dict, name: str, datafl
 
 
 def _widen(expr: Any, env: dict, func_name: str, binding: Any) -> Any:
+    if tvm.ir.is_prim_var(expr):  # a symbolic variable passed as a value: R.arange(0, n)
+        return expr
     if isinstance(expr, relax.Var):
         return env[expr]
     if is_tensor_constant(expr):
@@ -94,6 +96,8 @@ def _rebuild_with_dtype(call: relax.Call, args: list, func_name: str, binding: A
         return getattr(relax.op, name.split(".")[-1])(args[0], _WIDE)
     if name == "relax.full_like":
         return relax.op.full_like(args[0], args[1], _WIDE)
+    if name == "relax.arange":
+        return relax.op.arange(*args, dtype=_WIDE)
     raise GradientError(f"{func_name}: cannot recompute {name} (dtype attribute) in float64"
                         + (f" (binding {binding.var.name})" if binding is not None else ""))
 

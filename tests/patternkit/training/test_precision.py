@@ -38,3 +38,19 @@ def test_a_conv2d_and_a_matmul_with_a_float32_out_dtype_accumulate_in_float64():
             conv[0, :, i, j] = np.einsum("ckl,ockl->o", padded[0, :, i:i + 3, j:j + 3], w)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, conv @ m, rtol=1e-12, atol=1e-12)
+
+
+def test_a_symbolic_variable_passed_as_a_value_stays_as_it_is():
+    # R.arange(0, n) in every model exported with a dynamic batch: n is not a tensor
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n,), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            pos = bb.emit(relax.op.arange(0, n, 1, dtype="float16"))
+            out = bb.emit_output(relax.op.add(x, pos))
+        bb.emit_func_output(out)
+    func = as_float64(bb.get()["main"])
+    x = np.linspace(-1, 1, 5)
+    got = build(tvm.IRModule({"main": func}))["main"](to_tensor(x)).numpy()
+    np.testing.assert_array_equal(got, x + np.arange(5))

@@ -1,0 +1,73 @@
+"""The numeric check of a float16 or bfloat16 model: against float64, not against itself.
+
+The job compares the rewritten model with the imported one at ``rtol = atol = 1e-4``,
+which float32 arithmetic meets and float16 cannot: its epsilon is 9.8e-4, and two
+float16 programs that round at different points differ by more than that on any model
+(a 2-layer Llama differs by 3e-3 after collapsing its RMS norms, which are exact in real
+arithmetic).  Comparing the two float16 runs with each other cannot tell that rounding
+from a wrong rewrite; comparing each with the model recomputed in float64 can.  The check
+passes when the rewritten model is at most :data:`SLACK` times as far from the float64
+recomputation as the imported model is, plus the job's ``atol``: the rewrite may round
+differently, not worse; a wrong rewrite is off by the size of the values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..ir import dtype_of, type_of
+from ..verification import numeric
+
+#: Floating dtypes checked against float64 instead of against the imported model.
+LOW_PRECISION = ("float16", "bfloat16")
+
+#: How many times further from the float64 recomputation the rewritten model may be.
+SLACK = 2.0
+
+
+def low_precision_dtype(func: Any) -> str | None:
+    """The low-precision dtype of ``func``'s inputs or results, or ``None``.
+
+    A model that keeps its weights as constants takes only token ids: its results say
+    what it computes in.
+    """
+    types = [type_of(p) for p in func.params] + [type_of(func.body)]
+    while types:
+        ty = types.pop(0)
+        if isinstance(ty, relax.TupleType):
+            types.extend(ty.fields)
+        elif dtype_of(ty) in LOW_PRECISION:
+            return dtype_of(ty)
+    return None
+
+
+def float64_check(before: tvm.IRModule, after: tvm.IRModule, func_name: str,
+                  inputs: list[np.ndarray], atol: float) -> dict[str, Any]:
+    """Both models' max abs distance to ``before`` recomputed in float64, and the verdict.
+
+    Returns ``{"imported": e, "rewritten": e', "slack": SLACK, "ok": e' <= SLACK * e +
+    atol}``, on the same ``inputs`` as the job's comparison.
+    """
+    from ..training.precision import as_float64  # the training package loads when needed
+
+    wide = tvm.IRModule({func_name: as_float64(before[func_name], func_name)})
+    wide_inputs = [a.astype(np.float64) if a.dtype.kind == "f" or str(a.dtype) == "bfloat16"
+                   else a for a in inputs]
+    truth = numeric.run(wide, wide_inputs, func_name)
+    imported = numeric.run(before, inputs, func_name,
+                           vm=numeric.REFERENCE_BUILDS.vm(before))
+    rewritten = numeric.run(after, inputs, func_name)
+    e_imported, e_rewritten = _distance(imported, truth), _distance(rewritten, truth)
+    return {"imported": e_imported, "rewritten": e_rewritten, "slack": SLACK,
+            "ok": bool(e_rewritten <= SLACK * e_imported + atol)}
+
+
+def _distance(got: list[np.ndarray], truth: list[np.ndarray]) -> float:
+    if len(got) != len(truth):
+        return float("inf")
+    return max((float(np.max(np.abs(g.astype(np.float64) - t))) for g, t in zip(got, truth)
+                if g.size), default=0.0)
