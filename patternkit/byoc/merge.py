@@ -349,10 +349,11 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     if not accepted:
         return func
     replacements = {}
+    builder = relax.BlockBuilder()
     for entry, group in accepted:
         inputs = lifted_inputs(group)
         local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
-                                                   inputs), inputs)
+                                                   inputs, builder), inputs)
         # a composite reading a symbolic variable its inputs do not define (its input is
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
