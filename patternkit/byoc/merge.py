@@ -241,7 +241,7 @@ def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: 
         for order, (gv, func) in enumerate(rewritable_functions(module)):
             if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
                 continue
-            index = FunctionIndex.build(func)
+            index = FunctionIndex.of(func)
             live = [e for e, k in keys if index.may_hold(k)]
             if not live:
                 continue
@@ -295,7 +295,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
         if not live_entries:
             return func
-    index = FunctionIndex.build(func)
+    index = FunctionIndex.of(func)
     check_input(index, "MergeComposite", func_name)
     if len(table) > 1:  # one index for every entry, not one scan of the function each
         live_entries = [e for e in table if index.may_hold(root_op_names(e.pattern),

@@ -358,7 +358,7 @@ class _FunctionRound:
         self.gv = gv
         self.name = gv.name_hint
         self.func = func
-        self.index = FunctionIndex.build(func)
+        self.index = FunctionIndex.of(func)
         if first_round:  # later rounds index what the driver itself emitted and checked
             check_input(self.index, PASS_NAME, self.name)
         self.replacements: dict[int, Any] = {}
