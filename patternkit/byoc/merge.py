@@ -354,11 +354,12 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     reads: dict[int, list[int]] = {}  # what each call reads: its arguments' Relax Vars
-    builder = relax.BlockBuilder()
     for entry, group in accepted:
         inputs = lifted_inputs(group)
+        # left untyped: emission normalises each call, and the composite with it
         local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
-                                                   inputs, builder), inputs)
+                                                   inputs, normalize=False),
+                              inputs, index, group)
         # a composite reading a symbolic variable its inputs do not define (its input is
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
@@ -379,7 +380,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                          new_reads=reads).function
 
 
-def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
+def _closed(local: relax.Function, args: list, index: FunctionIndex,
+            group: Group) -> tuple[relax.Function, list]:
     """``local`` reading only its parameters, and the arguments to call it with.
 
     A wildcard that matches an inline tuple (``R.concat((x, y))``, as importers write
@@ -387,7 +389,14 @@ def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
     in a local function, but an external compiler receives only the parameters, and the
     function lifted to a global (``PartitionGraph``) would read undefined variables.
     Such variables become trailing parameters, after the lifted inputs.
+
+    When the index says the match's bindings read only its inputs and each other (the
+    common case), ``local`` is closed without asking TVM for its free variables.
     """
+    members = (*group.match.internal_keys, C.handle(group.root_var))
+    known = {C.handle(a) for a in args}.union(members)
+    if all(read in known for key in members for read in index.reads[key]):
+        return local, args
     free = [v for v in relax.analysis.free_vars(local) if not tvm.ir.is_prim_var(v)]
     if not free:
         return local, args

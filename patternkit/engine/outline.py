@@ -57,16 +57,21 @@ def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
 
 
 def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, Any],
-                         inputs: list | None = None,
-                         builder: relax.BlockBuilder | None = None) -> relax.Function:
+                         inputs: list | None = None, *,
+                         normalize: bool = True) -> relax.Function:
     """The local function computing ``group``, tagged ``PartitionedFromPattern``.
 
     Parameters are named ``FunctionVar_<group>_<i>`` after the group's number
     (:attr:`Group.gid`), as Relay named them; one per ``inputs`` (default
     :func:`lifted_inputs`, which a caller that also passes them as the call's arguments
-    computes once and hands in).  ``builder`` normalises the function; a caller outlining
-    many groups passes one for all (creating a ``BlockBuilder`` costs as much as the
-    normalisation of a small function).
+    computes once and hands in).
+
+    ``normalize=False`` leaves the function's body untyped when every binding copied is
+    an operator call (typed; its ``SeqExpr`` is not), for a caller that normalises the
+    call to the function where it binds it, as ``MergeComposite``'s emission does: the
+    function is then normalised once, not twice (a ``BlockBuilder`` and a normalisation
+    per composite were a third of its cost).  Other bindings (tuples, projections) are
+    copied untyped, and the function is normalised here.
 
     Every copied call keeps the type of the call it copies: the parameters have the
     types of the inputs they stand for, so inference would find the same types again,
@@ -87,33 +92,38 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
     members = sorted((position[key], key) for key in (*group.match.internal_keys, root_key))
     bindings = []
     values: dict[int, Any] = {}  # handle of an interior Var -> its value, for the name
+    typed = True
     for at, key in members:
         binding = index.binding_at(at)
         var, value = binding.var, binding.value
         values[key] = value
         make_var = C.new_var if key == root_key else C.new_dataflow_var
         new_var = make_var(var.name, var.ty, None)
-        bindings.append(relax.VarBinding(new_var, _copied(index, value, mapping)))
+        args = index.call_args.get(C.handle(value))
+        op = None if args is None else value.op
+        if type(op) is tvm.ir.Op:
+            new_value = _copied_call(value, op, args, mapping)
+        else:
+            typed = False
+            new_value = substitute(value, mapping, by_handle=True)
+        bindings.append(relax.VarBinding(new_var, new_value))
         mapping[key] = new_var
     body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[root_key])
     attributes = tvm.ir.DictAttrs({PARTITIONED_FROM_PATTERN: _partition_name(index, group, values),
                                    **attrs})
     local = relax.Function(params, body, group.root_var.ty, True, attributes)
-    return (builder or relax.BlockBuilder()).normalize(local)
+    return relax.BlockBuilder().normalize(local) if normalize or not typed else local
 
 
-def _copied(index: FunctionIndex, value: Any, mapping: dict) -> Any:
-    """``value`` reading the outlined Vars of ``mapping``, with its type.
+def _copied_call(value: Any, op: Any, args: list, mapping: dict) -> Any:
+    """The call of operator ``op`` ``value``, reading the outlined Vars of ``mapping``,
+    with its type.
 
-    An operator call's arguments come from the index (read once when it was built), and
-    the call is built by its FFI constructor; anything else goes through
-    :func:`~patternkit.ir.walk.substitute`.
+    ``args`` are its arguments as the index read them once; the call is built by its FFI
+    constructor.
     """
-    args = index.call_args.get(C.handle(value))
-    if args is None:
-        return substitute(value, mapping, by_handle=True)
     new_args = [substitute(arg, mapping, by_handle=True) for arg in args]
-    return C.new_call(value.ty, value.op, new_args, value.attrs, value.ty_args, value.span)
+    return C.new_call(value.ty, op, new_args, value.attrs, value.ty_args, value.span)
 
 
 def partition_name(index: FunctionIndex, group: Group) -> str:
