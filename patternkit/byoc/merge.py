@@ -57,7 +57,7 @@ import tvm
 from tvm import relax
 
 from ..dpl.pattern import required_op_names, root_op_names
-from ..engine.emit import emit_function
+from ..engine.emit import emit_rewrites
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
 from ..engine.outline import build_group_function, lifted_inputs
 from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
@@ -241,7 +241,7 @@ def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: 
         for order, (gv, func) in enumerate(rewritable_functions(module)):
             if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
                 continue
-            index = FunctionIndex.build(func)
+            index = FunctionIndex.of(func)
             live = [e for e, k in keys if index.may_hold(k)]
             if not live:
                 continue
@@ -295,13 +295,16 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         live_entries = [e for e in table if has_candidates(func, root_op_names(e.pattern))]
         if not live_entries:
             return func
-    index = FunctionIndex.build(func)
+    index = FunctionIndex.of(func)
     check_input(index, "MergeComposite", func_name)
     if len(table) > 1:  # one index for every entry, not one scan of the function each
         live_entries = [e for e in table if index.may_hold(root_op_names(e.pattern),
                                                            required_op_names(e.pattern))]
     site = CheckSite(index)
-    claimed: dict[int, str] = {}  # handle of a Var -> entry that took it
+    # handle of a Var -> (entry that took it, root of that match).  Without a log, roots
+    # taken already are not even matched (find_groups' ``taken``): the veto would refuse
+    # the match, and nobody asks why.
+    claimed: dict[int, tuple[str, Any]] = {}
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
         vetoes: list[SkippedComposite] = []
@@ -315,7 +318,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         def veto(group: Group, entry=entry, entry_check=entry_check, vetoes=vetoes):
             taken = next((v for v in group.interior if C.handle(v) in claimed), None)
             if taken is not None:
-                by = claimed[C.handle(taken)]
+                by = claimed[C.handle(taken)][0]
                 reason = (f"'{by}' (higher priority) already took '{C.var_name(taken)}'")
                 if log is not None:  # names cross the FFI: only for a log that shows them
                     vetoes.append(SkippedComposite(
@@ -334,10 +337,11 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                     "check", refusal.reason, rejection=refusal, bound=tuple(group.interior)))
             return refusal
 
-        groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None)
+        groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None,
+                                    taken=claimed if log is None else None)
         for group in groups:
             for v in group.interior:
-                claimed[C.handle(v)] = entry.name
+                claimed[C.handle(v)] = (entry.name, group.root_var)
             accepted.append((entry, group))
         if log is not None:
             log.skipped.extend(vetoes)
@@ -349,25 +353,35 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     if not accepted:
         return func
     replacements = {}
+    reads: dict[int, list[int]] = {}  # what each call reads: its arguments' Relax Vars
     for entry, group in accepted:
         inputs = lifted_inputs(group)
+        # left untyped: emission normalises each call, and the composite with it
         local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
-                                                   inputs), inputs)
+                                                   inputs, normalize=False),
+                              inputs, index, group)
         # a composite reading a symbolic variable its inputs do not define (its input is
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
         # loses the variable (``ndim=3``) and the composite cannot replace the binding
         local, extra_args = detach_symbolic_vars(local, rename=False)
-        replacements[C.handle(group.root_var)] = relax.Call(local, args + extra_args)
+        key = C.handle(group.root_var)
+        replacements[key] = relax.Call(local, args + extra_args)
+        # the composite is closed (``_closed``), so the call reads only its arguments; this
+        # spares emission a free-variable walk of each composite's body
+        reads[key] = list(dict.fromkeys(C.handle(a) for a in args
+                                        if isinstance(a, relax.Var) and not tvm.ir.is_prim_var(a)))
         if log is not None:
             log.formed.append(FormedComposite(entry.name, func_name, C.var_name(group.root_var),
                                               _names(group.interior),
                                               str(local.attrs[PARTITIONED_FROM_PATTERN])))
     logger.debug("MergeComposite: %d composite(s) in %s", len(accepted), func_name)
-    return emit_function(func, index, replacements, "MergeComposite", func_name)
+    return emit_rewrites(func, index, replacements, func_name, pass_name="MergeComposite",
+                         new_reads=reads).function
 
 
-def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
+def _closed(local: relax.Function, args: list, index: FunctionIndex,
+            group: Group) -> tuple[relax.Function, list]:
     """``local`` reading only its parameters, and the arguments to call it with.
 
     A wildcard that matches an inline tuple (``R.concat((x, y))``, as importers write
@@ -375,7 +389,14 @@ def _closed(local: relax.Function, args: list) -> tuple[relax.Function, list]:
     in a local function, but an external compiler receives only the parameters, and the
     function lifted to a global (``PartitionGraph``) would read undefined variables.
     Such variables become trailing parameters, after the lifted inputs.
+
+    When the index says the match's bindings read only its inputs and each other (the
+    common case), ``local`` is closed without asking TVM for its free variables.
     """
+    members = (*group.match.internal_keys, C.handle(group.root_var))
+    known = {C.handle(a) for a in args}.union(members)
+    if all(read in known for key in members for read in index.reads[key]):
+        return local, args
     free = [v for v in relax.analysis.free_vars(local) if not tvm.ir.is_prim_var(v)]
     if not free:
         return local, args

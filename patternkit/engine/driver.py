@@ -313,11 +313,13 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
         assert_well_formed(mod, PASS_NAME, "input")
     sizes = _InputSizes(mod)
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
+    settled: dict[int, dict[int, relax.Function]] = {}  # see _run_multi_round
     for round_index in range(options.max_passes):
         mod, fired, indexes = _run_round(active, mod, round_index, options, sizes) if active \
             else (mod, [], {})
         if multi:
-            mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes)
+            mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes,
+                                                settled)
             fired += fired_multi
         if options.log is not None:
             options.log.rounds = round_index + 1
@@ -358,7 +360,7 @@ class _FunctionRound:
         self.gv = gv
         self.name = gv.name_hint
         self.func = func
-        self.index = FunctionIndex.build(func)
+        self.index = FunctionIndex.of(func)
         if first_round:  # later rounds index what the driver itself emitted and checked
             check_input(self.index, PASS_NAME, self.name)
         self.replacements: dict[int, Any] = {}
@@ -471,18 +473,29 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
 
 def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_index: int,
                      log: RewriteLog | None, indexes: dict[str, FunctionIndex],
+                     settled: dict[int, dict[int, relax.Function]],
                      ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
     """One round of the multi-root rules (engine/multi.py), one rule after the other.
 
     They match a :class:`~patternkit.dpl.PatternContext` graph over a whole block rather
     than one root, so they take their own walk; the function index is the round's
     (``indexes``) for every function that is still the one it indexed.
+
+    ``settled`` (``id(rule)`` -> handle -> function, held so that no other function can
+    take the handle) records the functions a rule rewrote nothing in.  Without a log,
+    a rule is not run again on such a function: the last round usually leaves the
+    function the previous round's multi-root rules saw, and would only repeat their walk
+    (with a log it runs, so the log records its refusals each round, as for the other
+    rules).
     """
     fired: list[tuple[str, str, Any]] = []
     for rule in rules:
         roles = rule.roles()
         updates = {}
+        seen = settled.setdefault(id(rule), {})
         for gv, func in rewritable_functions(mod):
+            if log is None and C.handle(func) in seen:
+                continue
             index = indexes.get(gv.name_hint)
             done = rewrite_function_bindings(
                 rule, roles, gv.name_hint, func, collect=log is not None,
@@ -496,6 +509,8 @@ def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_
             if done.last is not None:
                 updates[gv] = done.function
                 fired.append((rule.rule_name, gv.name_hint, done.last))
+            else:
+                seen[C.handle(func)] = func
         if updates:
             functions = dict(mod.functions.items())
             functions.update(updates)

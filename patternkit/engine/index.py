@@ -14,6 +14,7 @@ escape nor keep a value alive once a rewrite stops reading it (:func:`dead_after
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -115,7 +116,32 @@ class FunctionIndex:
     _dead_readers: dict = field(default_factory=dict)
 
     @classmethod
+    def of(cls, func: relax.Function) -> "FunctionIndex":
+        """The index of ``func``: the one a recent pass built for this very function, if
+        it is unchanged, else a new one (:meth:`build`), kept for the next pass.
+
+        Passes hand each other their results: the rewrite's last round indexes the
+        function it emitted, and its multi-root rules, the next round and then
+        ``MergeComposite`` all read that same function.  An index is a pure function of
+        its (immutable) function; one that :meth:`make_opaque` changed is no longer
+        handed out.  The last :data:`RECENT_INDEXES` are kept, with their functions
+        (so a handle cannot be reused while it is a key); :func:`forget_indexes` drops
+        them.
+        """
+        key = handle(func)
+        index = _RECENT.get(key)
+        if index is not None:
+            _RECENT.move_to_end(key)
+            return index
+        index = cls.build(func)
+        _RECENT[key] = index
+        if len(_RECENT) > RECENT_INDEXES:
+            _RECENT.popitem(last=False)
+        return index
+
+    @classmethod
     def build(cls, func: relax.Function) -> "FunctionIndex":
+        """A new index of ``func`` (:meth:`of` reuses a recent one)."""
         index = cls(func)
         seq = func.body
         kind_of = KIND_OF.get
@@ -282,6 +308,22 @@ class FunctionIndex:
         """
         bi, _ = self.position[key]
         self.values[bi].pop(key, None)
+        if _RECENT.get(handle(self.func)) is self:  # no longer the index of self.func
+            del _RECENT[handle(self.func)]
+
+
+#: How many indexes :meth:`FunctionIndex.of` keeps for the passes that follow.
+RECENT_INDEXES = 8
+_RECENT: OrderedDict[int, FunctionIndex] = OrderedDict()  # handle of a function -> index
+
+
+def forget_indexes() -> None:
+    """Drop the indexes kept by :meth:`FunctionIndex.of` (and the functions they hold).
+
+    A benchmark timing a pass on the same input again and again calls it, so that each
+    run indexes its input as a first run would.
+    """
+    _RECENT.clear()
 
 
 def nests_a_call(value: Any, top: bool = False) -> bool:

@@ -353,7 +353,7 @@ class _FunctionRewrite:
         self.rule_name = rule_name
         self.func_name = func_name
         self.func = func
-        self.index = FunctionIndex.build(func) if index is None else index
+        self.index = FunctionIndex.of(func) if index is None else index
         self.uses = Uses(self.index.readers, self.index.escaping)
         self.replacements: dict[int, Any] = {}
 

@@ -16,7 +16,7 @@ from tvm import relax
 from ..ir import compat as C
 from ..ir.kinds import PARTITIONED_FROM_PATTERN
 from ..ir.opnames import relay_short_name
-from ..ir.walk import substitute
+from ..ir.walk import CALL, GET_ITEM, KIND_OF, TUPLE, VAR, expr_kind, substitute
 from .index import FunctionIndex
 from .proposal import Group
 
@@ -39,51 +39,91 @@ def lifted_inputs(group: Group) -> list:
 
 
 def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
-    """Symbolic variables in the types of the match's bindings that no input type defines."""
-    defined = {C.handle(v) for e in inputs
-               for v in relax.analysis.definable_tir_vars_in_type(C.type_of(e))}
-    missing: dict[int, Any] = {}
+    """Symbolic variables in the types of the match's bindings that no input type defines.
+
+    The inputs' types are read only when the bindings use a symbolic variable at all:
+    in a graph of static shapes that is one FFI call per binding, not one per input too.
+    """
+    used: dict[int, Any] = {}
     for var in group.interior:
         for v in relax.analysis.tir_vars_in_type(var.ty):
-            if C.handle(v) not in defined:
-                missing.setdefault(C.handle(v), v)
-    return sorted(missing.values(), key=lambda v: v.name)
+            used.setdefault(C.handle(v), v)
+    if not used:
+        return []
+    defined = {C.handle(v) for e in inputs
+               for v in relax.analysis.definable_tir_vars_in_type(C.type_of(e))}
+    missing = [v for key, v in used.items() if key not in defined]
+    return sorted(missing, key=lambda v: v.name)
 
 
 def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, Any],
-                         inputs: list | None = None) -> relax.Function:
+                         inputs: list | None = None, *,
+                         normalize: bool = True) -> relax.Function:
     """The local function computing ``group``, tagged ``PartitionedFromPattern``.
 
     Parameters are named ``FunctionVar_<group>_<i>`` after the group's number
     (:attr:`Group.gid`), as Relay named them; one per ``inputs`` (default
     :func:`lifted_inputs`, which a caller that also passes them as the call's arguments
     computes once and hands in).
+
+    ``normalize=False`` leaves the function's body untyped when every binding copied is
+    an operator call (typed; its ``SeqExpr`` is not), for a caller that normalises the
+    call to the function where it binds it, as ``MergeComposite``'s emission does: the
+    function is then normalised once, not twice (a ``BlockBuilder`` and a normalisation
+    per composite were a third of its cost).  Other bindings (tuples, projections) are
+    copied untyped, and the function is normalised here.
+
+    Every copied call keeps the type of the call it copies: the parameters have the
+    types of the inputs they stand for, so inference would find the same types again,
+    and the final normalisation then only types the body.  The Vars, calls and the
+    attributes are built through the FFI constructors directly (a composite is built per
+    match, and the Python wrappers' argument conversion was most of its cost).
     """
     group_id = group.gid
     inputs = lifted_inputs(group) if inputs is None else inputs
     mapping: dict[Any, Any] = {}
     params = []
     for i, expr in enumerate(inputs):
-        param = relax.Var(f"FunctionVar_{group_id}_{i}", C.type_of(expr))
+        param = C.new_var(f"FunctionVar_{group_id}_{i}", C.type_of(expr), None)
         params.append(param)
         mapping[C.handle(expr)] = param
-    interior = sorted(group.interior, key=index.position_of)
-    root = group.root_var
+    root_key = C.handle(group.root_var)
+    position = index.position
+    members = sorted((position[key], key) for key in (*group.match.internal_keys, root_key))
     bindings = []
-    for var in interior:
-        value = index.binding_at(index.position_of(var)).value
-        new_var = (relax.Var(C.var_name(var), var.ty) if var.same_as(root)
-                   else relax.DataflowVar(C.var_name(var), var.ty))
-        # Left untyped: the normalisation at the end types the whole body at once.
-        new_value = substitute(value, mapping, by_handle=True, keep_types=False)
+    values: dict[int, Any] = {}  # handle of an interior Var -> its value, for the name
+    typed = True
+    for at, key in members:
+        binding = index.binding_at(at)
+        var, value = binding.var, binding.value
+        values[key] = value
+        make_var = C.new_var if key == root_key else C.new_dataflow_var
+        new_var = make_var(var.name, var.ty, None)
+        args = index.call_args.get(C.handle(value))
+        op = None if args is None else value.op
+        if type(op) is tvm.ir.Op:
+            new_value = _copied_call(value, op, args, mapping)
+        else:
+            typed = False
+            new_value = substitute(value, mapping, by_handle=True)
         bindings.append(relax.VarBinding(new_var, new_value))
-        mapping[C.handle(var)] = new_var
-    body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[C.handle(root)])
-    local = relax.Function(params, body, ret_ty=root.ty, is_pure=True)
-    local = local.with_attr(PARTITIONED_FROM_PATTERN, partition_name(index, group))
-    for key, value in attrs.items():
-        local = local.with_attr(key, value)
-    return relax.BlockBuilder().normalize(local)
+        mapping[key] = new_var
+    body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[root_key])
+    attributes = tvm.ir.DictAttrs({PARTITIONED_FROM_PATTERN: _partition_name(index, group, values),
+                                   **attrs})
+    local = relax.Function(params, body, group.root_var.ty, True, attributes)
+    return relax.BlockBuilder().normalize(local) if normalize or not typed else local
+
+
+def _copied_call(value: Any, op: Any, args: list, mapping: dict) -> Any:
+    """The call of operator ``op`` ``value``, reading the outlined Vars of ``mapping``,
+    with its type.
+
+    ``args`` are its arguments as the index read them once; the call is built by its FFI
+    constructor.
+    """
+    new_args = [substitute(arg, mapping, by_handle=True) for arg in args]
+    return C.new_call(value.ty, op, new_args, value.attrs, value.ty_args, value.span)
 
 
 def partition_name(index: FunctionIndex, group: Group) -> str:
@@ -92,36 +132,46 @@ def partition_name(index: FunctionIndex, group: Group) -> str:
     ``add(divide(multiply(g, subtract(x, m)), sqrt(add(v, eps))), b)`` gives
     ``"subtract_multiply_add_sqrt_divide_add_"``.
     """
-    interior = {C.handle(v) for v in group.interior}
+    values = {key: index.binding_at(index.position[key]).value
+              for key in (*group.match.internal_keys, C.handle(group.root_var))}
+    return _partition_name(index, group, values)
+
+
+def _partition_name(index: FunctionIndex, group: Group, values: dict[int, Any]) -> str:
+    """:func:`partition_name`, given the value of every interior Var by handle."""
     parts: list[str] = []
-    _post_order_names(index, group.binding.value, interior, set(), parts)
+    _post_order_names(index, group.binding.value, values, set(), parts)
     return "".join(p + "_" for p in parts)
 
 
-def _post_order_names(index: FunctionIndex, expr: Any, interior: set[int], seen: set[int],
+def _post_order_names(index: FunctionIndex, expr: Any, values: dict[int, Any], seen: set[int],
                       parts: list[str]) -> None:
-    """Append the op names of ``expr`` to ``parts``, looking through ``interior`` Vars.
+    """Append the op names of ``expr`` to ``parts``, looking through interior Vars.
+
+    ``values`` maps the handle of each interior Var to its bound value.  A call's
+    arguments come from the index where it has them (no FFI array per call).
 
     A module-level function, not a closure: a closure that calls itself is a reference
     cycle, which kept each group's match and the whole FunctionIndex alive past the pass
     until the garbage collector swept them (180 ms at 24k bindings; see ``gc_paused``).
     """
-    if isinstance(expr, relax.Var):
+    kind = KIND_OF.get(type(expr)) or expr_kind(expr)
+    if kind is VAR:
         key = C.handle(expr)
-        if key in interior and key not in seen:
+        if key in values and key not in seen:
             seen.add(key)
-            _post_order_names(index, index.binding_at(index.position[key]).value, interior,
-                              seen, parts)
+            _post_order_names(index, values[key], values, seen, parts)
         return
-    if isinstance(expr, relax.Call):
-        for arg in expr.args:
-            _post_order_names(index, arg, interior, seen, parts)
+    if kind is CALL:
+        args = index.call_args.get(C.handle(expr))
+        for arg in C.array_items(expr.args) if args is None else args:
+            _post_order_names(index, arg, values, seen, parts)
         name = C.op_name(expr)
         parts.append(relay_short_name(name) if name else "Call")
-    elif isinstance(expr, relax.Tuple):
-        for f in expr.fields:
-            _post_order_names(index, f, interior, seen, parts)
+    elif kind is TUPLE:
+        for f in C.array_items(expr.fields):
+            _post_order_names(index, f, values, seen, parts)
         parts.append("Tuple")
-    elif isinstance(expr, relax.TupleGetItem):
-        _post_order_names(index, expr.tuple_value, interior, seen, parts)
+    elif kind is GET_ITEM:
+        _post_order_names(index, expr.tuple_value, values, seen, parts)
         parts.append(f"TupleGetItem{int(expr.index)}")

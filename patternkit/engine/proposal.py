@@ -148,8 +148,9 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
         intermediate escape.
     report_claimed : bool
         Also match the candidate roots that an earlier group of this pattern already
-        claimed, to report them as overlaps (Relay skipped them silently).  It costs a
-        match per such root; the rewrite driver asks for it only when it keeps a log.
+        claimed, or that an earlier rule of the round took (``taken``), to report them as
+        overlaps (Relay skipped them silently).  It costs a match per such root; the
+        rewrite driver asks for it only when it keeps a log.
     """
     claimed: dict[int, Any] = {}  # handle -> root Var of the accepted group that claimed it
     groups: list[Group] = []
@@ -162,8 +163,10 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
         binding = index.binding_at(position)
         var = binding.var
         root_key = C.handle(var)
-        if (root_key in claimed and not report_claimed) or root_key in dead:
+        if root_key in dead:
             continue
+        if not report_claimed and (root_key in claimed or (taken and root_key in taken)):
+            continue  # a match here would be an overlap, and nobody asks why
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue

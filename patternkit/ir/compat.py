@@ -57,14 +57,16 @@ def handle_or_none(obj: Any) -> int | None:
     return obj.__chandle__() if isinstance(obj, tvm_ffi.core.CObject) else None
 
 
-#: The FFI constructors behind ``relax.Call(...)``, ``relax.Tuple(...)`` and
-#: ``relax.DataflowVar(...)``, without the Python ``__init__`` that converts its
-#: arguments: DefuseOps builds a few per inlined binding from values it already holds.
+#: The FFI constructors behind ``relax.Call(...)``, ``relax.Tuple(...)``,
+#: ``relax.DataflowVar(...)`` and ``relax.Var(...)``, without the Python ``__init__`` that
+#: converts its arguments: DefuseOps builds a few per inlined binding, and outlining a
+#: composite a few per copied binding, from values they already hold.
 #: ``new_call(ret_ty, op, args, attrs, ty_args, span)``, ``new_tuple(fields, span)``,
-#: ``new_dataflow_var(name, ty, span)``.
+#: ``new_dataflow_var(name, ty, span)``, ``new_var(name, ty, span)`` (a Relax ``Var``).
 new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
 new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
 new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
+new_var = tvm.ir._ffi_api.Var  # pylint: disable=protected-access
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

@@ -43,6 +43,16 @@ def test_merge_composite_defuses_back_to_the_original(resnet_block):
     tvm.ir.assert_structural_equal(defuse(out, "partition"), resnet_block)
 
 
+def test_overlapping_entries_give_the_same_composites_with_and_without_a_log(resnet_block):
+    # Without a log a root an earlier entry took is not even matched; with one it is,
+    # to say why it was refused.  The composites must not depend on who is listening.
+    table = [("c.conv_add", is_op("add")(is_op("nn.conv2d")(wildcard(), wildcard()), wildcard())),
+             ("c.add_relu", is_op("nn.relu")(is_op("add")(wildcard(), wildcard())))]
+    for entries in (table, table[::-1]):
+        logged = merge_composite(resnet_block, entries, log=CompositeLog())
+        tvm.ir.assert_structural_equal(merge_composite(resnet_block, entries), logged)
+
+
 def test_earlier_entries_win_and_the_loser_is_logged_with_the_winner(resnet_block, bit_exact):
     table = [("c.conv_add", is_op("add")(is_op("nn.conv2d")(wildcard(), wildcard()), wildcard())),
              ("c.add_relu", is_op("nn.relu")(is_op("add")(wildcard(), wildcard())))]

@@ -18,7 +18,12 @@ from tvm.script import relax as R
 
 import patternkit as pk
 from patternkit import ir as pk_ir
-from patternkit.engine.index import FunctionIndex, dead_after, has_candidates
+from patternkit.engine.index import (
+    FunctionIndex,
+    dead_after,
+    forget_indexes,
+    has_candidates,
+)
 from patternkit.ir.compat import handle
 from patternkit.testing import relax_graphs
 
@@ -157,6 +162,26 @@ def test_has_candidates_is_a_cheap_prescan_by_key():
     func = TwoBlocks["main"]
     assert has_candidates(func, {"relax.sigmoid"}) and has_candidates(func, None)
     assert not has_candidates(func, {"relax.nn.conv2d", "relax.multiply"})
+
+
+def test_a_pass_is_handed_the_index_a_previous_pass_built_for_the_same_function():
+    forget_indexes()
+    func = TwoBlocks["main"]
+    index = FunctionIndex.of(func)
+    assert FunctionIndex.of(func) is index
+    assert FunctionIndex.of(TwoBlocks["main"]) is index  # another wrapper, the same function
+    forget_indexes()
+    assert FunctionIndex.of(func) is not index
+
+
+def test_an_index_a_rewrite_made_opaque_somewhere_is_not_handed_out_again():
+    forget_indexes()
+    func = TwoBlocks["main"]
+    index = FunctionIndex.of(func)
+    b = handle(_bound(func)["b"].var)
+    index.make_opaque(b)
+    fresh = FunctionIndex.of(func)
+    assert fresh is not index and b in fresh.values[0] and b not in index.values[0]
 
 
 # ---------------------------------------------------------------------- dead_after
