@@ -247,6 +247,13 @@ class RuleMatch:
                                         or pattern in self._match.repeated)
 
     def __getattr__(self, role: str) -> Any:
+        # The checks read roles this way several times per match: the common case (a
+        # role that matched one node) is two dict look-ups, the rest goes by __getitem__.
+        pattern = self._roles.get(role)
+        if pattern is not None:
+            match = self._match
+            if not match.repeated and pattern in match.captures:
+                return match.captures[pattern]
         if role.startswith("__"):  # copy, pickle and friends probe for dunders
             raise AttributeError(role)
         try:
