@@ -103,7 +103,8 @@ class _MatchRecord:
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
                  table: dict[int, Any] | None = None,
-                 uses: Uses | Callable[[], Uses] | None = None):
+                 uses: Uses | Callable[[], Uses] | None = None,
+                 call_ops: dict[int, Any] | None = None):
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -111,6 +112,7 @@ class _MatchRecord:
             lookup = lookup or (lambda var: None)
             self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
+        self._call_ops = call_ops if call_ops is not None else {}
         self._table = table
         self._lookup_fn = lookup
         self._uses = uses
@@ -198,6 +200,8 @@ class _MatchRecord:
         return expr
 
     def _same(self, a: Any, b: Any) -> bool:
+        if a is b or (type(b) in VAR_TYPES and type(a) in VAR_TYPES and handle(a) == handle(b)):
+            return True  # the usual diamond: one Var read twice (no FFI call)
         if a.same_as(b):
             return True
         mark = self._mark()
@@ -220,6 +224,9 @@ class Matcher(_MatchRecord):
     table : dict, optional
         Handle of a Var -> its value: the rewrite engine's index, used instead of
         ``lookup`` (no Python wrapper of the Var needs hashing).
+    call_ops : dict, optional
+        Handle of a call -> its operator, read once and shared with the caller (the
+        engine's index): a call pattern compares the operator before anything else.
 
     Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
     each step (:func:`patternkit.explain` records the deepest failure that way).
@@ -304,7 +311,18 @@ class Matcher(_MatchRecord):
 
     def _on_call(self, pattern: CallPattern, expr: Any):
         value, via = self._resolve(expr)
-        return self._match_call(pattern, value), value, via
+        if type(value) is not relax.Call:
+            return False, None, None
+        # _match_call, inlined: a call pattern is most of a rule's nodes.
+        trail = self._trail
+        mark = len(trail)
+        if self._match_call_exact(pattern, value):
+            return True, value, via
+        if len(trail) > mark:
+            self._rollback(mark)
+        if not _may_reassociate(pattern):
+            return False, None, None
+        return self._match_associated(pattern, value), value, via
 
     def _on_tuple(self, pattern: TuplePattern, expr: Any):
         value, via = self._resolve(expr)
@@ -386,7 +404,8 @@ class Matcher(_MatchRecord):
 
     def _alone(self, pattern: DFPattern, expr: Any) -> bool:
         """Does ``pattern`` match ``expr`` on its own (a fresh match, leaving no trace)?"""
-        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts())
+        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts(),
+                          self._call_ops)
         scratch._lookup_key = self._lookup_key  # the same view (an If branch's too)
         return scratch.match(pattern, expr) is not None
 
@@ -474,15 +493,22 @@ class Matcher(_MatchRecord):
             return True
         if len(trail) > mark:
             self._rollback(mark)
+        if not _may_reassociate(pattern):  # most patterns: no divide/multiply to re-associate
+            return False
         return self._match_associated(pattern, call)
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
         """The call's operator and arguments match as written (or with swapped operands)."""
         op_pattern = pattern.op
+        key = handle(call)
+        op = None
         if (type(op_pattern) is ExprPattern and op_pattern.is_operator
                 and op_pattern not in self._memo):
-            # The usual is_op(...) callee: compare handles, no generic dispatch.
-            op = call.op
+            # The usual is_op(...) callee: compare handles, no generic dispatch, and the
+            # operator as the index read it (an FFI read of ``call.op`` costs ~0.5 us).
+            op = self._call_ops.get(key)
+            if op is None:
+                op = call.op
             if handle(op) != op_pattern.handle:
                 return False
             self._memo[op_pattern] = op
@@ -491,7 +517,9 @@ class Matcher(_MatchRecord):
             return False
         if pattern.args is None:
             return True
-        args = self._args_of(call)
+        args = self._call_args.get(key)
+        if args is None:
+            args = self._call_args[key] = C.array_items(call.args)
         pargs = pattern.args
         if pattern.varg_default_wildcard:
             if len(args) < len(pargs):
@@ -503,7 +531,8 @@ class Matcher(_MatchRecord):
         if self._match_args(pargs, args):
             return True
         self._rollback(mark)
-        if len(args) == 2 and C.op_name(call) in COMMUTATIVE_OPS:
+        if len(args) == 2 and (C.op_name(call) if op is None else C.op_info(op)[0]
+                               ) in COMMUTATIVE_OPS:
             if self._match_args(pargs, args[::-1]):
                 return True
             self._rollback(mark)
@@ -555,6 +584,20 @@ class Matcher(_MatchRecord):
             if int(value.index) != index:
                 return False
         return self.visit(pattern.tuple, value.tuple_value)
+
+
+def _may_reassociate(pattern: CallPattern) -> bool:
+    """Can :func:`reassociations` propose a form of ``pattern``: is it a divide or a
+    multiply with arguments?  Asked on every failed call pattern, before building any."""
+    op = pattern.op
+    return (pattern.args is not None and isinstance(op, ExprPattern) and op.is_operator
+            and op.handle in _REASSOCIATED_OPS)
+
+
+#: Handles of the operators :mod:`patternkit.dpl.association` re-associates (operators
+#: are registered once and live as long as TVM).
+_REASSOCIATED_OPS = frozenset(handle(tvm.ir.Op.get(name))
+                              for name in ("relax.divide", "relax.multiply"))
 
 
 _HANDLERS = {

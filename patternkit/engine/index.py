@@ -85,6 +85,8 @@ class FunctionIndex:
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
+    call_ops : dict handle of a bound operator Call -> its ``tvm.ir.Op`` (read once: the
+        matcher compares a call pattern's operator first).
     keys : list of list of (handle, removable), per block, parallel to ``blocks``;
         ``removable`` marks pure dataflow bindings a rewrite may delete once unused.
     undefined : ``(position, handle)`` of the first read of a Var that is neither a
@@ -107,6 +109,7 @@ class FunctionIndex:
     by_key: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     call_args: dict = field(default_factory=dict)
+    call_ops: dict = field(default_factory=dict)
     keys: list = field(default_factory=list)
     undefined: tuple | None = None
     not_normal: tuple | None = None
@@ -121,6 +124,8 @@ class FunctionIndex:
         kind_of = KIND_OF.get
         position, readers = index.position, index.readers
         params = index.params
+        call_args, call_ops, by_key, all_reads = (index.call_args, index.call_ops, index.by_key,
+                                                  index.reads)
         params.update(handle(p) for p in C.array_items(func.params))
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = list(C.array_items(block.bindings))
@@ -135,11 +140,14 @@ class FunctionIndex:
                 pure = False
                 reads = None
                 if type(binding) is relax.VarBinding:
-                    if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
+                    op = value.op if type(value) is relax.Call else None
+                    if type(op) is tvm.ir.Op:
                         # The common case, read once: an operator call on leaves.
-                        kind, pure = C.op_info(value.op)
+                        kind, pure = C.op_info(op)
                         args = C.array_items(value.args)
-                        index.call_args[handle(value)] = args
+                        value_key = handle(value)
+                        call_args[value_key] = args
+                        call_ops[value_key] = op
                         reads = []
                         for a in args:
                             arg_kind = kind_of(type(a))
@@ -152,13 +160,13 @@ class FunctionIndex:
                         kind, pure = binding_kind(value)
                     if pure:
                         table[key] = value
-                    index.by_key.setdefault(kind, []).append((bi, j))
+                    by_key.setdefault(kind, []).append((bi, j))
                 keys.append((key, pure and type(var) is relax.DataflowVar))
                 if reads is None:
                     reads = [handle(v) for v in vars_read(value)]
                     if index.not_normal is None and nests_a_call(value):
                         index.not_normal = ((bi, j), "nests a call in its value")
-                index.reads[key] = reads
+                all_reads[key] = reads
                 for used in reads:
                     readers[used] = readers.get(used, 0) + 1
                     # Reads only look backwards: the binding itself is not in position yet.
@@ -366,20 +374,23 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any],
                 revive.extend(reads_of(read))
         work.extend(index.reads[key])  # then the old value stops reading its Vars
     released: set[int] = set()
-    while work:
+    keys, old_reads = index.keys, index.reads
+    while work:  # the hot loop of emission: removable() and reads_of() inlined
         key = work.pop()
-        if key not in remaining:
-            remaining[key] = readers.get(key, 0) - dead_reads.get(key, 0)
-        remaining[key] -= 1
-        if remaining[key] or key not in position or key in released or key in escaping:
+        left = remaining.get(key)
+        if left is None:
+            left = readers.get(key, 0) - dead_reads.get(key, 0)
+        remaining[key] = left = left - 1
+        if left or key in released or key in escaping:
             continue
-        if not index.removable(key):
+        where = position.get(key)
+        if where is None or not keys[where[0]][where[1]][1]:  # a parameter, or not removable
             continue
         if key in revived:  # dead before, dead again: plain dead code once more
             revived.discard(key)
         else:
             released.add(key)
-        work.extend(reads_of(key))
+        work.extend(new_reads[key] if key in new_reads else old_reads[key])
     if not dead_code or not released:
         return released
     return released | _dead_code_reading(index, released, dead_code - revived, new_reads)

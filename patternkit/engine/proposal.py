@@ -155,7 +155,8 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     groups: list[Group] = []
     skipped: list[Skipped] = []
     uses = Uses(index.readers, index.escaping)  # what a dominator's reconvergence reads
-    matchers = [Matcher(call_args=index.call_args, table=table, uses=uses)
+    matchers = [Matcher(call_args=index.call_args, table=table, uses=uses,
+                        call_ops=index.call_ops)
                 for table in index.values]
     dead = index.dead_code
     for position in reversed(index.candidates(root_op_names(pattern))):
