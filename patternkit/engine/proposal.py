@@ -42,10 +42,14 @@ class Group:
     match: Match
     gid: int = 0
     plan: Any = None
+    _root_var: Any = field(default=None, repr=False, compare=False)
 
     @property
     def root_var(self) -> relax.Var:
-        return self.binding.var
+        # Read once: the driver asks for it several times per group, each an FFI read.
+        if self._root_var is None:
+            self._root_var = self.binding.var
+        return self._root_var
 
     @property
     def interior(self) -> list:
@@ -159,12 +163,13 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                         call_ops=index.call_ops)
                 for table in index.values]
     dead = index.dead_code
+    keys = index.keys
     for position in reversed(index.candidates(root_op_names(pattern))):
-        binding = index.binding_at(position)
-        var = binding.var
-        root_key = C.handle(var)
+        root_key = keys[position[0]][position[1]][0]  # the root's handle, without an FFI read
         if (root_key in claimed and not report_claimed) or root_key in dead:
             continue
+        binding = index.binding_at(position)
+        var = binding.var
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue
@@ -186,7 +191,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                                      f"round), which already took '{C.var_name(by[0])}'",
                     position, kind=SkipKind.OVERLAP, covered=covered))
                 continue
-        group = Group(position, binding, found, gid=len(groups))
+        group = Group(position, binding, found, gid=len(groups), _root_var=var)
         if not allow_escaping_intermediates:
             escape = _escaping_use(index, group, extra_readers)
             if escape is not None:
