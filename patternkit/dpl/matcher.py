@@ -320,7 +320,7 @@ class Matcher(_MatchRecord):
             return True, value, via
         if len(trail) > mark:
             self._rollback(mark)
-        if not _may_reassociate(pattern):
+        if not self._may_reassociate(pattern, value):
             return False, None, None
         return self._match_associated(pattern, value), value, via
 
@@ -493,9 +493,21 @@ class Matcher(_MatchRecord):
             return True
         if len(trail) > mark:
             self._rollback(mark)
-        if not _may_reassociate(pattern):  # most patterns: no divide/multiply to re-associate
+        if not self._may_reassociate(pattern, call):
             return False
         return self._match_associated(pattern, call)
+
+    def _may_reassociate(self, pattern: CallPattern, call: relax.Call) -> bool:
+        """Can :func:`reassociations` propose a form of ``pattern`` for ``call``: is one a
+        divide and the other a multiply?  Asked on every failed call pattern, so it reads
+        only handles (the call's operator as the index read it)."""
+        op = pattern.op
+        if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
+                or op.handle not in _REASSOCIATED_OPS):
+            return False
+        call_op = self._call_ops.get(handle(call))
+        call_op_key = handle(call.op if call_op is None else call_op)
+        return call_op_key in _REASSOCIATED_OPS and call_op_key != op.handle
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
         """The call's operator and arguments match as written (or with swapped operands)."""
@@ -584,14 +596,6 @@ class Matcher(_MatchRecord):
             if int(value.index) != index:
                 return False
         return self.visit(pattern.tuple, value.tuple_value)
-
-
-def _may_reassociate(pattern: CallPattern) -> bool:
-    """Can :func:`reassociations` propose a form of ``pattern``: is it a divide or a
-    multiply with arguments?  Asked on every failed call pattern, before building any."""
-    op = pattern.op
-    return (pattern.args is not None and isinstance(op, ExprPattern) and op.is_operator
-            and op.handle in _REASSOCIATED_OPS)
 
 
 #: Handles of the operators :mod:`patternkit.dpl.association` re-associates (operators
