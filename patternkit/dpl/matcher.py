@@ -134,9 +134,10 @@ class _MatchRecord:
         if self._excluded:
             excluded = self._excluded
             inputs = {k: v for k, v in inputs.items() if k not in excluded}
-        return Match(root=root, captures=dict(self._memo), bound_vars=dict(self._via),
+        # The Match takes the dicts over, uncopied: the next match starts new ones (_start).
+        return Match(root=root, captures=self._memo, bound_vars=self._via,
                      internal=list(self._internal.values()), inputs=list(inputs.values()),
-                     internal_keys=list(self._internal), repeated=dict(self._repeated or {}))
+                     internal_keys=list(self._internal), repeated=self._repeated or {})
 
     def _mark(self) -> int:
         return len(self._trail)

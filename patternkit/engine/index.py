@@ -35,9 +35,17 @@ def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
     """
     if keys is None:
         return True
+    op_info = C.op_info
     for block in C.array_items(func.body.blocks):
         for binding in C.array_items(block.bindings):
-            if binding_key(binding.value) in keys:
+            value = binding.value
+            if type(value) is relax.Call:  # binding_key() inlined for an operator call
+                op = value.op
+                if type(op) is tvm.ir.Op:
+                    if op_info(op)[0] in keys:
+                        return True
+                    continue
+            if binding_key(value) in keys:
                 return True
     return False
 
@@ -137,6 +145,8 @@ class FunctionIndex:
             for j, binding in enumerate(bindings):
                 var, value = binding.var, binding.value
                 key = handle(var)
+                at = (bi, j)
+                is_dataflow_var = type(var) is relax.DataflowVar
                 pure = False
                 reads = None
                 if type(binding) is relax.VarBinding:
@@ -160,8 +170,8 @@ class FunctionIndex:
                         kind, pure = binding_kind(value)
                     if pure:
                         table[key] = value
-                    by_key.setdefault(kind, []).append((bi, j))
-                keys.append((key, pure and type(var) is relax.DataflowVar))
+                    by_key.setdefault(kind, []).append(at)
+                keys.append((key, pure and is_dataflow_var))
                 if reads is None:
                     reads = [handle(v) for v in vars_read(value)]
                     if index.not_normal is None and nests_a_call(value):
@@ -173,8 +183,8 @@ class FunctionIndex:
                     if used not in position and used not in params and index.undefined is None \
                             and not _reads_symbolic_var(value, used):
                         index.undefined = ((bi, j), used)
-                position[key] = (bi, j)
-                if is_dataflow and type(var) is not relax.DataflowVar:
+                position[key] = at
+                if is_dataflow and not is_dataflow_var:
                     index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)

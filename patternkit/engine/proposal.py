@@ -223,17 +223,18 @@ def _escaping_use(index: FunctionIndex, group: Group,
     internal = group.match.internal_keys
     members = [*internal, C.handle(group.root_var)]
     inside: dict[int, int] = {}
+    reads, escaping, readers = index.reads, index.escaping, index.readers
     for member in members:
-        for read in index.reads[member]:
+        for read in reads[member]:
             inside[read] = inside.get(read, 0) + 1
     for var, key in zip(group.match.internal, internal):
-        if key in index.escaping:
+        if key in escaping:
             return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                     f"the function")
         if extra_readers and key in extra_readers:
             return (f"intermediate '{C.var_name(var)}' is also read by the replacement "
                     f"made by {_taker(extra_readers[key][0])} (earlier in this round)")
-        if inside.get(key, 0) < index.readers.get(key, 0):
+        if inside.get(key, 0) < readers.get(key, 0):
             member_set = set(members)
             dead = index.dead_code
             outside = [u for u in index.users_of(key) if u not in member_set and u not in dead]
