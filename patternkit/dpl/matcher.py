@@ -104,7 +104,7 @@ class _MatchRecord:
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
                  table: dict[int, Any] | None = None,
                  uses: Uses | Callable[[], Uses] | None = None,
-                 call_ops: dict[int, Any] | None = None):
+                 call_ops: dict[int, int] | None = None):
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -226,8 +226,8 @@ class Matcher(_MatchRecord):
         Handle of a Var -> its value: the rewrite engine's index, used instead of
         ``lookup`` (no Python wrapper of the Var needs hashing).
     call_ops : dict, optional
-        Handle of a call -> its operator, read once and shared with the caller (the
-        engine's index): a call pattern compares the operator before anything else.
+        Handle of a call -> the handle of its operator, read once and shared with the
+        caller (the engine's index): a call pattern compares the operator first.
 
     Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
     each step (:func:`patternkit.explain` records the deepest failure that way).
@@ -506,8 +506,9 @@ class Matcher(_MatchRecord):
         if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
                 or op.handle not in _REASSOCIATED_OPS):
             return False
-        call_op = self._call_ops.get(handle(call))
-        call_op_key = handle(call.op if call_op is None else call_op)
+        call_op_key = self._call_ops.get(handle(call))
+        if call_op_key is None:
+            call_op_key = handle(call.op)
         return call_op_key in _REASSOCIATED_OPS and call_op_key != op.handle
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
@@ -519,11 +520,12 @@ class Matcher(_MatchRecord):
                 and op_pattern not in self._memo):
             # The usual is_op(...) callee: compare handles, no generic dispatch, and the
             # operator as the index read it (an FFI read of ``call.op`` costs ~0.5 us).
-            op = self._call_ops.get(key)
-            if op is None:
-                op = call.op
-            if handle(op) != op_pattern.handle:
+            op_key = self._call_ops.get(key)
+            if op_key is None:
+                op_key = handle(call.op)
+            if op_key != op_pattern.handle:
                 return False
+            op = op_pattern.expr  # the same operator node
             self._memo[op_pattern] = op
             self._trail.append(("memo", op_pattern))
         elif not self.visit(op_pattern, call.op):

@@ -93,8 +93,8 @@ class FunctionIndex:
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
-    call_ops : dict handle of a bound operator Call -> its ``tvm.ir.Op`` (read once: the
-        matcher compares a call pattern's operator first).
+    call_ops : dict handle of a bound operator Call -> the handle of its ``tvm.ir.Op``
+        (read once: the matcher compares a call pattern's operator first).
     keys : list of list of (handle, removable), per block, parallel to ``blocks``;
         ``removable`` marks pure dataflow bindings a rewrite may delete once unused.
     undefined : ``(position, handle)`` of the first read of a Var that is neither a
@@ -157,7 +157,7 @@ class FunctionIndex:
                         args = C.array_items(value.args)
                         value_key = handle(value)
                         call_args[value_key] = args
-                        call_ops[value_key] = op
+                        call_ops[value_key] = handle(op)
                         reads = []
                         for a in args:
                             arg_kind = kind_of(type(a))
