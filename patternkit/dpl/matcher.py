@@ -334,10 +334,12 @@ class Matcher(_MatchRecord):
         return self._match_tuple_get_item(pattern, value), value, via
 
     def _on_alt(self, pattern: AltPattern, expr: Any):
-        mark = self._mark()
+        trail = self._trail
+        mark = len(trail)
         if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
-        self._rollback(mark)
+        if len(trail) > mark:
+            self._rollback(mark)
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
 
@@ -542,10 +544,12 @@ class Matcher(_MatchRecord):
             args = args[:len(pargs)]
         elif len(args) != len(pargs):
             return False
-        mark = self._mark()
+        trail = self._trail
+        mark = len(trail)
         if self._match_args(pargs, args):
             return True
-        self._rollback(mark)
+        if len(trail) > mark:
+            self._rollback(mark)
         if len(args) == 2 and (C.op_name(call) if op is None else C.op_info(op)[0]
                                ) in COMMUTATIVE_OPS:
             if self._match_args(pargs, args[::-1]):
