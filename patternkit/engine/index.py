@@ -336,8 +336,20 @@ def reads_of_value(value: Any) -> list[int]:
 
     Symbolic dimensions are left out: in 0.27 ``free_vars`` also lists a TIR variable
     read bare as an argument (``R.reshape(x, [n, d])``), which the parameters' shapes
-    define, not a binding.
+    define, not a binding.  The usual replacement, an operator call on Relax Vars and
+    constants, is read off its arguments instead (the same Vars, in the same order).
     """
+    if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
+        reads: list[int] = []
+        for arg in C.array_items(value.args):
+            if type(arg) in C.VAR_TYPES:
+                key = handle(arg)
+                if key not in reads and not tvm.ir.is_prim_var(arg):
+                    reads.append(key)
+            elif KIND_OF.get(type(arg)) not in LEAF_KINDS:  # nested, symbolic: ask TVM
+                break
+        else:
+            return reads
     return [handle(var) for var in C.array_items(relax.analysis.free_vars(value))
             if not tvm.ir.is_prim_var(var)]
 
