@@ -103,8 +103,7 @@ class _MatchRecord:
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
                  table: dict[int, Any] | None = None,
-                 uses: Uses | Callable[[], Uses] | None = None,
-                 call_ops: dict[int, int] | None = None):
+                 uses: Uses | Callable[[], Uses] | None = None):
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -112,7 +111,6 @@ class _MatchRecord:
             lookup = lookup or (lambda var: None)
             self._lookup_key = lambda var, key: lookup(var)
         self._call_args = call_args if call_args is not None else {}
-        self._call_ops = call_ops if call_ops is not None else {}
         self._table = table
         self._lookup_fn = lookup
         self._uses = uses
@@ -225,9 +223,6 @@ class Matcher(_MatchRecord):
     table : dict, optional
         Handle of a Var -> its value: the rewrite engine's index, used instead of
         ``lookup`` (no Python wrapper of the Var needs hashing).
-    call_ops : dict, optional
-        Handle of a call -> the handle of its operator, read once and shared with the
-        caller (the engine's index): a call pattern compares the operator first.
 
     Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
     each step (:func:`patternkit.explain` records the deepest failure that way).
@@ -407,8 +402,7 @@ class Matcher(_MatchRecord):
 
     def _alone(self, pattern: DFPattern, expr: Any) -> bool:
         """Does ``pattern`` match ``expr`` on its own (a fresh match, leaving no trace)?"""
-        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts(),
-                          self._call_ops)
+        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts())
         scratch._lookup_key = self._lookup_key  # the same view (an If branch's too)
         return scratch.match(pattern, expr) is not None
 
@@ -502,15 +496,13 @@ class Matcher(_MatchRecord):
 
     def _may_reassociate(self, pattern: CallPattern, call: relax.Call) -> bool:
         """Can :func:`reassociations` propose a form of ``pattern`` for ``call``: is one a
-        divide and the other a multiply?  Asked on every failed call pattern, so it reads
-        only handles (the call's operator as the index read it)."""
+        divide and the other a multiply?  Asked on every failed call pattern, so it
+        compares handles only."""
         op = pattern.op
         if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
                 or op.handle not in _REASSOCIATED_OPS):
             return False
-        call_op_key = self._call_ops.get(handle(call))
-        if call_op_key is None:
-            call_op_key = handle(call.op)
+        call_op_key = handle(call.op)
         return call_op_key in _REASSOCIATED_OPS and call_op_key != op.handle
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
@@ -520,12 +512,8 @@ class Matcher(_MatchRecord):
         op = None
         if (type(op_pattern) is ExprPattern and op_pattern.is_operator
                 and op_pattern not in self._memo):
-            # The usual is_op(...) callee: compare handles, no generic dispatch, and the
-            # operator as the index read it (an FFI read of ``call.op`` costs ~0.5 us).
-            op_key = self._call_ops.get(key)
-            if op_key is None:
-                op_key = handle(call.op)
-            if op_key != op_pattern.handle:
+            # The usual is_op(...) callee: compare handles, no generic dispatch.
+            if handle(call.op) != op_pattern.handle:
                 return False
             op = op_pattern.expr  # the same operator node
             self._memo[op_pattern] = op
