@@ -71,7 +71,7 @@ from tvm import relax
 from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import CompositeRule, RewriteRule, RuleMatch, reject
 from patternkit.ir import (NotPerFeature, NotTrailing, const_value, dims_equal, dtype_of,
-                           from_expr, is_constant, per_feature_shape, static_shape,
+                           from_expr, int_list, is_constant, per_feature_shape, static_shape,
                            trailing_axes, type_of, var_name)
 
 #: The dtypes TVM 0.27's ``layer_norm`` legalises (its TOPI kernel checks them).
@@ -94,9 +94,9 @@ def shape_and_dtype(x: Any) -> tuple[tuple, str]:
 
 def reduced_trailing_axes(call: Any, ndim: int, what: str) -> int:
     """How many trailing axes the reduction ``call`` reduces, with ``keepdims=True``."""
-    axes = call.attrs.axis
-    found = None if axes is None else [int(a) for a in axes]
-    if not bool(call.attrs.keepdims):
+    attrs = call.attrs
+    found = int_list(attrs.axis)
+    if not bool(attrs.keepdims):
         raise reject(f"{what} over axes {found} drops the reduced axes (keepdims=False): "
                      f"it does not broadcast back against x", at=call)
     try:

@@ -132,9 +132,10 @@ class _MatchRecord:
         if self._excluded:
             excluded = self._excluded
             inputs = {k: v for k, v in inputs.items() if k not in excluded}
-        return Match(root=root, captures=dict(self._memo), bound_vars=dict(self._via),
+        # The Match takes the dicts over, uncopied: the next match starts new ones (_start).
+        return Match(root=root, captures=self._memo, bound_vars=self._via,
                      internal=list(self._internal.values()), inputs=list(inputs.values()),
-                     internal_keys=list(self._internal), repeated=dict(self._repeated or {}))
+                     internal_keys=list(self._internal), repeated=self._repeated or {})
 
     def _mark(self) -> int:
         return len(self._trail)
@@ -198,6 +199,8 @@ class _MatchRecord:
         return expr
 
     def _same(self, a: Any, b: Any) -> bool:
+        if a is b or (type(b) in VAR_TYPES and type(a) in VAR_TYPES and handle(a) == handle(b)):
+            return True  # the usual diamond: one Var read twice (no FFI call)
         if a.same_as(b):
             return True
         mark = self._mark()
@@ -304,7 +307,18 @@ class Matcher(_MatchRecord):
 
     def _on_call(self, pattern: CallPattern, expr: Any):
         value, via = self._resolve(expr)
-        return self._match_call(pattern, value), value, via
+        if type(value) is not relax.Call:
+            return False, None, None
+        # _match_call, inlined: a call pattern is most of a rule's nodes.
+        trail = self._trail
+        mark = len(trail)
+        if self._match_call_exact(pattern, value):
+            return True, value, via
+        if len(trail) > mark:
+            self._rollback(mark)
+        if not self._may_reassociate(pattern, value):
+            return False, None, None
+        return self._match_associated(pattern, value), value, via
 
     def _on_tuple(self, pattern: TuplePattern, expr: Any):
         value, via = self._resolve(expr)
@@ -315,10 +329,12 @@ class Matcher(_MatchRecord):
         return self._match_tuple_get_item(pattern, value), value, via
 
     def _on_alt(self, pattern: AltPattern, expr: Any):
-        mark = self._mark()
+        trail = self._trail
+        mark = len(trail)
         if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
-        self._rollback(mark)
+        if len(trail) > mark:
+            self._rollback(mark)
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
 
@@ -474,24 +490,41 @@ class Matcher(_MatchRecord):
             return True
         if len(trail) > mark:
             self._rollback(mark)
+        if not self._may_reassociate(pattern, call):
+            return False
         return self._match_associated(pattern, call)
+
+    def _may_reassociate(self, pattern: CallPattern, call: relax.Call) -> bool:
+        """Can :func:`reassociations` propose a form of ``pattern`` for ``call``: is one a
+        divide and the other a multiply?  Asked on every failed call pattern, so it
+        compares handles only."""
+        op = pattern.op
+        if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
+                or op.handle not in _REASSOCIATED_OPS):
+            return False
+        call_op_key = handle(call.op)
+        return call_op_key in _REASSOCIATED_OPS and call_op_key != op.handle
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
         """The call's operator and arguments match as written (or with swapped operands)."""
         op_pattern = pattern.op
+        key = handle(call)
+        op = None
         if (type(op_pattern) is ExprPattern and op_pattern.is_operator
                 and op_pattern not in self._memo):
             # The usual is_op(...) callee: compare handles, no generic dispatch.
-            op = call.op
-            if handle(op) != op_pattern.handle:
+            if handle(call.op) != op_pattern.handle:
                 return False
+            op = op_pattern.expr  # the same operator node
             self._memo[op_pattern] = op
             self._trail.append(("memo", op_pattern))
         elif not self.visit(op_pattern, call.op):
             return False
         if pattern.args is None:
             return True
-        args = self._args_of(call)
+        args = self._call_args.get(key)
+        if args is None:
+            args = self._call_args[key] = C.array_items(call.args)
         pargs = pattern.args
         if pattern.varg_default_wildcard:
             if len(args) < len(pargs):
@@ -499,11 +532,14 @@ class Matcher(_MatchRecord):
             args = args[:len(pargs)]
         elif len(args) != len(pargs):
             return False
-        mark = self._mark()
+        trail = self._trail
+        mark = len(trail)
         if self._match_args(pargs, args):
             return True
-        self._rollback(mark)
-        if len(args) == 2 and C.op_name(call) in COMMUTATIVE_OPS:
+        if len(trail) > mark:
+            self._rollback(mark)
+        if len(args) == 2 and (C.op_name(call) if op is None else C.op_info(op)[0]
+                               ) in COMMUTATIVE_OPS:
             if self._match_args(pargs, args[::-1]):
                 return True
             self._rollback(mark)
@@ -555,6 +591,12 @@ class Matcher(_MatchRecord):
             if int(value.index) != index:
                 return False
         return self.visit(pattern.tuple, value.tuple_value)
+
+
+#: Handles of the operators :mod:`patternkit.dpl.association` re-associates (operators
+#: are registered once and live as long as TVM).
+_REASSOCIATED_OPS = frozenset(handle(tvm.ir.Op.get(name))
+                              for name in ("relax.divide", "relax.multiply"))
 
 
 _HANDLERS = {

@@ -80,14 +80,19 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
                                 "the pass itself" if owner == pass_name else f"rule {owner}",
                                 func_name, value)
     dead = dead_after(index, replacements, new_reads)
+    kept: dict[int, list[int]] = {}  # block -> positions of its kept replacements
+    for key in replacements:
+        if key not in dead:
+            bi, j = index.position[key]
+            kept.setdefault(bi, []).append(j)
     blocks = []
     added: dict[int, int] = {}
     count = 0
-    for block, bindings, keys in zip(C.array_items(func.body.blocks), index.blocks, index.keys):
+    for bi, (block, bindings, keys) in enumerate(zip(C.array_items(func.body.blocks),
+                                                     index.blocks, index.keys)):
         is_dataflow = type(block) is relax.DataflowBlock
-        replaced = [(binding, replacements[key], rule_of(key))
-                    for binding, (key, _) in zip(bindings, keys)
-                    if key in replacements and key not in dead]
+        replaced = [(bindings[j], replacements[keys[j][0]], rule_of(keys[j][0]))
+                    for j in sorted(kept.get(bi, ()))]  # in program order
         segments = _normalize_replacements(replaced, is_dataflow, func_name)
         emitted = []
         for binding, (key, _) in zip(bindings, keys):
@@ -115,15 +120,18 @@ def _normalize_replacements(replaced: list, is_dataflow: bool,
     if not replaced:
         return {}
     bb = relax.BlockBuilder()
+    targets = []
     with C.scratch_block(bb, dataflow=is_dataflow) as out:
         for binding, value, rule_name in replaced:
+            var = binding.var  # read once (an FFI read each time)
+            targets.append(C.handle(var))
             try:
                 normalized = bb.normalize(value)
             except Exception as err:
                 where = describe_binding(func_name, binding)
                 raise CallbackError(f"rule {rule_name}: the replacement for '{where}' is not "
                                     f"a valid Relax expression: {err}", rule_name, where) from err
-            expected = binding.var.ty
+            expected = var.ty
             actual = C.type_of(normalized)
             if not C.structural_equal(actual, expected) and not type_matches(actual, expected):
                 where = describe_binding(func_name, binding)
@@ -131,13 +139,15 @@ def _normalize_replacements(replaced: list, is_dataflow: bool,
                     f"rule {rule_name}: the replacement has type {actual} but binding "
                     f"'{where}' has type {expected}; a rewrite must keep the binding's type "
                     f"(did the callback forget a reshape or a [0] on a tuple?)", rule_name, where)
-            bb.emit_normalized(relax.VarBinding(binding.var, normalized))
+            bb.emit_normalized(relax.VarBinding(var, normalized))
+    if len(out) == len(targets):  # no nested calls: one binding per replacement, in order
+        return {key: [new_binding] for key, new_binding in zip(targets, out)}
     segments: dict[int, list] = {}
     start = 0
-    targets = {C.handle(binding.var) for binding, _, _ in replaced}
+    target_set = set(targets)
     for i, new_binding in enumerate(out):
         key = C.handle(new_binding.var)
-        if key in targets:
+        if key in target_set:
             segments[key] = out[start:i + 1]
             start = i + 1
     return segments

@@ -36,9 +36,17 @@ def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
     """
     if keys is None:
         return True
+    op_info = C.op_info
     for block in C.array_items(func.body.blocks):
         for binding in C.array_items(block.bindings):
-            if binding_key(binding.value) in keys:
+            value = binding.value
+            if type(value) is relax.Call:  # binding_key() inlined for an operator call
+                op = value.op
+                if type(op) is tvm.ir.Op:
+                    if op_info(op)[0] in keys:
+                        return True
+                    continue
+            if binding_key(value) in keys:
                 return True
     return False
 
@@ -147,6 +155,7 @@ class FunctionIndex:
         kind_of = KIND_OF.get
         position, readers = index.position, index.readers
         params = index.params
+        call_args, by_key, all_reads = index.call_args, index.by_key, index.reads
         params.update(handle(p) for p in C.array_items(func.params))
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = list(C.array_items(block.bindings))
@@ -158,14 +167,17 @@ class FunctionIndex:
             for j, binding in enumerate(bindings):
                 var, value = binding.var, binding.value
                 key = handle(var)
+                at = (bi, j)
+                is_dataflow_var = type(var) is relax.DataflowVar
                 pure = False
                 reads = None
                 if type(binding) is relax.VarBinding:
-                    if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
+                    op = value.op if type(value) is relax.Call else None
+                    if type(op) is tvm.ir.Op:
                         # The common case, read once: an operator call on leaves.
-                        kind, pure = C.op_info(value.op)
+                        kind, pure = C.op_info(op)
                         args = C.array_items(value.args)
-                        index.call_args[handle(value)] = args
+                        call_args[handle(value)] = args
                         reads = []
                         for a in args:
                             arg_kind = kind_of(type(a))
@@ -178,21 +190,21 @@ class FunctionIndex:
                         kind, pure = binding_kind(value)
                     if pure:
                         table[key] = value
-                    index.by_key.setdefault(kind, []).append((bi, j))
-                keys.append((key, pure and type(var) is relax.DataflowVar))
+                    by_key.setdefault(kind, []).append(at)
+                keys.append((key, pure and is_dataflow_var))
                 if reads is None:
                     reads = [handle(v) for v in vars_read(value)]
                     if index.not_normal is None and nests_a_call(value):
                         index.not_normal = ((bi, j), "nests a call in its value")
-                index.reads[key] = reads
+                all_reads[key] = reads
                 for used in reads:
                     readers[used] = readers.get(used, 0) + 1
                     # Reads only look backwards: the binding itself is not in position yet.
                     if used not in position and used not in params and index.undefined is None \
                             and not _reads_symbolic_var(value, used):
                         index.undefined = ((bi, j), used)
-                position[key] = (bi, j)
-                if is_dataflow and type(var) is not relax.DataflowVar:
+                position[key] = at
+                if is_dataflow and not is_dataflow_var:
                     index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)
@@ -360,8 +372,20 @@ def reads_of_value(value: Any) -> list[int]:
 
     Symbolic dimensions are left out: in 0.27 ``free_vars`` also lists a TIR variable
     read bare as an argument (``R.reshape(x, [n, d])``), which the parameters' shapes
-    define, not a binding.
+    define, not a binding.  The usual replacement, an operator call on Relax Vars and
+    constants, is read off its arguments instead (the same Vars, in the same order).
     """
+    if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
+        reads: list[int] = []
+        for arg in C.array_items(value.args):
+            if type(arg) in C.VAR_TYPES:
+                key = handle(arg)
+                if key not in reads and not tvm.ir.is_prim_var(arg):
+                    reads.append(key)
+            elif KIND_OF.get(type(arg)) not in LEAF_KINDS:  # nested, symbolic: ask TVM
+                break
+        else:
+            return reads
     return [handle(var) for var in C.array_items(relax.analysis.free_vars(value))
             if not tvm.ir.is_prim_var(var)]
 
@@ -408,20 +432,23 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any],
                 revive.extend(reads_of(read))
         work.extend(index.reads[key])  # then the old value stops reading its Vars
     released: set[int] = set()
-    while work:
+    keys, old_reads = index.keys, index.reads
+    while work:  # the hot loop of emission: removable() and reads_of() inlined
         key = work.pop()
-        if key not in remaining:
-            remaining[key] = readers.get(key, 0) - dead_reads.get(key, 0)
-        remaining[key] -= 1
-        if remaining[key] or key not in position or key in released or key in escaping:
+        left = remaining.get(key)
+        if left is None:
+            left = readers.get(key, 0) - dead_reads.get(key, 0)
+        remaining[key] = left = left - 1
+        if left or key in released or key in escaping:
             continue
-        if not index.removable(key):
+        where = position.get(key)
+        if where is None or not keys[where[0]][where[1]][1]:  # a parameter, or not removable
             continue
         if key in revived:  # dead before, dead again: plain dead code once more
             revived.discard(key)
         else:
             released.add(key)
-        work.extend(reads_of(key))
+        work.extend(new_reads[key] if key in new_reads else old_reads[key])
     if not dead_code or not released:
         return released
     return released | _dead_code_reading(index, released, dead_code - revived, new_reads)

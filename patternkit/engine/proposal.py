@@ -42,10 +42,14 @@ class Group:
     match: Match
     gid: int = 0
     plan: Any = None
+    _root_var: Any = field(default=None, repr=False, compare=False)
 
     @property
     def root_var(self) -> relax.Var:
-        return self.binding.var
+        # Read once: the driver asks for it several times per group, each an FFI read.
+        if self._root_var is None:
+            self._root_var = self.binding.var
+        return self._root_var
 
     @property
     def interior(self) -> list:
@@ -159,14 +163,15 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     matchers = [Matcher(call_args=index.call_args, table=table, uses=uses)
                 for table in index.values]
     dead = index.dead_code
+    keys = index.keys
     for position in reversed(index.candidates(root_op_names(pattern))):
-        binding = index.binding_at(position)
-        var = binding.var
-        root_key = C.handle(var)
+        root_key = keys[position[0]][position[1]][0]  # the root's handle, without an FFI read
         if root_key in dead:
             continue
         if not report_claimed and (root_key in claimed or (taken and root_key in taken)):
             continue  # a match here would be an overlap, and nobody asks why
+        binding = index.binding_at(position)
+        var = binding.var
         found = matchers[position[0]].match(pattern, binding.value)
         if found is None:
             continue
@@ -188,7 +193,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                                      f"round), which already took '{C.var_name(by[0])}'",
                     position, kind=SkipKind.OVERLAP, covered=covered))
                 continue
-        group = Group(position, binding, found, gid=len(groups))
+        group = Group(position, binding, found, gid=len(groups), _root_var=var)
         if not allow_escaping_intermediates:
             escape = _escaping_use(index, group, extra_readers)
             if escape is not None:
@@ -220,17 +225,18 @@ def _escaping_use(index: FunctionIndex, group: Group,
     internal = group.match.internal_keys
     members = [*internal, C.handle(group.root_var)]
     inside: dict[int, int] = {}
+    reads, escaping, readers = index.reads, index.escaping, index.readers
     for member in members:
-        for read in index.reads[member]:
+        for read in reads[member]:
             inside[read] = inside.get(read, 0) + 1
     for var, key in zip(group.match.internal, internal):
-        if key in index.escaping:
+        if key in escaping:
             return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                     f"the function")
         if extra_readers and key in extra_readers:
             return (f"intermediate '{C.var_name(var)}' is also read by the replacement "
                     f"made by {_taker(extra_readers[key][0])} (earlier in this round)")
-        if inside.get(key, 0) < index.readers.get(key, 0):
+        if inside.get(key, 0) < readers.get(key, 0):
             member_set = set(members)
             dead = index.dead_code
             outside = [u for u in index.users_of(key) if u not in member_set and u not in dead]

@@ -231,6 +231,11 @@ class RuleMatch:
         return role_pattern(self._roles, key)
 
     def __getitem__(self, key: str | DFPattern) -> Any:
+        if type(key) is str:  # a role that matched one node: two dict look-ups
+            pattern = self._roles.get(key)
+            match = self._match
+            if pattern is not None and not match.repeated and pattern in match.captures:
+                return match.captures[pattern]
         pattern = self._pattern(key)
         repeated = self._match.repeated.get(pattern)
         if repeated is not None:  # a dominator's path: the list of its path nodes
@@ -242,13 +247,21 @@ class RuleMatch:
                            f"did not match; test with `{key!r} in match`)") from None
 
     def __contains__(self, key: object) -> bool:
-        pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
+        # A role name is the usual key (and the cheap test: DFPattern's isinstance is not).
+        pattern = self._roles.get(key) if type(key) is str else (  # type: ignore[arg-type]
+            key if isinstance(key, DFPattern) else self._roles.get(key))  # type: ignore[arg-type]
         return pattern is not None and (pattern in self._match.captures
                                         or pattern in self._match.repeated)
 
     def __getattr__(self, role: str) -> Any:
+        # The checks read roles this way several times per match: the common case (a
+        # role that matched one node) is two dict look-ups, the rest goes by __getitem__.
         if role.startswith("__"):  # copy, pickle and friends probe for dunders
             raise AttributeError(role)
+        pattern = self._roles.get(role)
+        match = self._match
+        if pattern is not None and not match.repeated and pattern in match.captures:
+            return match.captures[pattern]
         try:
             return self[role]
         except KeyError as err:

@@ -42,6 +42,18 @@ def array_items(array: Any) -> list:
     return [get(array, i) for i in range(_array_size(array))]
 
 
+def int_list(array: Any) -> list[int] | None:
+    """An integer array attribute (an op's ``axis``) as a list of ints; ``None`` stays ``None``.
+
+    ``[int(a) for a in attrs.axis]`` iterates the FFI ``Array`` through its Python
+    ``__getitem__`` (~2.5 us an element); the checks read axes on every match.
+    """
+    if array is None:
+        return None
+    get = _array_get
+    return [int(get(array, i)) for i in range(_array_size(array))]
+
+
 #: ``handle(obj)``: a stable integer key for a TVM object (its C handle).
 #:
 #: Reading ``call.args[0]`` twice gives two Python wrappers of one node.  They hash
@@ -114,7 +126,7 @@ def type_of(expr: Any):
     block to infer one.  The caller's expression is not modified.
     """
     ty = getattr(expr, "ty", None)
-    if isinstance(ty, _RELAX_TYPES):
+    if type(ty) is relax.TensorType or isinstance(ty, _RELAX_TYPES):  # the common type first
         return ty
     if not isinstance(expr, tvm.ir.Expr) or isinstance(expr, tvm.ir.Op):
         return None
@@ -152,7 +164,8 @@ def is_tensor_constant(expr: Any) -> bool:
 
 def is_constant(expr: Any) -> bool:
     """Tensor constants and prim-value immediates (``relax.prim_value``)."""
-    return isinstance(expr, tvm.ir.Constant)
+    # The exact test first: ``isinstance`` against TVM's classes costs ~0.7 us.
+    return type(expr) is tvm.ir.GenericConst or isinstance(expr, tvm.ir.Constant)
 
 
 def const_to_numpy(expr: Any) -> np.ndarray:
@@ -223,7 +236,8 @@ def is_pure_value(value: Any) -> bool:
 def static_shape(ty: Any) -> tuple | None:
     """Shape of a tensor type as a tuple of ints (symbolic dims stay PrimExprs).
 
-    Returns ``None`` when the type is not a tensor or its shape is unknown.
+    Returns ``None`` when the type is not a tensor or its shape is unknown.  The rules'
+    checks read a few shapes per match, so the dims are read straight off the FFI array.
     """
     if not isinstance(ty, relax.TensorType):
         return None
@@ -231,16 +245,36 @@ def static_shape(ty: Any) -> tuple | None:
     if shape is None:
         return None
     values = getattr(shape, "values", None)
-    dims = array_items(values) if values is not None else list(shape)
+    if values is None:
+        dims = list(shape)
+    else:
+        get = _array_get
+        dims = [get(values, i) for i in range(_array_size(values))]
     int_imm = tvm.tirx.IntImm  # exact type test: IntImm's isinstance goes through ABCMeta
-    return tuple(d.value if type(d) is int_imm else d for d in dims)
+    return tuple([d.value if type(d) is int_imm else d for d in dims])
+
+
+#: PrimType handle -> (the PrimType, its text).  TVM interns a dtype's PrimType (every
+#: ``TensorType`` of one dtype holds the same object), so this holds one entry per dtype
+#: seen; keeping the object alive keeps its handle from naming anything else.  ``str``
+#: of a PrimType goes through the script printer (~4 us), and every check reads dtypes.
+_DTYPE_TEXT: dict[int, tuple[Any, str | None]] = {}
+_DTYPE_TEXT_LIMIT = 1024  # a bound in case some path makes PrimTypes that are not interned
 
 
 def dtype_of(ty: Any) -> str | None:
-    if not isinstance(ty, relax.TensorType) or ty.dtype is None:
+    if not isinstance(ty, relax.TensorType):
         return None
-    text = str(ty.dtype)
-    return text or None
+    prim = ty.dtype
+    if prim is None:
+        return None
+    key = handle(prim)
+    cached = _DTYPE_TEXT.get(key)
+    if cached is None:
+        if len(_DTYPE_TEXT) >= _DTYPE_TEXT_LIMIT:
+            _DTYPE_TEXT.clear()
+        cached = _DTYPE_TEXT[key] = (prim, str(prim) or None)
+    return cached[1]
 
 
 def structural_equal(a: Any, b: Any, map_free_vars: bool = False) -> bool:

@@ -211,12 +211,12 @@ def per_feature_shape(param_shape: Sequence[Any] | None, x_shape: Sequence[Any],
     if param_shape is None:
         raise NotPerFeature(f"{name} has no known shape")
     shape = tuple(param_shape)
-    expected = f"the normalised dims {features}"
     if len(shape) > len(x_shape):
         raise NotPerFeature(f"{name} has more dimensions ({len(shape)}) than {of} "
                             f"({len(x_shape)})")
     if len(shape) < k:
-        raise NotPerFeature(f"{name} has shape {shape}: it must cover {expected}")
+        raise NotPerFeature(f"{name} has shape {shape}: it must cover the normalised dims "
+                            f"{features}")
     for extra in shape[:len(shape) - k]:
         unit = dims_equal(extra, 1)
         if unit is None:
@@ -224,12 +224,13 @@ def per_feature_shape(param_shape: Sequence[Any] | None, x_shape: Sequence[Any],
                                 f"leading dim {extra} is 1")
         if not unit:
             raise NotPerFeature(f"{name} has shape {shape}: it varies along more than "
-                                f"{expected}")
+                                f"the normalised dims {features}")
     for have, want in zip(shape[len(shape) - k:], features):
         same = dims_equal(have, want)
         if same is None:
             raise NotPerFeature(f"{name} has shape {shape}: cannot decide whether its dim "
                                 f"{have} equals the normalised dim {want}")
         if not same:
-            raise NotPerFeature(f"{name} has shape {shape}: it must equal {expected}")
+            raise NotPerFeature(f"{name} has shape {shape}: it must equal the "
+                                f"normalised dims {features}")
     return shape[len(shape) - k:]

@@ -74,6 +74,21 @@ def test_const_to_numpy_returns_a_copy_in_the_constant_s_dtype():
         assert compat.const_to_numpy(const).astype("float32").tolist() == [0, 1, 2, 3]
 
 
+def test_int_list_reads_an_axis_attribute_as_python_ints():
+    x = relax.Var("x", relax.TensorType((2, 3, 4), "float32"))
+    assert C.int_list(relax.op.mean(x, axis=[-1, 0]).attrs.axis) == [-1, 0]
+    assert C.int_list(relax.op.mean(x, axis=None).attrs.axis) is None
+
+
+def test_dtype_of_names_every_dtype_the_same_way_the_printer_does():
+    for dtype in ("float32", "float16", "bfloat16", "int8", "bool", "float8_e4m3fn"):
+        ty = relax.TensorType((2,), dtype)
+        assert C.dtype_of(ty) == str(ty.dtype) == dtype
+        assert C.dtype_of(relax.TensorType((5, 5), dtype)) == dtype  # read from the cache
+    assert C.dtype_of(relax.TensorType((2,), "void")) is None
+    assert C.dtype_of(relax.ShapeType(ndim=2)) is None
+
+
 # -- errors raised inside a pass --------------------------------------------------------------
 class UsersOwnError(PatternkitError):
     """A subclass patternkit has never seen (a user's check raising its own error)."""
