@@ -50,8 +50,7 @@ def int_list(array: Any) -> list[int] | None:
     """
     if array is None:
         return None
-    get = _array_get
-    return [int(get(array, i)) for i in range(_array_size(array))]
+    return [int(a) for a in array_items(array)]
 
 
 #: ``handle(obj)``: a stable integer key for a TVM object (its C handle).
@@ -245,11 +244,7 @@ def static_shape(ty: Any) -> tuple | None:
     if shape is None:
         return None
     values = getattr(shape, "values", None)
-    if values is None:
-        dims = list(shape)
-    else:
-        get = _array_get
-        dims = [get(values, i) for i in range(_array_size(values))]
+    dims = array_items(values) if values is not None else list(shape)
     int_imm = tvm.tirx.IntImm  # exact type test: IntImm's isinstance goes through ABCMeta
     return tuple([d.value if type(d) is int_imm else d for d in dims])
 
