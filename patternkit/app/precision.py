@@ -45,12 +45,15 @@ def low_precision_dtype(func: Any) -> str | None:
     return None
 
 
-def float64_check(before: tvm.IRModule, after: tvm.IRModule, func_name: str,
-                  inputs: list[np.ndarray], atol: float) -> dict[str, Any]:
-    """Both models' max abs distance to ``before`` recomputed in float64, and the verdict.
+def float64_check(before: tvm.IRModule, func_name: str, inputs: list[np.ndarray],
+                  imported: list[np.ndarray], rewritten: list[np.ndarray],
+                  atol: float) -> dict[str, Any]:
+    """Both runs' max abs distance to ``before`` recomputed in float64, and the verdict.
 
-    Returns ``{"imported": e, "rewritten": e', "slack": SLACK, "ok": e' <= SLACK * e +
-    atol}``, on the same ``inputs`` as the job's comparison.
+    ``imported`` and ``rewritten`` are the outputs of the job's comparison on ``inputs``
+    (:attr:`~patternkit.verification.numeric.Comparison.runs`): only the float64 module
+    is built here.  Returns ``{"imported": e, "rewritten": e', "slack": SLACK, "ok": e'
+    <= SLACK * e + atol}``.
     """
     from ..training.precision import as_float64  # the training package loads when needed
 
@@ -58,9 +61,6 @@ def float64_check(before: tvm.IRModule, after: tvm.IRModule, func_name: str,
     wide_inputs = [a.astype(np.float64) if a.dtype.kind == "f" or str(a.dtype) == "bfloat16"
                    else a for a in inputs]
     truth = numeric.run(wide, wide_inputs, func_name)
-    imported = numeric.run(before, inputs, func_name,
-                           vm=numeric.REFERENCE_BUILDS.vm(before))
-    rewritten = numeric.run(after, inputs, func_name)
     e_imported, e_rewritten = _distance(imported, truth), _distance(rewritten, truth)
     return {"imported": e_imported, "rewritten": e_rewritten, "slack": SLACK,
             "ok": bool(e_rewritten <= SLACK * e_imported + atol)}

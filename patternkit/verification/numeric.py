@@ -18,7 +18,7 @@ again: the result says ``identical``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -45,6 +45,9 @@ class Comparison:
     refused: tuple[str, ...] = ()
     #: ``after`` is structurally identical to ``before``: built and run once, not twice.
     identical: bool = False
+    #: ``(inputs, before's outputs, after's outputs)`` when :func:`compare` was asked to
+    #: keep them (``keep_runs=True``), for a caller that measures the runs further.
+    runs: tuple | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         if self.refused:
@@ -183,12 +186,14 @@ REFERENCE_BUILDS = _BuildCache()
 
 def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", seed: int = 0,
             rtol: float = 1e-5, atol: float = 1e-5, inputs: list[np.ndarray] | None = None,
-            **input_options) -> Comparison:
+            keep_runs: bool = False, **input_options) -> Comparison:
     """Run both modules on the same seeded inputs and compare every output.
 
     ``before``'s build is reused across calls (see the module docstring).  Inputs that
     would index outside a table give a refused, failed :class:`Comparison` (nothing is
     run).  ``input_options`` go to :func:`random_inputs` (``int_ranges=``, ``positive=``).
+    ``keep_runs``: the result also holds the inputs and both runs' outputs
+    (:attr:`Comparison.runs`), so that nothing needs building or running again.
     """
     if inputs is None:
         inputs = random_inputs(before[func_name], seed=seed, **input_options)
@@ -198,9 +203,11 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
     ref = run(before, inputs, func_name, vm=REFERENCE_BUILDS.vm(before))
     if after is before or tvm_ffi.structural_equal(after, before):
         # the same program: its build would run the same kernels on the same inputs
-        return Comparison(0.0, 0.0, len(ref), True, identical=True)
+        return Comparison(0.0, 0.0, len(ref), True, identical=True,
+                          runs=(inputs, ref, ref) if keep_runs else None)
     got = run(after, inputs, func_name)
-    return compare_outputs(ref, got, rtol=rtol, atol=atol)
+    result = compare_outputs(ref, got, rtol=rtol, atol=atol)
+    return replace(result, runs=(inputs, ref, got)) if keep_runs else result
 
 
 def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,

@@ -9,7 +9,7 @@ from tvm import relax
 from patternkit.app.job import run
 from patternkit.app.precision import float64_check, low_precision_dtype
 from patternkit.patterns import LIBRARY
-from patternkit.verification.numeric import random_inputs
+from patternkit.verification.numeric import compare, random_inputs
 
 _RNG = np.random.default_rng(0)
 WEIGHT = _RNG.uniform(-1, 1, (64, 64)).astype("float16")
@@ -41,14 +41,20 @@ def test_the_low_precision_dtype_is_read_from_the_inputs_or_the_results():
     assert low_precision_dtype(bb.get()["main"]) == "float16"
 
 
+def _check_against(before: tvm.IRModule, after: tvm.IRModule) -> dict:
+    """:func:`float64_check` on the runs of the comparison the job makes."""
+    comparison = compare(before, after, inputs=random_inputs(before["main"], seed=0),
+                         keep_runs=True)
+    inputs, imported, rewritten = comparison.runs
+    assert len(imported) == len(rewritten) == comparison.outputs
+    return float64_check(before, "main", inputs, imported, rewritten, atol=1e-4)
+
+
 def test_a_rewrite_that_rounds_differently_passes_and_a_wrong_one_fails():
     before = _silu_model("float16")
-    inputs = random_inputs(before["main"], seed=0)
-    fused = float64_check(before, _silu_model("float16", written_out=False), "main", inputs,
-                          atol=1e-4)
+    fused = _check_against(before, _silu_model("float16", written_out=False))
     assert fused["ok"] and fused["rewritten"] <= 2 * fused["imported"] + 1e-4
-    wrong = float64_check(before, _silu_model("float16", factor=1.01), "main", inputs,
-                          atol=1e-4)
+    wrong = _check_against(before, _silu_model("float16", factor=1.01))
     assert not wrong["ok"] and wrong["rewritten"] > 5 * wrong["imported"]
 
 
