@@ -184,6 +184,11 @@ class DoubledBatch:
         return lv3
 
 
+#: One composite entry, matmul + add, for the "cc" compiler.
+MATMUL_ADD_TABLE = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
+                                                   wildcard()))]
+
+
 @I.ir_module
 class PositionsOnDynamicBatch:
     """A host ``R.arange(0, n, 1)`` that takes the symbolic batch as an argument, as every
@@ -205,8 +210,7 @@ class PositionsOnDynamicBatch:
 
 
 def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function(bit_exact):
-    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
-                                            wildcard()))]
+    table = MATMUL_ADD_TABLE
     mod = PositionsOnDynamicBatch
     out = PartitionGraph("cc")(MergeComposite(table)(mod))
     assert relax.analysis.check_well_formed(out)
@@ -242,8 +246,7 @@ class PositionsOfTwoDynamicDims:
 def test_held_host_bindings_alike_but_for_their_symbolic_variable_keep_their_own(bit_exact):
     # the two aranges were held in structurally equal functions, which a BlockBuilder
     # deduplicated: both came back as arange(0, m), and the module was not well formed
-    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
-                                            wildcard()))]
+    table = MATMUL_ADD_TABLE
     mod = PositionsOfTwoDynamicDims
     out = PartitionGraph("cc")(MergeComposite(table)(mod))
     assert relax.analysis.check_well_formed(out)
@@ -281,8 +284,7 @@ def test_every_function_that_calls_composites_partitions(other_batch, bit_exact)
     other function calling composites ("Variable lv could not be found in any group");
     each caller is merged on its own turn, so a gradient module (primal + adjoint)
     partitions as a whole."""
-    table = [("cc.matmul_add", is_op("add")(is_op("matmul")(wildcard(), wildcard()),
-                                            wildcard()))]
+    table = MATMUL_ADD_TABLE
     mod = relax.transform.Normalize()(_two_functions_with_composites(other_batch))
     out = PartitionGraph("cc")(MergeComposite(table)(mod))
     assert relax.analysis.check_well_formed(out)
