@@ -91,8 +91,8 @@ from tvm import relax
 from patternkit.dpl import DFPattern, is_constant, is_op, through, wildcard
 from patternkit.engine import (CompositeRule, NoSuchExample, RewriteRule, RuleMatch, Tolerance,
                                reject, variant_method)
-from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, is_tensor_constant,
-                           prove_equal, static_shape, type_of)
+from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, int_list,
+                           is_tensor_constant, prove_equal, static_shape, type_of)
 
 #: The head split and the attention's layout: BNSH <-> BSNH (its own inverse).
 HEADS_FIRST = (0, 2, 1, 3)
@@ -370,10 +370,10 @@ class AttentionCollapse(RewriteRule):
                          f"back into the query's heads", at=softmax)
         if "safe_softmax" in match:
             test = match.row_test
-            axes = None if test.attrs.axis is None else [int(a) for a in test.attrs.axis]
-            if axes not in ([-1], [3]) or not bool(test.attrs.keepdims):
+            axes, keepdims = int_list(test.attrs.axis), bool(test.attrs.keepdims)
+            if axes not in ([-1], [3]) or not keepdims:
                 raise reject(f"the safe softmax zeroes the probabilities where max(axis="
-                             f"{axes}, keepdims={bool(test.attrs.keepdims)}) finds no score "
+                             f"{axes}, keepdims={keepdims}) finds no score "
                              f"above -inf, not on the fully masked rows (axis -1, kept): "
                              f"not what attention's rows are", at=test)
 
