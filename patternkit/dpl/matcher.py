@@ -110,6 +110,9 @@ class _MatchRecord:
         else:
             lookup = lookup or (lambda var: None)
             self._lookup_key = lambda var, key: lookup(var)
+        #: ``table.get`` while the look-up is the table's, else ``None``: call patterns
+        #: resolve through it directly, without the ``_lookup_key`` frame.
+        self._table_get = None if table is None else table.get
         self._call_args = call_args if call_args is not None else {}
         self._table = table
         self._lookup_fn = lookup
@@ -306,11 +309,26 @@ class Matcher(_MatchRecord):
         return scalar_matches(pattern, value), (expr if via is None else value), via
 
     def _on_call(self, pattern: CallPattern, expr: Any):
-        value, via = self._resolve(expr)
+        # _resolve and _match_call, inlined: a call pattern is most of a rule's nodes.
+        trail = self._trail
+        get = self._table_get
+        via = value = None
+        if get is not None:
+            internal = self._internal
+            while type(expr) in VAR_TYPES:
+                key = handle(expr)
+                value = get(key)
+                if value is None:
+                    break
+                if key not in internal:
+                    internal[key] = expr
+                    trail.append(("internal", key))
+                via, expr = expr, value
+            value = expr
+        else:
+            value, via = self._resolve(expr)
         if type(value) is not relax.Call:
             return False, None, None
-        # _match_call, inlined: a call pattern is most of a rule's nodes.
-        trail = self._trail
         mark = len(trail)
         if self._match_call_exact(pattern, value):
             return True, value, via
@@ -404,6 +422,7 @@ class Matcher(_MatchRecord):
         """Does ``pattern`` match ``expr`` on its own (a fresh match, leaving no trace)?"""
         scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts())
         scratch._lookup_key = self._lookup_key  # the same view (an If branch's too)
+        scratch._table_get = self._table_get
         return scratch.match(pattern, expr) is not None
 
     def _use_counts(self) -> Uses:
@@ -442,13 +461,14 @@ class Matcher(_MatchRecord):
                  if type(b) is relax.VarBinding and C.is_pure_value(b.value)}
         local.update((handle(b.var), None) for block in C.array_items(branch.blocks)
                      for b in C.array_items(block.bindings) if handle(b.var) not in local)
-        outer = self._lookup_key
+        outer, outer_get = self._lookup_key, self._table_get
         self._lookup_key = lambda var, key: local[key] if key in local else outer(var, key)
+        self._table_get = None  # the branch's own bindings come first
         mark = self._mark()
         try:
             ok = self.visit(pattern, branch.body)
         finally:
-            self._lookup_key = outer
+            self._lookup_key, self._table_get = outer, outer_get
         if ok:
             self._forget_branch_locals(mark, local)
         return ok
@@ -534,7 +554,20 @@ class Matcher(_MatchRecord):
             return False
         trail = self._trail
         mark = len(trail)
-        if self._match_args(pargs, args):
+        # _match_args, inlined (the arguments as written are tried on every call node).
+        visit, memo, inputs = self.visit, self._memo, self._inputs
+        for p, a in zip(pargs, args):
+            if type(p) is WildcardPattern and p not in memo:
+                memo[p] = a
+                if type(a) is not tvm.ir.Op:
+                    arg_key = handle(a)
+                    if arg_key not in inputs:
+                        inputs[arg_key] = a
+                        trail.append(("input", arg_key))
+                trail.append(("memo", p))
+            elif not visit(p, a):
+                break
+        else:
             return True
         if len(trail) > mark:
             self._rollback(mark)
