@@ -129,7 +129,9 @@ def per_feature(value: Any, x_shape: tuple, k: int, dtype: str, role: str) -> bo
     ty = type_of(value)
     if dtype_of(ty) != dtype:
         raise reject(f"{role} has dtype {dtype_of(ty)}, x has {dtype}", at=value)
-    shape = static_shape(ty)
+    # A constant's shape is its data's (one FFI read, where the type's shape is several).
+    shape = (tuple(value.value.shape) if type(value) is tvm.ir.GenericConst
+             else static_shape(ty))
     try:
         per_feature_shape(shape, x_shape, k, name=role)
     except NotPerFeature as why:

@@ -312,11 +312,12 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     if options.debug:
         assert_well_formed(mod, PASS_NAME, "input")
     sizes = _InputSizes(mod)
+    emitted_keys: dict[str, tuple[relax.Function, frozenset]] = {}  # see _run_round
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
     settled: dict[int, dict[int, relax.Function]] = {}  # see _run_multi_round
     for round_index in range(options.max_passes):
-        mod, fired, indexes = _run_round(active, mod, round_index, options, sizes) if active \
-            else (mod, [], {})
+        mod, fired, indexes = _run_round(active, mod, round_index, options, sizes,
+                                         emitted_keys) if active else (mod, [], {})
         if multi:
             mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes,
                                                 settled)
@@ -392,12 +393,17 @@ class _FunctionRound:
 
 def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                options: _Options, sizes: _InputSizes,
+               emitted_keys: dict[str, tuple[relax.Function, frozenset]],
                ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]], dict[str, FunctionIndex]]:
     """One round of every active rule over every function.
 
     Returns the module; per rewrite that changed it, ``(rule, function, binding)``
     (formatted only if it ends up in an error message); and the indexes of the functions
     the round indexed but left unchanged, by name, for the multi-root rules to share.
+    ``emitted_keys`` holds, by name, each function a round emitted with the binding keys
+    it has (:attr:`Emitted.keys`): the next round knows from them whether a root can
+    occur there without scanning the function (the usual last round finds none), and
+    records the functions it emits in turn.
     """
     log = options.log
     first = round_index == 0
@@ -408,7 +414,12 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
     for gv, func in rewritable_functions(mod):
         if first:
             check_shape(func, PASS_NAME, gv.name_hint)
-        if func.body.blocks and has_candidates(func, root_ops):
+        known = emitted_keys.get(gv.name_hint)
+        if known is not None and known[0].same_as(func):
+            may_match = root_ops is None or not root_ops.isdisjoint(known[1])
+        else:
+            may_match = bool(func.body.blocks) and has_candidates(func, root_ops)
+        if may_match:
             functions.append(_FunctionRound(gv, func, first))
     fired: list[tuple[str, str, Any]] = []
     for position, rule in enumerate(active):
@@ -466,6 +477,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
         if options.max_growth is not None:
             _check_growth(fn, emitted, sizes[fn.name], options.max_growth, round_index)
         updates[fn.gv] = emitted.function
+        emitted_keys[fn.name] = (emitted.function, emitted.keys)
     functions_after = dict(mod.functions.items())
     functions_after.update(updates)
     return C.copy_module(mod, functions_after), fired, unchanged

@@ -21,7 +21,7 @@ from ..dpl.constraints import type_matches
 from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.rebuild import describe_binding, make_block, rebuild_function
-from .index import FunctionIndex, dead_after, reads_of_value
+from .index import FunctionIndex, binding_key, dead_after, reads_of_value
 from .wellformed import check_replacement_scope
 
 
@@ -31,12 +31,15 @@ class Emitted:
 
     ``added`` maps the handle of each replaced Var that was kept to the number of
     bindings its replacement was normalised into (1 for a plain call); ``bindings`` is
-    the new function's binding count.
+    the new function's binding count; ``keys`` the binding keys
+    (:func:`~patternkit.engine.index.binding_key`) of its ``VarBinding``\ s, which tell
+    the next round whether a rule's root can occur in it without reading it again.
     """
 
     function: relax.Function
     added: dict
     bindings: int
+    keys: frozenset = frozenset()
 
 
 def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
@@ -87,6 +90,7 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
             kept.setdefault(bi, []).append(j)
     blocks = []
     added: dict[int, int] = {}
+    new_keys: set[str] = set()
     count = 0
     for bi, (block, bindings, keys) in enumerate(zip(C.array_items(func.body.blocks),
                                                      index.blocks, index.keys)):
@@ -101,12 +105,32 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
             if key in replacements:
                 emitted.extend(segments[key])
                 added[key] = len(segments[key])
+                new_keys.update(binding_key(b.value) for b in segments[key]
+                                if type(b) is relax.VarBinding)
             else:
                 emitted.append(binding)
         if emitted:
             blocks.append(make_block(emitted, is_dataflow))
             count += len(emitted)
-    return Emitted(rebuild_function(func, blocks), added, count)
+    return Emitted(rebuild_function(func, blocks), added, count,
+                   frozenset(_kept_keys(index, replacements, dead) | new_keys))
+
+
+def _kept_keys(index: FunctionIndex, replacements: dict[int, Any], dead: set[int]) -> set[str]:
+    """The binding keys of the indexed ``VarBinding``\ s that the emission keeps as they were.
+
+    Read off the index (no FFI): a key is kept when one of its bindings is neither
+    replaced nor dropped, and the search for one usually stops at the first.
+    """
+    keys = index.keys
+    kept = set()
+    for key, positions in index.by_key.items():
+        for bi, j in positions:
+            handle = keys[bi][j][0]
+            if handle not in replacements and handle not in dead:
+                kept.add(key)
+                break
+    return kept
 
 
 def _normalize_replacements(replaced: list, is_dataflow: bool,

@@ -238,15 +238,31 @@ def static_shape(ty: Any) -> tuple | None:
     Returns ``None`` when the type is not a tensor or its shape is unknown.  The rules'
     checks read a few shapes per match, so the dims are read straight off the FFI array.
     """
-    if not isinstance(ty, relax.TensorType):
+    if type(ty) is not _TENSOR_TYPE and not isinstance(ty, _TENSOR_TYPE):
         return None
     shape = ty.shape
     if shape is None:
         return None
-    values = getattr(shape, "values", None)
-    dims = array_items(values) if values is not None else list(shape)
-    int_imm = tvm.tirx.IntImm  # exact type test: IntImm's isinstance goes through ABCMeta
-    return tuple([d.value if type(d) is int_imm else d for d in dims])
+    if type(shape) is not _SHAPE_EXPR:
+        values = getattr(shape, "values", None)
+        if values is None:
+            return tuple(d.value if type(d) is _INT_IMM else d for d in shape)
+    else:
+        values = shape.values
+    # One loop, no helper frames: a rule's check reads a few shapes per match.
+    get = _array_get
+    dims = []
+    for i in range(_array_size(values)):
+        dim = get(values, i)
+        dims.append(dim.value if type(dim) is _INT_IMM else dim)  # exact test: see below
+    return tuple(dims)
+
+
+# Exact type tests: ``isinstance`` against TVM's classes goes through ``ABCMeta`` when it
+# fails (~0.7 us).
+_TENSOR_TYPE = relax.TensorType
+_SHAPE_EXPR = relax.ShapeExpr
+_INT_IMM = tvm.tirx.IntImm
 
 
 #: PrimType handle -> (the PrimType, its text).  TVM interns a dtype's PrimType (every
@@ -258,7 +274,7 @@ _DTYPE_TEXT_LIMIT = 1024  # a bound in case some path makes PrimTypes that are n
 
 
 def dtype_of(ty: Any) -> str | None:
-    if not isinstance(ty, relax.TensorType):
+    if type(ty) is not _TENSOR_TYPE and not isinstance(ty, _TENSOR_TYPE):
         return None
     prim = ty.dtype
     if prim is None:

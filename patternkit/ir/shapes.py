@@ -165,6 +165,9 @@ def trailing_axes(axes: Sequence[Any] | None, ndim: int, *, what: str = "the red
     if axes is None:
         return ndim
     found = [int(a) for a in axes]
+    known = _TRAILING.get((ndim, *found))
+    if known is not None:
+        return known
     normalised = []
     for axis in found:
         if not -ndim <= axis < ndim:
@@ -178,7 +181,15 @@ def trailing_axes(axes: Sequence[Any] | None, ndim: int, *, what: str = "the red
     if sorted(normalised) != list(range(ndim - k, ndim)):
         raise NotTrailing(f"{what} reduces the axes {found} of a rank-{ndim} {of}, not its "
                           f"last {k}")
+    if len(_TRAILING) < 4096:
+        _TRAILING[(ndim, *found)] = k
     return k
+
+
+#: ``(ndim, *axes) -> k`` for the reductions :func:`trailing_axes` accepted: the
+#: normalisation rules ask it twice per match, almost always for ``axis=[-1]``.  Only
+#: answers are kept (a refusal's message names its caller's ``what``).
+_TRAILING: dict[tuple, int] = {}
 
 
 def per_feature_shape(param_shape: Sequence[Any] | None, x_shape: Sequence[Any], k: int, *,
