@@ -203,9 +203,10 @@ class LayerNormCollapse(RewriteRule):
 
     def rewrite(self, match: RuleMatch) -> Any:
         plan: LayerNormPlan = match.plan
-        gamma, beta = (as_feature_tensor(match[role], plan.features, role in plan.reshape)
-                       if role in match else make(plan.features, plan.dtype)
-                       for role, make in (("gamma", relax.op.ones), ("beta", relax.op.zeros)))
+        gamma = (as_feature_tensor(match["gamma"], plan.features, "gamma" in plan.reshape)
+                 if "gamma" in match else relax.op.ones(plan.features, plan.dtype))
+        beta = (as_feature_tensor(match["beta"], plan.features, "beta" in plan.reshape)
+                if "beta" in match else relax.op.zeros(plan.features, plan.dtype))
         return relax.op.nn.layer_norm(match.x, gamma, beta, axes=list(plan.axes),
                                       epsilon=plan.epsilon)
 

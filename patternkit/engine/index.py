@@ -157,8 +157,9 @@ class FunctionIndex:
         params = index.params
         call_args, by_key, all_reads = index.call_args, index.by_key, index.reads
         params.update(handle(p) for p in C.array_items(func.params))
+        get, size, op_table = C.array_get, C.array_size, C.OP_INFO
         for bi, block in enumerate(C.array_items(seq.blocks)):
-            bindings = list(C.array_items(block.bindings))
+            bindings = C.array_items(block.bindings)
             index.blocks.append(bindings)
             table: dict[Any, Any] = {}
             keys = []
@@ -174,9 +175,15 @@ class FunctionIndex:
                 if type(binding) is relax.VarBinding:
                     op = value.op if type(value) is relax.Call else None
                     if type(op) is tvm.ir.Op:
-                        # The common case, read once: an operator call on leaves.
-                        kind, pure = C.op_info(op)
-                        args = C.array_items(value.args)
+                        # The common case, read once: an operator call on leaves.  (The
+                        # operator's cached info and the arguments read inline: this loop
+                        # runs once per binding of every function a pass indexes.)
+                        info = op_table.get(handle(op))
+                        kind, pure = info if info is not None else C.op_info(op)
+                        array = value.args
+                        n = size(array)
+                        args = ([get(array, 0), get(array, 1)] if n == 2 else
+                                [get(array, i) for i in range(n)])
                         call_args[handle(value)] = args
                         reads = []
                         for a in args:
@@ -378,9 +385,12 @@ def reads_of_value(value: Any) -> list[int]:
     if type(value) is relax.Call and type(value.op) is tvm.ir.Op:
         reads: list[int] = []
         for arg in C.array_items(value.args):
-            if type(arg) in C.VAR_TYPES:
+            kind = type(arg)
+            if kind in C.VAR_TYPES:
                 key = handle(arg)
-                if key not in reads and not tvm.ir.is_prim_var(arg):
+                # A DataflowVar is never a symbolic dimension (only a plain Var may be).
+                if key not in reads and (kind is relax.DataflowVar
+                                         or not tvm.ir.is_prim_var(arg)):
                     reads.append(key)
             elif KIND_OF.get(type(arg)) not in LEAF_KINDS:  # nested, symbolic: ask TVM
                 break

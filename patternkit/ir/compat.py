@@ -30,6 +30,9 @@ from ..errors import PatternkitError
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
+#: ``array_get(array, i)`` and ``array_size(array)``: the FFI calls behind
+#: :func:`array_items`, for the one loop (the function index) that reads arguments inline.
+array_get, array_size = _array_get, _array_size
 
 
 def array_items(array: Any) -> list:
@@ -188,6 +191,9 @@ def const_to_numpy(expr: Any) -> np.ndarray:
 
 
 _OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure); ops live as long as TVM
+#: :func:`op_info`'s cache, read directly by the function index (a miss goes through
+#: :func:`op_info`).
+OP_INFO = _OP_INFO
 VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
 
 
