@@ -212,7 +212,10 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
 
 def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,
                     atol: float = 1e-5) -> Comparison:
-    """Compare two runs' flattened outputs (:func:`run`); equal NaNs and infinities agree."""
+    """Compare two runs' flattened outputs (:func:`run`); equal NaNs and infinities agree.
+
+    A NaN where the other run has a number is an infinite error in both figures.
+    """
     if len(ref) != len(got):
         return Comparison(float("inf"), float("inf"), len(ref), False)
     max_abs = max_rel = 0.0
@@ -223,9 +226,14 @@ def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 
         r64, g64 = r.astype("float64"), g.astype("float64")
         same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))  # equal infinities count
         diff = np.where(same, 0.0, np.abs(r64 - g64))
+        # NaN on one side only is as far off as it gets (a NaN difference would also
+        # vanish from the maximum: Python's ``max(0.0, nan)`` is 0.0).
+        diff[np.isnan(diff)] = np.inf
         if diff.size:
             max_abs = max(max_abs, float(diff.max()))
-            max_rel = max(max_rel, float((diff / np.maximum(np.abs(r64), 1e-12)).max()))
+            rel = diff / np.fmax(np.abs(r64), 1e-12)  # fmax: a NaN reference divides by 1e-12
+            rel[np.isnan(rel)] = np.inf  # inf / inf: a finite value where the reference is inf
+            max_rel = max(max_rel, float(rel.max()))
         ok = ok and bool(np.allclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True))
     return Comparison(max_abs, max_rel, len(ref), ok)
 

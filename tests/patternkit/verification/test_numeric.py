@@ -117,6 +117,20 @@ def test_every_output_of_a_tuple_is_compared_and_nans_in_the_same_place_agree():
 
 
 @I.ir_module
+class SqrtOfAbs:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        return (R.sqrt(R.abs(x)), R.add(x, R.const(1.0, "float32")))
+
+
+def test_a_nan_on_one_side_only_is_an_infinite_error_not_a_zero_one():
+    negative = [np.array([-1.0, 0.0, 1.0, 4.0], "float32")]  # NaN before, 1.0 after
+    result = pk.compare(SqrtAndShift, SqrtOfAbs, inputs=negative, rtol=1, atol=1)
+    assert not result.ok
+    assert result.max_abs_error == result.max_rel_error == float("inf")
+
+
+@I.ir_module
 class Reshaped:
     @R.function
     def main(x: R.Tensor((4,), "float32")):
