@@ -366,7 +366,9 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         # loses the variable (``ndim=3``) and the composite cannot replace the binding
         local, extra_args = detach_symbolic_vars(local, rename=False)
         key = C.handle(group.root_var)
-        replacements[key] = relax.Call(local, args + extra_args)
+        # built by the FFI constructor, untyped (``relax.Call``'s Python __init__ costs
+        # more than the rest of the call's bookkeeping here)
+        replacements[key] = C.new_call(C.MISSING_TYPE, local, args + extra_args, None, [], None)
         # the composite is closed (``_closed``), so the call reads only its arguments; this
         # spares emission a free-variable walk of each composite's body
         reads[key] = list(dict.fromkeys(C.handle(a) for a in args

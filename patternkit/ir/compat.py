@@ -78,6 +78,9 @@ def handle_or_none(obj: Any) -> int | None:
 #: ``new_call(ret_ty, op, args, attrs, ty_args, span)``, ``new_tuple(fields, span)``,
 #: ``new_dataflow_var(name, ty, span)``, ``new_var(name, ty, span)`` (a Relax ``Var``).
 new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
+#: The ``ret_ty`` of an untyped call (what ``relax.Call(...)`` passes when given none):
+#: normalisation infers the type.
+MISSING_TYPE = tvm.ir.Type.missing()
 new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
 new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
 new_var = tvm.ir._ffi_api.Var  # pylint: disable=protected-access

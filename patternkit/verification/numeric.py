@@ -228,11 +228,11 @@ def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 
         diff = np.where(same, 0.0, np.abs(r64 - g64))
         # NaN on one side only is as far off as it gets (a NaN difference would also
         # vanish from the maximum: Python's ``max(0.0, nan)`` is 0.0).
-        diff[np.isnan(diff)] = np.inf
+        diff = np.where(np.isnan(diff), np.inf, diff)
         if diff.size:
             max_abs = max(max_abs, float(diff.max()))
             rel = diff / np.fmax(np.abs(r64), 1e-12)  # fmax: a NaN reference divides by 1e-12
-            rel[np.isnan(rel)] = np.inf  # inf / inf: a finite value where the reference is inf
+            rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: a finite value, reference inf
             max_rel = max(max_rel, float(rel.max()))
         ok = ok and bool(np.allclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True))
     return Comparison(max_abs, max_rel, len(ref), ok)
