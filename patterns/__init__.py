@@ -56,8 +56,14 @@ def _family_expansions(module: Any) -> RuleSet:
 #: (batch norm, activations, norms, softmax, then attention, which reads ``R.nn.softmax``)
 #: run before the conv and matmul composites that take their fused ops; the backward
 #: composites (gradient graphs only) come last.
-LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(layernorm)
-           | _family_rules(rmsnorm) | _family_rules(softmax) | _family_rules(attention)
+# The layer and RMS norms come before the batch norm: ``batchnorm.collapse``'s statistics
+# are wildcards, so its pattern also matches a written-out layer norm (``mean`` is then a
+# computed binding) in full, only for the match to be refused.  The norms' rules take
+# those bindings first, and a root already taken is not matched again; the families
+# accept disjoint graphs (a batch norm's statistics are constants, a layer norm's are
+# computed), so the order changes no result, only the wasted matches.
+LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(rmsnorm)
+           | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can
@@ -65,9 +71,9 @@ LIBRARY = (_family_rules(batchnorm) | _family_rules(activation) | _family_rules(
 #: rules undo them, so applying both would never settle.  ``softmax`` has none:
 #: ``Gradient`` differentiates ``R.nn.softmax``, and has no gradient for the ``max`` of
 #: its written-out form.
-EXPANSIONS = (_family_expansions(batchnorm) | _family_expansions(activation)
-              | _family_expansions(layernorm) | _family_expansions(rmsnorm)
-              | _family_expansions(attention))
+EXPANSIONS = (_family_expansions(activation) | _family_expansions(layernorm)
+              | _family_expansions(rmsnorm) | _family_expansions(batchnorm)
+              | _family_expansions(attention))  # in LIBRARY's family order
 
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
 FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))
