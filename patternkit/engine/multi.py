@@ -357,9 +357,10 @@ class _FunctionRewrite:
         self.uses = Uses(self.index.readers, self.index.escaping)
         self.replacements: dict[int, Any] = {}
 
-    def graphs(self) -> Iterator[_BlockGraph]:
+    def graphs(self, context: PatternContext) -> Iterator[_BlockGraph]:
+        """The graph of each block ``context`` may match in (see :func:`_may_match`)."""
         for bi in range(len(self.index.blocks)):
-            if self.index.blocks[bi]:
+            if self.index.blocks[bi] and _may_match(context, self.index, bi):
                 yield _BlockGraph(self.index, bi)
 
     def accept(self, graph: _BlockGraph, owned: set[int], result: Any) -> list[int]:
@@ -438,6 +439,36 @@ class _FunctionRewrite:
             func = rebuild_function(func, reordered)
             index = FunctionIndex.build(func)
         return emit_function(func, index, self.replacements, self.rule_name, self.func_name)
+
+
+def _may_match(context: PatternContext, index: FunctionIndex, block_index: int) -> bool:
+    """Can ``context`` match in the block at all, judging by its index alone?
+
+    A necessary condition, read off the function index without building the block's
+    graph (which reads every binding again): every consumer of the first root that calls
+    known operators needs a reader calling one of them, and a ``used_by_all(...,
+    at_least=k)`` consumer needs ``k`` such readers of one Var.  A model without two
+    matmuls reading one Var then costs ``matmul.combine_parallel`` a look at its matmuls,
+    not a graph of every block.
+    """
+    roots = context.roots()
+    if not roots:
+        return False  # no first root: nothing to match (as _GraphMatcher.match_at)
+    keys, reads = index.keys[block_index], index.reads
+    for consumer, uses in context.consumers(roots[0]):
+        ops = root_op_names(consumer)
+        if ops is None or any(op.startswith("<") for op in ops):
+            continue
+        need = max((use.at_least for use in uses if use.every), default=1)
+        readers: dict[int, int] = {}  # Var handle -> bindings calling ``ops`` that read it
+        for op in ops:
+            for bi, j in index.by_key.get(op, ()):
+                if bi == block_index:
+                    for read in set(reads[keys[j][0]]):
+                        readers[read] = readers.get(read, 0) + 1
+        if not readers or max(readers.values()) < need:
+            return False
+    return True
 
 
 def _owned(state: _State, graph: _BlockGraph) -> set[int]:
@@ -554,7 +585,7 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
 
     def on_function(func_name: str, func: relax.Function) -> relax.Function | None:
         work = _FunctionRewrite("rewrite_bindings", func_name, func)
-        for graph in work.graphs():
+        for graph in work.graphs(context):
             view = None
 
             def on_match(state: _State) -> list[int]:
@@ -768,7 +799,7 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
         return done
     work = _FunctionRewrite(rule.rule_name, func_name, func, index)
     checker = rule.match_check()
-    for graph in work.graphs():
+    for graph in work.graphs(rule.context):
         view: BlockBindings | None = None
 
         def on_match(state: _State) -> list[int]:
