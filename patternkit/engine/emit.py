@@ -32,7 +32,7 @@ class Emitted:
     ``added`` maps the handle of each replaced Var that was kept to the number of
     bindings its replacement was normalised into (1 for a plain call); ``bindings`` is
     the new function's binding count; ``keys`` the binding keys
-    (:func:`~patternkit.engine.index.binding_key`) of its ``VarBinding``\ s, which tell
+    (:func:`~patternkit.engine.index.binding_key`) of its ``VarBinding`` bindings, which tell
     the next round whether a rule's root can occur in it without reading it again.
     """
 
@@ -117,7 +117,7 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
 
 
 def _kept_keys(index: FunctionIndex, replacements: dict[int, Any], dead: set[int]) -> set[str]:
-    """The binding keys of the indexed ``VarBinding``\ s that the emission keeps as they were.
+    """The keys of the indexed ``VarBinding`` bindings the emission keeps as they were.
 
     Read off the index (no FFI): a key is kept when one of its bindings is neither
     replaced nor dropped, and the search for one usually stops at the first.
