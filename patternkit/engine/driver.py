@@ -68,7 +68,7 @@ from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
 from .emit import Emitted, emit_rewrites
-from .index import FunctionIndex, describe_binding, has_candidates, reads_of_value
+from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
 from .multi import BindingsRewriteRule, rewrite_function_bindings
 from .proposal import Group, SkipKind, find_groups, group_check
 from .rule import MatchCheck, Reject, RewriteRule, RuleMatch, require_instance
@@ -478,6 +478,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
             _check_growth(fn, emitted, sizes[fn.name], options.max_growth, round_index)
         updates[fn.gv] = emitted.function
         emitted_keys[fn.name] = (emitted.function, emitted.keys)
+        forget_index(fn.func)  # replaced: no later pass reads it
     functions_after = dict(mod.functions.items())
     functions_after.update(updates)
     return C.copy_module(mod, functions_after), fired, unchanged

@@ -336,6 +336,17 @@ RECENT_INDEXES = 8
 _RECENT: OrderedDict[int, FunctionIndex] = OrderedDict()  # handle of a function -> index
 
 
+def forget_index(func: relax.Function) -> None:
+    """Drop the index :meth:`FunctionIndex.of` keeps for ``func``, if any.
+
+    For a function a pass has just replaced by its rewrite: nothing downstream reads the
+    old function, and a kept index is a few Python objects per binding that the cyclic
+    collector would traverse at its next collections (the collector is paused during a
+    pass, not after it: see :func:`patternkit.ir.compat.gc_paused`).
+    """
+    _RECENT.pop(handle(func), None)
+
+
 def forget_indexes() -> None:
     """Drop the indexes kept by :meth:`FunctionIndex.of` (and the functions they hold).
 

@@ -342,7 +342,8 @@ def gc_paused() -> Iterator[None]:
     (cache misses).  A pass should therefore keep nothing per binding alive past the
     pause unless the caller asked for it: ``rewrite`` records its rewrites only when
     given a ``log`` (7 FFI wrappers per rewrite made the sweep 15x slower at 4x the
-    size, see ``benchmarks/README.md``).
+    size, see ``benchmarks/README.md``), and drops the index of each function it
+    replaced (the indexes of unchanged functions are kept for the next pass).
     """
     was_enabled = gc.isenabled()
     gc.disable()

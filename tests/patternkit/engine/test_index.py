@@ -184,6 +184,31 @@ def test_an_index_a_rewrite_made_opaque_somewhere_is_not_handed_out_again():
     assert fresh is not index and b in fresh.values[0] and b not in index.values[0]
 
 
+class CollapseOp(pk.RewriteRule):
+    """``op(inner(x)) -> sigmoid(x)``: fires on ``exp(exp(x))`` in Chain, not on ``relu``."""
+
+    name = "test.collapse_op"
+
+    def __init__(self, op: str = "exp", inner: str = "exp"):
+        super().__init__()
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op(op)(pk.is_op(inner)(self.x))
+
+    def rewrite(self, match):
+        return relax.op.sigmoid(match.x)
+
+
+def test_a_function_a_rewrite_replaced_leaves_no_index_behind_an_unchanged_one_does():
+    forget_indexes()
+    func = Chain["main"]
+    before = FunctionIndex.of(func)  # as an earlier pass would have left it
+    assert pk.rewrite(CollapseOp("nn.relu"), Chain)["main"].same_as(func)  # no match
+    assert FunctionIndex.of(func) is before  # still handed to the next pass
+    assert not pk.rewrite(CollapseOp(), Chain)["main"].same_as(func)
+    assert FunctionIndex.of(func) is not before  # replaced: its index went with it
+    forget_indexes()
+
+
 # ---------------------------------------------------------------------- dead_after
 @I.ir_module
 class Chain:
