@@ -59,7 +59,7 @@ from tvm import relax
 from ..dpl.pattern import required_op_names, root_op_names
 from ..engine.emit import emit_rewrites
 from ..engine.index import FunctionIndex, describe_binding, has_candidates
-from ..engine.outline import build_group_function, lifted_inputs
+from ..engine.outline import build_group_function, lifted_inputs, uses_symbolic_vars
 from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
 from ..engine.rule import Reject, judge, reject
 from ..engine.wellformed import check_input, check_shape, checked
@@ -354,8 +354,9 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     reads: dict[int, list[int]] = {}  # what each call reads: its arguments' Relax Vars
+    symbolic = uses_symbolic_vars(func)  # if not, no composite needs a shape argument
     for entry, group in accepted:
-        inputs = lifted_inputs(group)
+        inputs = lifted_inputs(group, symbolic)
         # left untyped: emission normalises each call, and the composite with it
         local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
                                                    inputs, normalize=False),
@@ -364,7 +365,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         # ``(n * 7, 768)``, its output ``(n, 7, 768)``) receives it in a trailing
         # R.Shape argument, as FuseOpsByPattern passes it: otherwise the call's type
         # loses the variable (``ndim=3``) and the composite cannot replace the binding
-        local, extra_args = detach_symbolic_vars(local, rename=False)
+        local, extra_args = detach_symbolic_vars(local, rename=False) if symbolic \
+            else (local, [])
         key = C.handle(group.root_var)
         # built by the FFI constructor, untyped (``relax.Call``'s Python __init__ costs
         # more than the rest of the call's bookkeeping here)

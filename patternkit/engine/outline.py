@@ -21,7 +21,7 @@ from .index import FunctionIndex
 from .proposal import Group
 
 
-def lifted_inputs(group: Group) -> list:
+def lifted_inputs(group: Group, symbolic: bool = True) -> list:
     """Inputs that become parameters: Vars, constants captured by wildcards, and the
     symbolic dimensions the match uses but its inputs do not define.
 
@@ -29,13 +29,27 @@ def lifted_inputs(group: Group) -> list:
     ``batch`` and ``seq``, which no parameter of type ``(batch * seq, 16)`` defines; they
     are passed in as one ``R.Shape([batch, seq])`` argument (a Relax function's shape
     parameter defines its symbolic variables), so the function keeps its result type.
+    ``symbolic=False`` (the caller knows its function has no symbolic variable, see
+    :func:`uses_symbolic_vars`) skips reading the bindings' types for them.
     """
     inputs = [e for e in group.match.inputs
               if isinstance(e, relax.Var) or isinstance(e, tvm.ir.GenericConst)]
+    if not symbolic:
+        return inputs
     missing = _undefined_symbolic_vars(group, inputs)
     if missing:
         inputs.append(relax.ShapeExpr(missing))
     return inputs
+
+
+def uses_symbolic_vars(func: relax.Function) -> bool:
+    """Does ``func`` use a symbolic variable anywhere (defined by a parameter or not)?
+
+    Two C++ walks of the function: when it uses none, no group outlined from it needs
+    a shape argument, and a pass can skip asking for each group.
+    """
+    return bool(relax.analysis.defined_symbolic_vars(func)
+                or relax.analysis.free_symbolic_vars(func))
 
 
 def _undefined_symbolic_vars(group: Group, inputs: list) -> list:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import tvm
 from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
 import patternkit as pk
+from patternkit.engine.outline import uses_symbolic_vars
 from patternkit.ir.kinds import PARTITIONED_FROM_PATTERN
 from patternkit.testing import batchnorm_chain
 
@@ -81,3 +86,45 @@ def test_a_match_whose_inputs_define_its_dims_gets_no_shape_parameter():
     assert not any(isinstance(p.ty, relax.ShapeType) for p in flatten.params)
     assert isinstance(unflatten.params[-1].ty, relax.ShapeType)
     pk.assert_same_numerics(mod, out, shape_vars={"b": 2, "s": 3}, rtol=0, atol=0)
+
+
+@I.ir_module
+class _SymbolicInside:
+    """Static parameters and result; ``n`` appears only inside, through a match_cast."""
+
+    @R.function
+    def main(x: R.Tensor((8,), "float32"), m: R.Tensor(ndim=1, dtype="float32")):
+        n = T.int64()
+        with R.dataflow():
+            y = R.match_cast(m, R.Tensor((n,), "float32"))
+            z = R.sum(R.exp(y))
+            out = R.add(x, z)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class _Static:
+    @R.function
+    def main(x: R.Tensor((8,), "float32")):
+        with R.dataflow():
+            out = R.exp(x)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class _SymbolicParameter:
+    @R.function
+    def main(x: R.Tensor(("n",), "float32")):
+        with R.dataflow():
+            out = R.exp(x)
+            R.output(out)
+        return out
+
+
+@pytest.mark.parametrize("mod, expected", [(_Static, False), (_SymbolicParameter, True),
+                                           (_SymbolicInside, True)],
+                         ids=["static", "symbolic parameter", "symbolic only inside"])
+def test_a_function_uses_symbolic_variables_wherever_one_appears(mod, expected):
+    assert uses_symbolic_vars(mod["main"]) is expected
