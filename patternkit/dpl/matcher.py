@@ -110,8 +110,8 @@ class _MatchRecord:
         else:
             lookup = lookup or (lambda var: None)
             self._lookup_key = lambda var, key: lookup(var)
-        #: ``table.get`` while the look-up is the table's, else ``None``: call patterns
-        #: resolve through it directly, without the ``_lookup_key`` frame.
+        #: ``table.get`` while the look-up is the table's, else ``None``: ``_resolve``
+        #: reads it directly, without the ``_lookup_key`` frame.
         self._table_get = None if table is None else table.get
         self._call_args = call_args if call_args is not None else {}
         self._table = table
@@ -180,9 +180,10 @@ class _MatchRecord:
     def _resolve(self, expr: Any) -> tuple[Any, Any]:
         """Follow bindings from a Var to its value; returns (value, last var looked through)."""
         via = None
+        get = self._table_get
         while type(expr) in VAR_TYPES:
             key = handle(expr)
-            value = self._lookup_key(expr, key)
+            value = get(key) if get is not None else self._lookup_key(expr, key)
             if value is None:
                 break
             if key not in self._internal:
@@ -309,26 +310,11 @@ class Matcher(_MatchRecord):
         return scalar_matches(pattern, value), (expr if via is None else value), via
 
     def _on_call(self, pattern: CallPattern, expr: Any):
-        # _resolve and _match_call, inlined: a call pattern is most of a rule's nodes.
-        trail = self._trail
-        get = self._table_get
-        via = value = None
-        if get is not None:
-            internal = self._internal
-            while type(expr) in VAR_TYPES:
-                key = handle(expr)
-                value = get(key)
-                if value is None:
-                    break
-                if key not in internal:
-                    internal[key] = expr
-                    trail.append(("internal", key))
-                via, expr = expr, value
-            value = expr
-        else:
-            value, via = self._resolve(expr)
+        value, via = self._resolve(expr)
         if type(value) is not relax.Call:
             return False, None, None
+        # _match_call, inlined: a call pattern is most of a rule's nodes.
+        trail = self._trail
         mark = len(trail)
         if self._match_call_exact(pattern, value):
             return True, value, via
@@ -554,20 +540,7 @@ class Matcher(_MatchRecord):
             return False
         trail = self._trail
         mark = len(trail)
-        # _match_args, inlined (the arguments as written are tried on every call node).
-        visit, memo, inputs = self.visit, self._memo, self._inputs
-        for p, a in zip(pargs, args):
-            if type(p) is WildcardPattern and p not in memo:
-                memo[p] = a
-                if type(a) is not tvm.ir.Op:
-                    arg_key = handle(a)
-                    if arg_key not in inputs:
-                        inputs[arg_key] = a
-                        trail.append(("input", arg_key))
-                trail.append(("memo", p))
-            elif not visit(p, a):
-                break
-        else:
+        if self._match_args(pargs, args):
             return True
         if len(trail) > mark:
             self._rollback(mark)

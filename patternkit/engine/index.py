@@ -157,7 +157,6 @@ class FunctionIndex:
         params = index.params
         call_args, by_key, all_reads = index.call_args, index.by_key, index.reads
         params.update(handle(p) for p in C.array_items(func.params))
-        get, size, op_table = C.array_get, C.array_size, C.OP_INFO
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = C.array_items(block.bindings)
             index.blocks.append(bindings)
@@ -175,15 +174,9 @@ class FunctionIndex:
                 if type(binding) is relax.VarBinding:
                     op = value.op if type(value) is relax.Call else None
                     if type(op) is tvm.ir.Op:
-                        # The common case, read once: an operator call on leaves.  (The
-                        # operator's cached info and the arguments read inline: this loop
-                        # runs once per binding of every function a pass indexes.)
-                        info = op_table.get(handle(op))
-                        kind, pure = info if info is not None else C.op_info(op)
-                        array = value.args
-                        n = size(array)
-                        args = ([get(array, 0), get(array, 1)] if n == 2 else
-                                [get(array, i) for i in range(n)])
+                        # The common case, read once: an operator call on leaves.
+                        kind, pure = C.op_info(op)
+                        args = C.array_items(value.args)
                         call_args[handle(value)] = args
                         reads = []
                         for a in args:
@@ -403,7 +396,7 @@ def reads_of_value(value: Any) -> list[int]:
                 if key not in reads and (kind is relax.DataflowVar
                                          or not tvm.ir.is_prim_var(arg)):
                     reads.append(key)
-            elif KIND_OF.get(type(arg)) not in LEAF_KINDS:  # nested, symbolic: ask TVM
+            elif KIND_OF.get(kind) not in LEAF_KINDS:  # nested, symbolic: ask TVM
                 break
         else:
             return reads

@@ -30,9 +30,6 @@ from ..errors import PatternkitError
 
 _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
-#: ``array_get(array, i)`` and ``array_size(array)``: the FFI calls behind
-#: :func:`array_items`, for the one loop (the function index) that reads arguments inline.
-array_get, array_size = _array_get, _array_size
 
 
 def array_items(array: Any) -> list:
@@ -194,9 +191,6 @@ def const_to_numpy(expr: Any) -> np.ndarray:
 
 
 _OP_INFO: dict[int, tuple[str, bool]] = {}  # Op handle -> (name, pure); ops live as long as TVM
-#: :func:`op_info`'s cache, read directly by the function index (a miss goes through
-#: :func:`op_info`).
-OP_INFO = _OP_INFO
 VAR_TYPES = frozenset({relax.Var, relax.DataflowVar})  # exact types, for ``type(x) in VAR_TYPES``
 
 
@@ -252,19 +246,9 @@ def static_shape(ty: Any) -> tuple | None:
     shape = ty.shape
     if shape is None:
         return None
-    if type(shape) is not _SHAPE_EXPR:
-        values = getattr(shape, "values", None)
-        if values is None:
-            return tuple(d.value if type(d) is _INT_IMM else d for d in shape)
-    else:
-        values = shape.values
-    # One loop, no helper frames: a rule's check reads a few shapes per match.
-    get = _array_get
-    dims = []
-    for i in range(_array_size(values)):
-        dim = get(values, i)
-        dims.append(dim.value if type(dim) is _INT_IMM else dim)  # exact test: see below
-    return tuple(dims)
+    values = shape.values if type(shape) is _SHAPE_EXPR else getattr(shape, "values", None)
+    dims = array_items(values) if values is not None else list(shape)
+    return tuple([d.value if type(d) is _INT_IMM else d for d in dims])  # exact test: below
 
 
 # Exact type tests: ``isinstance`` against TVM's classes goes through ``ABCMeta`` when it
