@@ -91,7 +91,7 @@ from tvm import relax
 from patternkit.dpl import DFPattern, is_constant, is_op, through, wildcard
 from patternkit.engine import (CompositeRule, NoSuchExample, RewriteRule, RuleMatch, Tolerance,
                                reject, variant_method)
-from patternkit.ir import (const_value, dims_equal, dtype_of, from_expr, int_list,
+from patternkit.ir import (call_args, const_value, dims_equal, dtype_of, from_expr, int_list,
                            is_tensor_constant, prove_equal, static_shape, type_of)
 
 #: The head split and the attention's layout: BNSH <-> BSNH (its own inverse).
@@ -121,8 +121,8 @@ def _compose(inner: Sequence[int], outer: Sequence[int]) -> tuple[int, ...]:
 
 def _axes(call: Any, rank: int) -> tuple[int, ...]:
     """The axes of a ``permute_dims`` call (``None`` there means reversing them)."""
-    axes = call.attrs.axes
-    return tuple(reversed(range(rank))) if axes is None else tuple(int(a) for a in axes)
+    axes = int_list(call.attrs.axes)
+    return tuple(reversed(range(rank))) if axes is None else tuple(axes)
 
 
 def _shape_text(shape: Sequence[Any] | None) -> str:
@@ -269,7 +269,7 @@ class AttentionCollapse(RewriteRule):
         self._agree(match.v, "the value", v_view, (batch, heads, kv_len, None))
         self._check_dtypes(match)
         out_call = match.out if "out" in match else None
-        heads_out = static_shape(type_of(match.root if out_call is None else out_call.args[0]))
+        heads_out = static_shape(type_of(match.root if out_call is None else call_args(out_call)[0]))
         if not _is_view(heads_out, (batch, heads, seq, value_dim), merged=False):
             return reject(f"the attention's result has shape {_shape_text(heads_out)}, not "
                           f"{_shape_text((batch, heads, seq, value_dim))}: the batched "
@@ -295,10 +295,10 @@ class AttentionCollapse(RewriteRule):
         ``out_dtype`` (float16 scores accumulated in float32) or a cast after the softmax.
         """
         dtype = dtype_of(type_of(match.q))
-        probabilities = (str(match.cast.attrs.dtype) if "cast" in match
-                         else dtype_of(type_of(match.softmax.args[0])))
+        scores = dtype_of(type_of(call_args(match.softmax)[0]))
+        probabilities = str(match.cast.attrs.dtype) if "cast" in match else scores
         found_dtypes = (("values", dtype_of(type_of(match.v)), match.v),
-                        ("scores", dtype_of(type_of(match.softmax.args[0])), match.softmax),
+                        ("scores", scores, match.softmax),
                         ("probabilities", probabilities, match.softmax),
                         ("results", dtype_of(type_of(match.root)), match.root))
         for what, found, at in found_dtypes:
@@ -349,8 +349,9 @@ class AttentionCollapse(RewriteRule):
         keeps the elements in order (a broadcast cannot shrink, so it is the identity when
         the element count is kept): the batched matmul pairs the views' heads.
         """
-        for what, expr, view in (("left operand", matmul.args[0], lhs),
-                                 ("right operand", matmul.args[1], rhs)):
+        lhs_expr, rhs_expr = call_args(matmul)[:2]
+        for what, expr, view in (("left operand", lhs_expr, lhs),
+                                 ("right operand", rhs_expr, rhs)):
             shape = static_shape(type_of(expr))
             if not _is_view(shape, view):
                 raise reject(f"the matmul's {what} has shape {_shape_text(shape)}, neither "
@@ -363,7 +364,7 @@ class AttentionCollapse(RewriteRule):
         if axis not in (-1, 3):
             raise reject(f"the softmax normalises axis {axis}, attention the key axis (-1)",
                          at=softmax)
-        shape = static_shape(type_of(softmax.args[0]))
+        shape = static_shape(type_of(call_args(softmax)[0]))
         if not _is_view(shape, scores, merged=False):
             raise reject(f"the softmax's input has shape {_shape_text(shape)}, the scores "
                          f"{_shape_text(scores)}: the batched matmul's result is not split "

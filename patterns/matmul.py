@@ -264,18 +264,21 @@ def _check_bias(match: RuleMatch) -> Any:
     if dtype_of(bias_ty) != dtype_of(out_ty):
         return reject(f"bias dtype {dtype_of(bias_ty)} differs from the matmul output dtype "
                       f"{dtype_of(out_ty)}", at=match.bias)
-    not_a_bias = (f"the added tensor of shape {static_shape(bias_ty)} is not a per-feature "
-                  f"bias of the matmul output {out_shape}")
+    bias_shape = static_shape(bias_ty)
     try:
-        axis = per_channel_axis(static_shape(bias_ty), out_shape, name="it",
-                                of="the matmul output")
+        axis = per_channel_axis(bias_shape, out_shape, name="it", of="the matmul output")
     except NotPerChannel as why:
-        return reject(f"{not_a_bias}: {why}", at=match.bias)
+        return reject(f"{_not_a_bias(bias_shape, out_shape)}: {why}", at=match.bias)
     last = len(out_shape) - 1
     if axis != last:
-        return reject(f"{not_a_bias}: it varies along axis {axis}, the feature axis is {last}",
-                      at=match.bias)
+        return reject(f"{_not_a_bias(bias_shape, out_shape)}: it varies along axis {axis}, the "
+                      f"feature axis is {last}", at=match.bias)
     return True
+
+
+def _not_a_bias(bias_shape: Any, out_shape: Any) -> str:
+    return (f"the added tensor of shape {bias_shape} is not a per-feature bias of the "
+            f"matmul output {out_shape}")
 
 
 def _example_input(dtype: str, shape: str) -> relax.Var:

@@ -335,12 +335,59 @@ class Matcher(_MatchRecord):
     def _on_alt(self, pattern: AltPattern, expr: Any):
         trail = self._trail
         mark = len(trail)
+        get = self._table_get
+        if get is not None:  # the engine's index: its alternatives, flattened (see _Flat)
+            flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
+            memo = self._memo
+            if not any(node in memo for node in flat.nested):
+                return self._on_flat_alt(flat, expr, get, mark)
         if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
         if len(trail) > mark:
             self._rollback(mark)
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
+
+    def _on_flat_alt(self, flat: "_Flat", expr: Any, get: Callable, mark: int):
+        """:meth:`_on_alt` over the flattened alternatives of a nest of ``|``.
+
+        The outcome is the recursive one's: alternatives are tried in the same order,
+        one that calls an operator other than the one ``expr``'s value calls, or whose
+        arguments' values call other operators than its argument patterns need (one
+        level down), is skipped (visited, it would fail leaving no trace), and the nested ``AltPattern`` nodes on
+        the way to the alternative that matched are recorded as the recursion records
+        them (a rule may name one as a role).
+        """
+        value = expr
+        while type(value) in VAR_TYPES:
+            bound = get(handle(value))
+            if bound is None:
+                break
+            value = bound
+        op_key = handle(value.op) if type(value) is relax.Call else None
+        visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
+        args = None
+        for alternative, required_op, path, ahead, swap in flat.alternatives:
+            if required_op is not None:
+                if required_op != op_key:
+                    continue
+                if ahead is not None:
+                    if args is None:
+                        args = self._args_of(value)
+                    if not (_args_may_match(ahead, args, get)
+                            or (swap and _args_may_match(ahead, args[::-1], get))):
+                        continue
+            if visit(alternative, expr):
+                matched, via = memo[alternative], via_of.get(alternative)
+                for node in path:  # innermost first, as the recursion returns
+                    memo[node] = matched
+                    if via is not None:
+                        via_of[node] = via
+                    trail.append(("memo", node))
+                return True, matched, via
+            if len(trail) > mark:
+                self._rollback(mark)
+        return False, None, None
 
     def _on_and(self, pattern: AndPattern, expr: Any):
         if not (self.visit(pattern.left, expr) and self.visit(pattern.right, expr)):
@@ -603,6 +650,111 @@ class Matcher(_MatchRecord):
 #: are registered once and live as long as TVM).
 _REASSOCIATED_OPS = frozenset(handle(tvm.ir.Op.get(name))
                               for name in ("relax.divide", "relax.multiply"))
+
+
+def _required_op(pattern: DFPattern) -> int | None:
+    """Handle of the operator every expression ``pattern`` matches calls, if it has one.
+
+    A call of one operator (constrained or not); ``None`` for anything else, and for the
+    operators the matcher re-associates (a ``divide`` pattern may match a ``multiply``).
+    """
+    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
+        pattern = pattern.pattern
+    if type(pattern) is not CallPattern:
+        return None
+    op = pattern.op
+    if type(op) is not ExprPattern or not op.is_operator or op.handle in _REASSOCIATED_OPS:
+        return None
+    return op.handle
+
+
+def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
+    """Handles of the operators of which every expression ``pattern`` matches calls one:
+    :func:`_required_op`'s, or those of every alternative of a ``|`` (``None``: any)."""
+    op = _required_op(pattern)
+    if op is not None:
+        return frozenset((op,))
+    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
+        pattern = pattern.pattern
+    if type(pattern) is not AltPattern:
+        return None
+    flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
+    ops = [required for _, required, _, _, _ in flat.alternatives]
+    return None if None in ops else frozenset(ops)
+
+
+def _look_ahead(pattern: DFPattern) -> tuple[tuple[tuple[int, frozenset], ...] | None, bool]:
+    """What the arguments of a call matching ``pattern`` must call, one level down:
+    ``((argument position, operator handles), ...)`` or ``None``, and whether the
+    operands may be swapped (``add``, ``multiply``)."""
+    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
+        pattern = pattern.pattern
+    if type(pattern) is not CallPattern or pattern.args is None:
+        return None, False
+    needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
+                  if (ops := _required_ops(arg)) is not None)
+    op = pattern.op
+    swap = len(pattern.args) == 2 and C.op_info(op.expr)[0] in COMMUTATIVE_OPS
+    return needs or None, swap
+
+
+def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: Callable) -> bool:
+    """Does each argument named in ``needs`` hold (through the table) a call of one of its
+    operators?  ``True`` where the argument list is too short to tell (the call's own
+    match decides)."""
+    for i, ops in needs:
+        if i >= len(args):
+            return True
+        value = args[i]
+        while type(value) in VAR_TYPES:
+            bound = get(handle(value))
+            if bound is None:
+                break
+            value = bound
+        if type(value) is not relax.Call or handle(value.op) not in ops:
+            return False
+    return True
+
+
+class _Flat:
+    """The alternatives of a nest of ``|`` in the order the matcher tries them.
+
+    ``through(x, ops, depth=2)`` is seven alternatives nested six deep; matched
+    recursively, each failed one costs a visit, a dispatch and a rollback per level.
+    ``alternatives`` holds ``(alternative, required operator or None, path, look-ahead,
+    swap)``, ``path`` being the nested ``AltPattern`` nodes between the nest's top and the
+    alternative (innermost first), the look-ahead and swap :func:`_look_ahead`'s;
+    ``nested`` all the nested nodes.  Built once per pattern (patterns are not
+    changed once built) and kept on it.
+    """
+
+    __slots__ = ("alternatives", "nested")
+
+    def __init__(self, top: AltPattern):
+        alternatives: list[tuple[DFPattern, int | None, tuple]] = []
+        nested: list[AltPattern] = []
+
+        def flatten(node: DFPattern, path: tuple) -> None:
+            if type(node) is AltPattern:
+                if path or node is not top:
+                    nested.append(node)
+                inner = (node, *path) if node is not top else path
+                flatten(node.left, inner)
+                flatten(node.right, inner)
+            else:
+                required = _required_op(node)
+                # the look-ahead needs the operator known (a re-associated one is not)
+                ahead, swap = _look_ahead(node) if required is not None else (None, False)
+                alternatives.append((node, required, path, ahead, swap))
+
+        flatten(top, ())
+        self.alternatives = tuple(alternatives)
+        self.nested = tuple(nested)
+
+    @classmethod
+    def of(cls, pattern: AltPattern) -> "_Flat":
+        flat = pattern.__dict__["_flat_alternatives"] = cls(pattern)
+        return flat
 
 
 _HANDLERS = {

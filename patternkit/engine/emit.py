@@ -55,7 +55,8 @@ def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict
 def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
                   func_name: str, *, pass_name: str,
                   rule_of: Callable[[int], str] | None = None,
-                  new_reads: dict[int, list[int]] | None = None) -> Emitted:
+                  new_reads: dict[int, list[int]] | None = None,
+                  normalized: dict[int, list] | None = None) -> Emitted:
     """:func:`emit_function` for replacements made by several rules.
 
     ``rule_of(handle)`` names the rule that made a replacement, for error messages
@@ -63,7 +64,10 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
     :func:`~patternkit.engine.index.reads_of_value` of the replacements the caller has
     computed already.  Each replacement is normalised where it stands,
     so nested calls in it become new bindings right before it; everything else is
-    re-emitted as it was.
+    re-emitted as it was.  ``normalized`` holds, for replacements the pass itself built
+    typed (``MergeComposite``'s composite calls), the bindings their normalisation would
+    give, which are emitted as they are (rules' replacements are always normalised and
+    their types checked).
 
     Raises
     ------
@@ -96,8 +100,12 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
                                                      index.blocks, index.keys)):
         is_dataflow = type(block) is relax.DataflowBlock
         replaced = [(bindings[j], replacements[keys[j][0]], rule_of(keys[j][0]))
-                    for j in sorted(kept.get(bi, ()))]  # in program order
+                    for j in sorted(kept.get(bi, ()))  # in program order
+                    if not normalized or keys[j][0] not in normalized]
         segments = _normalize_replacements(replaced, is_dataflow, func_name)
+        if normalized:
+            segments.update((keys[j][0], normalized[keys[j][0]]) for j in kept.get(bi, ())
+                            if keys[j][0] in normalized)
         emitted = []
         for binding, (key, _) in zip(bindings, keys):
             if key in dead:

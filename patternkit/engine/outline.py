@@ -80,17 +80,17 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
     :func:`lifted_inputs`, which a caller that also passes them as the call's arguments
     computes once and hands in).
 
-    ``normalize=False`` leaves the function's body untyped when every binding copied is
-    an operator call (typed; its ``SeqExpr`` is not), for a caller that normalises the
-    call to the function where it binds it, as ``MergeComposite``'s emission does: the
-    function is then normalised once, not twice (a ``BlockBuilder`` and a normalisation
-    per composite were a third of its cost).  Other bindings (tuples, projections) are
-    copied untyped, and the function is normalised here.
+    ``normalize=False`` skips the normalisation when every binding copied is an
+    operator call: the copies are typed, and so is the body, given the root's type (a
+    ``BlockBuilder`` and a normalisation per composite were a third of
+    ``MergeComposite``'s cost).  Other bindings (tuples, projections) are copied
+    untyped, and the function is normalised.  Either way the function is typed
+    throughout.
 
     Every copied call keeps the type of the call it copies: the parameters have the
     types of the inputs they stand for, so inference would find the same types again,
-    and the final normalisation then only types the body.  The Vars, calls and the
-    attributes are built through the FFI constructors directly (a composite is built per
+    and the final normalisation then only types the body.  The Vars, calls, bindings, block,
+    body and function are built through the FFI constructors directly (a composite is built per
     match, and the Python wrappers' argument conversion was most of its cost).
     """
     group_id = group.gid
@@ -120,12 +120,14 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
         else:
             typed = False
             new_value = substitute(value, mapping, by_handle=True)
-        bindings.append(relax.VarBinding(new_var, new_value))
+        bindings.append(C.new_var_binding(new_var, new_value, None))
         mapping[key] = new_var
-    body = relax.SeqExpr([relax.DataflowBlock(bindings)], mapping[root_key])
+    body = C.new_seq_expr([C.new_dataflow_block(bindings, None)], mapping[root_key], None)
+    if typed and not normalize:
+        C.update_type(body, group.root_var.ty)  # its result's type: the root's
     attributes = tvm.ir.DictAttrs({PARTITIONED_FROM_PATTERN: _partition_name(index, group, values),
                                    **attrs})
-    local = relax.Function(params, body, group.root_var.ty, True, attributes)
+    local = C.new_function(params, body, group.root_var.ty, True, attributes, None)
     return relax.BlockBuilder().normalize(local) if normalize or not typed else local
 
 

@@ -42,6 +42,12 @@ def array_items(array: Any) -> list:
     return [get(array, i) for i in range(_array_size(array))]
 
 
+def call_args(call: Any) -> list:
+    """The arguments of ``call`` as a list: ``call.args[i]`` indexes the FFI ``Array``
+    through its Python ``__getitem__`` (~2 us), this reads each one directly."""
+    return array_items(call.args)
+
+
 def int_list(array: Any) -> list[int] | None:
     """An integer array attribute (an op's ``axis``) as a list of ints; ``None`` stays ``None``.
 
@@ -81,6 +87,16 @@ MISSING_TYPE = tvm.ir.Type.missing()
 new_tuple = tvm.ir._ffi_api.Tuple  # pylint: disable=protected-access
 new_dataflow_var = relax._ffi_api.DataflowVar  # pylint: disable=protected-access
 new_var = tvm.ir._ffi_api.Var  # pylint: disable=protected-access
+#: ``new_var_binding(var, value, span)``, ``new_dataflow_block(bindings, span)``,
+#: ``new_seq_expr(blocks, body, span)``, ``new_function(params, body, ret_ty, is_pure,
+#: attrs, span)``: the same for the pieces of an outlined function.
+new_var_binding = relax._ffi_api.VarBinding  # pylint: disable=protected-access
+new_dataflow_block = relax._ffi_api.DataflowBlock  # pylint: disable=protected-access
+new_seq_expr = relax._ffi_api.SeqExpr  # pylint: disable=protected-access
+new_function = relax._ffi_api.Function  # pylint: disable=protected-access
+#: ``update_type(expr, ty)``: give an untyped expression its type in place (what
+#: normalisation would infer), for an expression built from typed parts.
+update_type = relax._ffi_api.UpdateType  # pylint: disable=protected-access
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

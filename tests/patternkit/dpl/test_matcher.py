@@ -230,3 +230,103 @@ def test_without_the_function_a_bound_var_looks_free():
     value = func.body.blocks[0].bindings[1].value
     assert pk.match(pk.is_var("a") + pk.wildcard(), value)
     assert not pk.match(pk.is_op("exp")(pk.wildcard()) + pk.wildcard(), value)
+
+
+# ------------------------------------------------- alternatives on the engine's index
+# With the index's table the matcher tries a nest of ``|`` flattened, skipping the
+# alternatives whose operator (or whose arguments' operators, one level down) the
+# expression does not call; with a look-up function it recurses.  Both must record the
+# same match: the rewrite engine uses the first, explain and user look-ups the second.
+def _engine_and_recursive_matchers(func):
+    from patternkit.dpl.matcher import Matcher
+    from patternkit.engine.index import FunctionIndex
+
+    index = FunctionIndex.build(func)
+    for bi, table in enumerate(index.values):
+        engine = Matcher(call_args={}, table=table)
+        recursive = Matcher(lambda var, table=table: table.get(var.__chandle__()), {})
+        for binding in index.blocks[bi]:
+            yield engine, recursive, binding.value
+
+
+def _record(found):
+    from patternkit.ir.compat import handle
+
+    if found is None:
+        return None
+    return (sorted((id(p), handle(e)) for p, e in found.captures.items()),
+            sorted((id(p), handle(e)) for p, e in found.bound_vars.items()),
+            list(found.internal_keys), [handle(e) for e in found.inputs])
+
+
+def _library_patterns():
+    from patternkit.patterns import EXPANSIONS, LIBRARY
+
+    rules = [*LIBRARY, *EXPANSIONS]
+    return [(rule.name, rule.pattern) for rule in rules if getattr(rule, "pattern", None)]
+
+
+def test_the_flattened_alternatives_record_what_the_recursive_match_records():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from patternkit.testing import relax_graphs, relax_programs
+
+    patterns = _library_patterns()
+    assert len(patterns) > 20  # every family's rules and composites
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.one_of(relax_programs(max_ops=10), relax_graphs(max_ops=10)))
+    def check(mod):
+        for engine, recursive, value in _engine_and_recursive_matchers(mod["main"]):
+            for name, pattern in patterns:
+                assert _record(engine.match(pattern, value)) == \
+                    _record(recursive.match(pattern, value)), (name, value)
+
+    check()
+
+
+def test_a_role_on_a_nested_alternative_is_captured_through_the_index(make_var):
+    from patternkit.dpl.matcher import Matcher
+    from patternkit.engine.index import FunctionIndex
+
+    w = pk.wildcard()
+    inner = pk.is_op("exp")(w) | pk.is_op("log")(w)
+    outer = (inner | pk.is_op("sqrt")(w)) | pk.is_op("tanh")(w)
+    def build(bb, x):
+        with bb.dataflow():
+            lg = bb.emit(relax.op.log(x), "lg")
+            out = bb.emit_output(relax.op.abs(lg), "out")
+        bb.emit_func_output(out)
+
+    func, named = _function(build, "x")
+    index = FunctionIndex.build(func)
+    engine = Matcher(call_args=index.call_args, table=index.values[0])
+    found = engine.match(pk.is_op("abs")(outer), index.blocks[0][1].value)
+    assert found is not None
+    assert found.captures[inner].op.name == "relax.log"  # the nested alternative's role
+    assert found.captures[outer] is found.captures[inner]
+    assert found.bound_vars[inner].same_as(named["lg"])
+    assert _names(found.internal) == ["lg"]
+
+
+def test_the_look_ahead_tries_swapped_operands_of_add_and_multiply(make_var):
+    from patternkit.dpl.matcher import Matcher
+    from patternkit.engine.index import FunctionIndex
+
+    w, v = pk.wildcard(), pk.wildcard()
+    for op, name in ((relax.op.add, "add"), (relax.op.multiply, "multiply")):
+        pattern = pk.is_op(name)(pk.is_op("exp")(w), v) | pk.is_op("negative")(w)
+
+        def build(bb, x, y, op=op):
+            with bb.dataflow():
+                e = bb.emit(relax.op.exp(x), "e")
+                out = bb.emit_output(op(y, e), "out")
+            bb.emit_func_output(out)
+
+        func, _ = _function(build, "x", "y")
+        index = FunctionIndex.build(func)
+        engine = Matcher(call_args=index.call_args, table=index.values[0])
+        found = engine.match(pattern, index.blocks[0][1].value)
+        assert found is not None, name
+        assert found.captures[w].name == "x" and found.captures[v].name == "y"
