@@ -220,7 +220,7 @@ class _Planner:
     def _match_roots(self, entry: CompositeEntry, state: _Block,
                      roots: list[int]) -> list[PlannedComposite]:
         index, position = self.index, self.index.position
-        matcher = Matcher(call_args=index.call_args, table=state.live)
+        matcher = Matcher(call_args=index.call_args, table=state.live, call_ops=index.call_ops)
         # ``formed`` (by identity, in formation order) and ``group_of`` (member -> its
         # group) are kept up to date match by match rather than rebuilt: an entry can form
         # thousands of composites in one block (tensorrt's ``add`` on GPT-2).
@@ -307,7 +307,8 @@ class _Planner:
         """Would ``entry`` have matched at ``j`` had an earlier entry not taken bindings?"""
         if not state.taken:
             return
-        full = Matcher(call_args=self.index.call_args, table=self.index.values[state.bi])
+        full = Matcher(call_args=self.index.call_args, table=self.index.values[state.bi],
+                       call_ops=self.index.call_ops)
         found = full.match(entry.pattern, state.bindings[j].value)
         if found is None:
             return

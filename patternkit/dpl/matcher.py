@@ -103,7 +103,8 @@ class _MatchRecord:
 
     def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
                  table: dict[int, Any] | None = None,
-                 uses: Uses | Callable[[], Uses] | None = None):
+                 uses: Uses | Callable[[], Uses] | None = None,
+                 call_ops: dict[int, int] | None = None):
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -114,6 +115,7 @@ class _MatchRecord:
         #: reads it directly, without the ``_lookup_key`` frame.
         self._table_get = None if table is None else table.get
         self._call_args = call_args if call_args is not None else {}
+        self._call_ops = call_ops if call_ops is not None else {}
         self._table = table
         self._lookup_fn = lookup
         self._uses = uses
@@ -227,6 +229,9 @@ class Matcher(_MatchRecord):
     table : dict, optional
         Handle of a Var -> its value: the rewrite engine's index, used instead of
         ``lookup`` (no Python wrapper of the Var needs hashing).
+    call_ops : dict, optional
+        Handle of a call -> the handle of its operator, from the same index (a call it
+        does not hold has its operator read).
 
     Every pattern node is matched by :meth:`visit`; a subclass that overrides it sees
     each step (:func:`patternkit.explain` records the deepest failure that way).
@@ -364,7 +369,11 @@ class Matcher(_MatchRecord):
             if bound is None:
                 break
             value = bound
-        op_key = handle(value.op) if type(value) is relax.Call else None
+        op_key = None
+        if type(value) is relax.Call:
+            op_key = self._call_ops.get(handle(value))
+            if op_key is None:
+                op_key = handle(value.op)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
         for alternative, required_op, path, ahead, swap in flat.alternatives:
@@ -374,8 +383,9 @@ class Matcher(_MatchRecord):
                 if ahead is not None:
                     if args is None:
                         args = self._args_of(value)
-                    if not (_args_may_match(ahead, args, get)
-                            or (swap and _args_may_match(ahead, args[::-1], get))):
+                    ops = self._call_ops
+                    if not (_args_may_match(ahead, args, get, ops)
+                            or (swap and _args_may_match(ahead, args[::-1], get, ops))):
                         continue
             if visit(alternative, expr):
                 matched, via = memo[alternative], via_of.get(alternative)
@@ -453,7 +463,8 @@ class Matcher(_MatchRecord):
 
     def _alone(self, pattern: DFPattern, expr: Any) -> bool:
         """Does ``pattern`` match ``expr`` on its own (a fresh match, leaving no trace)?"""
-        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts())
+        scratch = Matcher(self._lookup_fn, self._call_args, self._table, self._use_counts(),
+                          self._call_ops)
         scratch._lookup_key = self._lookup_key  # the same view (an If branch's too)
         scratch._table_get = self._table_get
         return scratch.match(pattern, expr) is not None
@@ -566,7 +577,8 @@ class Matcher(_MatchRecord):
         if (type(op_pattern) is ExprPattern and op_pattern.is_operator
                 and op_pattern not in self._memo):
             # The usual is_op(...) callee: compare handles, no generic dispatch.
-            if handle(call.op) != op_pattern.handle:
+            op_key = self._call_ops.get(key)
+            if (handle(call.op) if op_key is None else op_key) != op_pattern.handle:
                 return False
             op = op_pattern.expr  # the same operator node
             self._memo[op_pattern] = op
@@ -698,7 +710,8 @@ def _look_ahead(pattern: DFPattern) -> tuple[tuple[tuple[int, frozenset], ...] |
     return needs or None, swap
 
 
-def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: Callable) -> bool:
+def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: Callable,
+                    call_ops: dict[int, int]) -> bool:
     """Does each argument named in ``needs`` hold (through the table) a call of one of its
     operators?  ``True`` where the argument list is too short to tell (the call's own
     match decides)."""
@@ -711,7 +724,10 @@ def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: C
             if bound is None:
                 break
             value = bound
-        if type(value) is not relax.Call or handle(value.op) not in ops:
+        if type(value) is not relax.Call:
+            return False
+        op_key = call_ops.get(handle(value))
+        if (handle(value.op) if op_key is None else op_key) not in ops:
             return False
     return True
 

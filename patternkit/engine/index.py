@@ -94,6 +94,8 @@ class FunctionIndex:
     by_key : dict str -> list of (block index, binding index), in program order.
     reads : dict handle -> list of handles of the Vars its bound value reads.
     call_args : dict handle of a bound Call -> its argument list (read once, reused).
+    call_ops : dict handle of a bound operator Call -> the handle of its operator (the
+        matcher compares operators by handle without reading ``call.op`` again).
     keys : list of list of (handle, removable), per block, parallel to ``blocks``;
         ``removable`` marks pure dataflow bindings a rewrite may delete once unused.
     undefined : ``(position, handle)`` of the first read of a Var that is neither a
@@ -116,6 +118,7 @@ class FunctionIndex:
     by_key: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     call_args: dict = field(default_factory=dict)
+    call_ops: dict = field(default_factory=dict)
     keys: list = field(default_factory=list)
     undefined: tuple | None = None
     not_normal: tuple | None = None
@@ -156,6 +159,7 @@ class FunctionIndex:
         position, readers = index.position, index.readers
         params = index.params
         call_args, by_key, all_reads = index.call_args, index.by_key, index.reads
+        call_ops = index.call_ops
         params.update(handle(p) for p in C.array_items(func.params))
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = C.array_items(block.bindings)
@@ -177,7 +181,9 @@ class FunctionIndex:
                         # The common case, read once: an operator call on leaves.
                         kind, pure = C.op_info(op)
                         args = C.array_items(value.args)
-                        call_args[handle(value)] = args
+                        value_key = handle(value)
+                        call_args[value_key] = args
+                        call_ops[value_key] = handle(op)
                         reads = []
                         for a in args:
                             arg_kind = kind_of(type(a))

@@ -190,7 +190,8 @@ class _GraphMatcher:
         self.graph = graph
         self.roots = context.roots()
         self.consumers = {p: context.consumers(p) for p in context.patterns}
-        self.matcher = Matcher(call_args=graph.index.call_args, table=graph.table, uses=uses)
+        self.matcher = Matcher(call_args=graph.index.call_args, table=graph.table, uses=uses,
+                               call_ops=graph.index.call_ops)
         self.first_read = {key: i for i, key in enumerate(graph.order)}
 
     def match_at(self, key: int) -> _State | None:

@@ -160,7 +160,8 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     groups: list[Group] = []
     skipped: list[Skipped] = []
     uses = Uses(index.readers, index.escaping)  # what a dominator's reconvergence reads
-    matchers = [Matcher(call_args=index.call_args, table=table, uses=uses)
+    matchers = [Matcher(call_args=index.call_args, table=table, uses=uses,
+                        call_ops=index.call_ops)
                 for table in index.values]
     dead = index.dead_code
     keys = index.keys
