@@ -357,10 +357,11 @@ class Matcher(_MatchRecord):
         """:meth:`_on_alt` over the flattened alternatives of a nest of ``|``.
 
         The outcome is the recursive one's: alternatives are tried in the same order,
-        one that calls an operator other than the one ``expr``'s value calls, or whose
-        arguments' values call other operators than its argument patterns need (one
-        level down), is skipped (visited, it would fail leaving no trace), and the nested ``AltPattern`` nodes on
-        the way to the alternative that matched are recorded as the recursion records
+        one that cannot match the operator ``expr``'s value calls, or whose arguments'
+        values call other operators than its argument patterns need (one level down),
+        is skipped (visited, it would fail leaving no trace), and the nested
+        ``AltPattern`` nodes on the way to the alternative that matched are recorded as
+        the recursion records
         them (a rule may name one as a role).
         """
         value = expr
@@ -376,9 +377,9 @@ class Matcher(_MatchRecord):
                 op_key = handle(value.op)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
-        for alternative, required_op, path, ahead, swap in flat.alternatives:
-            if required_op is not None:
-                if required_op != op_key:
+        for alternative, required, path, ahead, swap in flat.alternatives:
+            if required is not None:
+                if op_key not in required:
                     continue
                 if ahead is not None:
                     if args is None:
@@ -664,14 +665,19 @@ _REASSOCIATED_OPS = frozenset(handle(tvm.ir.Op.get(name))
                               for name in ("relax.divide", "relax.multiply"))
 
 
-def _required_op(pattern: DFPattern) -> int | None:
-    """Handle of the operator every expression ``pattern`` matches calls, if it has one.
-
-    A call of one operator (constrained or not); ``None`` for anything else, and for the
-    operators the matcher re-associates (a ``divide`` pattern may match a ``multiply``).
-    """
+def _unconstrained(pattern: DFPattern) -> DFPattern:
+    """``pattern`` under its ``has_attr`` / ``has_type`` / ... constraints."""
     while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
         pattern = pattern.pattern
+    return pattern
+
+
+def _exact_op(pattern: DFPattern) -> int | None:
+    """Handle of the operator of a call pattern whose matches all call it, as written:
+    ``None`` for other patterns, and for ``divide`` / ``multiply``, which the matcher
+    re-associates (a ``divide`` pattern may match a ``multiply`` call with other
+    arguments)."""
+    pattern = _unconstrained(pattern)
     if type(pattern) is not CallPattern:
         return None
     op = pattern.op
@@ -681,26 +687,34 @@ def _required_op(pattern: DFPattern) -> int | None:
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
-    """Handles of the operators of which every expression ``pattern`` matches calls one:
-    :func:`_required_op`'s, or those of every alternative of a ``|`` (``None``: any)."""
-    op = _required_op(pattern)
-    if op is not None:
-        return frozenset((op,))
-    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
-        pattern = pattern.pattern
+    """Handles of the operators of which every expression ``pattern`` matches calls one
+    (``None``: any expression may match).
+
+    A call pattern's operator (``divide`` and ``multiply`` each stand for both, as they
+    re-associate), or those of every alternative of a ``|``.
+    """
+    pattern = _unconstrained(pattern)
+    if type(pattern) is CallPattern:
+        op = pattern.op
+        if type(op) is not ExprPattern or not op.is_operator:
+            return None
+        return _REASSOCIATED_OPS if op.handle in _REASSOCIATED_OPS else frozenset((op.handle,))
     if type(pattern) is not AltPattern:
         return None
     flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
-    ops = [required for _, required, _, _, _ in flat.alternatives]
-    return None if None in ops else frozenset(ops)
+    found: set[int] = set()
+    for _, required, _, _, _ in flat.alternatives:
+        if required is None:
+            return None
+        found |= required
+    return frozenset(found)
 
 
 def _look_ahead(pattern: DFPattern) -> tuple[tuple[tuple[int, frozenset], ...] | None, bool]:
     """What the arguments of a call matching ``pattern`` must call, one level down:
     ``((argument position, operator handles), ...)`` or ``None``, and whether the
     operands may be swapped (``add``, ``multiply``)."""
-    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
-        pattern = pattern.pattern
+    pattern = _unconstrained(pattern)
     if type(pattern) is not CallPattern or pattern.args is None:
         return None, False
     needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
@@ -737,11 +751,11 @@ class _Flat:
 
     ``through(x, ops, depth=2)`` is seven alternatives nested six deep; matched
     recursively, each failed one costs a visit, a dispatch and a rollback per level.
-    ``alternatives`` holds ``(alternative, required operator or None, path, look-ahead,
-    swap)``, ``path`` being the nested ``AltPattern`` nodes between the nest's top and the
-    alternative (innermost first), the look-ahead and swap :func:`_look_ahead`'s;
-    ``nested`` all the nested nodes.  Built once per pattern (patterns are not
-    changed once built) and kept on it.
+    ``alternatives`` holds ``(alternative, required operators or None, path, look-ahead,
+    swap)``: the operators of :func:`_required_ops`, ``path`` the nested ``AltPattern``
+    nodes between the nest's top and the alternative (innermost first), look-ahead and
+    swap :func:`_look_ahead`'s; ``nested`` holds all the nested nodes.  Built once per
+    pattern (patterns are not changed once built) and kept on it.
     """
 
     __slots__ = ("alternatives", "nested")
@@ -758,9 +772,10 @@ class _Flat:
                 flatten(node.left, inner)
                 flatten(node.right, inner)
             else:
-                required = _required_op(node)
-                # the look-ahead needs the operator known (a re-associated one is not)
-                ahead, swap = _look_ahead(node) if required is not None else (None, False)
+                required = _required_ops(node)
+                # the look-ahead needs the arguments as written (re-association moves them)
+                ahead, swap = (_look_ahead(node) if _exact_op(node) is not None
+                               else (None, False))
                 alternatives.append((node, required, path, ahead, swap))
 
         flatten(top, ())
