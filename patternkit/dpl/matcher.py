@@ -381,12 +381,13 @@ class Matcher(_MatchRecord):
             if required is not None:
                 if op_key not in required:
                     continue
-                if ahead is not None:
+                if ahead is not None and op_key == ahead[0]:
                     if args is None:
                         args = self._args_of(value)
                     ops = self._call_ops
-                    if not (_args_may_match(ahead, args, get, ops)
-                            or (swap and _args_may_match(ahead, args[::-1], get, ops))):
+                    needs = ahead[1]
+                    if not (_args_may_match(needs, args, get, ops)
+                            or (swap and _args_may_match(needs, args[::-1], get, ops))):
                         continue
             if visit(alternative, expr):
                 matched, via = memo[alternative], via_of.get(alternative)
@@ -672,18 +673,13 @@ def _unconstrained(pattern: DFPattern) -> DFPattern:
     return pattern
 
 
-def _exact_op(pattern: DFPattern) -> int | None:
-    """Handle of the operator of a call pattern whose matches all call it, as written:
-    ``None`` for other patterns, and for ``divide`` / ``multiply``, which the matcher
-    re-associates (a ``divide`` pattern may match a ``multiply`` call with other
-    arguments)."""
+def _call_op(pattern: DFPattern) -> int | None:
+    """Handle of the operator a call pattern names (``is_op``), else ``None``."""
     pattern = _unconstrained(pattern)
     if type(pattern) is not CallPattern:
         return None
     op = pattern.op
-    if type(op) is not ExprPattern or not op.is_operator or op.handle in _REASSOCIATED_OPS:
-        return None
-    return op.handle
+    return op.handle if type(op) is ExprPattern and op.is_operator else None
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
@@ -715,7 +711,7 @@ def _look_ahead(pattern: DFPattern) -> tuple[tuple[tuple[int, frozenset], ...] |
     ``((argument position, operator handles), ...)`` or ``None``, and whether the
     operands may be swapped (``add``, ``multiply``)."""
     pattern = _unconstrained(pattern)
-    if type(pattern) is not CallPattern or pattern.args is None:
+    if type(pattern) is not CallPattern or pattern.args is None or _call_op(pattern) is None:
         return None, False
     needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
                   if (ops := _required_ops(arg)) is not None)
@@ -753,8 +749,11 @@ class _Flat:
     recursively, each failed one costs a visit, a dispatch and a rollback per level.
     ``alternatives`` holds ``(alternative, required operators or None, path, look-ahead,
     swap)``: the operators of :func:`_required_ops`, ``path`` the nested ``AltPattern``
-    nodes between the nest's top and the alternative (innermost first), look-ahead and
-    swap :func:`_look_ahead`'s; ``nested`` holds all the nested nodes.  Built once per
+    nodes between the nest's top and the alternative (innermost first), look-ahead
+    ``(operator, needs)`` or ``None`` (what :func:`_look_ahead` finds, checked only
+    against a call of the pattern's own operator: ``divide`` and ``multiply`` patterns
+    re-associate against the other, with other arguments) and swap; ``nested`` holds all
+    the nested nodes.  Built once per
     pattern (patterns are not changed once built) and kept on it.
     """
 
@@ -773,9 +772,10 @@ class _Flat:
                 flatten(node.right, inner)
             else:
                 required = _required_ops(node)
-                # the look-ahead needs the arguments as written (re-association moves them)
-                ahead, swap = (_look_ahead(node) if _exact_op(node) is not None
-                               else (None, False))
+                needs, swap = _look_ahead(node)
+                # valid where the call's operator is the pattern's own: a divide pattern
+                # re-associates against a multiply call, whose arguments are others
+                ahead = None if needs is None else (_call_op(node), needs)
                 alternatives.append((node, required, path, ahead, swap))
 
         flatten(top, ())

@@ -249,13 +249,27 @@ def _engine_and_recursive_matchers(func):
             yield engine, recursive, binding.value
 
 
-def _record(found):
+def _nodes(pattern) -> set[int]:
+    """Ids of the nodes of ``pattern``: the re-associated forms the matcher builds while
+    matching are new objects each time, and what they capture is captured by the
+    pattern's own nodes too."""
+    seen, work = set(), [pattern]
+    while work:
+        node = work.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            work.extend(node.children())
+    return seen
+
+
+def _record(found, pattern):
     from patternkit.ir.compat import handle
 
     if found is None:
         return None
-    return (sorted((id(p), handle(e)) for p, e in found.captures.items()),
-            sorted((id(p), handle(e)) for p, e in found.bound_vars.items()),
+    nodes = _nodes(pattern)
+    return (sorted((id(p), handle(e)) for p, e in found.captures.items() if id(p) in nodes),
+            sorted((id(p), handle(e)) for p, e in found.bound_vars.items() if id(p) in nodes),
             list(found.internal_keys), [handle(e) for e in found.inputs])
 
 
@@ -280,8 +294,8 @@ def test_the_flattened_alternatives_record_what_the_recursive_match_records():
     def check(mod):
         for engine, recursive, value in _engine_and_recursive_matchers(mod["main"]):
             for name, pattern in patterns:
-                assert _record(engine.match(pattern, value)) == \
-                    _record(recursive.match(pattern, value)), (name, value)
+                assert _record(engine.match(pattern, value), pattern) == \
+                    _record(recursive.match(pattern, value), pattern), (name, value)
 
     check()
 
@@ -330,3 +344,35 @@ def test_the_look_ahead_tries_swapped_operands_of_add_and_multiply(make_var):
         found = engine.match(pattern, index.blocks[0][1].value)
         assert found is not None, name
         assert found.captures[w].name == "x" and found.captures[v].name == "y"
+
+
+def test_re_associated_forms_match_alike_through_the_index_and_the_look_up():
+    # divide and multiply patterns match calls of the other operator with other
+    # arguments: the look-ahead must not judge those by the pattern's own arguments
+    a, b, c = pk.wildcard(), pk.wildcard(), pk.wildcard()
+    for name, pattern in (("divide of multiply", a * b / c), ("multiply of divide", a * (b / c))):
+        alternatives = pattern | pk.is_op("negative")(a)
+        nested = pk.is_op("exp")(alternatives)
+        forms = {"(g * s) / q": lambda g, s, q: relax.op.divide(relax.op.multiply(g, s), q),
+                 "g * (s / q)": lambda g, s, q: relax.op.multiply(g, relax.op.divide(s, q)),
+                 "(g / q) * s": lambda g, s, q: relax.op.multiply(relax.op.divide(g, q), s),
+                 "(s / q) * g": lambda g, s, q: relax.op.multiply(relax.op.divide(s, q), g)}
+        for form, make in forms.items():
+            def build(bb, g, s, q, make=make):
+                with bb.dataflow():
+                    inner = make(g, s, q)
+                    first = bb.emit(relax.Call(inner.op, [bb.emit(inner.args[0]), inner.args[1]]
+                                               if isinstance(inner.args[0], relax.Call) else
+                                               [inner.args[0], bb.emit(inner.args[1])],
+                                               inner.attrs), "product")
+                    out = bb.emit_output(relax.op.exp(first), "out")
+                bb.emit_func_output(out)
+
+            func, _ = _function(build, "g", "s", "q")
+            found = {}
+            for engine, recursive, value in _engine_and_recursive_matchers(func):
+                for label, p in (("alternatives", alternatives), ("nested", nested)):
+                    record = _record(engine.match(p, value), p)
+                    assert record == _record(recursive.match(p, value), p), (name, form, label)
+                    found[label] = found.get(label) or record is not None
+            assert found == {"alternatives": True, "nested": True}, (name, form)
