@@ -125,10 +125,30 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
     body = C.new_seq_expr([C.new_dataflow_block(bindings, None)], mapping[root_key], None)
     if typed and not normalize:
         C.update_type(body, group.root_var.ty)  # its result's type: the root's
-    attributes = tvm.ir.DictAttrs({PARTITIONED_FROM_PATTERN: _partition_name(index, group, values),
-                                   **attrs})
+    attributes = _function_attrs(_partition_name(index, group, values), attrs)
     local = C.new_function(params, body, group.root_var.ty, True, attributes, None)
     return relax.BlockBuilder().normalize(local) if normalize or not typed else local
+
+
+#: ``DictAttrs`` already built, by their items: the composites of one entry share their
+#: attributes (``Composite`` and, mostly, ``PartitionedFromPattern``), and building one
+#: from a Python dict costs about 2 us.  Attributes are immutable, so sharing is safe.
+_ATTRS: dict[tuple, Any] = {}
+_ATTRS_KEPT = 256
+
+
+def _function_attrs(partition: str, attrs: dict[str, Any]) -> Any:
+    """The ``DictAttrs`` of an outlined function: ``PartitionedFromPattern`` and ``attrs``."""
+    items = {PARTITIONED_FROM_PATTERN: partition, **attrs}
+    if not all(type(v) is str for v in attrs.values()):  # only plain strings are keyed
+        return tvm.ir.DictAttrs(items)
+    key = tuple(items.items())
+    found = _ATTRS.get(key)
+    if found is None:
+        if len(_ATTRS) >= _ATTRS_KEPT:
+            _ATTRS.clear()
+        found = _ATTRS[key] = tvm.ir.DictAttrs(items)
+    return found
 
 
 def _copied_call(value: Any, op: Any, args: list, mapping: dict) -> Any:
