@@ -269,7 +269,8 @@ class AttentionCollapse(RewriteRule):
         self._agree(match.v, "the value", v_view, (batch, heads, kv_len, None))
         self._check_dtypes(match)
         out_call = match.out if "out" in match else None
-        heads_out = static_shape(type_of(match.root if out_call is None else call_args(out_call)[0]))
+        result = match.root if out_call is None else call_args(out_call)[0]
+        heads_out = static_shape(type_of(result))
         if not _is_view(heads_out, (batch, heads, seq, value_dim), merged=False):
             return reject(f"the attention's result has shape {_shape_text(heads_out)}, not "
                           f"{_shape_text((batch, heads, seq, value_dim))}: the batched "

@@ -7,29 +7,16 @@ next, which each side's fusion collapses into N fused ops.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_layernorm.py"
 
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_layernorm", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_relax_chain_is_collapsed_into_one_layer_norm_a_norm(bench):
-    row = bench.measure(5, 1)
-    assert row["bindings"] == 5 * bench.BINDINGS_PER_NORM
+def test_the_relax_chain_is_collapsed_into_one_layer_norm_a_norm(bench_layernorm):
+    row = bench_layernorm.measure(5, 1)
+    assert row["bindings"] == 5 * bench_layernorm.BINDINGS_PER_NORM
     assert row["collapsed"] == 5
 
 
-def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench):
+def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench_layernorm):
     pytest.importorskip("onnx")
     pytest.importorskip("onnx_ir")
     import numpy as np
@@ -38,21 +25,21 @@ def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    model = bench.onnx_layernorm_chain(3)
-    assert [node.op_type for node in model.graph][:bench.BINDINGS_PER_NORM] == [
+    model = bench_layernorm.onnx_layernorm_chain(3)
+    assert [node.op_type for node in model.graph][:bench_layernorm.BINDINGS_PER_NORM] == [
         "ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"]
-    x = np.random.default_rng(1).standard_normal(bench.X_SHAPE).astype("float32")
+    x = np.random.default_rng(1).standard_normal(bench_layernorm.X_SHAPE).astype("float32")
 
     def run(mod):
         vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
         return vm["main"](tvm.runtime.tensor(x)).numpy()
 
     imported = from_onnx(onnx_ir.serde.serialize_model(model), keep_params_in_input=False)
-    np.testing.assert_allclose(run(imported), run(bench.layernorm_chain(3)), rtol=1e-6,
-                               atol=1e-6)
+    expected = run(bench_layernorm.layernorm_chain(3))
+    np.testing.assert_allclose(run(imported), expected, rtol=1e-6, atol=1e-6)
 
 
-def test_onnxscript_fuses_every_norm_of_the_onnx_chain(bench):
+def test_onnxscript_fuses_every_norm_of_the_onnx_chain(bench_layernorm):
     pytest.importorskip("onnxscript")
-    row = bench.measure_anchor(3)  # exits unless all 3 norms became LayerNormalization
-    assert row["nodes"] == 3 * bench.BINDINGS_PER_NORM and row["norms"] == 3
+    row = bench_layernorm.measure_anchor(3)  # exits unless all 3 became LayerNormalization
+    assert row["nodes"] == 3 * bench_layernorm.BINDINGS_PER_NORM and row["norms"] == 3

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "coverage.py"
-
-
-@pytest.fixture(scope="module")
-def coverage_script():
-    spec = importlib.util.spec_from_file_location("coverage_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
