@@ -164,7 +164,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                         call_ops=index.call_ops)
                 for table in index.values]
     dead = index.dead_code
-    keys = index.keys
+    keys, values = index.keys, index.values
     for position in reversed(index.candidates(root_op_names(pattern))):
         root_key = keys[position[0]][position[1]][0]  # the root's handle, without an FFI read
         if root_key in dead:
@@ -172,10 +172,12 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
         if not report_claimed and (root_key in claimed or (taken and root_key in taken)):
             continue  # a match here would be an overlap, and nobody asks why
         binding = index.binding_at(position)
-        var = binding.var
-        found = matchers[position[0]].match(pattern, binding.value)
+        # the value as the index holds it (no FFI read), unless the binding is impure
+        value = values[position[0]].get(root_key)
+        found = matchers[position[0]].match(pattern, binding.value if value is None else value)
         if found is None:
             continue
+        var = binding.var
         covered = (*found.internal, var)
         overlap = (var if root_key in claimed else
                    next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
