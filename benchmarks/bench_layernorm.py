@@ -191,8 +191,8 @@ def main() -> None:
         row = _child(["--child", str(n), "--repeat", str(args.repeat)])
         if anchor:
             row.update(_child(["--anchor-child", str(n)]))
-            row["speedup_over_anchor"] = round(row["anchor_us_per_node"] / row["us_per_binding"],
-                                               2)
+            speedup = row["anchor_us_per_node"] / row["us_per_binding"]
+            row["speedup_over_anchor"] = round(speedup, 2)
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["us_per_binding"]

@@ -358,7 +358,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     symbolic = uses_symbolic_vars(func)  # if not, no composite needs a shape argument
     for entry, group in accepted:
         inputs = lifted_inputs(group, symbolic)
-        # left untyped: emission normalises each call, and the composite with it
+        # typed without a normalisation (build_group_function's normalize=False)
         local, args = _closed(build_group_function(index, group, {COMPOSITE: entry.name},
                                                    inputs, normalize=False),
                               inputs, index, group)
@@ -369,11 +369,14 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         local, extra_args = detach_symbolic_vars(local, rename=False) if symbolic \
             else (local, [])
         key = C.handle(group.root_var)
-        # built by the FFI constructor, untyped (``relax.Call``'s Python __init__ costs
-        # more than the rest of the call's bookkeeping here)
-        replacements[key] = C.new_call(C.MISSING_TYPE, local, args + extra_args, None, [], None)
         if not symbolic and index.dataflow[group.position[0]]:
-            built[key] = (group.position, local, args, group.root_var)
+            built[key] = (group.position, local, args, group.root_var)  # typed, below
+        else:
+            # built by the FFI constructor, untyped (``relax.Call``'s Python __init__
+            # costs more than the rest of the call's bookkeeping here): emission
+            # normalises it
+            replacements[key] = C.new_call(C.MISSING_TYPE, local, args + extra_args, None, [],
+                                           None)
         # the composite is closed (``_closed``), so the call reads only its arguments; this
         # spares emission a free-variable walk of each composite's body
         reads[key] = list(dict.fromkeys(C.handle(a) for a in args
@@ -383,8 +386,10 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                                               _names(group.interior),
                                               str(local.attrs[PARTITIONED_FROM_PATTERN])))
     logger.debug("MergeComposite: %d composite(s) in %s", len(accepted), func_name)
+    normalized = _composite_bindings(built)
+    replacements.update((key, bindings[-1].value) for key, bindings in normalized.items())
     return emit_rewrites(func, index, replacements, func_name, pass_name="MergeComposite",
-                         new_reads=reads, normalized=_composite_bindings(built)).function
+                         new_reads=reads, normalized=normalized).function
 
 
 def _composite_bindings(built: dict[int, tuple]) -> dict[int, list]:

@@ -340,12 +340,12 @@ class Matcher(_MatchRecord):
     def _on_alt(self, pattern: AltPattern, expr: Any):
         trail = self._trail
         mark = len(trail)
-        get = self._table_get
-        if get is not None:  # the engine's index: its alternatives, flattened (see _Flat)
+        if self._table_get is not None:  # the engine's index: alternatives flattened (_Flat)
+            # _Flat.of's look-up, without its frame: every | of every match comes here
             flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
             memo = self._memo
             if not any(node in memo for node in flat.nested):
-                return self._on_flat_alt(flat, expr, get, mark)
+                return self._on_flat_alt(flat, expr, mark)
         if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
         if len(trail) > mark:
@@ -353,7 +353,7 @@ class Matcher(_MatchRecord):
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
 
-    def _on_flat_alt(self, flat: "_Flat", expr: Any, get: Callable, mark: int):
+    def _on_flat_alt(self, flat: "_Flat", expr: Any, mark: int):
         """:meth:`_on_alt` over the flattened alternatives of a nest of ``|``.
 
         The outcome is the recursive one's: alternatives are tried in the same order,
@@ -361,20 +361,10 @@ class Matcher(_MatchRecord):
         values call other operators than its argument patterns need (one level down),
         is skipped (visited, it would fail leaving no trace), and the nested
         ``AltPattern`` nodes on the way to the alternative that matched are recorded as
-        the recursion records
-        them (a rule may name one as a role).
+        the recursion records them (a rule may name one as a role).
         """
-        value = expr
-        while type(value) in VAR_TYPES:
-            bound = get(handle(value))
-            if bound is None:
-                break
-            value = bound
-        op_key = None
-        if type(value) is relax.Call:
-            op_key = self._call_ops.get(handle(value))
-            if op_key is None:
-                op_key = handle(value.op)
+        get, call_ops = self._table_get, self._call_ops
+        value, op_key = _value_and_op(expr, get, call_ops)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
         for alternative, required, path, ahead, swap in flat.alternatives:
@@ -384,10 +374,9 @@ class Matcher(_MatchRecord):
                 if ahead is not None and op_key == ahead[0]:
                     if args is None:
                         args = self._args_of(value)
-                    ops = self._call_ops
                     needs = ahead[1]
-                    if not (_args_may_match(needs, args, get, ops)
-                            or (swap and _args_may_match(needs, args[::-1], get, ops))):
+                    if not (_args_may_match(needs, args, get, call_ops)
+                            or (swap and _args_may_match(needs, args[::-1], get, call_ops))):
                         continue
             if visit(alternative, expr):
                 matched, via = memo[alternative], via_of.get(alternative)
@@ -579,7 +568,7 @@ class Matcher(_MatchRecord):
         if (type(op_pattern) is ExprPattern and op_pattern.is_operator
                 and op_pattern not in self._memo):
             # The usual is_op(...) callee: compare handles, no generic dispatch.
-            op_key = self._call_ops.get(key)
+            op_key = self._call_ops.get(key)  # the index's, else read
             if (handle(call.op) if op_key is None else op_key) != op_pattern.handle:
                 return False
             op = op_pattern.expr  # the same operator node
@@ -697,27 +686,31 @@ def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
         return _REASSOCIATED_OPS if op.handle in _REASSOCIATED_OPS else frozenset((op.handle,))
     if type(pattern) is not AltPattern:
         return None
-    flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
     found: set[int] = set()
-    for _, required, _, _, _ in flat.alternatives:
+    for _, required, _, _, _ in _Flat.of(pattern).alternatives:
         if required is None:
             return None
         found |= required
     return frozenset(found)
 
 
-def _look_ahead(pattern: DFPattern) -> tuple[tuple[tuple[int, frozenset], ...] | None, bool]:
-    """What the arguments of a call matching ``pattern`` must call, one level down:
-    ``((argument position, operator handles), ...)`` or ``None``, and whether the
-    operands may be swapped (``add``, ``multiply``)."""
-    pattern = _unconstrained(pattern)
-    if type(pattern) is not CallPattern or pattern.args is None or _call_op(pattern) is None:
-        return None, False
-    needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
-                  if (ops := _required_ops(arg)) is not None)
-    op = pattern.op
-    swap = len(pattern.args) == 2 and C.op_info(op.expr)[0] in COMMUTATIVE_OPS
-    return needs or None, swap
+def _value_and_op(expr: Any, get: Callable, call_ops: dict[int, int]) -> tuple[Any, int | None]:
+    """The value behind ``expr`` through the index's table (nothing recorded), and the
+    handle of the operator it calls (``None`` for anything but a call).
+
+    :meth:`_MatchRecord._peek` for the table, with the operator: the flattened
+    alternatives ask it once per ``|`` and once per argument they look ahead.
+    """
+    while type(expr) in VAR_TYPES:
+        value = get(handle(expr))
+        if value is None:
+            break
+        expr = value
+    if type(expr) is not relax.Call:
+        return expr, None
+    key = handle(expr)
+    op_key = call_ops.get(key)
+    return expr, (handle(expr.op) if op_key is None else op_key)
 
 
 def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: Callable,
@@ -728,18 +721,27 @@ def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: C
     for i, ops in needs:
         if i >= len(args):
             return True
-        value = args[i]
-        while type(value) in VAR_TYPES:
-            bound = get(handle(value))
-            if bound is None:
-                break
-            value = bound
-        if type(value) is not relax.Call:
-            return False
-        op_key = call_ops.get(handle(value))
-        if (handle(value.op) if op_key is None else op_key) not in ops:
+        if _value_and_op(args[i], get, call_ops)[1] not in ops:
             return False
     return True
+
+
+def _look_ahead(pattern: DFPattern) -> tuple[tuple | None, bool]:
+    """What the arguments of a call matching ``pattern`` must call, one level down, and
+    whether its operands may be swapped (``add``, ``multiply``).
+
+    The first is ``(operator, ((argument position, operator handles), ...))`` or
+    ``None``: it holds for a call of the pattern's own operator only (a ``divide``
+    pattern re-associates against a ``multiply`` call, whose arguments are others).
+    """
+    pattern = _unconstrained(pattern)
+    op = _call_op(pattern)
+    if op is None or pattern.args is None:
+        return None, False
+    needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
+                  if (ops := _required_ops(arg)) is not None)
+    swap = len(pattern.args) == 2 and C.op_info(pattern.op.expr)[0] in COMMUTATIVE_OPS
+    return ((op, needs) if needs else None), swap
 
 
 class _Flat:
@@ -749,18 +751,15 @@ class _Flat:
     recursively, each failed one costs a visit, a dispatch and a rollback per level.
     ``alternatives`` holds ``(alternative, required operators or None, path, look-ahead,
     swap)``: the operators of :func:`_required_ops`, ``path`` the nested ``AltPattern``
-    nodes between the nest's top and the alternative (innermost first), look-ahead
-    ``(operator, needs)`` or ``None`` (what :func:`_look_ahead` finds, checked only
-    against a call of the pattern's own operator: ``divide`` and ``multiply`` patterns
-    re-associate against the other, with other arguments) and swap; ``nested`` holds all
-    the nested nodes.  Built once per
-    pattern (patterns are not changed once built) and kept on it.
+    nodes between the nest's top and the alternative (innermost first), look-ahead and
+    swap :func:`_look_ahead`'s; ``nested`` holds all the nested nodes.  Built once per
+    pattern (patterns are not changed once built) and kept on it (:meth:`of`).
     """
 
     __slots__ = ("alternatives", "nested")
 
     def __init__(self, top: AltPattern):
-        alternatives: list[tuple[DFPattern, int | None, tuple]] = []
+        alternatives: list[tuple] = []
         nested: list[AltPattern] = []
 
         def flatten(node: DFPattern, path: tuple) -> None:
@@ -771,12 +770,7 @@ class _Flat:
                 flatten(node.left, inner)
                 flatten(node.right, inner)
             else:
-                required = _required_ops(node)
-                needs, swap = _look_ahead(node)
-                # valid where the call's operator is the pattern's own: a divide pattern
-                # re-associates against a multiply call, whose arguments are others
-                ahead = None if needs is None else (_call_op(node), needs)
-                alternatives.append((node, required, path, ahead, swap))
+                alternatives.append((node, _required_ops(node), path, *_look_ahead(node)))
 
         flatten(top, ())
         self.alternatives = tuple(alternatives)
@@ -784,7 +778,10 @@ class _Flat:
 
     @classmethod
     def of(cls, pattern: AltPattern) -> "_Flat":
-        flat = pattern.__dict__["_flat_alternatives"] = cls(pattern)
+        """The flattening of ``pattern``, built on first use."""
+        flat = pattern.__dict__.get("_flat_alternatives")
+        if flat is None:
+            flat = pattern.__dict__["_flat_alternatives"] = cls(pattern)
         return flat
 
 

@@ -77,6 +77,7 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
         A replacement is not a valid Relax expression, or does not keep the binding's type.
     """
     rule_of = rule_of or (lambda _key: pass_name)
+    normalized = normalized or {}
     new_reads = dict(new_reads or {})
     for key, value in replacements.items():
         reads = new_reads.get(key)
@@ -101,19 +102,17 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
         is_dataflow = type(block) is relax.DataflowBlock
         replaced = [(bindings[j], replacements[keys[j][0]], rule_of(keys[j][0]))
                     for j in sorted(kept.get(bi, ()))  # in program order
-                    if not normalized or keys[j][0] not in normalized]
+                    if keys[j][0] not in normalized]
         segments = _normalize_replacements(replaced, is_dataflow, func_name)
-        if normalized:
-            segments.update((keys[j][0], normalized[keys[j][0]]) for j in kept.get(bi, ())
-                            if keys[j][0] in normalized)
         emitted = []
         for binding, (key, _) in zip(bindings, keys):
             if key in dead:
                 continue
             if key in replacements:
-                emitted.extend(segments[key])
-                added[key] = len(segments[key])
-                new_keys.update(binding_key(b.value) for b in segments[key]
+                segment = normalized.get(key) or segments[key]
+                emitted.extend(segment)
+                added[key] = len(segment)
+                new_keys.update(binding_key(b.value) for b in segment
                                 if type(b) is relax.VarBinding)
             else:
                 emitted.append(binding)

@@ -88,10 +88,10 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
     throughout.
 
     Every copied call keeps the type of the call it copies: the parameters have the
-    types of the inputs they stand for, so inference would find the same types again,
-    and the final normalisation then only types the body.  The Vars, calls, bindings, block,
-    body and function are built through the FFI constructors directly (a composite is built per
-    match, and the Python wrappers' argument conversion was most of its cost).
+    types of the inputs they stand for, so inference would find the same types again.
+    The Vars, calls, bindings, block, body and function are built through the FFI
+    constructors directly (a composite is built per match, and the Python wrappers'
+    argument conversion was most of its cost).
     """
     group_id = group.gid
     inputs = lifted_inputs(group) if inputs is None else inputs

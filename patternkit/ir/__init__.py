@@ -21,7 +21,8 @@ from .targets import from_expr, to_expr
 
 __all__ = [
     "type_of", "static_shape", "dtype_of", "const_value", "is_constant", "is_tensor_constant",
-    "var_name", "int_list", "call_args", "op_name", "relax_op_name", "relay_short_name", "from_expr", "to_expr",
+    "var_name", "int_list", "call_args", "op_name", "relax_op_name", "relay_short_name",
+    "from_expr", "to_expr",
     "FunctionKind", "function_kinds", "per_channel_axis", "NotPerChannel",
     "prove_equal", "same_shape",
     "dims_equal", "trailing_axes", "NotTrailing", "per_feature_shape", "NotPerFeature",
