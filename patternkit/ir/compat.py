@@ -69,6 +69,11 @@ def int_list(array: Any) -> list[int] | None:
 handle = tvm_ffi.core.CObject.__chandle__
 
 
+def is_tvm_object(obj: Any) -> bool:
+    """Is ``obj`` a TVM FFI object (an expression, a type, an operator, a pass, ...)?"""
+    return isinstance(obj, tvm_ffi.core.CObject)
+
+
 def handle_or_none(obj: Any) -> int | None:
     """:data:`handle` of a TVM object, ``None`` for anything else (a str, a pattern)."""
     return obj.__chandle__() if isinstance(obj, tvm_ffi.core.CObject) else None

@@ -28,8 +28,10 @@ instances in that many processes (``spawn``: TVM is not fork-safe), each drawing
 instances and checking its share.  Reports of all shards merge into the whole campaign's.
 Workers rebuild their target: library rules and targets given by name
 (:func:`resolve_target`) travel, as do picklable callables; a ``Pass`` object does not
-pickle and is checked in the calling process.  As with any ``spawn`` pool, a script that
-uses ``jobs > 1`` needs the ``if __name__ == "__main__":`` guard.
+pickle, nor does a target holding a TVM object other than an operator (TVM 0.27's pickling
+of one crashes the process), and those are checked in the calling process.  As with any
+``spawn`` pool, a script that uses ``jobs > 1`` needs the ``if __name__ == "__main__":``
+guard.
 
 Bad input never stops a campaign: a transform that raises, runs past ``timeout`` seconds
 or returns a non-module is reported per instance with the module that caused it.
@@ -38,6 +40,7 @@ or returns a non-module is reported per instance with the module that caused it.
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import logging
 import multiprocessing
 import os
@@ -199,10 +202,26 @@ def _portable(target: Any) -> Any:
     if isinstance(target, tvm.transform.Pass):  # passes do not pickle: give its name
         return None
     try:
-        pickle.dumps(target)
+        _ProbePickler(io.BytesIO()).dump(target)
     except Exception:
         return None
     return ("object", target)
+
+
+class _ProbePickler(pickle.Pickler):
+    """Pickles as the pool will, refusing any TVM object but an operator.
+
+    TVM 0.27 pickles its objects through ``save_json``, which kills the process on a
+    Relax expression (a segmentation fault, not an exception: docs/tvm-bugs.md), so a
+    target holding one (a pattern with ``is_expr(relax.const(...))``, a rule keeping a
+    constant) must be found before the pool pickles it.  Operators serialise (by name).
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if C.is_tvm_object(obj) and type(obj) is not tvm.ir.Op:
+            raise pickle.PicklingError(f"a TVM {type(obj).__name__} does not pickle in "
+                                       f"TVM 0.27 (save_json crashes on it)")
+        return NotImplemented
 
 
 def _restore(spec: Any) -> Any:

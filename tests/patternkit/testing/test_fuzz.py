@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -148,6 +151,51 @@ def test_worker_processes_check_the_same_instances_as_one_process():
     two = fuzz_pass("CanonicalizeBindings", budget=4, seed=2, jobs=2)
     assert two.ok and two.tried == one.tried == 4
     assert two["CanonicalizeBindings"].fired == one["CanonicalizeBindings"].fired
+
+
+_USER_RULES = textwrap.dedent("""
+    from tvm import relax
+    from patternkit.dpl import is_expr, is_op, wildcard
+    from patternkit.engine import RewriteRule
+    from patternkit.testing.fuzz import _portable, fuzz_pass
+
+    class AddOne(RewriteRule):  # keeps a Relax constant, as user rules do
+        name = "user.add_one"
+
+        def __init__(self):
+            super().__init__()
+            self.one = relax.const(1.0, "float32")
+            self.pattern = is_op("add")(wildcard(), is_expr(self.one))
+
+        def rewrite(self, match):
+            return match.root
+
+    class AddSelf(RewriteRule):  # operators only
+        name = "user.add_self"
+
+        def __init__(self):
+            super().__init__()
+            x = wildcard()
+            self.pattern = is_op("add")(x, x)
+
+        def rewrite(self, match):
+            return match.root
+
+    print(_portable(AddOne()), _portable(AddSelf())[0])
+    report = fuzz_pass(AddOne(), budget=2, jobs=2)
+    print(report.tried, report.ok)
+""")
+
+
+def test_a_target_holding_a_relax_constant_is_checked_here_instead_of_crashing():
+    # TVM 0.27 pickles a Relax constant through save_json, which segfaults
+    # (docs/tvm-bugs.md): sending such a rule to the workers killed the calling process.
+    # In a child process, so that a regression fails this test instead of the test run.
+    child = subprocess.run([sys.executable, "-c", _USER_RULES], capture_output=True,
+                           text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["None", "object", "2", "True"]
+    assert "cannot send user.add_one to worker processes" in child.stderr
 
 
 def test_a_bad_shard_is_refused():
