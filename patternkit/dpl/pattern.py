@@ -24,6 +24,7 @@ from tvm import relax
 
 from ..errors import PatternError
 from ..ir.compat import handle_or_none, var_name
+from ..ir.copying import deepcopy_sharing_tvm_objects
 from ..ir.opnames import get_op
 from ..ir.rebuild import constant_text, expr_text
 
@@ -91,6 +92,8 @@ class DFPattern:
 
     # Patterns are compared by identity (a diamond reuses the same object).
     __hash__ = object.__hash__
+    # TVM objects a pattern holds (is_expr's) are shared: TVM 0.27 crashes copying them.
+    __deepcopy__ = deepcopy_sharing_tvm_objects
 
     def __call__(self, *args: Any, varg_default_wildcard: bool = False,
                  add_constraint: bool = True) -> "CallPattern":

@@ -44,6 +44,7 @@ import numpy as np
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
 from ..errors import PatternError
+from ..ir.copying import deepcopy_sharing_tvm_objects
 from .tolerance import EXACT, Tolerance, default_tolerance
 
 #: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
@@ -310,6 +311,9 @@ class Rule:
     its roles) and override :meth:`check` to refuse matches, :meth:`example` to give the
     library's verification a module to run on.
     """
+
+    # TVM objects a rule holds (constants) are shared: TVM 0.27 crashes copying them.
+    __deepcopy__ = deepcopy_sharing_tvm_objects
 
     #: Dotted rule name (``"<family>.<rule>"``); defaults to the class name.
     name: str = ""
