@@ -20,9 +20,15 @@ import numpy as np
 from .compat import is_tvm_object
 
 #: Values whose insides hold no TVM object worth finding (or that deepcopy keeps as is).
-_OPAQUE = (str, bytes, int, float, complex, bool, type(None), type, types.FunctionType,
+_OPAQUE = (str, bytes, int, float, complex, type(None), type, types.FunctionType,
            types.BuiltinFunctionType, types.MethodType, types.ModuleType, np.ndarray,
            np.generic)
+
+#: The memo key under which one deep copy keeps the ids :func:`share_tvm_objects` has
+#: walked: a rule's walk covers its patterns, whose own ``__deepcopy__`` then skips them.
+#: The id of an object kept alive, so that no object being copied can have it.
+_WALKED_SENTINEL = object()
+_WALKED = id(_WALKED_SENTINEL)
 
 
 def share_tvm_objects(root: Any, memo: dict) -> None:
@@ -32,7 +38,7 @@ def share_tvm_objects(root: Any, memo: dict) -> None:
     Reachable: through lists, tuples, sets, dicts (keys and values) and the ``__dict__``
     of plain objects.
     """
-    seen: set[int] = set()
+    seen: set[int] = memo.setdefault(_WALKED, set())
     stack = [root]
     while stack:
         value = stack.pop()

@@ -8,7 +8,6 @@ import textwrap
 
 _DEEPCOPIES = textwrap.dedent("""
     import copy
-    import numpy as np
     import tvm_ffi
     from tvm import relax
     import patternkit as pk
