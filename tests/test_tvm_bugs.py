@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from patternkit.verification import numeric
 
@@ -93,3 +94,78 @@ def test_a_module_round_trips_through_save_json_and_pickle():
     child = subprocess.run([sys.executable, "-c", _SERIALISE_A_MODULE], capture_output=True,
                            text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-2000:]
+
+
+@I.ir_module
+class MatchCastInMain:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        with R.dataflow():
+            y = R.match_cast(x, R.Tensor((4,), "float32"))
+            z = R.add(y, y)
+            R.output(z)
+        return z
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27 MergeCompositeFunctions casts every binding to a "
+                          "VarBinding: 'Invalid type: relax.expr.MatchCast'")
+def test_merge_composite_functions_accepts_a_match_cast():
+    out = relax.transform.MergeCompositeFunctions()(MatchCastInMain)
+    tvm.ir.assert_structural_equal(out, MatchCastInMain)
+
+
+@I.ir_module
+class CountCastFromATensor:
+    """``m`` is defined by the ``match_cast`` and read by the ``arange`` after it."""
+
+    @R.function
+    def main(x: R.Tensor(("n",), "int64"), y: R.Tensor((1,), "int64")):
+        m = T.int64()
+        with R.dataflow():
+            doubled = R.add(x, x)
+            count = R.match_cast(R.tensor_to_shape(y), R.Shape([m]))
+            total = R.sum(R.add(R.arange(0, m, 1, dtype="int64"), R.const(1, "int64")))
+            out = R.add(doubled, total)
+            R.output(out)
+        return out
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27 FuseOps emits the arange's group above "
+                                       "the match_cast defining m: 'Var m is not defined'")
+def test_fuse_ops_keeps_a_group_after_the_match_cast_defining_its_symbolic_variable():
+    legalised = relax.transform.AnnotateTIROpPattern()(
+        relax.transform.LegalizeOps()(CountCastFromATensor))
+    assert relax.analysis.check_well_formed(legalised)
+    assert relax.analysis.check_well_formed(relax.transform.FuseOps()(legalised))
+
+
+def _positions_over_a_static_length():
+    """``y = x + Range(0, Shape(x)[1], 1)`` with ``x: [batch, 8]``, as torch.onnx.export
+    writes position ids for a dynamic batch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def scalar(name, value):
+        return helper.make_node("Constant", [], [name],
+                                value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), scalar("one", 1), scalar("zero", 0),
+             helper.make_node("Gather", ["shape", "one"], ["length"]),
+             helper.make_node("Range", ["zero", "length", "one"], ["ids"]),
+             helper.make_node("Cast", ["ids"], ["positions"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "positions"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27's ONNX Range takes the IntImm of a static "
+                                       "dimension for a dynamic limit: the shape is lost")
+def test_onnx_range_over_a_static_dimension_keeps_the_shape():
+    pytest.importorskip("onnx")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod = from_onnx(_positions_over_a_static_length())
+    assert mod["main"].ret_ty.shape is not None
+    assert int(mod["main"].ret_ty.shape[1]) == 8

@@ -56,12 +56,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  f"{report.numeric['float64']['rewritten']:.3g})"
                  if report.numeric.get("float64") else "")
               + f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
-              f"round trips "
-              f"{'ok' if all(r['ok'] for r in report.roundtrip.values()) else 'FAILED'}; "
+              f"round trips {_roundtrip_summary(report.roundtrip)}; "
               + (f"gradients {'ok' if report.training.get('ok') else 'FAILED'}; "
                  if args.train else "")
               + f"report in {args.out}/report.md")
     return 0 if report.ok else 1
+
+
+def _roundtrip_summary(roundtrip: dict) -> str:
+    """``ok``, or which round trips failed, and where the fusion itself was at fault."""
+    failed = [name + (" (the fusion's own output is not well formed)"
+                      if entry.get("fusion_ill_formed") else "")
+              for name, entry in roundtrip.items() if not entry["ok"]]
+    return f"FAILED: {', '.join(failed)}" if failed else "ok"
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:

@@ -258,6 +258,7 @@ def _roundtrip_entry(result) -> dict[str, Any]:
     """A round trip for the report: the verdict, the difference, and the dead bindings the
     fusion dropped (not compared: nothing reads them), so that nothing is hidden."""
     return {"ok": result.ok, "difference": result.difference,
+            "fusion_ill_formed": result.fusion_ill_formed,
             "dropped_dead": [str(d) for d in result.dropped_dead]}
 
 

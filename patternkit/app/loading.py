@@ -1,13 +1,16 @@
 """Loading the job's input: a model spec to an ``IRModule``, and its entry function.
 
 A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule`` or an
-``.onnx`` file.  Its entry function is the one the user names, else ``main``, else the
+``.onnx`` file (imported after the fix-ups of :mod:`patternkit.models.onnx_models`,
+which work around TVM 0.27 importer bugs without changing what the graph computes, and
+are logged).  Its entry function is the one the user names, else ``main``, else the
 only public function: importers and hand-written modules do not all call it ``main``
 (``forward``), and a guess among several would check the wrong function.
 """
 
 from __future__ import annotations
 
+import logging
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,8 @@ from tvm import relax
 from ..errors import PatternkitError
 from ..models import BUILTIN_MODELS, ZooError, zoo_model
 from ..models.zoo import PREFIX as ZOO_PREFIX
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "resnet18"
 
@@ -121,8 +126,22 @@ def _load_onnx(path: Path) -> tvm.IRModule:
         from tvm.relax.frontend.onnx import from_onnx
     except ImportError as err:
         raise JobError("loading .onnx needs the onnx extra: pip install 'patternkit[onnx]'") from err
+    from ..models.onnx_models import prepare_for_tvm
+
     try:
         model = onnx.load(str(path))
+    except Exception as err:
+        raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
+    try:
+        fixups = prepare_for_tvm(model)
+    except Exception as err:  # onnx's shape inference refusing the graph, say
+        logger.warning("%s: imported without the fix-ups for TVM's importer: %s: %s", path,
+                       type(err).__name__, err)
+        model = onnx.load(str(path))
+    else:
+        if fixups:
+            logger.info("%s: before from_onnx: %s", path, "; ".join(fixups))
+    try:
         return from_onnx(model)
     except Exception as err:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err

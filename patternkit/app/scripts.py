@@ -69,7 +69,14 @@ def write_script(path: Path, mod: tvm.IRModule) -> str:
         constants = _constants_in_print_order(mod, text)
         arrays = {f"c{i}": constants[i].value.numpy() for i in indices if i < len(constants)}
         np.savez(weights_file, **arrays)
-        text = _META.sub(lambda m: f'R.const(_weights["c{m.group(1)}"])', text)
+
+        def const(match: re.Match) -> str:
+            # with its dtype: R.const of an int64 array makes an int32 constant
+            key = f"c{match.group(1)}"
+            dtype = f', "{arrays[key].dtype}"' if key in arrays else ""
+            return f'R.const(_weights["{key}"]{dtype})'
+
+        text = _META.sub(const, text)
         weights = f'np.load(Path(__file__).with_name("{weights_file.name}"))'
     else:
         weights = "{}"

@@ -17,6 +17,10 @@ lifts them), and works around three things the 0.27 pass does not do:
   ``ir.Var``, and the pass looks it up as a Relax variable.  Such bindings are held in a
   private function for the duration of the pass (the variable then travels in an
   ``R.shape([n])`` argument, which the pass handles) and put back afterwards;
+* it raises ``TypeError: Invalid type: relax.expr.MatchCast`` on any ``match_cast``
+  binding in ``main`` (it casts every binding to a ``VarBinding``): TVM's ONNX importer
+  writes them, for a ``Range`` over a dynamic dimension.  They are held the same way,
+  the held function standing for the cast's value, and put back as ``match_cast``;
 * it makes ``Codegen`` functions for every compiler; those of compilers not being
   partitioned for are inlined back, so their composites stay as ``MergeComposite`` made
   them.
@@ -127,13 +131,22 @@ class _HeldBinding:
     """A host binding moved into a private function while ``MergeCompositeFunctions`` runs.
 
     ``value`` is the binding's value as it was, ``free`` the Relax variables it reads,
-    in the order the held call passes them.
+    in the order the held call passes them, ``match_ty`` the type a held ``match_cast``
+    casts to (``None`` for a plain binding).
     """
 
     gv: tvm.ir.GlobalVar
     function: relax.Function
     value: Any
     free: list
+    match_ty: Any = None
+
+    def binding(self, var: relax.Var, args: list) -> Any:
+        """The binding as it was, of ``var``, reading ``args`` for :attr:`free`."""
+        value = substitute(self.value, dict(zip(self.free, args)))
+        if self.match_ty is not None:
+            return relax.MatchCast(var, value, self.match_ty)
+        return relax.VarBinding(var, value)
 
 
 def _reads_symbolic_var(expr: Any) -> bool:
@@ -148,20 +161,46 @@ def _reads_symbolic_var(expr: Any) -> bool:
     return False
 
 
+def _symbolic_values(expr: Any) -> list:
+    """The symbolic variables ``expr`` computes with: passed as values, or in the values of
+    shape or a scalar it passes (not those only in the types of its arguments)."""
+    if tvm.ir.is_prim_expr(expr) or isinstance(expr, relax.ShapeExpr):
+        return list(relax.analysis.free_symbolic_vars(expr))
+    kind = expr_kind(expr)
+    if kind is CALL:
+        return [v for a in C.array_items(expr.args) for v in _symbolic_values(a)]
+    if kind is TUPLE:
+        return [v for f in C.array_items(expr.fields) for v in _symbolic_values(f)]
+    return []
+
+
 def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]:
-    """``func`` with each binding that reads a symbolic variable replaced by a call to a
-    private function holding it; returns ``(func, {held function name: _HeldBinding})``."""
+    """``func`` with each ``match_cast`` and each binding that reads a symbolic variable
+    replaced by a call to a private function holding it; returns
+    ``(func, {held function name: _HeldBinding})``.
+
+    The pass drops every binding whose variable nothing reads, and a held ``match_cast``
+    is often read only through the symbolic variables it defines (``range_len_0`` of an
+    ONNX ``Range``): each held binding that computes with such a variable also takes the
+    cast's variable as an argument, which keeps the cast, and what it reads, alive.
+    """
     held: dict = {}
     if not isinstance(func.body, relax.SeqExpr):
         return func, held
     scratch = relax.BlockBuilder()
+    defined_by_cast: dict = {}  # symbolic variable -> the held match_cast's Relax variable
     blocks = []
     for block in C.array_items(func.body.blocks):
         dataflow = isinstance(block, relax.DataflowBlock)
         bindings = []
         for binding in C.array_items(block.bindings):
-            if type(binding) is relax.VarBinding and _reads_symbolic_var(binding.value):
-                binding = _hold(scratch, binding, dataflow, held)
+            casts = list(dict.fromkeys(defined_by_cast[v] for v in _symbolic_values(
+                binding.value) if v in defined_by_cast))
+            if type(binding) is relax.MatchCast:
+                for v in relax.analysis.definable_tir_vars_in_type(binding.ty):
+                    defined_by_cast.setdefault(v, binding.var)
+            if casts or type(binding) is relax.MatchCast or _reads_symbolic_var(binding.value):
+                binding = _hold(scratch, binding, dataflow, held, casts)
             bindings.append(binding)
         blocks.append(make_block(bindings, dataflow, block.span))
     if not held:
@@ -169,11 +208,19 @@ def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]
     return rebuild_function(func, blocks), held
 
 
-def _hold(bb: relax.BlockBuilder, binding: Any, dataflow: bool, held: dict) -> Any:
+def _hold(bb: relax.BlockBuilder, binding: Any, dataflow: bool, held: dict,
+          keep_alive: list) -> Any:
+    """A ``VarBinding`` of ``binding.var`` to a call of a new private function.
+
+    For a ``match_cast`` the function returns the value uncast: the pass only needs a
+    host call there, and the cast itself comes back in :func:`_rewrite_calls`.  The call
+    also passes ``keep_alive`` (read by nothing inside).
+    """
     value = binding.value
+    match_ty = binding.ty if type(binding) is relax.MatchCast else None
     free = [v for v in relax.analysis.free_vars(value) if not tvm.ir.is_prim_var(v)]
-    params = [relax.Var(C.var_name(v), v.ty) for v in free]
-    out = relax.Var(C.var_name(binding.var), binding.var.ty)
+    params = [relax.Var(C.var_name(v), v.ty) for v in free + keep_alive]
+    out = relax.Var(C.var_name(binding.var), binding.var.ty if match_ty is None else value.ty)
     body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(
         out, substitute(value, dict(zip(free, params))))])], out)
     # the attribute names the binding: two holders alike but for the symbolic variable
@@ -185,9 +232,9 @@ def _hold(bb: relax.BlockBuilder, binding: Any, dataflow: bool, held: dict) -> A
     function, extra = detach_symbolic_vars(function)
     # a private global of bb's module, so that the call below is typed against it
     gv = bb.add_func(function, name)
-    held[gv.name_hint] = _HeldBinding(gv, function, value, free)
+    held[gv.name_hint] = _HeldBinding(gv, function, value, free, match_ty)
     with C.scratch_block(bb, dataflow=dataflow):
-        call = bb.normalize(relax.Call(gv, list(free) + extra))
+        call = bb.normalize(relax.Call(gv, list(free) + keep_alive + extra))
     return relax.VarBinding(binding.var, call)
 
 
@@ -203,9 +250,7 @@ def _rewrite_calls(func: relax.Function, renamed: dict, held: dict) -> relax.Fun
             name = op.name_hint if type(op) is tvm.ir.GlobalVar else None
             if name in held:
                 kept = held[name]
-                args = C.array_items(value.args)[:len(kept.free)]
-                binding = relax.VarBinding(binding.var,
-                                           substitute(kept.value, dict(zip(kept.free, args))))
+                binding = kept.binding(binding.var, C.array_items(value.args)[:len(kept.free)])
             elif name in renamed:
                 binding = relax.VarBinding(binding.var, relax.Call(
                     renamed[name], value.args, value.attrs, value.ty_args, value.span,

@@ -8,11 +8,20 @@ onnxscript) was tried and not used: it only writes opset >= 18, and its down-con
 keeps ``LayerNormalization`` at opset 14 (invalid) and fails ``check_model`` at 17
 (``Unrecognized attribute: num_outputs for operator Split``).
 
-One fix-up is applied before ``from_onnx``, recorded in ``metadata["onnx_fixups"]``:
-transformers' mask code exports ``ConstantOfShape`` with an empty shape (a scalar),
-which TVM 0.27's importer rejects (``broadcast_to expects the input shape to have the
-number of ndim at least as the input tensor's``); it is folded into the ``Constant``
-it computes.
+Two fix-ups are applied before ``from_onnx``, each recorded in
+``metadata["onnx_fixups"]``; both rewrite a node into the ``Constant`` it computes, so the
+graph's function is unchanged (the reference below runs on the export as written):
+
+- transformers' mask code exports ``ConstantOfShape`` with an empty shape (a scalar),
+  which TVM 0.27's importer rejects (``broadcast_to expects the input shape to have the
+  number of ndim at least as the input tensor's``);
+- with a dynamic batch, the exporter reads the *static* sequence length at run time
+  (``Gather(Shape(x), 1)`` into a ``Range`` of position ids).  TVM 0.27's ``Range``
+  treats the gathered ``IntImm`` as unknown and gives the ids a fresh symbolic length, so
+  every later shape is lost, and the import then fails (BERT: ``shape_of expects a
+  tensor input, but received R.Shape``; GPT-2: ``Slice requires a statically known input
+  rank``; ``docs/tvm-bugs.md``).  A ``Gather`` of a ``Shape`` that picks only dimensions
+  onnx's shape inference knows to be static is folded.
 
 ``onnx:conv_bn`` is written with ``onnx.helper``: ``Conv`` (with bias) ->
 ``BatchNormalization`` -> ``Relu``.  TVM's importer reads all three outputs of its
@@ -49,13 +58,26 @@ def onnx_reference(model: onnx.ModelProto, names: tuple[str, ...]):
     return reference
 
 
+def prepare_for_tvm(model: onnx.ModelProto) -> list[str]:
+    """Apply the fix-ups of the module docstring to ``model`` (in place); say what they did.
+
+    Each rewrites nodes into the ``Constant`` they compute, so the graph's function is
+    unchanged; an empty list means nothing was changed.
+    """
+    fixups = []
+    if folded := fold_scalar_constant_of_shape(model):
+        fixups.append(f"{folded} ConstantOfShape of an empty shape folded to Constant")
+    if folded := fold_static_shape_gathers(model):
+        fixups.append(f"{folded} Gather of static Shape dimensions folded to Constant")
+    return fixups
+
+
 def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:
     """Replace each ``ConstantOfShape`` of a constant empty shape by its scalar ``Constant``.
 
     Returns how many were folded (``model`` is changed in place).
     """
-    constants = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
-                 if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    constants = _constant_values(model)
     constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
     nodes, folded = [], 0
     for node in model.graph.node:
@@ -74,8 +96,63 @@ def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:
     return folded
 
 
+def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
+    """Replace each ``Gather(Shape(x), i)`` that picks static dimensions by a ``Constant``.
+
+    The dimensions are those of onnx's shape inference with data propagation (so shapes
+    computed by ``Concat`` into ``Reshape`` are known); a ``Gather`` that picks a symbolic
+    dimension (the batch) is kept.  Returns how many were folded (``model`` is changed in
+    place).
+    """
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    graph = inferred.graph
+    shapes = {info.name: [d.dim_value if d.HasField("dim_value") else None
+                          for d in info.type.tensor_type.shape.dim]
+              for info in (*graph.value_info, *graph.input, *graph.output)
+              if info.type.tensor_type.HasField("shape")}
+    constants = _constant_values(model)
+    shape_outputs = {n.output[0]: shapes[n.input[0]] for n in model.graph.node
+                     if n.op_type == "Shape" and not n.attribute and n.input[0] in shapes}
+    nodes, folded = [], 0
+    for node in model.graph.node:
+        value = None
+        if node.op_type == "Gather" and node.input[0] in shape_outputs:
+            value = _static_dims(shape_outputs[node.input[0]], constants.get(node.input[1]),
+                                 next((a.i for a in node.attribute if a.name == "axis"), 0))
+        if value is None:
+            nodes.append(node)
+            continue
+        nodes.append(helper.make_node("Constant", [], list(node.output), name=node.name,
+                                      value=numpy_helper.from_array(value)))
+        folded += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return folded
+
+
+def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+
+
+def _static_dims(dims: list[int | None], indices: np.ndarray | None,
+                 axis: int) -> np.ndarray | None:
+    """The int64 values ``Gather(dims, indices)`` computes, or None unless all are static."""
+    if indices is None or axis != 0 or not np.issubdtype(indices.dtype, np.integer):
+        return None
+    rank = len(dims)
+    if any(not -rank <= int(i) < rank for i in indices.flat):
+        return None
+    picked = [dims[int(i)] for i in indices.flat]
+    if any(p is None for p in picked):
+        return None
+    return np.array(picked, np.int64).reshape(indices.shape)
+
+
 def _finish(spec, model: onnx.ModelProto, input_specs, families, seconds, metadata,
-            sizes, dim_bounds, source) -> ZooModel:
+            sizes, dim_bounds, source, reference_model: onnx.ModelProto | None = None
+            ) -> ZooModel:
+    """Import ``model``; the reference evaluates ``reference_model`` (default: ``model``)."""
     options = spec.as_dict()
     mod, params = from_onnx_model(model, options["keep_params"], options["entry"], spec.text,
                                   seconds)
@@ -84,7 +161,7 @@ def _finish(spec, model: onnx.ModelProto, input_specs, families, seconds, metada
                     sizes=sizes, symbolic_dims=symbolic_dims(mod[options["entry"]], input_specs),
                     dim_bounds=dim_bounds, params=params, families=families, source=source,
                     metadata=metadata, seconds=seconds,
-                    reference_fn=onnx_reference(model, names))
+                    reference_fn=onnx_reference(reference_model or model, names))
 
 
 def _exported(spec, source_fn) -> ZooModel:
@@ -113,10 +190,9 @@ def _exported(spec, source_fn) -> ZooModel:
     except Exception as err:
         raise ZooImportError(f"{spec.text}: torch.onnx.export failed: {type(err).__name__}: "
                              f"{str(err).strip().splitlines()[0]}") from err
+    exported = onnx.load_from_string(buffer.getvalue())
     model = onnx.load_from_string(buffer.getvalue())
-    fixups = []
-    if folded := fold_scalar_constant_of_shape(model):
-        fixups.append(f"{folded} ConstantOfShape of an empty shape folded to Constant")
+    fixups = prepare_for_tvm(model)
     onnx.checker.check_model(model)
     families = count_module_families(source.module)
     families["softmax"] = count_softmax_in_onnx(model)
@@ -125,7 +201,7 @@ def _exported(spec, source_fn) -> ZooModel:
                 "onnx_ops": _op_counts(model)}
     bounds = {r: source.dim_bounds.get(r, (1, None)) for r in sizes}
     return _finish(spec, model, source.input_specs, families, seconds, metadata, sizes, bounds,
-                   model)
+                   model, reference_model=exported)
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:

@@ -124,6 +124,11 @@ class RoundTripResult:
         Dead bindings of the reference that the fusion removed and the structural
         comparison therefore left out (see "Dead bindings" in the module docstring);
         empty when every binding was compared.
+    fusion_ill_formed : str or None
+        Why the fusion's own output is not well formed (TVM 0.27's ``FuseOps`` hoists a
+        group above the ``match_cast`` defining a symbolic variable it reads), ``None``
+        when it is.  The round trip then fails with this as its difference: no defusion
+        can restore a module from an ill-formed one, and the fault is the fusion's.
     """
 
     reference: tvm.IRModule
@@ -132,6 +137,7 @@ class RoundTripResult:
     difference: str | None = None
     numeric: object | None = None
     dropped_dead: tuple = field(default=())
+    fusion_ill_formed: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -525,12 +531,12 @@ def compare_modulo_dead(reference: tvm.IRModule,
 
 
 # ---------------------------------------------------------------------- entry point
-def _ill_formed(mod: tvm.IRModule) -> str | None:
+def _ill_formed(mod: tvm.IRModule, what: str = "the restored module") -> str | None:
     """Why ``mod`` is not well formed (an undefined symbolic variable, say), or ``None``."""
     try:
         relax.analysis.well_formed(mod)
     except Exception as err:  # the C++ checker raises a plain TVM error
-        return f"the restored module is not well formed: {err}"
+        return f"{what} is not well formed: {err}"
     return None
 
 
@@ -585,13 +591,19 @@ def check_roundtrip(mod: tvm.IRModule, fuse: tvm.transform.Pass | Callable | Non
                         f"expected an IRModule")
     restored = DefuseOps(kinds)(fused)
     result = RoundTripResult(reference, fused, restored)
+    result.fusion_ill_formed = _ill_formed(fused, "the fusion's output (not DefuseOps')")
     result.difference, result.dropped_dead = compare_modulo_dead(
         normalize_for_comparison(reference), normalize_for_comparison(restored))
     if result.difference is None:
         # after the comparison, whose message is the more precise for a module that
         # differs; an equal one may still be ill formed (a symbolic variable defined in
-        # two functions, which normalisation renames away)
-        result.difference = _ill_formed(restored)
+        # two functions, which normalisation renames away), and then the fault may be the
+        # fusion's: defusion only inlines, so it keeps a misplaced group misplaced
+        restored_ill_formed = _ill_formed(restored)
+        if restored_ill_formed is not None:
+            result.difference = result.fusion_ill_formed or restored_ill_formed
+    elif result.fusion_ill_formed is not None:
+        result.difference += f"; and {result.fusion_ill_formed}"
     if result.dropped_dead:
         logger.info("round trip: %d dead binding(s) of the input were removed by the fusion "
                     "and not compared: %s", len(result.dropped_dead),

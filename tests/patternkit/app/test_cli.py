@@ -234,6 +234,31 @@ def test_the_written_scripts_load_again_with_patternkit_run(tmp_path):
                  "--no-draw"]) == 0
 
 
+def test_a_written_script_keeps_the_dtype_of_integer_constants(tmp_path):
+    # np.load gives an int64 array, and R.const of it made an int32 constant: the file
+    # of every ONNX model with index arithmetic did not load back
+    import runpy
+
+    import numpy as np
+    import tvm_ffi
+    from tvm import relax
+
+    from patternkit.app.scripts import write_script
+
+    x = relax.Var("x", relax.TensorType((3,), "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        offsets = relax.const(np.array([1, 2, 3], np.int64), "int64")
+        scales = relax.const(np.array([0.5, 1.5, 2.5], np.float16), "float16")
+        shifted = bb.emit(relax.op.add(x, offsets))
+        bb.emit_func_output(bb.emit(relax.op.multiply(relax.op.astype(shifted, "float16"),
+                                                      scales)))
+    mod = bb.get()
+    write_script(tmp_path / "m.py", mod)
+    assert not (tmp_path / "m.py").read_text().startswith("# NOTE")
+    assert tvm_ffi.structural_equal(runpy.run_path(str(tmp_path / "m.py"))["mod"], mod)
+
+
 def test_run_train_checks_the_gradients_and_draws_the_adjoint(tmp_path):
     out = tmp_path / "out"
     assert main(["run", "seed-batchnorm", "--train", "--out", str(out), "--quiet"]) == 0

@@ -85,3 +85,40 @@ def test_a_model_that_is_not_well_formed_is_refused_at_the_jobs_input(tmp_path, 
     err = capsys.readouterr().err
     assert "the job's input" in err and "not well formed" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_onnx_file_exported_with_a_dynamic_batch_keeps_its_static_shapes(tmp_path, caplog):
+    # x + Range(0, Shape(x)[1], 1): what torch.onnx.export writes for position ids; TVM
+    # 0.27's importer alone gives y no shape at all (docs/tvm-bugs.md)
+    onnx = pytest.importorskip("onnx")
+    import logging
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm import relax
+
+    from patternkit.app.loading import load
+
+    def scalar(name, value):
+        return helper.make_node("Constant", [], [name],
+                                value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]), scalar("one", 1), scalar("zero", 0),
+         helper.make_node("Gather", ["shape", "one"], ["length"]),
+         helper.make_node("Range", ["zero", "length", "one"], ["ids"]),
+         helper.make_node("Cast", ["ids"], ["positions"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["x", "positions"], ["y"])],
+        "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    path = tmp_path / "positions.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
+    with caplog.at_level(logging.INFO, logger="patternkit.app.loading"):
+        mod = load(str(path)).mod
+    assert "1 Gather of static Shape dimensions folded to Constant" in caplog.text
+    batch, length = mod["main"].ret_ty.shape
+    assert tvm.ir.is_prim_var(batch) and int(length) == 8
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype("float32")
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(),
+                                  x + np.arange(8, dtype="float32"))

@@ -257,6 +257,48 @@ def test_held_host_bindings_alike_but_for_their_symbolic_variable_keep_their_own
     bit_exact(mod, inline_external(out), shape_vars={"n": 3, "m": 5})
 
 
+def _positions_through_a_match_cast(positions: str) -> tvm.IRModule:
+    """A row count cast out of the batch (``match_cast`` to ``R.Shape([r])``) and host
+    code over ``r``, as TVM's ONNX importer writes a ``Range`` over a dynamic batch;
+    ``positions`` is the binding that reads ``r``: as a value (``arange``) or only in a
+    shape (``ones``)."""
+    n, r = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("r", "int64")
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 8), "float32"))
+    b = relax.Var("b", relax.TensorType((8,), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            dims = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(x)))
+            first = bb.emit(relax.op.take(dims, relax.const(0, "int64"), axis=0))
+            rows = bb.match_cast(relax.op.reshape(first, [1]), relax.TensorType((1,), "int64"))
+            bb.match_cast(relax.op.tensor_to_shape(rows), relax.ShapeType([r]))
+            pos = bb.emit(relax.op.arange(0, r, 1, "float32") if positions == "arange"
+                          else relax.op.ones(relax.ShapeExpr([r]), "float32"))
+            lv = bb.emit(relax.op.add(relax.op.matmul(x, w), b))
+            total = bb.emit(relax.op.sum(relax.op.reshape(pos, relax.ShapeExpr([r, 1]))))
+            out = bb.emit_output(relax.op.multiply(lv, total))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("positions", ["arange", "ones"])
+def test_merged_partitioning_keeps_a_match_cast_and_the_symbolic_variable_it_defines(
+        positions, bit_exact):
+    # TVM's MergeCompositeFunctions raises on any match_cast ("Invalid type:
+    # relax.expr.MatchCast"); held away from it, the cast was then dropped as dead (only
+    # its symbolic variable is read), leaving r undefined
+    mod = _positions_through_a_match_cast(positions)
+    out = PartitionGraph("cc")(MergeComposite(MATMUL_ADD_TABLE)(mod))
+    assert relax.analysis.check_well_formed(out)
+    assert list(external_functions(out, "cc")) == ["cc_main_0"]
+    casts = [b for b in out["main"].body.blocks[0].bindings if isinstance(b, relax.MatchCast)]
+    assert [str(b.ty) for b in casts] == ['R.Tensor((1,), dtype="int64")', "R.Shape([r])"]
+    for batch in (1, 3):
+        bit_exact(mod, out, shape_vars={"n": batch})
+    tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
+
+
 def _two_functions_with_composites(other_batch: int) -> tvm.IRModule:
     """``main`` and ``main_adjoint`` each computing matmul + add, as a gradient module's
     primal and adjoint do; with ``other_batch == 2`` their composites are one function."""

@@ -10,6 +10,7 @@ from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern
 from tvm.script import ir as I
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from patternkit.testing import assert_roundtrip
 from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order,
@@ -138,6 +139,34 @@ def test_a_broken_fusion_is_reported_with_the_differing_binding_on_both_sides():
     # the same failure as a value instead of an exception
     result = check_roundtrip(prepared, fuse=_sigmoid_for_relu, raise_on_failure=False)
     assert result.difference is not None and not result.ok
+
+
+@I.ir_module
+class CountCastFromATensor:
+    """``m`` is defined by a ``match_cast`` and read by the arange after it: TVM 0.27's
+    ``FuseOps`` emits the arange's group above the cast (docs/tvm-bugs.md)."""
+
+    @R.function
+    def main(x: R.Tensor(("n",), "int64"), y: R.Tensor((1,), "int64")):
+        m = T.int64()
+        with R.dataflow():
+            doubled = R.add(x, x)
+            count = R.match_cast(R.tensor_to_shape(y), R.Shape([m]))
+            total = R.sum(R.add(R.arange(0, m, 1, dtype="int64"), R.const(1, "int64")))
+            out = R.add(doubled, total)
+            R.output(out)
+        return out
+
+
+def test_an_ill_formed_fusion_is_reported_as_the_fusions_fault():
+    result = check_roundtrip(CountCastFromATensor, raise_on_failure=False)
+    assert not result.ok
+    assert "Var m is not defined" in result.fusion_ill_formed
+    # the restored module inherits the misplaced group; the report names the fusion
+    assert result.difference == result.fusion_ill_formed
+    assert result.difference.startswith("the fusion's output (not DefuseOps') is not well formed")
+    # a fusion whose output is well formed is not blamed
+    assert check_roundtrip(Reordered).fusion_ill_formed is None
 
 
 def test_a_function_left_behind_is_reported():
