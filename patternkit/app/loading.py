@@ -126,7 +126,7 @@ def _load_onnx(path: Path) -> tvm.IRModule:
         from tvm.relax.frontend.onnx import from_onnx
     except ImportError as err:
         raise JobError("loading .onnx needs the onnx extra: pip install 'patternkit[onnx]'") from err
-    from ..models.onnx_models import prepare_for_tvm
+    from ..models.onnx_fixups import prepare_for_tvm
 
     try:
         model = onnx.load(str(path))

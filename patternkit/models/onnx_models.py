@@ -8,20 +8,10 @@ onnxscript) was tried and not used: it only writes opset >= 18, and its down-con
 keeps ``LayerNormalization`` at opset 14 (invalid) and fails ``check_model`` at 17
 (``Unrecognized attribute: num_outputs for operator Split``).
 
-Two fix-ups are applied before ``from_onnx``, each recorded in
-``metadata["onnx_fixups"]``; both rewrite a node into the ``Constant`` it computes, so the
-graph's function is unchanged (the reference below runs on the export as written):
-
-- transformers' mask code exports ``ConstantOfShape`` with an empty shape (a scalar),
-  which TVM 0.27's importer rejects (``broadcast_to expects the input shape to have the
-  number of ndim at least as the input tensor's``);
-- with a dynamic batch, the exporter reads the *static* sequence length at run time
-  (``Gather(Shape(x), 1)`` into a ``Range`` of position ids).  TVM 0.27's ``Range``
-  treats the gathered ``IntImm`` as unknown and gives the ids a fresh symbolic length, so
-  every later shape is lost, and the import then fails (BERT: ``shape_of expects a
-  tensor input, but received R.Shape``; GPT-2: ``Slice requires a statically known input
-  rank``; ``docs/tvm-bugs.md``).  A ``Gather`` of a ``Shape`` that picks only dimensions
-  onnx's shape inference knows to be static is folded.
+The export goes through :func:`.onnx_fixups.prepare_for_tvm` before ``from_onnx``: the
+rewrites that work around TVM 0.27 importer bugs without changing what the graph
+computes, recorded in ``metadata["onnx_fixups"]`` (the reference below runs on the
+export as written).
 
 ``onnx:conv_bn`` is written with ``onnx.helper``: ``Conv`` (with bias) ->
 ``BatchNormalization`` -> ``Relu``.  TVM's importer reads all three outputs of its
@@ -44,6 +34,7 @@ from onnx.reference import ReferenceEvaluator
 
 from .families import count_module_families, count_softmax_in_onnx
 from .importing import from_onnx_model, symbolic_dims, timed
+from .onnx_fixups import prepare_for_tvm
 from .zoomodel import FAMILIES, InputSpec, ZooImportError, ZooModel
 
 
@@ -56,97 +47,6 @@ def onnx_reference(model: onnx.ModelProto, names: tuple[str, ...]):
                                                             for n in names})]
 
     return reference
-
-
-def prepare_for_tvm(model: onnx.ModelProto) -> list[str]:
-    """Apply the fix-ups of the module docstring to ``model`` (in place); say what they did.
-
-    Each rewrites nodes into the ``Constant`` they compute, so the graph's function is
-    unchanged; an empty list means nothing was changed.
-    """
-    fixups = []
-    if folded := fold_scalar_constant_of_shape(model):
-        fixups.append(f"{folded} ConstantOfShape of an empty shape folded to Constant")
-    if folded := fold_static_shape_gathers(model):
-        fixups.append(f"{folded} Gather of static Shape dimensions folded to Constant")
-    return fixups
-
-
-def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:
-    """Replace each ``ConstantOfShape`` of a constant empty shape by its scalar ``Constant``.
-
-    Returns how many were folded (``model`` is changed in place).
-    """
-    constants = _constant_values(model)
-    constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
-    nodes, folded = [], 0
-    for node in model.graph.node:
-        shape = constants.get(node.input[0]) if node.op_type == "ConstantOfShape" else None
-        if shape is None or shape.size:
-            nodes.append(node)
-            continue
-        value = next((a.t for a in node.attribute if a.name == "value"), None)
-        scalar = (numpy_helper.to_array(value).reshape(()) if value is not None
-                  else np.zeros((), np.float32))  # the operator's default: float32 zero
-        nodes.append(helper.make_node("Constant", [], list(node.output), name=node.name,
-                                      value=numpy_helper.from_array(scalar)))
-        folded += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return folded
-
-
-def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
-    """Replace each ``Gather(Shape(x), i)`` that picks static dimensions by a ``Constant``.
-
-    The dimensions are those of onnx's shape inference with data propagation (so shapes
-    computed by ``Concat`` into ``Reshape`` are known); a ``Gather`` that picks a symbolic
-    dimension (the batch) is kept.  Returns how many were folded (``model`` is changed in
-    place).
-    """
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    graph = inferred.graph
-    shapes = {info.name: [d.dim_value if d.HasField("dim_value") else None
-                          for d in info.type.tensor_type.shape.dim]
-              for info in (*graph.value_info, *graph.input, *graph.output)
-              if info.type.tensor_type.HasField("shape")}
-    constants = _constant_values(model)
-    shape_outputs = {n.output[0]: shapes[n.input[0]] for n in model.graph.node
-                     if n.op_type == "Shape" and not n.attribute and n.input[0] in shapes}
-    nodes, folded = [], 0
-    for node in model.graph.node:
-        value = None
-        if node.op_type == "Gather" and node.input[0] in shape_outputs:
-            value = _static_dims(shape_outputs[node.input[0]], constants.get(node.input[1]),
-                                 next((a.i for a in node.attribute if a.name == "axis"), 0))
-        if value is None:
-            nodes.append(node)
-            continue
-        nodes.append(helper.make_node("Constant", [], list(node.output), name=node.name,
-                                      value=numpy_helper.from_array(value)))
-        folded += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return folded
-
-
-def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    return {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
-            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
-
-
-def _static_dims(dims: list[int | None], indices: np.ndarray | None,
-                 axis: int) -> np.ndarray | None:
-    """The int64 values ``Gather(dims, indices)`` computes, or None unless all are static."""
-    if indices is None or axis != 0 or not np.issubdtype(indices.dtype, np.integer):
-        return None
-    rank = len(dims)
-    if any(not -rank <= int(i) < rank for i in indices.flat):
-        return None
-    picked = [dims[int(i)] for i in indices.flat]
-    if any(p is None for p in picked):
-        return None
-    return np.array(picked, np.int64).reshape(indices.shape)
 
 
 def _finish(spec, model: onnx.ModelProto, input_specs, families, seconds, metadata,

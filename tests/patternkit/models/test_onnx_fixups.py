@@ -1,0 +1,100 @@
+"""The ONNX rewrites that let TVM 0.27 import transformers exports (onnx_fixups).
+
+Each rewrite must compute what the graph computed: onnx's ``ReferenceEvaluator`` runs
+both; the import is checked for the shapes TVM's importer lost before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from patternkit.models.onnx_fixups import (  # noqa: E402
+    fold_static_shape_gathers, prepare_for_tvm, rewrite_dimension_ranges)
+
+
+def _scalar(name: str, value: int) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name],
+                            value=numpy_helper.from_array(np.array(value, np.int64)))
+
+
+def _shape_reads(dims_read: list[int]) -> onnx.ModelProto:
+    """``x: [batch, 8, 4]`` and, for each index, ``Gather(Shape(x), index)`` as an output."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"])]
+    outputs = []
+    for k, index in enumerate(dims_read):
+        nodes += [helper.make_node("Constant", [], [f"i{k}"], value=numpy_helper.from_array(
+                      np.array(index, np.int64))),
+                  helper.make_node("Gather", ["shape", f"i{k}"], [f"d{k}"])]
+        outputs.append(helper.make_tensor_value_info(f"d{k}", TensorProto.INT64, []))
+    graph = helper.make_graph(nodes, "reads", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["batch", 8, 4])], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_only_gathers_of_static_dimensions_are_folded_and_the_values_stay():
+    model = _shape_reads([1, 0, -1])
+    folded = _shape_reads([1, 0, -1])
+    assert fold_static_shape_gathers(folded) == 2  # 8 and 4; the batch stays read
+    onnx.checker.check_model(folded)
+    assert [n.op_type for n in folded.graph.node].count("Gather") == 1
+    x = {"x": np.zeros((3, 8, 4), np.float32)}
+    expected = ReferenceEvaluator(model).run(None, x)
+    assert [int(v) for v in ReferenceEvaluator(folded).run(None, x)] == [
+        int(v) for v in expected] == [8, 3, 4]
+
+
+def _positions(start: int, cast: bool, limit_from_shape: bool = True) -> onnx.ModelProto:
+    """``y = x + Range(start, Shape(x)[1], 1)`` with ``x: [batch, seq]``, as
+    torch.onnx.export writes position ids (BERT casts the length to int64 again)."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _scalar("one", 1),
+             _scalar("start", start), helper.make_node("Gather", ["shape", "one"], ["length"])]
+    limit = "length"
+    if cast:
+        nodes.append(helper.make_node("Cast", ["length"], ["length64"], to=TensorProto.INT64))
+        limit = "length64"
+    if not limit_from_shape:
+        nodes.append(helper.make_node("Add", [limit, "one"], ["other"]))
+        limit = "other"
+    nodes += [helper.make_node("Range", ["start", limit, "one"], ["ids"]),
+              helper.make_node("Cast", ["ids"], ["positions"], to=TensorProto.FLOAT),
+              helper.make_node("Add", ["x", "positions"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "positions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_a_range_over_a_dynamic_dimension_imports_with_that_length(cast):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model, rewritten = _positions(0, cast), _positions(0, cast)
+    assert prepare_for_tvm(rewritten) == [
+        "1 Range(0, a dynamic dimension, 1) written as CumSum of ones"]
+    onnx.checker.check_model(rewritten)
+    assert "Range" not in [n.op_type for n in rewritten.graph.node]
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype("float32")
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ReferenceEvaluator(rewritten).run(None, {"x": x})[0],
+                                  expected)
+    mod = from_onnx(rewritten)
+    batch, seq = (str(d) for d in mod["main"].params[0].ty.shape)
+    assert [str(d) for d in mod["main"].ret_ty.shape] == [batch, seq]  # not lost
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), expected)
+
+
+@pytest.mark.parametrize("start, limit_from_shape", [(1, True), (0, False)])
+def test_other_ranges_are_left_as_they_are(start, limit_from_shape):
+    # only Range(0, a dimension, 1) is known to be 0..n-1 with n >= 0
+    model = _positions(start, cast=False, limit_from_shape=limit_from_shape)
+    assert rewrite_dimension_ranges(model) == 0
+    assert "Range" in [n.op_type for n in model.graph.node]
