@@ -1,7 +1,7 @@
 """Loading the job's input: a model spec to an ``IRModule``, and its entry function.
 
 A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule`` or an
-``.onnx`` file (imported after the fix-ups of :mod:`patternkit.models.onnx_models`,
+``.onnx`` file (imported after the rewrites of :mod:`patternkit.models.onnx_fixups`,
 which work around TVM 0.27 importer bugs without changing what the graph computes, and
 are logged).  Its entry function is the one the user names, else ``main``, else the
 only public function: importers and hand-written modules do not all call it ``main``

@@ -5,7 +5,7 @@ Relay's ``MergeCompilerRegions`` + ``PartitionGraph`` become TVM's
 codegen into ``Codegen`` functions without ever creating a cycle through host code.
 :func:`merge_compiler_regions` runs it on a module whose composites have been lifted to
 private globals (``FuseOpsByPattern``'s form, :func:`patternkit.byoc.external.partition_graph`
-lifts them), and works around three things the 0.27 pass does not do:
+lifts them), and works around four things the 0.27 pass does not do:
 
 * it only looks at a function named ``main`` (``mod.GetGlobalVar("main")``) and drops
   every function ``main`` does not reach: each function with composites is run through
@@ -162,7 +162,7 @@ def _reads_symbolic_var(expr: Any) -> bool:
 
 
 def _symbolic_values(expr: Any) -> list:
-    """The symbolic variables ``expr`` computes with: passed as values, or in the values of
+    """The symbolic variables ``expr`` computes with: passed as values, or in the values of a
     shape or a scalar it passes (not those only in the types of its arguments)."""
     if tvm.ir.is_prim_expr(expr) or isinstance(expr, relax.ShapeExpr):
         return list(relax.analysis.free_symbolic_vars(expr))

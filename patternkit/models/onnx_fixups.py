@@ -50,8 +50,10 @@ def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:
 
     Returns how many were folded (``model`` is changed in place).
     """
+    shapes = {n.input[0] for n in model.graph.node if n.op_type == "ConstantOfShape"}
     constants = _constant_values(model)
-    constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
+    constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+                      if i.name in shapes})  # not the weights: a user's model may be large
     nodes, folded = [], 0
     for node in model.graph.node:
         shape = constants.get(node.input[0]) if node.op_type == "ConstantOfShape" else None

@@ -10,7 +10,8 @@ TVM's ``take`` does not check its indices on the CPU.
 
 Building is the slow part, and a pass is usually compared against the same "before"
 many times: :func:`compare` keeps the last few built reference modules, keyed by the
-module object *and* its structural hash (so a module edited in place is rebuilt).  An
+module object *and* its structural hash (so a module edited in place is rebuilt), and
+the last ``after`` the same way (a job checks one rewrite at two sizes).  An
 ``after`` structurally equal to ``before`` (a pass that changed nothing) is not built
 again: the result says ``identical``.
 """
@@ -100,8 +101,12 @@ def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[i
     return tuple(dims)
 
 
+#: The size a symbolic dimension gets when the caller names none.
+DEFAULT_DIM = 3
+
+
 def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int] | None = None,
-                  default_dim: int = 3, low: float = -1.0, high: float = 1.0,
+                  default_dim: int = DEFAULT_DIM, low: float = -1.0, high: float = 1.0,
                   positive: tuple[str, ...] = (),
                   int_ranges: Mapping[str, tuple[int, int]] | None = None) -> list[np.ndarray]:
     """Seeded random arrays for every parameter of ``func``.
@@ -182,6 +187,9 @@ class _BuildCache:
 
 
 REFERENCE_BUILDS = _BuildCache()
+#: The last build of a compared module: checking one rewrite at a second size (a
+#: model's symbolic dimensions) runs the same build again.
+CANDIDATE_BUILDS = _BuildCache(size=1)
 
 
 def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", seed: int = 0,
@@ -189,7 +197,8 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
             keep_runs: bool = False, **input_options) -> Comparison:
     """Run both modules on the same seeded inputs and compare every output.
 
-    ``before``'s build is reused across calls (see the module docstring).  Inputs that
+    ``before``'s build is reused across calls (see the module docstring), and so is
+    ``after``'s by the next call, for the same module at other sizes.  Inputs that
     would index outside a table give a refused, failed :class:`Comparison` (nothing is
     run).  ``input_options`` go to :func:`random_inputs` (``int_ranges=``, ``positive=``).
     ``keep_runs``: the result also holds the inputs and both runs' outputs
@@ -205,7 +214,7 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
         # the same program: its build would run the same kernels on the same inputs
         return Comparison(0.0, 0.0, len(ref), True, identical=True,
                           runs=(inputs, ref, ref) if keep_runs else None)
-    got = run(after, inputs, func_name)
+    got = run(after, inputs, func_name, vm=CANDIDATE_BUILDS.vm(after))
     result = compare_outputs(ref, got, rtol=rtol, atol=atol)
     return replace(result, runs=(inputs, ref, got)) if keep_runs else result
 

@@ -127,7 +127,7 @@ class RoundTripResult:
     fusion_ill_formed : str or None
         Why the fusion's own output is not well formed (TVM 0.27's ``FuseOps`` hoists a
         group above the ``match_cast`` defining a symbolic variable it reads), ``None``
-        when it is.  The round trip then fails with this as its difference: no defusion
+        when it is.  The round trip then fails and its difference says so: no defusion
         can restore a module from an ill-formed one, and the fault is the fusion's.
     """
 

@@ -165,6 +165,57 @@ def test_run_takes_a_zoo_spec_and_reports_its_canonical_name(tmp_path, zoo):
     assert any(b.var.name not in read for b in bindings)  # the model does hold a dead binding
 
 
+_MEAN_OVER_THE_BATCH = """
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), "float32")):
+        with R.dataflow():
+            m = R.mean(x, axis=[0])
+            R.output(m)
+        return m
+
+mod = Module
+"""
+
+_HARD_CODED_BATCH = """
+import patternkit as pk
+from tvm import relax
+
+class MeanAsScaledSum(pk.RewriteRule):
+    \"\"\"mean over axis 0 -> sum / 3: right only for the size it was tried at.\"\"\"
+
+    name = "user.mean_as_sum"
+
+    def __init__(self):
+        super().__init__()
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op("mean")(self.x)
+
+    def rewrite(self, match):
+        return relax.op.multiply(relax.op.sum(match.x, axis=[0]), relax.const(1 / 3, "float32"))
+
+rule = MeanAsScaledSum()
+"""
+
+
+def test_a_symbolic_dimension_is_also_checked_at_its_smallest_size(tmp_path):
+    # the first check gives n its default size (3), at which the rule is right; at 1 it
+    # is not, and the job must say so
+    (tmp_path / "model.py").write_text(_MEAN_OVER_THE_BATCH)
+    (tmp_path / "rules.py").write_text(_HARD_CODED_BATCH)
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "model.py"), "--patterns", str(tmp_path / "rules.py"),
+                 "--out", str(out), "--quiet", "--no-draw"]) == 1
+    numeric = json.loads((out / "report.json").read_text())["numeric"]
+    assert numeric["sizes"] == [{"n": 3}, {"n": 1}]
+    assert not numeric["ok"] and numeric["max_abs_error"] > 0.1
+    assert "checked at `n` = 3 and at `n` = 1" in (out / "report.md").read_text()
+
+
 def test_viz_writes_an_svg(tmp_path):
     target = tmp_path / "graph.svg"
     assert main(["viz", "seed-batchnorm", "-o", str(target), "--quiet"]) == 0
