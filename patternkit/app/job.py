@@ -76,6 +76,7 @@ class JobReport:
     model: str
     compiler: str
     func: str = "main"
+    import_fixups: list[str] = field(default_factory=list)
     patterns: list[str] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
     composites: dict[str, int] = field(default_factory=dict)
@@ -172,7 +173,8 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         table, compiler = PatternTable.from_tvm(tables), None
         names = list(rules.names) + list(dict.fromkeys(c.name for c in table))
     target = tables or compiler
-    report = JobReport(model=loaded.description, compiler=target, func=entry, patterns=names)
+    report = JobReport(model=loaded.description, compiler=target, func=entry, patterns=names,
+                       import_fixups=list(loaded.import_fixups))
 
     rewritten = before
     log = RewriteLog()
@@ -355,6 +357,8 @@ def report_markdown(report: JobReport) -> str:
     verdict = "PASS" if report.ok else "FAIL"
     lines = [f"# patternkit run: {verdict}", "",
              f"* model: `{report.model}` (entry function `{report.func}`)",
+             *([f"* rewritten before TVM imported it (TVM importer bugs, docs/tvm-bugs.md): "
+                f"{'; '.join(report.import_fixups)}"] if report.import_fixups else []),
              f"* compiler: `{report.compiler}`",
              f"* patterns: {', '.join(f'`{p}`' for p in report.patterns) or 'none'}", "",
              "## Ops", ""]

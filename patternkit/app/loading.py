@@ -34,11 +34,13 @@ class JobError(PatternkitError):
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A loaded model: the module, how to name it, and the zoo build it came from."""
+    """A loaded model: the module, how to name it, the zoo build it came from, and what
+    was rewritten in the source before TVM imported it (the ONNX fix-ups)."""
 
     mod: tvm.IRModule
     description: str
     zoo: Any = None  # a patternkit.models.ZooModel for zoo specs: input ranges, sizes
+    import_fixups: tuple[str, ...] = ()
 
 
 def load(spec: str | Path | None = None) -> LoadedModel:
@@ -56,7 +58,8 @@ def load(spec: str | Path | None = None) -> LoadedModel:
             model = zoo_model(text)
         except ZooError as err:
             raise JobError(str(err)) from err
-        return LoadedModel(model.mod, model.name, model)
+        return LoadedModel(model.mod, model.name, model,
+                           tuple(model.metadata.get("onnx_fixups", ())))
     path = Path(text)
     if path.suffix not in (".py", ".onnx"):
         raise JobError(f"unknown model {text!r}: give a built-in name "
@@ -66,7 +69,8 @@ def load(spec: str | Path | None = None) -> LoadedModel:
         raise JobError(f"model file not found: {path}")
     if path.suffix == ".py":
         return LoadedModel(_load_python(path), str(path))
-    return LoadedModel(_load_onnx(path), str(path))
+    mod, fixups = _load_onnx(path)
+    return LoadedModel(mod, str(path), import_fixups=fixups)
 
 
 def load_model(spec: str | Path | None = None) -> tuple[tvm.IRModule, str]:
@@ -120,7 +124,8 @@ def _load_python(path: Path) -> tvm.IRModule:
                    f"name the one to use `mod`")
 
 
-def _load_onnx(path: Path) -> tvm.IRModule:
+def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
+    """``(module, the fix-ups applied before from_onnx)``."""
     try:
         import onnx
         from tvm.relax.frontend.onnx import from_onnx
@@ -133,15 +138,15 @@ def _load_onnx(path: Path) -> tvm.IRModule:
     except Exception as err:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
     try:
-        fixups = prepare_for_tvm(model)
+        fixups = tuple(prepare_for_tvm(model))
     except Exception as err:  # onnx's shape inference refusing the graph, say
         logger.warning("%s: imported without the fix-ups for TVM's importer: %s: %s", path,
                        type(err).__name__, err)
-        model = onnx.load(str(path))
+        model, fixups = onnx.load(str(path)), ()
     else:
         if fixups:
             logger.info("%s: before from_onnx: %s", path, "; ".join(fixups))
     try:
-        return from_onnx(model)
+        return from_onnx(model), fixups
     except Exception as err:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err

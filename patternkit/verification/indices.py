@@ -11,7 +11,10 @@ module follows each integer parameter through the bindings that keep its values
 * :func:`out_of_bounds`: for concrete inputs, the reads that would leave a table.
 
 Only values that reach ``take`` unchanged are followed; an index computed from an input
-(``ids + offset``) is not, and its parameter keeps the caller's range.
+(``ids + offset``) is not, and its parameter keeps the caller's range.  One computed
+index is followed: the wrap of negative indices that TVM's ONNX importer puts before
+every ``Gather`` (``where(less(ids, 0), ids + n, ids)``), which is ``ids`` itself on the
+non-negative values drawn here (a negative value is reported out of bounds all the same).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def index_tables(func: relax.Function) -> dict[str, list[IndexedTable]]:
         if dtype.startswith(("int", "uint")):
             source[param] = C.var_name(param)
     found: dict[str, list[IndexedTable]] = {}
+    negative: dict[object, str] = {}  # var -> the parameter whose values it tests for < 0
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         return found
@@ -67,11 +71,24 @@ def index_tables(func: relax.Function) -> dict[str, list[IndexedTable]]:
                 continue
             if name in _VALUE_PRESERVING and value.args[0] in source:
                 source[binding.var] = source[value.args[0]]
+            elif name == "relax.less" and value.args[0] in source and _is_zero(value.args[1]):
+                negative[binding.var] = source[value.args[0]]
+            elif (name == "relax.where" and len(value.args) == 3 and value.args[2] in source
+                  and negative.get(value.args[0]) == source[value.args[2]]):
+                source[binding.var] = source[value.args[2]]  # the wrap of negative indices
             elif name == "relax.take" and len(value.args) > 1 and value.args[1] in source:
                 param = source[value.args[1]]
                 found.setdefault(param, []).append(
                     IndexedTable(param, C.var_name(binding.var), _axis_size(value)))
     return found
+
+
+def _is_zero(expr) -> bool:
+    """Is ``expr`` a scalar constant 0?"""
+    if not C.is_constant(expr):
+        return False
+    value = C.const_to_numpy(expr)
+    return value.size == 1 and value.reshape(()) == 0
 
 
 def _axis_size(call) -> int | None:

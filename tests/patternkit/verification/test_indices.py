@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from tvm import relax
 
+from patternkit.ir import compat as C
 from patternkit.verification.indices import index_ranges, index_tables, out_of_bounds
 
 
@@ -72,3 +73,25 @@ def test_compare_refuses_inputs_that_would_read_outside_a_table():
     result = pk.compare(mod, mod, int_ranges={"types": (0, 8)}, seed=1)
     assert not result.ok and result.refused
     assert "REFUSED" in str(result) and "'types'" in str(result)
+
+
+def test_the_negative_index_wrap_of_onnx_gather_is_followed_to_the_table():
+    # TVM's ONNX importer writes Gather(table, ids) as take(table, where(ids < 0, ids + 5,
+    # ids)); not followed, token-type ids were drawn past their table of 2 and the job
+    # compared what take read outside it (different on every run)
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    table = numpy_helper.from_array(np.ones((5, 3), np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"])], "gather",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 4])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["batch", 4, 3])],
+        initializer=[table])
+    func = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))["main"]
+    ops = [C.op_name(b.value) for b in func.body.blocks[0].bindings]
+    assert "relax.where" in ops  # the wrap is there to see through
+    assert index_ranges(func) == {"ids": (0, 5)}
+    assert out_of_bounds(func, [np.array([[0, 1, 4, 2]])]) == []
+    assert out_of_bounds(func, [np.array([[0, 1, 7, 2]])])
