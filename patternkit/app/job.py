@@ -17,7 +17,11 @@ directly.  The steps, each timed:
 4. **numeric check** of the entry function: ``before`` and ``after`` (external functions
    inlined back) built for ``llvm`` and run on seeded random inputs, integer inputs drawn
    inside the tables they index (or the user's ``input_ranges``); inputs that would read
-   out of bounds fail the check with the reason, never pass;
+   out of bounds fail the check with the reason, never pass.  Symbolic dimensions are
+   checked at the example sizes and again at their smallest.  A float16/bfloat16 model,
+   and a float32 one that misses ``rtol = atol = 1e-4``, is judged against the model
+   recomputed in float64 (:mod:`patternkit.app.precision`): the rewrite may round
+   differently, not worse;
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
    ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model, modulo
    the dead bindings fusion drops (listed in the report);
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -204,18 +209,21 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
     restored = _well_formed(inline_external(after), "inlining the external functions")
     low_precision = low_precision_dtype(before[entry])
-    comparison = step("numeric_check", numeric.compare, before, restored,
-                      keep_runs=low_precision is not None, **options)
+    comparison = step("numeric_check", numeric.compare, before, restored, keep_runs=True,
+                      **options)
     report.numeric = {"ok": comparison.ok, "max_abs_error": comparison.max_abs_error,
                       "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
                       "atol": options["atol"], "seed": seed,
                       "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
                       "refused": list(comparison.refused), "identical": comparison.identical}
+    comparisons = [comparison]
     smallest = _smallest_sizes(loaded, before[entry], options)
     if smallest and not low_precision and not comparison.refused and not comparison.identical:
         say(f"comparing again at {', '.join(f'{k}={v}' for k, v in smallest.items())} ...")
         again = step("numeric_check_smallest", numeric.compare, before, restored,
+                     keep_runs=True,
                      **{**options, "shape_vars": {**options.get("shape_vars", {}), **smallest}})
+        comparisons.append(again)
         report.numeric.update(
             ok=comparison.ok and again.ok,
             max_abs_error=max(comparison.max_abs_error, again.max_abs_error),
@@ -230,6 +238,15 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         check = step("numeric_float64", float64_check, before, entry, *comparison.runs,
                      options["atol"])
         report.numeric.update(ok=check["ok"], dtype=low_precision, float64=check)
+    elif (missed := [c for c in comparisons if not c.ok and not c.refused
+                     and math.isfinite(c.max_abs_error)]):
+        say("the float32 comparison missed its tolerance: measuring both against the model "
+            "recomputed in float64 ...")
+        checks = [step("numeric_float64", float64_check, before, entry, *c.runs,
+                       options["atol"]) for c in missed]
+        worst = max(checks, key=lambda c: c["rewritten"] - c["slack"] * c["imported"])
+        report.numeric.update(ok=all(c["ok"] for c in checks), dtype="float32",
+                              float64=worst, float64_after_miss=True)
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -390,8 +407,13 @@ def report_markdown(report: JobReport) -> str:
                 + " (the errors above are the larger of the two)."]
         if n.get("float64"):
             wide = n["float64"]
-            lines += ["", f"A {n['dtype']} model rounds differently after any rewrite, so the "
-                          f"verdict compares both with the imported model recomputed in "
+            why = (f"The {n['dtype']} comparison missed its tolerance, which rounding at other "
+                   f"points can do on a deep model (a batch norm folded into a conv), so the "
+                   f"verdict compares both"
+                   if n.get("float64_after_miss") else
+                   f"A {n['dtype']} model rounds differently after any rewrite, so the "
+                   f"verdict compares both")
+            lines += ["", f"{why} with the imported model recomputed in "
                           f"float64: the imported model is {wide['imported']:.3g} from it, "
                           f"the rewritten one {wide['rewritten']:.3g} "
                           f"({'within' if wide['ok'] else 'NOT within'} {wide['slack']:g}x "

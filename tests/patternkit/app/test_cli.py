@@ -216,6 +216,60 @@ def test_a_symbolic_dimension_is_also_checked_at_its_smallest_size(tmp_path):
     assert "checked at `n` = 3 and at `n` = 1" in (out / "report.md").read_text()
 
 
+_CANCELLATION = """
+import numpy as np
+from tvm import relax
+
+x = relax.Var("x", relax.TensorType((64,), "float32"))
+bb = relax.BlockBuilder()
+with bb.function("main", [x]):
+    with bb.dataflow():
+        big = relax.const(np.full((64,), 3.0e4, "float32"))
+        out = bb.emit_output(relax.op.subtract(relax.op.add(x, big), big))
+    bb.emit_func_output(out)
+mod = bb.get()
+"""
+
+_SIMPLIFY = """
+import patternkit as pk
+from tvm import relax
+
+class DropCancellation(pk.RewriteRule):
+    \"\"\"(x + c) - c -> x {scale}\"\"\"
+
+    name = "user.cancel"
+
+    def __init__(self):
+        super().__init__()
+        self.x, self.c = pk.wildcard(), pk.wildcard()
+        self.pattern = pk.is_op("subtract")(pk.is_op("add")(self.x, self.c), self.c)
+
+    def rewrite(self, match):
+        return relax.op.multiply(match.x, relax.const({scale}, "float32"))
+
+rule = DropCancellation()
+"""
+
+
+@pytest.mark.parametrize("scale, passes", [(1.0, True), (1.01, False)])
+def test_a_float32_miss_is_judged_against_float64(tmp_path, scale, passes):
+    # (x + 3e4) - 3e4 loses x's low bits in float32 (errors near 1e-3); dropping the
+    # cancellation is exact, so the plain comparison misses 1e-4 on a correct rewrite.
+    # Against float64 the right rule is closer than the model; a rule off by 1 % is not
+    (tmp_path / "model.py").write_text(_CANCELLATION)
+    (tmp_path / "rules.py").write_text(_SIMPLIFY.format(scale=scale))
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "model.py"), "--patterns", str(tmp_path / "rules.py"),
+                 "--out", str(out), "--quiet", "--no-draw"])
+    numeric = json.loads((out / "report.json").read_text())["numeric"]
+    assert numeric["max_abs_error"] > numeric["atol"]  # the plain comparison missed it
+    assert numeric["float64_after_miss"] and numeric["dtype"] == "float32"
+    assert numeric["float64"]["imported"] > 1e-4
+    assert numeric["ok"] is passes and code == (0 if passes else 1)
+    if passes:
+        assert numeric["float64"]["rewritten"] == 0.0
+
+
 def test_viz_writes_an_svg(tmp_path):
     target = tmp_path / "graph.svg"
     assert main(["viz", "seed-batchnorm", "-o", str(target), "--quiet"]) == 0
