@@ -169,3 +169,25 @@ def test_onnx_range_over_a_static_dimension_keeps_the_shape():
     mod = from_onnx(_positions_over_a_static_length())
     assert mod["main"].ret_ty.shape is not None
     assert int(mod["main"].ret_ty.shape[1]) == 8
+
+
+@I.ir_module
+class FlattenedLoss:
+    """A loss whose shapes compute with the symbolic batch (``R.shape([n * 4])``)."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 4), "float32"), w: R.Tensor((4, 4), "float32")):
+        n = T.int64()
+        with R.dataflow():
+            loss = R.sum(R.reshape(R.matmul(x, w), R.shape([n * 4])))
+            R.output(loss)
+        return loss
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError,
+                   reason="TVM 0.27 Gradient: 'key is not in Map' on a function whose shapes "
+                          "compute with a symbolic dimension")
+def test_gradient_differentiates_a_function_with_a_symbolic_shape():
+    out = relax.transform.Gradient("main", [FlattenedLoss["main"].params[1]])(
+        FlattenedLoss)
+    assert "main_adjoint" in [gv.name_hint for gv in out.get_global_vars()]

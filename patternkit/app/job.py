@@ -268,8 +268,14 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         from .training import train_check  # the training package loads only when asked
 
         say("differentiating the model and checking the gradients ...")
-        report.training, adjoint = step("train", train_check, before, entry, seed=seed,
-                                        int_ranges=options["int_ranges"])
+        zoo = loaded.zoo
+        report.training, adjoint = step(
+            "train", train_check, before, entry, seed=seed, int_ranges=options["int_ranges"],
+            inputs=zoo.arguments() if zoo is not None and zoo.params else None,
+            sizes=_sizes_of(before[entry], options))
+        if "reason" in report.training and zoo is not None and not zoo.params:
+            report.training["reason"] += (" (a zoo model keeps its weights as constants "
+                                          "unless keep_params=true)")
 
     report.seconds = seconds
     if out is not None:

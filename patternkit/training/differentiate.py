@@ -100,7 +100,15 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
 
     by_name = {p.name: p for p in expanded.params}
     single = tvm.IRModule({func: expanded})
-    with_adjoint = relax.transform.Gradient(func, [by_name[p.name] for p in params])(single)
+    try:
+        with_adjoint = relax.transform.Gradient(func, [by_name[p.name] for p in params])(single)
+    except Exception as err:  # a TVM error from inside the pass
+        hint = ("; TVM 0.27's Gradient fails so on a function whose shapes compute with a "
+                "symbolic dimension: bind it first (Function.bind_symbolic_vars)"
+                if relax.analysis.tir_vars_in_type(expanded.ret_ty) or any(
+                    relax.analysis.tir_vars_in_type(p.ty) for p in expanded.params) else "")
+        raise GradientError(f"{func}: relax.transform.Gradient failed: {type(err).__name__}: "
+                            f"{str(err).strip().splitlines()[-1]}{hint}") from err
     adjoint_name = func + "_adjoint"
     adjoint = with_adjoint[adjoint_name]
     if collapse_forward:

@@ -158,3 +158,24 @@ def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_no
     assert not report.collapsed.records and report.collapsed.skipped
     result = check_gradients(mod, grad, inputs=seed_inputs())
     assert result.ok, result
+
+
+def test_a_gradient_tvm_cannot_take_is_a_gradient_error_naming_the_cure():
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+    from tvm.script import tirx as T
+
+    @I.ir_module
+    class Flattened:
+        @R.function
+        def main(x: R.Tensor(("n", 4), "float32"), w: R.Tensor((4, 4), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                loss = R.sum(R.reshape(R.matmul(x, w), R.shape([n * 4])))
+                R.output(loss)
+            return loss
+
+    with pytest.raises(GradientError, match="bind_symbolic_vars"):
+        gradient(Flattened, wrt=["w"])
+    bound = tvm.IRModule({"main": Flattened["main"].bind_symbolic_vars({"n": 3})})
+    assert "main_adjoint" in [gv.name_hint for gv in gradient(bound, wrt=["w"]).get_global_vars()]
