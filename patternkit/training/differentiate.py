@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import tvm
 from tvm import relax
 
-from ..engine import RewriteLog, RuleSet, rewrite
+from ..dpl.pattern import is_op, wildcard
+from ..engine import RewriteLog, RewriteRule, RuleSet, rewrite
 from ..errors import GradientError
 from ..ir import type_of
 from ..patterns import EXPANSIONS, LIBRARY
@@ -98,6 +99,7 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
         lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})" for op, sites in sorted(remaining.items())]
         raise GradientError(f"{func}: no gradient and no expansion for: " + "; ".join(lines))
 
+    expanded = rewrite([_TAKE_WITH_FLAT_INDICES], expanded)
     by_name = {p.name: p for p in expanded.params}
     single = tvm.IRModule({func: expanded})
     try:
@@ -228,6 +230,39 @@ def expand_for_gradient(target: relax.Function, func: str = "main", expansions: 
 #: batch statistics whatever the call's ``training`` flag; ``batchnorm.expand`` runs first,
 #: so no batch norm is left for it.
 _TVM_DECOMPOSES = ("relax.nn.layer_norm",)
+
+
+class _TakeWithFlatIndices(RewriteRule):
+    """``take(table, ids, axis=0)`` with ``ids`` of rank > 1, as a take of the flattened
+    ids reshaped back: TVM 0.27 legalises the gradient of ``take`` (``take_backward``) for
+    1-d indices only ("indices in take must be 1-dim Tensor"), and TVM's ONNX importer
+    takes an embedding with the ``(batch, seq)`` ids themselves."""
+
+    name = "training.take_flat_indices"
+
+    def __init__(self):
+        super().__init__()
+        self.table, self.ids = wildcard(), wildcard()
+        self.pattern = is_op("take")(self.table, self.ids)
+
+    def rewrite(self, match):
+        table_ty, ids_ty = type_of(match.table), type_of(match.ids)
+        attrs = match.root.attrs
+        if (not isinstance(table_ty, relax.TensorType) or not isinstance(ids_ty, relax.TensorType)
+                or table_ty.shape is None or ids_ty.shape is None or ids_ty.ndim < 2
+                or attrs.axis is None or int(attrs.axis) != 0
+                or not str(table_ty.dtype).startswith(("float", "bfloat"))):
+            return None
+        count = 1
+        for dim in ids_ty.shape:
+            count = count * dim
+        rows = relax.op.take(match.table, relax.op.reshape(match.ids, relax.ShapeExpr([count])),
+                             axis=0, mode=attrs.mode)
+        return relax.op.reshape(rows, relax.ShapeExpr(list(ids_ty.shape)
+                                                      + list(table_ty.shape)[1:]))
+
+
+_TAKE_WITH_FLAT_INDICES = _TakeWithFlatIndices()
 
 
 def _require_one_dataflow_block(func: relax.Function, name: str) -> None:

@@ -35,7 +35,10 @@ def ops_without_gradient(func: relax.Function, func_name: str = "main",
 
     With ``wrt`` (parameter names), only the bindings whose value depends on one of those
     parameters count: ``Gradient`` never differentiates the rest (a BERT's attention mask
-    built with ``arange`` and ``bitwise_and`` from integer inputs).
+    built with ``arange`` and ``bitwise_and`` from integer inputs).  Nor does it
+    differentiate a binding whose value holds no floating-point tensor, or carry a
+    dependence through one: the ``shape_of(table)`` of the negative-index wrap TVM's ONNX
+    importer puts before every ``Gather`` reads the weight, but only for its shape.
     """
     missing: dict[str, list[str]] = defaultdict(list)
     depends = None if wrt is None else {p for p in func.params if p.name in set(wrt)}
@@ -45,12 +48,21 @@ def ops_without_gradient(func: relax.Function, func_name: str = "main",
             if depends is not None:
                 if not any(var in depends for var in vars_read(value)):
                     continue
+                if not _holds_floats(binding.var.ty):
+                    continue
                 depends.add(binding.var)
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 name = op_name(value)
                 if not has_gradient(name):
                     missing[name].append(describe_binding(func_name, binding))
     return dict(missing)
+
+
+def _holds_floats(ty) -> bool:
+    """Is ``ty`` a floating-point tensor, or a tuple holding one?"""
+    if isinstance(ty, relax.TupleType):
+        return any(_holds_floats(field) for field in ty.fields)
+    return isinstance(ty, relax.TensorType) and str(ty.dtype).startswith(("float", "bfloat"))
 
 
 def _erf_grad(orig_var, orig_call, output_grad, ctx):

@@ -472,3 +472,15 @@ def test_run_train_on_a_dynamic_batch_model_checks_at_its_own_weights(tmp_path, 
     assert training["ok"] and len(training["parameters"]) == len(model.params)
     assert training["at"].startswith("the model's own weights")
     assert f"{model.symbolic_dims['batch']} = {model.sizes['batch']}" in training["at"]
+
+
+@pytest.mark.models
+def test_run_train_on_an_onnx_export_checks_every_weight(tmp_path, zoo):
+    # the importer's index wrap (integer ops reading the weight's shape) and its
+    # embedding take with (batch, seq) ids used to stop the gradient
+    model = zoo("onnx:bert", opset=14, keep_params=True, batch="dynamic")
+    out = tmp_path / "out"
+    assert main(["run", model.name, "--train", "--out", str(out), "--quiet",
+                 "--no-draw"]) == 0
+    training = json.loads((out / "report.json").read_text())["training"]
+    assert training["ok"] and len(training["parameters"]) == len(model.params)

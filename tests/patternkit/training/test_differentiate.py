@@ -179,3 +179,34 @@ def test_a_gradient_tvm_cannot_take_is_a_gradient_error_naming_the_cure():
         gradient(Flattened, wrt=["w"])
     bound = tvm.IRModule({"main": Flattened["main"].bind_symbolic_vars({"n": 3})})
     assert "main_adjoint" in [gv.name_hint for gv in gradient(bound, wrt=["w"]).get_global_vars()]
+
+
+def test_an_embedding_taken_with_batched_ids_differentiates():
+    # TVM's ONNX importer takes an embedding with the (batch, seq) ids themselves, and
+    # TVM 0.27 legalises take's gradient for 1-d indices only; the ids are flattened in
+    # the differentiated copy, and the integer ops of the index wrap need no gradient
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Embedded:
+        @R.function
+        def main(ids: R.Tensor((2, 3), "int64"), table: R.Tensor((5, 4), "float32"),
+                 w: R.Tensor((4,), "float32")):
+            with R.dataflow():
+                rows = R.shape_to_tensor(R.shape_of(table))
+                negative = R.less(ids, R.const(0, "int64"))
+                wrapped = R.where(negative, R.add(ids, R.take(rows, R.const(0, "int64"))), ids)
+                loss = R.sum(R.multiply(R.take(table, wrapped, axis=0), w))
+                R.output(loss)
+            return loss
+
+    grad = gradient(Embedded, wrt=["table", "w"])
+    assert "main" in [gv.name_hint for gv in grad.get_global_vars()]
+    tvm.ir.assert_structural_equal(grad["main"], Embedded["main"])  # the primal as it was
+    ids = np.array([[0, 4, 2], [4, 4, 1]], "int64")
+    rng = np.random.default_rng(0)
+    inputs = [ids, rng.standard_normal((5, 4)).astype("float32"),
+              rng.standard_normal(4).astype("float32")]
+    result = check_gradients(Embedded, grad, inputs=inputs)
+    assert result.ok, result
