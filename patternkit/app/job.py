@@ -218,7 +218,10 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
                       "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
                       "refused": list(comparison.refused), "identical": comparison.identical}
     comparisons = [comparison]
-    smallest = _smallest_sizes(loaded, before[entry], options)
+    first_sizes = _sizes_of(before[entry], options)
+    roles = ({var: role for role, var in loaded.zoo.symbolic_dims.items()}
+             if loaded.zoo is not None else {})
+    smallest = _smallest_sizes(loaded, first_sizes, roles)
     if smallest and not low_precision and not comparison.refused and not comparison.identical:
         say(f"comparing again at {', '.join(f'{k}={v}' for k, v in smallest.items())} ...")
         again = step("numeric_check_smallest", numeric.compare, before, restored,
@@ -229,10 +232,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
             ok=comparison.ok and again.ok,
             max_abs_error=max(comparison.max_abs_error, again.max_abs_error),
             max_rel_error=max(comparison.max_rel_error, again.max_rel_error),
-            sizes=[_sizes_of(before[entry], options), {**_sizes_of(before[entry], options),
-                                                       **smallest}],
-            roles={var: role for role, var in loaded.zoo.symbolic_dims.items()}
-            if loaded.zoo is not None else {},
+            sizes=[first_sizes, {**first_sizes, **smallest}], roles=roles,
             refused=list(again.refused))
     if low_precision and not comparison.refused and not comparison.identical:
         say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
@@ -272,7 +272,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         report.training, adjoint = step(
             "train", train_check, before, entry, seed=seed, int_ranges=options["int_ranges"],
             inputs=zoo.arguments() if zoo is not None and zoo.params else None,
-            sizes=_sizes_of(before[entry], options))
+            sizes=first_sizes)
         if "reason" in report.training and zoo is not None and not zoo.params:
             report.training["reason"] += (" (a zoo model keeps its weights as constants "
                                           "unless keep_params=true)")
@@ -315,14 +315,12 @@ def _require_writable(out: Path) -> None:
         raise JobError(f"cannot write to the output folder {out}: {err.strerror}") from err
 
 
-def _smallest_sizes(loaded: LoadedModel, func: relax.Function,
-                    options: Mapping[str, Any]) -> dict[str, int]:
+def _smallest_sizes(loaded: LoadedModel, first: Mapping[str, int],
+                    roles: Mapping[str, str]) -> dict[str, int]:
     """The entry's symbolic dimensions at their smallest sizes (a zoo model's lower bound,
     else 1), where that differs from the first check's: a rewrite that is only right
     when a dimension is not 1 (a broadcast it took for an identity) shows there."""
     bounds = loaded.zoo.dim_bounds if loaded.zoo is not None else {}
-    roles = {var: role for role, var in loaded.zoo.symbolic_dims.items()} if loaded.zoo else {}
-    first = _sizes_of(func, options)
     smallest = {var: int(bounds.get(roles.get(var), (1, None))[0]) for var in first}
     return {var: size for var, size in smallest.items() if size != first[var]}
 

@@ -149,28 +149,19 @@ class _HeldBinding:
         return relax.VarBinding(var, value)
 
 
-def _reads_symbolic_var(expr: Any) -> bool:
-    """Does ``expr`` pass a symbolic variable itself (not in a type or shape) as a value?"""
+def _symbolic_values(expr: Any, in_shapes: bool = True) -> list:
+    """The symbolic variables ``expr`` passes as values, and with ``in_shapes`` also those
+    in the values of a shape or a scalar expression it passes (never those only in the
+    types of its arguments)."""
     if tvm.ir.is_prim_var(expr):
-        return True
-    kind = expr_kind(expr)
-    if kind is CALL:
-        return any(_reads_symbolic_var(a) for a in C.array_items(expr.args))
-    if kind is TUPLE:
-        return any(_reads_symbolic_var(f) for f in C.array_items(expr.fields))
-    return False
-
-
-def _symbolic_values(expr: Any) -> list:
-    """The symbolic variables ``expr`` computes with: passed as values, or in the values of a
-    shape or a scalar it passes (not those only in the types of its arguments)."""
-    if tvm.ir.is_prim_expr(expr) or isinstance(expr, relax.ShapeExpr):
+        return [expr]
+    if in_shapes and (tvm.ir.is_prim_expr(expr) or isinstance(expr, relax.ShapeExpr)):
         return list(relax.analysis.free_symbolic_vars(expr))
     kind = expr_kind(expr)
     if kind is CALL:
-        return [v for a in C.array_items(expr.args) for v in _symbolic_values(a)]
+        return [v for a in C.array_items(expr.args) for v in _symbolic_values(a, in_shapes)]
     if kind is TUPLE:
-        return [v for f in C.array_items(expr.fields) for v in _symbolic_values(f)]
+        return [v for f in C.array_items(expr.fields) for v in _symbolic_values(f, in_shapes)]
     return []
 
 
@@ -199,7 +190,8 @@ def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]
             if type(binding) is relax.MatchCast:
                 for v in relax.analysis.definable_tir_vars_in_type(binding.ty):
                     defined_by_cast.setdefault(v, binding.var)
-            if casts or type(binding) is relax.MatchCast or _reads_symbolic_var(binding.value):
+            if (casts or type(binding) is relax.MatchCast
+                    or _symbolic_values(binding.value, in_shapes=False)):
                 binding = _hold(scratch, binding, dataflow, held, casts)
             bindings.append(binding)
         blocks.append(make_block(bindings, dataflow, block.span))

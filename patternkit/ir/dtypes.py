@@ -11,7 +11,12 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["machine_epsilon", "coarsest_float"]
+__all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float"]
+
+
+def is_float_dtype(dtype: str | None) -> bool:
+    """Is ``dtype`` a floating dtype (``float16/32/64``, ``bfloat16``, float8 variants)?"""
+    return dtype is not None and str(dtype).startswith(("float", "bfloat"))
 
 
 def machine_epsilon(dtype: str | None) -> float | None:

@@ -25,6 +25,8 @@ ONNX entries call it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -54,21 +56,17 @@ def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:
     constants = _constant_values(model)
     constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer
                       if i.name in shapes})  # not the weights: a user's model may be large
-    nodes, folded = [], 0
-    for node in model.graph.node:
+
+    def folded(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         shape = constants.get(node.input[0]) if node.op_type == "ConstantOfShape" else None
         if shape is None or shape.size:
-            nodes.append(node)
-            continue
+            return None
         value = next((a.t for a in node.attribute if a.name == "value"), None)
         scalar = (numpy_helper.to_array(value).reshape(()) if value is not None
                   else np.zeros((), np.float32))  # the operator's default: float32 zero
-        nodes.append(helper.make_node("Constant", [], list(node.output), name=node.name,
-                                      value=numpy_helper.from_array(scalar)))
-        folded += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return folded
+        return [_constant_node(node, scalar)]
+
+    return _replace_nodes(model, folded)
 
 
 def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
@@ -88,21 +86,35 @@ def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
     constants = _constant_values(model)
     shape_outputs = {n.output[0]: shapes[n.input[0]] for n in model.graph.node
                      if n.op_type == "Shape" and not n.attribute and n.input[0] in shapes}
-    nodes, folded = [], 0
+
+    def folded(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        if node.op_type != "Gather" or node.input[0] not in shape_outputs:
+            return None
+        value = _static_dims(shape_outputs[node.input[0]], constants.get(node.input[1]),
+                             next((a.i for a in node.attribute if a.name == "axis"), 0))
+        return None if value is None else [_constant_node(node, value)]
+
+    return _replace_nodes(model, folded)
+
+
+def _replace_nodes(model: onnx.ModelProto,
+                   replacement: Callable[[onnx.NodeProto], list[onnx.NodeProto] | None]) -> int:
+    """Put ``replacement(node)`` in each node's place where it is not ``None``; return how
+    many nodes were replaced (``model`` is changed in place, the order kept)."""
+    nodes, replaced = [], 0
     for node in model.graph.node:
-        value = None
-        if node.op_type == "Gather" and node.input[0] in shape_outputs:
-            value = _static_dims(shape_outputs[node.input[0]], constants.get(node.input[1]),
-                                 next((a.i for a in node.attribute if a.name == "axis"), 0))
-        if value is None:
-            nodes.append(node)
-            continue
-        nodes.append(helper.make_node("Constant", [], list(node.output), name=node.name,
-                                      value=numpy_helper.from_array(value)))
-        folded += 1
+        new = replacement(node)
+        nodes.extend([node] if new is None else new)
+        replaced += new is not None
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    return folded
+    return replaced
+
+
+def _constant_node(node: onnx.NodeProto, value: np.ndarray) -> onnx.NodeProto:
+    """A ``Constant`` of ``value`` in ``node``'s place: its outputs and its name."""
+    return helper.make_node("Constant", [], list(node.output), name=node.name,
+                            value=numpy_helper.from_array(value))
 
 
 def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -135,14 +147,13 @@ def rewrite_dimension_ranges(model: onnx.ModelProto) -> int:
     """
     constants = _constant_values(model)
     dimensions = _dimension_reads(model, constants)
-    nodes, rewritten = [], 0
-    for node in model.graph.node:
+
+    def counted(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         if node.op_type != "Range" or not _counts_from_zero(node, constants, dimensions):
-            nodes.append(node)
-            continue
-        start, limit, delta = node.input
+            return None
+        _, limit, delta = node.input
         name = f"{node.output[0]}/patternkit_range"
-        nodes += [
+        return [
             helper.make_node("Constant", [], [f"{name}/axes"],
                              value=numpy_helper.from_array(np.array([0], np.int64))),
             helper.make_node("Unsqueeze", [limit, f"{name}/axes"], [f"{name}/shape"]),
@@ -154,10 +165,8 @@ def rewrite_dimension_ranges(model: onnx.ModelProto) -> int:
             helper.make_node("Sub", [f"{name}/counts", delta], list(node.output),
                              name=node.name),
         ]
-        rewritten += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return rewritten
+
+    return _replace_nodes(model, counted)
 
 
 def _dimension_reads(model: onnx.ModelProto, constants: dict[str, np.ndarray]) -> set[str]:

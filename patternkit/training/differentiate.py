@@ -26,6 +26,7 @@ from ..dpl.pattern import is_op, wildcard
 from ..engine import RewriteLog, RewriteRule, RuleSet, rewrite
 from ..errors import GradientError
 from ..ir import type_of
+from ..ir.dtypes import is_float_dtype
 from ..patterns import EXPANSIONS, LIBRARY
 from .ops import ensure_extra_gradients, ops_without_gradient
 
@@ -251,7 +252,7 @@ class _TakeWithFlatIndices(RewriteRule):
         if (not isinstance(table_ty, relax.TensorType) or not isinstance(ids_ty, relax.TensorType)
                 or table_ty.shape is None or ids_ty.shape is None or ids_ty.ndim < 2
                 or attrs.axis is None or int(attrs.axis) != 0
-                or not str(table_ty.dtype).startswith(("float", "bfloat"))):
+                or not is_float_dtype(table_ty.dtype)):
             return None
         count = 1
         for dim in ids_ty.shape:

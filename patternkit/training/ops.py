@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from ..ir import op_name
+from ..ir.dtypes import is_float_dtype
 from ..ir.rebuild import describe_binding
 from ..ir.walk import vars_read
 
@@ -62,7 +63,7 @@ def _holds_floats(ty) -> bool:
     """Is ``ty`` a floating-point tensor, or a tuple holding one?"""
     if isinstance(ty, relax.TupleType):
         return any(_holds_floats(field) for field in ty.fields)
-    return isinstance(ty, relax.TensorType) and str(ty.dtype).startswith(("float", "bfloat"))
+    return isinstance(ty, relax.TensorType) and is_float_dtype(ty.dtype)
 
 
 def _erf_grad(orig_var, orig_call, output_grad, ctx):
