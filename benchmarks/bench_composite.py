@@ -12,6 +12,14 @@ pattern table (``conv2d -> optional add -> optional relu`` and a residual ``add 
 
 Reported: best-of-``repeat`` seconds for each, the ratio, and microseconds per block
 (flat across sizes means linear).  Target: ratio <= 2 and linear growth.
+
+``--layernorms 100 200 400`` times a second workload instead: the chain of written-out
+layer norms of ``bench_layernorm.py`` (9 bindings a norm, ONNX below opset 17), with one
+composite a TVM user would write for it in ``tvm.relax.dpl`` (mean / subtract / power /
+mean / add eps / sqrt / divide / multiply gamma / add beta), handed to both passes as
+the same ``FusionPattern`` (``PatternTable.from_tvm``: TVM's matching semantics on both
+sides).  ``FuseOpsByPattern`` is quadratic on it (``docs/tvm-bugs.md``), so the sizes
+are small and the microseconds are per binding.
 """
 
 from __future__ import annotations
@@ -64,6 +72,21 @@ def table() -> PatternTable:
     ])
 
 
+def layernorm_table() -> PatternTable:
+    """The written-out layer norm as one TVM ``FusionPattern``, as a TVM user writes it."""
+    from tvm.relax.dpl import is_const
+    from tvm.relax.dpl import is_op as tvm_op
+    from tvm.relax.dpl import wildcard as tvm_wildcard
+
+    x = tvm_wildcard()
+    d = tvm_op("relax.subtract")(x, tvm_op("relax.mean")(x))
+    var = tvm_op("relax.mean")(tvm_op("relax.power")(d, is_const()))
+    std = tvm_op("relax.sqrt")(tvm_op("relax.add")(var, is_const()))
+    scaled = tvm_op("relax.multiply")(tvm_op("relax.divide")(d, std), is_const())
+    norm = tvm_op("relax.add")(scaled, is_const())
+    return PatternTable.from_tvm([relax.transform.FusionPattern("ccompiler.layer_norm", norm)])
+
+
 def best(fn, repeat: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeat):
@@ -77,7 +100,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, nargs="+", default=[16, 50, 160])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--layernorms", type=int, nargs="+",
+                        help="time the written-out layer-norm chain at these lengths instead")
     args = parser.parse_args()
+    if args.layernorms:
+        compare_on_layernorm_chains(args.layernorms, args.repeat)
+        return
     tab = table()
     merge = MergeComposite(tab)
     fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
@@ -92,6 +120,25 @@ def main() -> None:
         assert counts_mc == counts_fu, (counts_mc, counts_fu)
         print(f"{n:>6} {bindings:>8} {t_mc:>16.4f} {t_fu:>18.4f} {t_mc / t_fu:>6.2f} "
               f"{1e6 * t_mc / n:>13.0f}  {counts_mc}")
+
+
+def compare_on_layernorm_chains(lengths: list[int], repeat: int) -> None:
+    from bench_layernorm import BINDINGS_PER_NORM, layernorm_chain
+
+    tab = layernorm_table()
+    merge = MergeComposite(tab)
+    fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
+    print(f"{'norms':>6} {'bindings':>8} {'MergeComposite s':>16} {'FuseOpsByPattern s':>18} "
+          f"{'ratio':>6} {'us/binding (MC)':>15} {'us/binding (TVM)':>16}  composites")
+    for n in lengths:
+        mod = layernorm_chain(n)
+        bindings = n * BINDINGS_PER_NORM
+        t_mc, out_mc = best(lambda: merge(mod), repeat)
+        t_fu, out_fu = best(lambda: fuse(mod), repeat)
+        counts_mc, counts_fu = composite_counts(out_mc), composite_counts(out_fu)
+        assert counts_mc == counts_fu == {"ccompiler.layer_norm": n}, (counts_mc, counts_fu)
+        print(f"{n:>6} {bindings:>8} {t_mc:>16.4f} {t_fu:>18.4f} {t_mc / t_fu:>6.3f} "
+              f"{1e6 * t_mc / bindings:>15.1f} {1e6 * t_fu / bindings:>16.1f}  {counts_mc}")
 
 
 if __name__ == "__main__":
