@@ -87,6 +87,22 @@ def layernorm_table() -> PatternTable:
     return PatternTable.from_tvm([relax.transform.FusionPattern("ccompiler.layer_norm", norm)])
 
 
+def both_passes(tab: PatternTable, repeat: int):
+    """A timer of both passes on one table: ``mod -> (MergeComposite s, FuseOpsByPattern s,
+    composite counts)``, best of ``repeat`` each; both must form the same composites."""
+    merge = MergeComposite(tab)
+    fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
+
+    def time_both(mod):
+        t_mc, out_mc = best(lambda: merge(mod), repeat)
+        t_fu, out_fu = best(lambda: fuse(mod), repeat)
+        counts_mc, counts_fu = composite_counts(out_mc), composite_counts(out_fu)
+        assert counts_mc == counts_fu, (counts_mc, counts_fu)
+        return t_mc, t_fu, counts_mc
+
+    return time_both
+
+
 def best(fn, repeat: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeat):
@@ -106,39 +122,29 @@ def main() -> None:
     if args.layernorms:
         compare_on_layernorm_chains(args.layernorms, args.repeat)
         return
-    tab = table()
-    merge = MergeComposite(tab)
-    fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
+    time_both = both_passes(table(), args.repeat)
     print(f"{'blocks':>6} {'bindings':>8} {'MergeComposite s':>16} {'FuseOpsByPattern s':>18} "
           f"{'ratio':>6} {'us/block (MC)':>13}  composites")
     for n in args.blocks:
         mod = pk.rewrite([BatchnormFoldIntoConv()], resnet_chain(n))
         bindings = sum(len(b.bindings) for b in mod["main"].body.blocks)
-        t_mc, out_mc = best(lambda: merge(mod), args.repeat)
-        t_fu, out_fu = best(lambda: fuse(mod), args.repeat)
-        counts_mc, counts_fu = composite_counts(out_mc), composite_counts(out_fu)
-        assert counts_mc == counts_fu, (counts_mc, counts_fu)
+        t_mc, t_fu, counts = time_both(mod)
         print(f"{n:>6} {bindings:>8} {t_mc:>16.4f} {t_fu:>18.4f} {t_mc / t_fu:>6.2f} "
-              f"{1e6 * t_mc / n:>13.0f}  {counts_mc}")
+              f"{1e6 * t_mc / n:>13.0f}  {counts}")
 
 
 def compare_on_layernorm_chains(lengths: list[int], repeat: int) -> None:
     from bench_layernorm import BINDINGS_PER_NORM, layernorm_chain
 
-    tab = layernorm_table()
-    merge = MergeComposite(tab)
-    fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
+    time_both = both_passes(layernorm_table(), repeat)
     print(f"{'norms':>6} {'bindings':>8} {'MergeComposite s':>16} {'FuseOpsByPattern s':>18} "
           f"{'ratio':>6} {'us/binding (MC)':>15} {'us/binding (TVM)':>16}  composites")
     for n in lengths:
-        mod = layernorm_chain(n)
         bindings = n * BINDINGS_PER_NORM
-        t_mc, out_mc = best(lambda: merge(mod), repeat)
-        t_fu, out_fu = best(lambda: fuse(mod), repeat)
-        counts_mc, counts_fu = composite_counts(out_mc), composite_counts(out_fu)
-        assert counts_mc == counts_fu == {"ccompiler.layer_norm": n}, (counts_mc, counts_fu)
+        t_mc, t_fu, counts = time_both(layernorm_chain(n))
+        assert counts == {"ccompiler.layer_norm": n}, counts
         print(f"{n:>6} {bindings:>8} {t_mc:>16.4f} {t_fu:>18.4f} {t_mc / t_fu:>6.3f} "
-              f"{1e6 * t_mc / bindings:>15.1f} {1e6 * t_fu / bindings:>16.1f}  {counts_mc}")
+              f"{1e6 * t_mc / bindings:>15.1f} {1e6 * t_fu / bindings:>16.1f}  {counts}")
 
 
 if __name__ == "__main__":
