@@ -62,7 +62,7 @@ __all__ = [
     "viz_expr", "viz_diff", "VizGraph", "VizError", "DotUnavailable",
     # errors
     "PatternkitError", "PatternError", "CallbackError", "RewriteDidNotConverge",
-    "MalformedIRError", "NothingToPartition",
+    "MalformedIRError", "NothingToPartition", "BuildError",
 ]
 
 #: The layer (subpackage) each public name lives in.
@@ -119,7 +119,7 @@ _HOME = {
     # errors
     "PatternkitError": "errors", "PatternError": "errors", "CallbackError": "errors",
     "RewriteDidNotConverge": "errors", "MalformedIRError": "errors",
-    "NothingToPartition": "errors",
+    "NothingToPartition": "errors", "BuildError": "errors",
 }
 
 
@@ -169,8 +169,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)
-    from .errors import (CallbackError, MalformedIRError, NothingToPartition, PatternError,
-                         PatternkitError, RewriteDidNotConverge)
+    from .errors import (BuildError, CallbackError, MalformedIRError, NothingToPartition,
+                         PatternError, PatternkitError, RewriteDidNotConverge)
     from .fusion import DefuseOps, defuse
     from .ir import from_expr, to_expr
     from .verification import (Comparison, RoundTripError, RoundTripResult,

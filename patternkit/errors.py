@@ -53,3 +53,18 @@ class GradientError(PatternkitError):
     """A function cannot be differentiated as asked: bad ``wrt``, no scalar loss, an op
     with no gradient and no expansion.  Raised before ``relax.transform.Gradient`` runs,
     so the user sees the op or name at fault instead of TVM's internal check failure."""
+
+
+class BuildError(PatternkitError, RuntimeError):
+    """A module compared numerically does not build for its target.
+
+    Attributes
+    ----------
+    side : str
+        Which module failed: ``"before"`` (the reference, as given: a model that TVM's
+        importer left unbuildable) or ``"after"`` (the transformed one: a bug in the pass).
+    """
+
+    def __init__(self, message: str, side: str = ""):
+        super().__init__(message)
+        self.side = side

@@ -191,3 +191,47 @@ def test_gradient_differentiates_a_function_with_a_symbolic_shape():
     out = relax.transform.Gradient("main", [FlattenedLoss["main"].params[1]])(
         FlattenedLoss)
     assert "main_adjoint" in [gv.name_hint for gv in out.get_global_vars()]
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27's torch importer gives the cumsum of a bool tensor a bool "
+                          "result (torch: int64): llvm codegen then fails on a bool add")
+def test_torch_cumsum_of_a_bool_tensor_imports_as_int64_and_builds():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class CountNotOne(torch.nn.Module):
+        """``(x != 1).cumsum(-1)``, as transformers' ``find_packed_sequence_indices``
+        reads position ids when no attention mask is given."""
+
+        def forward(self, ids):
+            return (ids != 1).cumsum(-1)
+
+    ids = torch.tensor([[1, 5, 1, 7, 9, 1]])
+    expected = CountNotOne()(ids).numpy()
+    assert expected.dtype == np.int64  # torch sums bools (and every integer) in int64
+    mod = from_exported_program(torch.export.export(CountNotOne(), (ids,)))
+    [got] = numeric.run(mod, [ids.numpy()])
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27's torch importer keeps a negative index in "
+                                       "R.take(mode='fast'): it reads outside the tensor")
+def test_torch_negative_indices_read_the_numbers_torch_reads():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class SecondToLastAndLastRows(torch.nn.Module):
+        """``x[..., [-2], :]`` (aten.index.Tensor), as Falcon's multi-query attention
+        splits its key, and ``x[..., -1, :]`` (aten.select.int)."""
+
+        def forward(self, x):
+            return x[..., [-2], :], x[..., -1, :]
+
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype("float32")
+    module = SecondToLastAndLastRows()
+    expected = [t.numpy() for t in module(torch.from_numpy(x))]
+    mod = from_exported_program(torch.export.export(module, (torch.from_numpy(x),)))
+    comparison = numeric.compare_outputs(expected, numeric.run(mod, [x]), rtol=1e-6, atol=1e-6)
+    assert comparison.ok, comparison

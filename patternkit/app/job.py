@@ -57,6 +57,7 @@ from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
 from ..engine.wellformed import assert_well_formed
+from ..errors import BuildError
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
@@ -209,47 +210,14 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     say("building before and after for llvm and comparing ...")
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
     restored = _well_formed(inline_external(after), "inlining the external functions")
-    low_precision = low_precision_dtype(before[entry])
-    comparison = step("numeric_check", numeric.compare, before, restored, keep_runs=True,
-                      **options)
-    report.numeric = {"ok": comparison.ok, "max_abs_error": comparison.max_abs_error,
-                      "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
-                      "atol": options["atol"], "seed": seed,
-                      "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
-                      "refused": list(comparison.refused), "identical": comparison.identical}
-    comparisons = [comparison]
     first_sizes = _sizes_of(before[entry], options)
-    roles = ({var: role for role, var in loaded.zoo.symbolic_dims.items()}
-             if loaded.zoo is not None else {})
-    smallest = _smallest_sizes(loaded, first_sizes, roles)
-    if smallest and not low_precision and not comparison.refused and not comparison.identical:
-        say(f"comparing again at {', '.join(f'{k}={v}' for k, v in smallest.items())} ...")
-        again = step("numeric_check_smallest", numeric.compare, before, restored,
-                     keep_runs=True,
-                     **{**options, "shape_vars": {**options.get("shape_vars", {}), **smallest}})
-        comparisons.append(again)
-        report.numeric.update(
-            ok=comparison.ok and again.ok,
-            max_abs_error=max(comparison.max_abs_error, again.max_abs_error),
-            max_rel_error=max(comparison.max_rel_error, again.max_rel_error),
-            sizes=[first_sizes, {**first_sizes, **smallest}], roles=roles,
-            refused=list(again.refused))
-    if low_precision and not comparison.refused and not comparison.identical:
-        say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
-        check = step("numeric_float64", float64_check, before, entry, *comparison.runs,
-                     options["atol"])
-        report.numeric.update(ok=check["ok"], dtype=low_precision, float64=check)
-    elif (missed := [c for c in comparisons if not c.ok and not c.refused
-                     and math.isfinite(c.max_abs_error)]):
-        say("the comparison missed its tolerance: measuring both against the model "
-            "recomputed in float64 ...")
-        checks = [step("numeric_float64", float64_check, before, entry, *c.runs,
-                       options["atol"]) for c in missed]
-        worst = max(checks, key=lambda c: c["rewritten"] - c["slack"] * c["imported"])
-        dtype = next((str(o.dtype) for o in comparison.runs[1] if o.dtype.kind == "f"),
-                     "float32")
-        report.numeric.update(ok=all(c["ok"] for c in checks), dtype=dtype,
-                              float64=worst, float64_after_miss=True)
+    try:
+        report.numeric = _numeric_check(before, restored, loaded, entry, options,
+                                        first_sizes, step, say)
+    except BuildError as err:
+        # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
+        report.numeric = {"ok": False, "not_built": err.side, "build_error": str(err),
+                          "seed": seed}
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -264,7 +232,10 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         report.roundtrip["MergeComposite+PartitionGraph"] = _roundtrip_entry(partitioned)
 
     adjoint = None
-    if train:
+    if train and report.numeric.get("not_built") == "before":
+        report.training = {"ok": False, "reason": "the model as imported does not build for "
+                                                  "llvm (see the numeric check)"}
+    elif train:
         from .training import train_check  # the training package loads only when asked
 
         say("differentiating the model and checking the gradients ...")
@@ -283,6 +254,58 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         write_outputs(out, before, after, report, draw=draw, changes=log, func=entry,
                       full_drawing=full_drawing, adjoint=adjoint)
     return report
+
+
+def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedModel,
+                   entry: str, options: Mapping[str, Any], first_sizes: Mapping[str, int],
+                   step: Callable, say: Callable[[str], None]) -> dict[str, Any]:
+    """The report's numeric section: before against the rewritten and partitioned module
+    (its external functions inlined), at the first sizes and again at the smallest the
+    model declares, and against float64 where float rounding can explain a difference.
+
+    Raises :class:`BuildError` when either module does not build for llvm.
+    """
+    low_precision = low_precision_dtype(before[entry])
+    comparison = step("numeric_check", numeric.compare, before, restored, keep_runs=True,
+                      **options)
+    result = {"ok": comparison.ok, "max_abs_error": comparison.max_abs_error,
+              "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
+              "atol": options["atol"], "seed": options["seed"],
+              "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
+              "refused": list(comparison.refused), "identical": comparison.identical}
+    comparisons = [comparison]
+    roles = ({var: role for role, var in loaded.zoo.symbolic_dims.items()}
+             if loaded.zoo is not None else {})
+    smallest = _smallest_sizes(loaded, first_sizes, roles)
+    if smallest and not low_precision and not comparison.refused and not comparison.identical:
+        say(f"comparing again at {', '.join(f'{k}={v}' for k, v in smallest.items())} ...")
+        again = step("numeric_check_smallest", numeric.compare, before, restored,
+                     keep_runs=True,
+                     **{**options, "shape_vars": {**options.get("shape_vars", {}), **smallest}})
+        comparisons.append(again)
+        result.update(
+            ok=comparison.ok and again.ok,
+            max_abs_error=max(comparison.max_abs_error, again.max_abs_error),
+            max_rel_error=max(comparison.max_rel_error, again.max_rel_error),
+            sizes=[first_sizes, {**first_sizes, **smallest}], roles=roles,
+            refused=list(again.refused))
+    if low_precision and not comparison.refused and not comparison.identical:
+        say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
+        check = step("numeric_float64", float64_check, before, entry, *comparison.runs,
+                     options["atol"])
+        result.update(ok=check["ok"], dtype=low_precision, float64=check)
+    elif (missed := [c for c in comparisons if not c.ok and not c.refused
+                     and math.isfinite(c.max_abs_error)]):
+        say("the comparison missed its tolerance: measuring both against the model "
+            "recomputed in float64 ...")
+        checks = [step("numeric_float64", float64_check, before, entry, *c.runs,
+                       options["atol"]) for c in missed]
+        worst = max(checks, key=lambda c: c["rewritten"] - c["slack"] * c["imported"])
+        dtype = next((str(o.dtype) for o in comparison.runs[1] if o.dtype.kind == "f"),
+                     "float32")
+        result.update(ok=all(c["ok"] for c in checks), dtype=dtype, float64=worst,
+                      float64_after_miss=True)
+    return result
 
 
 def _well_formed(mod: tvm.IRModule, pass_name: str, stage: str = "output",
@@ -398,7 +421,15 @@ def report_markdown(report: JobReport) -> str:
         lines += [f"* {h}" for h in report.host_ops]
     n = report.numeric
     lines += ["", "## Numeric check (llvm VM, seeded random inputs)", ""]
-    if n.get("refused"):
+    if n.get("not_built") == "before":
+        lines += ["NOT RUN: the model as imported does not build for llvm, so nothing could "
+                  "be compared (no rewrite is involved; docs/tvm-bugs.md lists importer bugs "
+                  "that do this):", "", f"* {n['build_error']}"]
+    elif n.get("not_built"):
+        lines += ["FAILED TO BUILD: the imported model builds, the rewritten one does not "
+                  "(a bug in a rewrite or in a TVM pass; `patternkit bisect` finds the "
+                  "rewrite):", "", f"* {n['build_error']}"]
+    elif n.get("refused"):
         lines += ["REFUSED: the inputs would read outside a table, so nothing was compared:", ""]
         lines += [f"* {reason}" for reason in n["refused"]]
     else:

@@ -17,7 +17,8 @@ from .zoomodel import FAMILIES
 #: Activation modules by GELU form.  ``GELUActivation`` calls the erf GELU; the others
 #: compute ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` in some spelling.
 _GELU_ERF = ("GELUActivation",)
-_GELU_TANH = ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "FastGELUActivation")
+_GELU_TANH = ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "FastGELUActivation",
+              "BloomGelu")
 _SILU = ("SiLUActivation",)
 _SOFTMAX_TARGETS = ("aten.softmax.int", "aten._softmax.default", "aten._safe_softmax.default")
 

@@ -27,6 +27,7 @@ import tvm_ffi
 import tvm
 from tvm import relax
 
+from ..errors import BuildError
 from ..ir import compat as C
 from .indices import index_ranges, out_of_bounds
 
@@ -203,20 +204,47 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
     run).  ``input_options`` go to :func:`random_inputs` (``int_ranges=``, ``positive=``).
     ``keep_runs``: the result also holds the inputs and both runs' outputs
     (:attr:`Comparison.runs`), so that nothing needs building or running again.
+    A module that does not build raises :class:`~patternkit.errors.BuildError`, whose
+    ``side`` says which.
     """
     if inputs is None:
         inputs = random_inputs(before[func_name], seed=seed, **input_options)
     refused = tuple(out_of_bounds(before[func_name], inputs))
     if refused:
         return Comparison(float("nan"), float("nan"), 0, False, refused)
-    ref = run(before, inputs, func_name, vm=REFERENCE_BUILDS.vm(before))
+    ref = run(before, inputs, func_name, vm=_built(REFERENCE_BUILDS, before, "before"))
     if after is before or tvm_ffi.structural_equal(after, before):
         # the same program: its build would run the same kernels on the same inputs
         return Comparison(0.0, 0.0, len(ref), True, identical=True,
                           runs=(inputs, ref, ref) if keep_runs else None)
-    got = run(after, inputs, func_name, vm=CANDIDATE_BUILDS.vm(after))
+    got = run(after, inputs, func_name, vm=_built(CANDIDATE_BUILDS, after, "after"))
     result = compare_outputs(ref, got, rtol=rtol, atol=atol)
     return replace(result, runs=(inputs, ref, got)) if keep_runs else result
+
+
+def _built(cache: _BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMachine:
+    """``cache.vm(mod)``; a module that does not build raises :class:`BuildError` naming
+    the side, so a caller can tell a model TVM imported unbuildable from a broken pass."""
+    try:
+        return cache.vm(mod)
+    except Exception as err:  # relax.build raises TVM errors as RuntimeError, ValueError, ...
+        raise BuildError(f"the {side} module does not build for llvm: "
+                         f"{_first_line(err)}", side=side) from err
+
+
+def _first_line(err: Exception) -> str:
+    """The message of a TVM error without its C++ backtrace: the check that failed, and
+    where (TVM's checks often say only ``Check failed: (...) is false``)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    checks = [line for line in lines if "Check failed" in line or "Error" in line]
+    message = (checks or lines or [type(err).__name__])[-1].rstrip(": ")
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code.co_filename.endswith((".cc", ".h")):
+        where = tb.tb_frame.f_code.co_name.split("(")[0].split(" ")[-1]
+        message += f" (in {where}, {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]})"
+    return message
 
 
 def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,

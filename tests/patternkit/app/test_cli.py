@@ -484,3 +484,76 @@ def test_run_train_on_an_onnx_export_checks_every_weight(tmp_path, zoo):
                  "--no-draw"]) == 0
     training = json.loads((out / "report.json").read_text())["training"]
     assert training["ok"] and len(training["parameters"]) == len(model.params)
+
+
+_UNBUILDABLE = """
+from tvm import relax
+
+ids = relax.Var("ids", relax.TensorType((2, 5), "int64"))
+x = relax.Var("x", relax.TensorType((2, 5), "float32"))
+bb = relax.BlockBuilder()
+with bb.function("main", [ids, x]):
+    with bb.dataflow():
+        # a cumsum of bools: TVM's torch importer emits one for `(ids != 1).cumsum(-1)`,
+        # and llvm cannot build it
+        mask = bb.emit(relax.op.not_equal(ids, relax.const(1, "int64")))
+        positions = bb.emit(relax.op.cumsum(mask, axis=-1))
+        out = bb.emit_output(relax.Tuple([positions, relax.op.multiply(x, relax.op.sigmoid(x))]))
+    bb.emit_func_output(out)
+mod = bb.get()
+"""
+
+_BREAK_THE_BUILD = """
+import patternkit as pk
+from tvm import relax
+
+class CountNegatives(pk.RewriteRule):
+    \"\"\"sigmoid(x) -> a cumsum of bools cast to float: well formed, but llvm cannot build it.\"\"\"
+
+    name = "user.break_the_build"
+
+    def __init__(self):
+        super().__init__()
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op("sigmoid")(self.x)
+
+    def rewrite(self, match):
+        negative = relax.op.less(match.x, relax.const(0.0, "float32"))
+        return relax.op.astype(relax.op.cumsum(negative, axis=-1), "float32")
+
+rule = CountNegatives()
+"""
+
+
+def test_a_model_that_does_not_build_as_imported_is_a_fail_report_not_a_traceback(tmp_path):
+    (tmp_path / "model.py").write_text(_UNBUILDABLE)
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "model.py"), "--out", str(out), "--quiet", "--no-draw",
+                 "--train"])
+    report = json.loads((out / "report.json").read_text())
+    assert code == 1 and not report["ok"]
+    assert "does not build" in report["training"]["reason"]
+    assert report["rewrites"] == {"silu.collapse": 1}  # the rewrites still ran and are kept
+    numeric = report["numeric"]
+    assert numeric["not_built"] == "before"
+    assert "the before module does not build for llvm: Check failed" in numeric["build_error"]
+    assert "CodeGenLLVM" in numeric["build_error"]  # where TVM's check failed
+    markdown = (out / "report.md").read_text()
+    assert "# patternkit run: FAIL" in markdown
+    assert "NOT RUN: the model as imported does not build for llvm" in markdown
+    assert (out / "after.py").is_file()
+
+
+def test_a_rewrite_that_breaks_the_build_is_named_as_the_cause(tmp_path):
+    (tmp_path / "model.py").write_text(_UNBUILDABLE.replace(
+        "relax.op.cumsum(mask, axis=-1)", "relax.op.cumsum(relax.op.astype(mask, 'int64'), "
+                                          "axis=-1)"))
+    (tmp_path / "rules.py").write_text(_BREAK_THE_BUILD)
+    out = tmp_path / "out"
+    code = main(["run", str(tmp_path / "model.py"), "--patterns", str(tmp_path / "rules.py"),
+                 "--out", str(out), "--quiet", "--no-draw"])
+    numeric = json.loads((out / "report.json").read_text())["numeric"]
+    assert code == 1 and numeric["not_built"] == "after"
+    assert "the after module does not build for llvm" in numeric["build_error"]
+    assert "FAILED TO BUILD: the imported model builds, the rewritten one does not" in (
+        out / "report.md").read_text()

@@ -204,3 +204,36 @@ def test_an_after_identical_to_before_is_not_built_twice(monkeypatch):
     assert "identical modules" in str(same)
     other = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0)
     assert not other.ok and not other.identical and len(builds) == 2
+
+
+@I.ir_module
+class CumsumOfBools:
+    """llvm cannot build a cumsum of bools (TVM's torch importer emits one)."""
+
+    @R.function
+    def main(x: R.Tensor((2, 5), "float32")) -> R.Tensor((2, 5), "float32"):
+        with R.dataflow():
+            negative = R.less(x, R.const(0.0, "float32"))
+            out = R.astype(R.cumsum(negative, axis=-1), "float32")
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class CumsumOfInts:
+    @R.function
+    def main(x: R.Tensor((2, 5), "float32")) -> R.Tensor((2, 5), "float32"):
+        with R.dataflow():
+            negative = R.astype(R.less(x, R.const(0.0, "float32")), "int32")
+            out = R.astype(R.cumsum(negative, axis=-1), "float32")
+            R.output(out)
+        return out
+
+
+@pytest.mark.parametrize("before, after, side", [(CumsumOfBools, CumsumOfInts, "before"),
+                                                 (CumsumOfInts, CumsumOfBools, "after")])
+def test_a_module_that_does_not_build_is_a_build_error_naming_the_side(before, after, side):
+    with pytest.raises(pk.BuildError, match=f"the {side} module does not build for llvm: "
+                                            r"Check failed.*\(in .*CodeGenLLVM") as caught:
+        pk.compare(before, after)
+    assert caught.value.side == side
