@@ -18,6 +18,10 @@ as the frontends write it out:
 * **ONNX** (``from_onnx``, opset 14 and 17): 4-D matmuls, the key transposed once with
   ``[0, 2, 3, 1]``, and a no-op ``astype`` of the softmax to its own dtype.
 
+Between the scale and the mask, reshapes that only regroup the scores (both ends of the
+chain a view of them: Falcon reshapes them to ``(B*N, S, T)`` and straight back) are
+looked through.
+
 The scale is a one-element constant multiplying (either operand order) or dividing the
 scores, the query or the transposed key; several of them multiply (a model scaling both
 q and k by ``H**-0.25``).  Without one the scale is 1 (``R.nn.attention``'s default would
@@ -218,7 +222,10 @@ class AttentionCollapse(RewriteRule):
                                   through(self._key.view, OPERAND_PLUMBING))
         scores = through(self.qk, ("reshape",), depth=1)
         self._scales: list[tuple[str, DFPattern, DFPattern]] = []
-        scaled = _scaled(self, "scale", scores, self._scales) | scores
+        self.scaled = _scaled(self, "scale", scores, self._scales) | scores
+        # Falcon reshapes the scaled scores to (B*N, S, T) and straight back before the
+        # mask: a chain of reshapes between two views of the scores is the identity
+        scaled = self.regrouped = through(self.scaled, ("reshape",), depth=2)
         self.mask = wildcard()
         masked = is_op("add")(scaled, self.mask) | is_op("add")(self.mask, scaled)
         # masked_fill: where(cond, fill, scores) (torch's masked_fill(cond, fill)) or
@@ -263,6 +270,7 @@ class AttentionCollapse(RewriteRule):
             bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
                                                scores)
             fill = self._check_fill(match)
+        self._check_regrouped(match, scores)
         self._check_softmax(match, scores)
         self._check_plumbing(match.pv, scores, v_view)
         self._agree(match.k, "the key (transposed)", k_view, (batch, heads, head_dim, None))
@@ -357,6 +365,22 @@ class AttentionCollapse(RewriteRule):
             if not _is_view(shape, view):
                 raise reject(f"the matmul's {what} has shape {_shape_text(shape)}, neither "
                              f"{_shape_text(view)} nor batch and heads merged", at=matmul)
+
+    @staticmethod
+    def _check_regrouped(match: RuleMatch, scores: tuple) -> None:
+        """Reshapes after the scale only regroup the scores: both ends of the chain are
+        views of them (4-D, or batch and heads merged), so the elements keep their order
+        and their meaning."""
+        regrouped, scaled = match.regrouped, match.scaled
+        if regrouped.same_as(scaled):
+            return
+        for what, expr, merged in (("from", scaled, True), ("to", regrouped, False)):
+            shape = static_shape(type_of(expr))
+            if not _is_view(shape, scores, merged=merged):
+                raise reject(f"the scaled scores are reshaped {what} "
+                             f"{_shape_text(shape)}, not a view of the scores "
+                             f"{_shape_text(scores)}: the reshape regroups their elements",
+                             at=regrouped)
 
     @staticmethod
     def _check_softmax(match: RuleMatch, scores: tuple) -> None:
@@ -480,7 +504,8 @@ class AttentionCollapse(RewriteRule):
                 scale: str = "product", mask: str = "padding", kv_heads: int = 2,
                 softmax_axis: int = -1, key: str = "transposed", value_heads: int = 2,
                 repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
-                safe_softmax: str | None = None, seed: int = 0) -> tvm.IRModule:
+                safe_softmax: str | None = None, regroup: str | None = None,
+                seed: int = 0) -> tvm.IRModule:
         """One attention block on projections ``xq: (B, S, 32)``, ``xk, xv: (B, T, .)``:
         2 query heads of 16.
 
@@ -511,6 +536,9 @@ class AttentionCollapse(RewriteRule):
         scores are all -inf gets probabilities 0); ``mask="boolean"`` is SDPA's mask, a
         boolean ``(B, 1, 1, T)`` input turned into ``where(allowed, 0, -inf)``; and
         ``safe_softmax="queries"`` (the test reduced over the query axis) is refused.
+        ``regroup="round_trip"`` reshapes the scaled scores to (B*N, S, T) and back, as
+        Falcon does; ``regroup="scrambled"`` (refused) reshapes them to (B, S, N, T),
+        which keeps the element count but not what each element means.
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
@@ -611,6 +639,11 @@ class AttentionCollapse(RewriteRule):
                     elif scale == "tensor":
                         per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
                         scores = emit(relax.op.multiply, scores, relax.const(per_head))
+                    if regroup == "round_trip":  # Falcon: to (B*N, S, T) and back
+                        merged = emit(relax.op.reshape, scores, (batch * heads, seq, kv_len))
+                        scores = emit(relax.op.reshape, merged, (batch, heads, seq, kv_len))
+                    elif regroup == "scrambled":
+                        scores = emit(relax.op.reshape, scores, (batch, seq, heads, kv_len))
                     if mask == "boolean":  # torch's SDPA: where(allowed, 0, -inf)
                         bias = bb.emit(relax.op.where(allowed, relax.const(np.array(0.0, dtype)),
                                                       relax.const(np.array(-np.inf, dtype))))
@@ -648,7 +681,8 @@ class AttentionCollapse(RewriteRule):
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
                 "key": ("transposed", "untransposed"), "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
-                "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries")}
+                "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
+                "regroup": (None, "round_trip", "scrambled")}
 
 
 def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:

@@ -135,6 +135,9 @@ COLLAPSE_CASE = RuleCase(
         Negative("safe_softmax_over_the_query_axis", _example(safe_softmax="queries"),
                  "the safe softmax zeroes the probabilities where max(axis=[2], keepdims=True) "
                  "finds no score above -inf, not on the fully masked rows"),
+        Negative("scores_regrouped_into_sequence_first", _example(regroup="scrambled"),
+                 "the scaled scores are reshaped to (2, 8, 2, 8), not a view of the scores "
+                 "(2, 2, 8, 8)"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
@@ -165,6 +168,7 @@ def test_attention_collapse_meets_the_rule_contract():
     {"safe_softmax": "keys", "mask": "none"}, {"safe_softmax": "keys", "mask": "masked_fill"},
     {"safe_softmax": "keys", "mask": "boolean", "shape": "symbolic"},
     {"safe_softmax": "keys", "mask": "boolean", "kv_heads": 1},
+    {"regroup": "round_trip"}, {"regroup": "round_trip", "shape": "symbolic"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
