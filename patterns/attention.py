@@ -16,7 +16,8 @@ as the frontends write it out:
   reshaped back to ``(B, N, ., .)``; the key is split into heads with ``permute_dims(axes=
   [0, 2, 1, 3])`` and then transposed with ``[0, 1, 3, 2]``;
 * **ONNX** (``from_onnx``, opset 14 and 17): 4-D matmuls, the key transposed once with
-  ``[0, 2, 3, 1]``, and a no-op ``astype`` of the softmax to its own dtype.
+  ``[0, 2, 3, 1]``, and a no-op ``astype`` of the softmax to its own dtype (two, where the
+  model wrote ``softmax(x, dtype=float32).to(float32)``: CLIP, DeiT).
 
 Between the scale and the mask, reshapes that only regroup the scores (both ends of the
 chain a view of them: Falcon reshapes them to ``(B*N, S, T)`` and straight back) are
@@ -145,6 +146,8 @@ class AttentionPlan:
     permutation of the attention's BSNH result that the match's root computes;
     ``zero_masked_rows``: the model's softmax gives a fully masked row probabilities 0
     (torch's SDPA), so the result is 0 on the rows whose bias is all -inf.
+    ``second_bias`` is ``(expr, rank)`` of a second additive term (T5 adds its position
+    bias, then the mask), added to the first to make one bias.
     """
 
     query: tuple[Any, tuple[int, ...]]
@@ -156,6 +159,7 @@ class AttentionPlan:
     scale: float
     out_axes: tuple[int, ...]
     zero_masked_rows: bool = False
+    second_bias: tuple[Any, int] | None = None
 
 
 class _Operand:
@@ -226,8 +230,11 @@ class AttentionCollapse(RewriteRule):
         # Falcon reshapes the scaled scores to (B*N, S, T) and straight back before the
         # mask: a chain of reshapes between two views of the scores is the identity
         scaled = self.regrouped = through(self.scaled, ("reshape",), depth=2)
-        self.mask = wildcard()
+        self.mask, self.second_mask = wildcard(), wildcard()
         masked = is_op("add")(scaled, self.mask) | is_op("add")(self.mask, scaled)
+        # T5: scores + position bias + mask, two additive terms
+        masked = (is_op("add")(masked, self.second_mask)
+                  | is_op("add")(self.second_mask, masked) | masked)
         # masked_fill: where(cond, fill, scores) (torch's masked_fill(cond, fill)) or
         # where(cond, scores, fill) (keep where cond holds)
         self.condition, self.fill = wildcard(), is_constant()
@@ -236,6 +243,8 @@ class AttentionCollapse(RewriteRule):
         self.scores = masked | self.fill_where_true | self.fill_where_false | scaled
         self.softmax = is_op("nn.softmax")(self.scores)
         self.cast = is_op("astype")(self.softmax)
+        # ``softmax(x, dtype=float32).to(float32)`` in an ONNX export: two no-op casts
+        self.recast = is_op("astype")(self.cast)
         # torch's SDPA as torch.export writes it (``_safe_softmax``): a row whose scores
         # are all -inf gets probabilities 0, where softmax gives NaN
         live = is_op("logical_not")(is_op("equal")(self.scores, float("-inf")))
@@ -243,7 +252,7 @@ class AttentionCollapse(RewriteRule):
         row_masked = is_op("logical_not")(is_op("astype")(self.row_test))
         self.safe_softmax = is_op("where")(row_masked, is_op("full_like")(self.softmax, 0.0),
                                            self.softmax)
-        probabilities = self.safe_softmax | self.cast | self.softmax
+        probabilities = self.safe_softmax | self.recast | self.cast | self.softmax
         self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
                                   through(self._value.view, OPERAND_PLUMBING))
         heads_out = through(self.pv, ("reshape",), depth=1)
@@ -264,8 +273,12 @@ class AttentionCollapse(RewriteRule):
         self._check_transposed(match, k_axes)
         self._check_plumbing(match.qk, q_view, k_view)
         bias, bias_rank, fill = None, 0, None
+        second = None
         if "mask" in match:
             bias, bias_rank = self._check_mask(match.mask, "the mask", scores)
+            if "second_mask" in match:
+                second = self._check_mask(match.second_mask, "the second additive term",
+                                          scores)
         elif "condition" in match:
             bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
                                                scores)
@@ -294,7 +307,7 @@ class AttentionCollapse(RewriteRule):
                              bias, bias_rank, fill, scale,
                              HEADS_FIRST if out_call is None else
                              _compose(HEADS_FIRST, _axes(out_call, 4)),
-                             "safe_softmax" in match)
+                             "safe_softmax" in match, second)
 
     @staticmethod
     def _check_dtypes(match: RuleMatch) -> None:
@@ -305,10 +318,10 @@ class AttentionCollapse(RewriteRule):
         """
         dtype = dtype_of(type_of(match.q))
         scores = dtype_of(type_of(call_args(match.softmax)[0]))
-        probabilities = str(match.cast.attrs.dtype) if "cast" in match else scores
+        casts = [match[role] for role in ("cast", "recast") if role in match]
         found_dtypes = (("values", dtype_of(type_of(match.v)), match.v),
                         ("scores", scores, match.softmax),
-                        ("probabilities", probabilities, match.softmax),
+                        *(("probabilities", str(cast.attrs.dtype), cast) for cast in casts),
                         ("results", dtype_of(type_of(match.root)), match.root))
         for what, found, at in found_dtypes:
             if found != dtype:
@@ -473,8 +486,9 @@ class AttentionCollapse(RewriteRule):
             fill, zero = (relax.const(np.array(v, dtype)) for v in (value, 0.0))
             bias = relax.op.where(bias, fill, zero) if where_true else \
                 relax.op.where(bias, zero, fill)
-        if bias is not None and plan.bias_rank < 4:
-            bias = relax.op.expand_dims(bias, list(range(4 - plan.bias_rank)))
+        bias = _to_4d(bias, plan.bias_rank)
+        if plan.second_bias is not None:
+            bias = relax.op.add(bias, _to_4d(*plan.second_bias))
         out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
                                     scale=plan.scale)
         dtype = dtype_of(type_of(plan.query[0]))
@@ -505,6 +519,7 @@ class AttentionCollapse(RewriteRule):
                 softmax_axis: int = -1, key: str = "transposed", value_heads: int = 2,
                 repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
                 safe_softmax: str | None = None, regroup: str | None = None,
+                recast: bool = False, position_bias: bool = False,
                 seed: int = 0) -> tvm.IRModule:
         """One attention block on projections ``xq: (B, S, 32)``, ``xk, xv: (B, T, .)``:
         2 query heads of 16.
@@ -538,7 +553,10 @@ class AttentionCollapse(RewriteRule):
         ``safe_softmax="queries"`` (the test reduced over the query axis) is refused.
         ``regroup="round_trip"`` reshapes the scaled scores to (B*N, S, T) and back, as
         Falcon does; ``regroup="scrambled"`` (refused) reshapes them to (B, S, N, T),
-        which keeps the element count but not what each element means.
+        which keeps the element count but not what each element means.  ``recast=True``
+        casts the probabilities to their own dtype once more (CLIP's ONNX export).
+        ``position_bias=True`` adds a constant (1, N, S, T) term before the mask, as T5
+        adds its relative position bias.
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
@@ -644,6 +662,10 @@ class AttentionCollapse(RewriteRule):
                         scores = emit(relax.op.reshape, merged, (batch, heads, seq, kv_len))
                     elif regroup == "scrambled":
                         scores = emit(relax.op.reshape, scores, (batch, seq, heads, kv_len))
+                    if position_bias:  # T5's relative position bias, before the mask
+                        relative = rng.uniform(-1, 1, (1, heads, seq, kv_len))
+                        scores = emit(relax.op.add, scores,
+                                      relax.const(relative.astype(scores_dtype)))
                     if mask == "boolean":  # torch's SDPA: where(allowed, 0, -inf)
                         bias = bb.emit(relax.op.where(allowed, relax.const(np.array(0.0, dtype)),
                                                       relax.const(np.array(-np.inf, dtype))))
@@ -665,6 +687,8 @@ class AttentionCollapse(RewriteRule):
                         p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast
                     if accumulate is not None:
                         p = bb.emit(relax.op.astype(p, dtype))
+                    if recast:
+                        p = bb.emit(relax.op.astype(p, dtype))
                     rows = kv_len if mask == "square" else seq  # the square mask broadcasts rows
                     out = heads_first(matmul(p, v, rows, split == "output"))
                     result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
@@ -682,7 +706,15 @@ class AttentionCollapse(RewriteRule):
                 "key": ("transposed", "untransposed"), "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
                 "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
-                "regroup": (None, "round_trip", "scrambled")}
+                "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
+                "position_bias": (False, True)}
+
+
+def _to_4d(bias: Any, rank: int) -> Any:
+    """``bias`` ``expand_dims``-ed to attention's 4-D bias (``None`` stays ``None``)."""
+    if bias is None or rank >= 4:
+        return bias
+    return relax.op.expand_dims(bias, list(range(4 - rank)))
 
 
 def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
@@ -692,12 +724,15 @@ def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
     """
     if plan.bias is None:
         return False
-    if not is_tensor_constant(plan.bias):
+    terms = [plan.bias] + ([plan.second_bias[0]] if plan.second_bias is not None else [])
+    if not all(is_tensor_constant(term) for term in terms):
         return True
     values = const_value(plan.bias)
     if plan.fill is not None:
         value, where_true = plan.fill
         values = np.where(values if where_true else np.logical_not(values), value, 0.0)
+    if plan.second_bias is not None:
+        values = values + const_value(plan.second_bias[0])
     return bool(np.isneginf(values).all(axis=-1).any())
 
 

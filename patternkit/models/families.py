@@ -20,6 +20,8 @@ _GELU_ERF = ("GELUActivation",)
 _GELU_TANH = ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "FastGELUActivation",
               "BloomGelu")
 _SILU = ("SiLUActivation",)
+#: RMS norms not named so: T5's (no mean subtracted, no bias) and the models built on it.
+_RMS_NORM = ("T5LayerNorm", "MT5LayerNorm", "UMT5LayerNorm", "Pix2StructLayerNorm")
 _SOFTMAX_TARGETS = ("aten.softmax.int", "aten._softmax.default", "aten._safe_softmax.default")
 
 
@@ -27,7 +29,7 @@ def _family_of(module: torch.nn.Module) -> str | None:
     name = type(module).__name__
     if isinstance(module, torch.nn.LayerNorm):
         return "layernorm"
-    if isinstance(module, torch.nn.RMSNorm) or name.endswith("RMSNorm"):
+    if isinstance(module, torch.nn.RMSNorm) or name.endswith("RMSNorm") or name in _RMS_NORM:
         return "rmsnorm"
     if isinstance(module, torch.nn.GELU):
         return "gelu" if module.approximate == "none" else "gelu_tanh"

@@ -138,6 +138,9 @@ COLLAPSE_CASE = RuleCase(
         Negative("scores_regrouped_into_sequence_first", _example(regroup="scrambled"),
                  "the scaled scores are reshaped to (2, 8, 2, 8), not a view of the scores "
                  "(2, 2, 8, 8)"),
+        Negative("second_term_of_one_key", _example(position_bias=True, mask="last_axis_one"),
+                 "the second additive term (2, 1, 8, 1) does not broadcast as attention's "
+                 "bias: its last axis is 1"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
@@ -169,6 +172,9 @@ def test_attention_collapse_meets_the_rule_contract():
     {"safe_softmax": "keys", "mask": "boolean", "shape": "symbolic"},
     {"safe_softmax": "keys", "mask": "boolean", "kv_heads": 1},
     {"regroup": "round_trip"}, {"regroup": "round_trip", "shape": "symbolic"},
+    {"recast": True, "frontend": "onnx"}, {"recast": True},
+    {"position_bias": True}, {"position_bias": True, "mask": "none"},
+    {"position_bias": True, "frontend": "onnx", "mask": "causal"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
