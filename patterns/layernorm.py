@@ -6,7 +6,7 @@ Recognises (:class:`LayerNormCollapse`, ``layernorm.collapse``)::
     d    = x - mean                              # one binding read twice, or computed twice
     var  = mean(d ** 2, axes, keepdims=True)     # power(d, 2) | d * d | square(d),
                                                  # or variance(x, axes, keepdims=True)
-    y    = d / sqrt(var + eps)                   # or d * rsqrt(var + eps)
+    y    = d / sqrt(var + eps)                   # or d * rsqrt(var + eps), d * (1 / sqrt(..))
     y    = y * gamma                             # optional
     y    = y + beta                              # optional
 
@@ -220,7 +220,7 @@ class LayerNormCollapse(RewriteRule):
 
         ``symbolic`` makes the leading dims of ``x`` symbolic (``n``, ``s``); ``affine``
         is ``"both"``, ``"gamma"``, ``"beta"`` or ``"none"``; ``root`` ``"sqrt"`` (divide)
-        or ``"rsqrt"`` (multiply); ``square`` ``"power"``, ``"multiply"``, ``"square"`` or
+        ``"rsqrt"`` (multiply) or ``"reciprocal"`` (times ``1 / sqrt``); ``square`` ``"power"``, ``"multiply"``, ``"square"`` or
         ``"variance"`` (the ``variance`` op instead of the second mean); ``centered``
         ``"reused"`` or ``"recomputed"``.  Knobs the rule must refuse: ``mean_axes=
         "leading"`` (the means reduce the first axes), ``eps="vector"`` or
@@ -257,6 +257,10 @@ class LayerNormCollapse(RewriteRule):
                     d = bb.emit(relax.op.subtract(x, mean))
                 if root == "sqrt":
                     y = bb.emit(relax.op.divide(d, bb.emit(relax.op.sqrt(radicand))))
+                elif root == "reciprocal":  # torch.rsqrt exported to ONNX
+                    inverse = relax.op.divide(relax.const(1.0, dtype),
+                                              bb.emit(relax.op.sqrt(radicand)))
+                    y = bb.emit(relax.op.multiply(d, bb.emit(inverse)))
                 else:
                     y = bb.emit(relax.op.multiply(d, bb.emit(relax.op.rsqrt(radicand))))
                 if affine in ("gamma", "both"):
@@ -271,7 +275,8 @@ class LayerNormCollapse(RewriteRule):
     def example_space(cls) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "affine": ("both", "gamma", "beta", "none"),
-                "root": ("sqrt", "rsqrt"), "square": ("power", "multiply", "square", "variance"),
+                "root": ("sqrt", "rsqrt", "reciprocal"),
+                "square": ("power", "multiply", "square", "variance"),
                 "centered": ("reused", "recomputed"), "mean_axes": ("trailing", "leading"),
                 "eps": ("scalar", "vector", "variable"),
                 "gamma": ("per_feature", "scalar", "full")}

@@ -5,14 +5,18 @@ Recognises (:class:`RmsNormCollapse`, ``rmsnorm.collapse``)::
     h   = astype(x, float32)                     # optional (Llama, T5 in float16)
     var = mean(h ** 2, axes, keepdims=True)      # axes: the last k axes; h ** 2 is
                                                  # power(h, 2) | h * h | square(h)
-    y   = h * rsqrt(var + eps)                   # or h / sqrt(var + eps); this h may be a
-                                                 # second astype(x) (T5LayerNorm)
+    y   = h * rsqrt(var + eps)                   # or h / sqrt(var + eps), h * (1 / sqrt(...))
+                                                 # (ONNX); this h may be a second astype(x)
+                                                 # (T5LayerNorm)
     y   = astype(y, x.dtype)                     # optional cast back
     y   = w * y                                  # optional weight
 
 which covers transformers' ``LlamaRMSNorm`` (one cast read twice, weight after the cast
 back) and ``T5LayerNorm`` (the variance from a cast of ``x``, the numerator from another)
-in float32 and float16, as ``torch.export`` and the Relax importer deliver them.
+in float32 and float16, as ``torch.export`` and the Relax importer deliver them, and as
+ONNX exports them (``torch.rsqrt`` becomes ``Sqrt`` + ``Reciprocal``; the exporter ties
+the no-op ``astype`` of a float32 ``x`` to the residual that reads it next, and the
+rewrite keeps that cast for its other reader).
 
 Produces ``R.nn.rms_norm(x, w, axes=[-k, ..., -1], epsilon=eps)``.  TVM's ``rms_norm``
 computes in float32 whatever the input dtype and casts the result back, which is exactly
@@ -48,7 +52,7 @@ axis for an external compiler.  TVM's own ``cutlass.rms_norm`` entry matches onl
 op offloads no RMS norm without this entry.
 
 Deliberately not covered: ``x / sqrt(mean(x^2) + eps)`` with a mean over non-trailing
-axes, ``x * (1 / sqrt(...))``, ``eps`` added outside the root (``sqrt(var) + eps``: a
+axes, ``eps`` added outside the root (``sqrt(var) + eps``: a
 different function), bfloat16 and float64 models, and a weight of another dtype than the
 normalised value (the Relax importer casts it first, which this rule would see as a
 different spelling).
@@ -102,6 +106,9 @@ class RmsNormCollapse(RewriteRule):
     """Collapse a written-out RMS norm (Llama's, T5's, with or without casts) into ``rms_norm``."""
 
     name = "rmsnorm.collapse"
+    #: An ONNX export ties the (no-op) cast of x to the next residual add, which then
+    #: reads it: the rewrite keeps the cast for it instead of skipping the norm.
+    escapable_roles = ("cast", "numerator_cast")
 
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
@@ -166,7 +173,8 @@ class RmsNormCollapse(RewriteRule):
         ``x``, weight after the cast back), ``"t5"`` (``T5LayerNorm``: the variance and
         the numerator each from their own cast) or ``"plain"`` (no casts, computed in
         ``dtype``).  ``weight``: ``"per_feature"``, ``"none"``, or ``"full"`` (a weight of
-        ``x``'s whole shape: refused).  ``root``: ``"rsqrt"`` or ``"sqrt"`` (divide);
+        ``x``'s whole shape: refused).  ``root``: ``"rsqrt"``, ``"sqrt"`` (divide) or
+        ``"reciprocal"`` (``h * (1 / sqrt)``, ONNX's spelling of ``rsqrt``);
         ``square``: ``"power"``, ``"multiply"`` or ``"square"``; ``eps``: ``"scalar"`` or
         ``"vector"`` (refused); ``mean_axes``: ``"trailing"`` or ``"leading"`` (the mean
         over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too.
@@ -192,6 +200,10 @@ class RmsNormCollapse(RewriteRule):
                     h = bb.emit(relax.op.astype(x, compute))
                 if root == "rsqrt":
                     y = bb.emit(relax.op.multiply(h, bb.emit(relax.op.rsqrt(radicand))))
+                elif root == "reciprocal":
+                    inverse = relax.op.divide(relax.const(1.0, compute),
+                                              bb.emit(relax.op.sqrt(radicand)))
+                    y = bb.emit(relax.op.multiply(h, bb.emit(inverse)))
                 else:
                     y = bb.emit(relax.op.divide(h, bb.emit(relax.op.sqrt(radicand))))
                 if compute != dtype:
@@ -207,7 +219,8 @@ class RmsNormCollapse(RewriteRule):
         return {"dtype": ("float32", "float16", "float64"),
                 "spelling": ("llama", "t5", "plain"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "weight": ("per_feature", "none", "full"),
-                "root": ("rsqrt", "sqrt"), "square": ("power", "multiply", "square"),
+                "root": ("rsqrt", "sqrt", "reciprocal"),
+                "square": ("power", "multiply", "square"),
                 "eps": ("scalar", "vector"), "mean_axes": ("trailing", "leading")}
 
 

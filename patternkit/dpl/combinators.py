@@ -20,7 +20,7 @@ from itertools import product
 from typing import Any, Sequence
 
 from ..errors import PatternError
-from .pattern import DFPattern, as_pattern, is_op
+from .pattern import DFPattern, as_pattern, is_op, is_scalar
 
 __all__ = ["PLUMBING_OPS", "through", "up_to_cast", "square", "divide_by_sqrt"]
 
@@ -87,11 +87,16 @@ def square(pattern: Any) -> DFPattern:
 
 
 def divide_by_sqrt(numerator: Any, radicand: Any) -> DFPattern:
-    """``numerator * rsqrt(radicand)`` or ``numerator / sqrt(radicand)``.
+    """``numerator * rsqrt(radicand)``, ``numerator / sqrt(radicand)`` or
+    ``numerator * (1 / sqrt(radicand))``.
 
-    The two ways a normalisation scales by the inverse standard deviation: torch's
-    ``torch.rsqrt`` (Llama's RMS norm) and ONNX's ``Sqrt`` + ``Div`` (layer norm below
-    opset 17).  The multiply matches with its operands either way round.
+    The ways a normalisation scales by the inverse standard deviation: torch's
+    ``torch.rsqrt`` (Llama's RMS norm), ONNX's ``Sqrt`` + ``Div`` (layer norm below
+    opset 17), and ``torch.rsqrt`` exported to ONNX (``Sqrt`` + ``Reciprocal``, which
+    TVM imports as ``divide(1, sqrt)``).  The multiplies match with their operands
+    either way round.
     """
     top, inside = as_pattern(numerator), as_pattern(radicand)
-    return top * is_op("rsqrt")(inside) | top / is_op("sqrt")(inside)
+    root = is_op("sqrt")(inside)
+    return (top * is_op("rsqrt")(inside) | top / root
+            | top * is_op("divide")(is_scalar(1.0), root))

@@ -288,11 +288,18 @@ class _Prepared:
     root_ops: frozenset | None  # None: the root may be anything
     required: tuple  # operator-name sets every match calls one of (required_op_names)
     checker: MatchCheck | None  # None: the rule accepts every match
+    escapable: tuple  # the patterns of the rule's escapable_roles
 
     @classmethod
     def of(cls, rule: RewriteRule) -> "_Prepared":
-        return cls(rule, rule.rule_name, rule.roles(), root_op_names(rule.pattern),
-                   required_op_names(rule.pattern), rule.match_check())
+        roles = rule.roles()
+        unknown = [name for name in rule.escapable_roles if name not in roles]
+        if unknown:
+            raise PatternError(f"{rule.rule_name}: escapable_roles names {unknown}, which "
+                               f"are not roles of the rule (its roles: {sorted(roles)})")
+        return cls(rule, rule.rule_name, roles, root_op_names(rule.pattern),
+                   required_op_names(rule.pattern), rule.match_check(),
+                   tuple(roles[name] for name in rule.escapable_roles))
 
 
 @dataclass(frozen=True)
@@ -434,6 +441,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
             try:
                 groups, skipped = find_groups(fn.index, rule.rule.pattern, check,
                                               options.allow_escaping, taken=fn.taken,
+                                              escapable=rule.escapable,
                                               extra_readers=fn.extra_readers,
                                               report_claimed=log is not None)
             except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends

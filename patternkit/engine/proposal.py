@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -125,7 +125,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 allow_escaping_intermediates: bool = False, *,
                 taken: Mapping[int, tuple] | None = None,
                 extra_readers: Mapping[int, list] | None = None,
-                report_claimed: bool = True,
+                report_claimed: bool = True, escapable: Sequence[DFPattern] = (),
                 ) -> tuple[list[Group], list[Skipped]]:
     """Accepted groups (in program order) and the matches that were skipped.
 
@@ -198,7 +198,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 continue
         group = Group(position, binding, found, gid=len(groups), _root_var=var)
         if not allow_escaping_intermediates:
-            escape = _escaping_use(index, group, extra_readers)
+            escape = _escaping_use(index, group, extra_readers, escapable)
             if escape is not None:
                 skipped.append(Skipped(C.var_name(var), escape, position, kind=SkipKind.ESCAPE,
                                        covered=covered))
@@ -218,14 +218,20 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
 
 
 def _escaping_use(index: FunctionIndex, group: Group,
-                  extra_readers: Mapping[int, list] | None = None) -> str | None:
+                  extra_readers: Mapping[int, list] | None = None,
+                  escapable: Sequence[DFPattern] = ()) -> str | None:
     """Why an interior result of ``group`` is needed outside it, or ``None``.
 
     Counts suffice on the hot path: an interior Var escapes when the match's own
     bindings read it fewer times than the whole function does, and then only if some
-    of the other readers are live (dead code's reads are not uses).
+    of the other readers are live (dead code's reads are not uses).  The bindings of
+    ``escapable`` patterns may have other readers (a rule's ``escapable_roles``).
     """
     internal = group.match.internal_keys
+    allowed = set()
+    if escapable:
+        bound = group.match.bound_vars
+        allowed = {C.handle(bound[p]) for p in escapable if p in bound}
     members = [*internal, C.handle(group.root_var)]
     inside: dict[int, int] = {}
     reads, escaping, readers = index.reads, index.escaping, index.readers
@@ -233,6 +239,8 @@ def _escaping_use(index: FunctionIndex, group: Group,
         for read in reads[member]:
             inside[read] = inside.get(read, 0) + 1
     for var, key in zip(group.match.internal, internal):
+        if key in allowed:
+            continue  # the binding stays for its other readers
         if key in escaping:
             return (f"intermediate '{C.var_name(var)}' is an output of its block or of "
                     f"the function")

@@ -317,6 +317,12 @@ class Rule:
 
     #: Dotted rule name (``"<family>.<rule>"``); defaults to the class name.
     name: str = ""
+    #: Roles whose binding may also be read outside the match.  A match is normally
+    #: skipped when one of its interior results has another reader (the replacement would
+    #: leave that computation duplicated); a role named here does not count, and its
+    #: binding stays for the other readers.  For bindings that cost nothing to keep, such
+    #: as the no-op ``astype`` an ONNX export ties to a residual.
+    escapable_roles: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.pattern: DFPattern | None = None

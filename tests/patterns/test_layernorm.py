@@ -185,7 +185,7 @@ def test_layernorm_collapse_meets_the_rule_contract():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("knobs", [
-    {}, {"symbolic": True}, {"root": "rsqrt"}, {"square": "multiply"}, {"square": "square"},
+    {}, {"symbolic": True}, {"root": "rsqrt"}, {"root": "reciprocal"}, {"square": "multiply"}, {"square": "square"},
     {"square": "variance"}, {"centered": "recomputed"}, {"affine": "gamma"},
     {"affine": "beta"}, {"affine": "none"}, {"rank": 4, "axes": 2},
     {"rank": 4, "axes": 2, "symbolic": True}, {"rank": 2},

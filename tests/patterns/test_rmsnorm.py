@@ -117,6 +117,7 @@ def test_rmsnorm_collapse_meets_the_rule_contract():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("knobs", [
     {}, {"symbolic": True}, {"spelling": "t5"}, {"spelling": "plain"}, {"root": "sqrt"},
+    {"root": "reciprocal"},
     {"square": "multiply"}, {"square": "square"}, {"weight": "none"},
     {"rank": 4, "axes": 2}, {"rank": 4, "axes": 2, "symbolic": True}, {"rank": 2},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "llama")
@@ -318,3 +319,31 @@ def test_every_rms_norm_of_the_zoo_llama_collapses_with_the_output_kept(dtype, z
     got, before = _run(after, model), _run(model.mod, model)
     np.testing.assert_allclose(got.astype("float64"), before.astype("float64"), rtol=0,
                                atol=atol)
+
+
+def test_an_onnx_norm_whose_noop_cast_the_next_residual_reads_collapses_and_keeps_the_cast():
+    # torch.onnx ties T5LayerNorm's `hidden_states.to(float32)` (a no-op in float32) to the
+    # residual after it, and torch.rsqrt arrives as 1 / sqrt: the norm must still collapse.
+    x = relax.Var("x", relax.TensorType((2, 5, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16,), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.astype(x, "float32"))
+            var = bb.emit(relax.op.mean(bb.emit(relax.op.power(h, relax.const(2.0))), [-1],
+                                        keepdims=True))
+            root = bb.emit(relax.op.sqrt(bb.emit(relax.op.add(var, relax.const(1e-6)))))
+            inverse = bb.emit(relax.op.divide(relax.const(1.0), root))
+            normed = bb.emit(relax.op.multiply(w, bb.emit(relax.op.multiply(h, inverse))))
+            out = bb.emit_output(relax.op.add(h, normed))  # the residual reads the cast
+        bb.emit_func_output(out)
+    before = bb.get()
+    log = pk.RewriteLog()
+    after = pk.rewrite(RmsNormCollapse(), before, log=log)
+    assert log.counts() == {"rmsnorm.collapse": 1}
+    (norm,) = rms_norms(after)
+    ops = [pk.ir.op_name(b.value) for b in after["main"].body.blocks[0].bindings]
+    assert ops.count("relax.astype") == 1  # kept for the residual
+    assert "relax.sqrt" not in ops
+    tol = TOLERANCE["float32"]
+    pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)

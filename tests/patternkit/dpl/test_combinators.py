@@ -72,7 +72,11 @@ def test_square_does_not_match_other_products_or_powers():
 def test_divide_by_sqrt_matches_rsqrt_either_side_and_sqrt_as_divisor():
     x, v = _var("x"), _var("v", (2, 1))
     pattern = pk.divide_by_sqrt(pk.is_var("x"), pk.is_var("v"))
-    for spelling in (x * relax.op.rsqrt(v), relax.op.rsqrt(v) * x, x / relax.op.sqrt(v)):
+    reciprocal = relax.op.divide(relax.const(1.0, "float32"), relax.op.sqrt(v))
+    for spelling in (x * relax.op.rsqrt(v), relax.op.rsqrt(v) * x, x / relax.op.sqrt(v),
+                     x * reciprocal, reciprocal * x):  # the last two: ONNX's Reciprocal
         assert pk.match(pattern, spelling), spelling
+    two_over = relax.op.divide(relax.const(2.0, "float32"), relax.op.sqrt(v))
+    assert not pk.match(pattern, x * two_over)
     assert not pk.match(pattern, x / relax.op.rsqrt(v))  # multiplies by sqrt(v)
     assert not pk.match(pattern, relax.op.sqrt(v) / x)

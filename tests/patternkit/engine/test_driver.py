@@ -169,6 +169,35 @@ def test_intermediate_used_outside_the_match_is_not_rewritten_by_default():
     assert sorted(ops_of(allowed["main"])) == ["relax.exp", "relax.nn.relu", "relax.sigmoid"]
 
 
+class ExpToSigmoidKeepingInner(ExpToSigmoid):
+    escapable_roles = ("inner",)
+
+
+def test_a_rule_may_let_a_named_role_escape_and_keeps_its_binding_for_the_other_readers():
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    inner = relax.op.exp(x)
+    mod = pk.from_expr(relax.Tuple([relax.op.exp(inner), relax.op.nn.relu(inner)]))
+    out = pk.rewrite(ExpToSigmoidKeepingInner(), mod)
+    assert sorted(ops_of(out["main"])) == ["relax.exp", "relax.nn.relu", "relax.sigmoid"]
+    kept = relu_input = None
+    for binding in out["main"].body.blocks[0].bindings:
+        if pk.ir.op_name(binding.value) == "relax.exp":
+            kept = binding.var
+        if pk.ir.op_name(binding.value) == "relax.nn.relu":
+            relu_input = binding.value.args[0]
+    assert relu_input.same_as(kept)  # the relu still reads exp(x), kept for it
+
+
+def test_escapable_roles_must_name_roles_of_the_rule():
+    class Misnamed(ExpToSigmoid):
+        escapable_roles = ("innr",)
+
+    with pytest.raises(pk.PatternError, match=r"escapable_roles names \['innr'\], which are "
+                                              r"not roles of the rule"):
+        pk.rewrite(Misnamed(), pk.from_expr(relax.op.exp(relax.op.exp(
+            relax.Var("x", relax.TensorType((2,), "float32"))))))
+
+
 def test_dead_code_that_was_already_there_is_kept():
     @I.ir_module
     class Before:
