@@ -141,6 +141,9 @@ COLLAPSE_CASE = RuleCase(
         Negative("second_term_of_one_key", _example(position_bias=True, mask="last_axis_one"),
                  "the second additive term (2, 1, 8, 1) does not broadcast as attention's "
                  "bias: its last axis is 1"),
+        Negative("float16_softmax_run_in_float32",
+                 _example(dtype="float16", softmax_dtype="float32"),
+                 "the softmax runs in float32 between casts of the float16 scores"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
