@@ -110,6 +110,8 @@ TINY_ZOO = {
     "bert": dict(layers=1, hidden=32, heads=2),
     "llama": dict(layers=1, hidden=32, heads=4, kv_heads=2, intermediate=64),  # GQA 4:2
     "vit": dict(layers=1, hidden=32, heads=2),
+    "t5": dict(layers=1, hidden=32, heads=2),
+    "onnx:t5": dict(layers=1, hidden=32, heads=2),
     "resnet18": dict(width=8),
     "onnx:gpt2": dict(layers=1, hidden=32, heads=2),
     "onnx:bert": dict(layers=1, hidden=32, heads=2),

@@ -123,6 +123,14 @@ def bert(spec) -> ZooModel:
     return _exported(spec, bert_source)
 
 
+def t5(spec) -> ZooModel:
+    """``zoo:t5`` through ONNX: opset 14 writes its RMS norms out with ``Sqrt`` +
+    ``Reciprocal`` for ``torch.rsqrt``, as every opset before 23 does."""
+    from .torch_models import t5_source
+
+    return _exported(spec, t5_source)
+
+
 def conv_bn(spec) -> ZooModel:
     """``Conv(3->8, 3x3, pad 1, bias) -> BatchNormalization -> Relu`` on 8x8 images."""
     options: dict[str, Any] = spec.as_dict()

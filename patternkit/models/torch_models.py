@@ -150,6 +150,24 @@ def llama_source(options: dict[str, Any]) -> TorchSource:
                         "gqa": (options["heads"], options["kv_heads"])})
 
 
+def t5_source(options: dict[str, Any]) -> TorchSource:
+    """T5's encoder (``T5EncoderModel``): RMS norms named ``T5LayerNorm``, a relative
+    position bias added to the scores before the mask, no scale on the scores."""
+    config = transformers.T5Config(
+        vocab_size=options["vocab"], d_model=options["hidden"],
+        d_kv=options["hidden"] // options["heads"], d_ff=2 * options["hidden"],
+        num_layers=options["layers"], num_heads=options["heads"],
+        feed_forward_proj=options["feed_forward"], use_cache=False, pad_token_id=0,
+        eos_token_id=1, decoder_start_token_id=0,
+        attn_implementation=options.get("attention", "eager"))
+    module = _construct(lambda: TokenModel(transformers.T5EncoderModel(config)),
+                        options["seed"])
+    return TorchSource(module, _token_inputs(options["vocab"]),
+                       {"seq": (1, options["positions"])},
+                       {"architecture": "T5EncoderModel", "attention": config._attn_implementation,
+                        "feed_forward": options["feed_forward"]})
+
+
 def vit_source(options: dict[str, Any]) -> TorchSource:
     config = transformers.ViTConfig(
         image_size=options["image"], patch_size=options["patch"], num_channels=3,
@@ -294,6 +312,10 @@ def bert(spec) -> ZooModel:
 
 def llama(spec) -> ZooModel:
     return build(spec, llama_source(spec.as_dict()))
+
+
+def t5(spec) -> ZooModel:
+    return build(spec, t5_source(spec.as_dict()))
 
 
 def vit(spec) -> ZooModel:

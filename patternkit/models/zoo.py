@@ -151,6 +151,8 @@ _ATTENTION = Option("eager", "attention implementation; with sdpa BERT, Llama an
 #: ("Binary operators must have the same datatype"), so only Llama (no biases) has it.
 _DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
                 ("float32", "float16"))
+_T5_FEED_FORWARD = Option("gated-gelu", "T5's feed-forward (gated-gelu: T5 v1.1 and Flan-T5)",
+                          ("gated-gelu", "relu"))
 _TORCH = ("torch", "transformers")
 _ONNX = ("torch", "transformers", "onnx")
 
@@ -171,6 +173,10 @@ def _entries() -> dict[str, ZooEntry]:
                   "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
                   "intermediate": Option(128, "MLP width")},
                  "torch_models.llama", _TORCH),
+        ZooEntry("t5", "T5 encoder (T5EncoderModel): RMS norms (T5LayerNorm), relative "
+                 "position bias and padding mask on unscaled scores, gated GELU-tanh",
+                 {**text, "attention": _ATTENTION, "feed_forward": _T5_FEED_FORWARD},
+                 "torch_models.t5", _TORCH),
         ZooEntry("vit", "ViT (ViTModel, no pooler): patch conv, pre-LN, GELU erf",
                  {**_common(static_seq=True), **_transformer(), "attention": _ATTENTION,
                   "image": Option(32, "image size"), "patch": Option(8, "patch size")},
@@ -188,6 +194,11 @@ def _entries() -> dict[str, ZooEntry]:
                  {**text, "opset": Option(17, "ONNX opset", (14, 17)),
                   "type_vocab": Option(2, "token type vocabulary size")},
                  "onnx_models.bert", _ONNX),
+        ZooEntry("onnx:t5", "T5 encoder through torch.onnx.export (every opset before 23 "
+                 "writes RMS norms out)",
+                 {**text, "opset": Option(17, "ONNX opset", (14, 17)),
+                  "feed_forward": _T5_FEED_FORWARD},
+                 "onnx_models.t5", _ONNX),
         ZooEntry("onnx:conv_bn", "hand-made ONNX Conv + BatchNormalization + Relu; TVM's "
                  "importer leaves dead bindings of the batch-norm statistics",
                  {**_common(static_seq=True), "opset": Option(17, "ONNX opset", (14, 17))},

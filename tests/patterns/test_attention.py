@@ -429,7 +429,9 @@ ZOO_MODELS = [("gpt2", {}), ("bert", {}), ("vit", {}), ("llama", {}),
               ("llama", {"attention": "sdpa"}),
               ("gpt2", {"batch": "dynamic", "seq": "dynamic"}),
               ("onnx:gpt2", {"opset": 14}), ("onnx:gpt2", {"opset": 17}),
-              ("onnx:bert", {"opset": 14}), ("onnx:bert", {"opset": 17})]
+              ("onnx:bert", {"opset": 14}), ("onnx:bert", {"opset": 17}),
+              # T5: a position bias and the mask, two additive terms, on unscaled scores
+              ("t5", {}), ("t5", {"attention": "sdpa"}), ("onnx:t5", {"opset": 14})]
 
 
 @pytest.mark.models

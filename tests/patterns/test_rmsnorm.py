@@ -347,3 +347,21 @@ def test_an_onnx_norm_whose_noop_cast_the_next_residual_reads_collapses_and_keep
     assert "relax.sqrt" not in ops
     tol = TOLERANCE["float32"]
     pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name, options", [("t5", {}), ("onnx:t5", {"opset": 14}),
+                                           ("onnx:t5", {"opset": 17})])
+def test_every_t5_layer_norm_collapses_through_torch_export_and_onnx(name, options, zoo):
+    # ONNX writes torch.rsqrt as Sqrt + Reciprocal and ties the no-op cast of x to the
+    # next residual; torch.export drops the cast
+    model = zoo(name, **options)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, model.mod, log=log)
+    count = model.families["rmsnorm"]
+    assert count == 3 and log.count(RULE) == count
+    ops = [pk.ir.op_name(b.value) for block in after[model.entry].body.blocks
+           for b in block.bindings]
+    assert ops.count("relax.nn.rms_norm") == count and "relax.sqrt" not in ops
+    np.testing.assert_allclose(_run(after, model), _run(model.mod, model), rtol=0, atol=1e-4)
+

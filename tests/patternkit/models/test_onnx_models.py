@@ -24,7 +24,7 @@ def _ops(mod, func="main"):
 
 
 @pytest.mark.parametrize("name, opset", [("onnx:gpt2", 14), ("onnx:bert", 17),
-                                         ("onnx:conv_bn", 17)])
+                                         ("onnx:conv_bn", 17), ("onnx:t5", 14)])
 def test_the_onnx_import_is_well_formed_and_matches_the_reference_evaluator(
         name, opset, zoo, zoo_vm):
     model = zoo(name, opset=opset)

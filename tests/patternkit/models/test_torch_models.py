@@ -18,7 +18,7 @@ from patternkit.ir import var_name
 pytestmark = pytest.mark.models
 
 FLOAT32 = dict(rtol=1e-4, atol=1e-4)
-TORCH_ENTRIES = ["gpt2", "bert", "llama", "vit", "resnet18"]
+TORCH_ENTRIES = ["gpt2", "bert", "llama", "vit", "resnet18", "t5"]
 
 
 @pytest.mark.parametrize("name", TORCH_ENTRIES)
@@ -43,6 +43,9 @@ def test_family_counts_come_from_the_torch_modules(zoo):
     assert {k: v for k, v in zoo("llama").families.items() if v} == {
         "rmsnorm": 3, "silu": 1, "softmax": 1, "attention": 1}
     assert zoo("bert").families["gelu"] == 1 and zoo("vit").families["conv2d"] == 1
+    # T5LayerNorm is an RMS norm; one layer: two before its blocks, one final
+    assert {k: v for k, v in zoo("t5").families.items() if v} == {
+        "rmsnorm": 3, "gelu_tanh": 1, "softmax": 1, "attention": 1}
 
 
 def test_llama_keeps_grouped_query_attention(zoo):
