@@ -21,7 +21,11 @@ as the frontends write it out:
 
 Between the scale and the mask, reshapes that only regroup the scores (both ends of the
 chain a view of them: Falcon reshapes them to ``(B*N, S, T)`` and straight back) are
-looked through.
+looked through.  Bloom's form (``baddbmm``) merges batch and heads first: the key is
+reshaped to ``(B*N, T, H)`` and transposed in 3-D, and its ALiBi bias, ``(B*N, 1, T)``,
+is added to the scaled ``(B*N, S, T)`` scores before they are split into heads and
+masked; the bias is reshaped to ``(B, N, 1, T)`` and summed with the mask.  T5 adds two
+terms to the scores (its relative position bias, then the mask); they are summed too.
 
 The scale is a one-element constant multiplying (either operand order) or dividing the
 scores, the query or the transposed key; several of them multiply (a model scaling both
@@ -146,8 +150,10 @@ class AttentionPlan:
     permutation of the attention's BSNH result that the match's root computes;
     ``zero_masked_rows``: the model's softmax gives a fully masked row probabilities 0
     (torch's SDPA), so the result is 0 on the rows whose bias is all -inf.
-    ``second_bias`` is ``(expr, rank)`` of a second additive term (T5 adds its position
-    bias, then the mask), added to the first to make one bias.
+    ``extra_biases`` are more additive terms, summed with ``bias`` into one: each
+    ``(expr, rank)`` (``expand_dims``-ed to 4-D; T5 adds its position bias, then the
+    mask) or ``(expr, shape)`` (reshaped to the 4-D ``shape``: Bloom's ALiBi bias, added
+    to the ``(B*N, S, T)`` scores).
     """
 
     query: tuple[Any, tuple[int, ...]]
@@ -159,7 +165,7 @@ class AttentionPlan:
     scale: float
     out_axes: tuple[int, ...]
     zero_masked_rows: bool = False
-    second_bias: tuple[Any, int] | None = None
+    extra_biases: tuple[tuple[Any, Any], ...] = ()
 
 
 class _Operand:
@@ -187,6 +193,12 @@ class _Operand:
             self.transpose = is_op("permute_dims")(self.inner | self.source)
             setattr(rule, f"{name}_transpose", self.transpose)
             core = self.transpose
+            # Bloom merges batch and heads first and transposes the 3-D key after
+            self.merged = is_op("reshape")(self.inner | self.source,
+                                           varg_default_wildcard=True)
+            setattr(rule, f"{name}_merged", self.merged)
+            self.merged_transpose = is_op("permute_dims")(self.merged)
+            setattr(rule, f"{name}_merged_transpose", self.merged_transpose)
         self.scales: list[tuple[str, DFPattern, DFPattern]] = []
         view = core
         if scaled:
@@ -223,13 +235,18 @@ class AttentionCollapse(RewriteRule):
         self._key = _Operand(self, "k", transposed=True, scaled=True)
         self._value = _Operand(self, "v", transposed=False, scaled=False)
         self.qk = is_op("matmul")(through(self._query.view, OPERAND_PLUMBING),
-                                  through(self._key.view, OPERAND_PLUMBING))
+                                  through(self._key.view, OPERAND_PLUMBING)
+                                  | self._key.merged_transpose)
         scores = through(self.qk, ("reshape",), depth=1)
         self._scales: list[tuple[str, DFPattern, DFPattern]] = []
         self.scaled = _scaled(self, "scale", scores, self._scales) | scores
+        # Bloom adds its ALiBi bias to the (B*N, S, T) scores, before they are split
+        self.merged_bias = wildcard()
+        self.pre_biased = (is_op("add")(self.scaled, self.merged_bias)
+                           | is_op("add")(self.merged_bias, self.scaled))
         # Falcon reshapes the scaled scores to (B*N, S, T) and straight back before the
         # mask: a chain of reshapes between two views of the scores is the identity
-        scaled = self.regrouped = through(self.scaled, ("reshape",), depth=2)
+        scaled = self.regrouped = through(self.pre_biased | self.scaled, ("reshape",), depth=2)
         self.mask, self.second_mask = wildcard(), wildcard()
         masked = is_op("add")(scaled, self.mask) | is_op("add")(self.mask, scaled)
         # T5: scores + position bias + mask, two additive terms
@@ -277,12 +294,14 @@ class AttentionCollapse(RewriteRule):
         self._check_transposed(match, k_axes)
         self._check_plumbing(match.qk, q_view, k_view)
         bias, bias_rank, fill = None, 0, None
-        second = None
+        extra: list[tuple[Any, Any]] = []
+        if "merged_bias" in match:
+            extra.append(self._check_merged_bias(match, scores))
         if "mask" in match:
             bias, bias_rank = self._check_mask(match.mask, "the mask", scores)
             if "second_mask" in match:
-                second = self._check_mask(match.second_mask, "the second additive term",
-                                          scores)
+                extra.append(self._check_mask(match.second_mask, "the second additive term",
+                                              scores))
         elif "condition" in match:
             bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
                                                scores)
@@ -311,7 +330,7 @@ class AttentionCollapse(RewriteRule):
                              bias, bias_rank, fill, scale,
                              HEADS_FIRST if out_call is None else
                              _compose(HEADS_FIRST, _axes(out_call, 4)),
-                             "safe_softmax" in match, second)
+                             "safe_softmax" in match, tuple(extra))
 
     @staticmethod
     def _check_not_widened(match: RuleMatch) -> None:
@@ -360,15 +379,19 @@ class AttentionCollapse(RewriteRule):
         for role in permutes:
             if role in match:
                 axes = _compose(axes, _axes(match[role], 4))
+        if operand.transpose and f"{operand.name}_merged_transpose" in match:
+            axes = _compose(axes, _merged_transpose(match, operand.name,
+                                                    tuple(shape[a] for a in axes)))
         return axes, tuple(shape[a] for a in axes)
 
     @staticmethod
     def _check_transposed(match: RuleMatch, k_axes: tuple[int, ...]) -> None:
         """The score matmul contracts the key's last axis, the head axis it was split into."""
         if k_axes[2] != 3:
+            at = match.k_transpose if "k_transpose" in match else match.k_merged_transpose
             raise reject(f"k is not transposed: the score matmul contracts axis {k_axes[2]} "
                          f"of the key, not its head axis (3); permute_dims axes "
-                         f"{list(k_axes)} from the key", at=match.k_transpose)
+                         f"{list(k_axes)} from the key", at=at)
 
     @staticmethod
     def _agree(source: Any, what: str, shape: tuple, expected: tuple) -> None:
@@ -397,11 +420,38 @@ class AttentionCollapse(RewriteRule):
                              f"{_shape_text(view)} nor batch and heads merged", at=matmul)
 
     @staticmethod
+    def _check_merged_bias(match: RuleMatch, scores: tuple) -> tuple[Any, Any]:
+        """The bias added before the scores are split into heads, and how it becomes a
+        4-D one: ``(bias, rank)`` when the scores are 4-D there already, ``(bias, shape)``
+        when they are ``(B*N, S, T)`` (the bias is then reshaped to ``shape``)."""
+        bias, where = match.merged_bias, match.pre_biased
+        at = static_shape(type_of(where))
+        if at is not None and len(at) == 4:
+            return AttentionCollapse._check_mask(bias, "the bias added to the scores", scores)
+        batch, heads, seq, kv_len = scores
+        shape = static_shape(type_of(bias))
+        what = f"the bias added to the merged scores {_shape_text(at)}"
+        if shape is None or len(shape) > 3:
+            raise reject(f"{what} has shape {_shape_text(shape)}: at most 3 axes there",
+                         at=bias)
+        padded = (1,) * (3 - len(shape)) + tuple(shape)
+        rows_ok = dims_equal(padded[1], 1) or prove_equal(padded[1], seq)
+        merged_ok = dims_equal(padded[0], 1) or prove_equal(padded[0], batch * heads)
+        if not (prove_equal(padded[2], kv_len) and rows_ok and merged_ok):
+            raise reject(f"{what} has shape {_shape_text(shape)}, which does not broadcast "
+                         f"as attention's bias on ({_shape_text((batch * heads, seq, kv_len))})",
+                         at=bias)
+        rows = 1 if dims_equal(padded[1], 1) else seq
+        return bias, ((1, 1, rows, kv_len) if dims_equal(padded[0], 1)
+                      else (batch, heads, rows, kv_len))
+
+    @staticmethod
     def _check_regrouped(match: RuleMatch, scores: tuple) -> None:
         """Reshapes after the scale only regroup the scores: both ends of the chain are
         views of them (4-D, or batch and heads merged), so the elements keep their order
         and their meaning."""
-        regrouped, scaled = match.regrouped, match.scaled
+        regrouped = match.regrouped
+        scaled = match.pre_biased if "pre_biased" in match else match.scaled
         if regrouped.same_as(scaled):
             return
         for what, expr, merged in (("from", scaled, True), ("to", regrouped, False)):
@@ -504,8 +554,10 @@ class AttentionCollapse(RewriteRule):
             bias = relax.op.where(bias, fill, zero) if where_true else \
                 relax.op.where(bias, zero, fill)
         bias = _to_4d(bias, plan.bias_rank)
-        if plan.second_bias is not None:
-            bias = relax.op.add(bias, _to_4d(*plan.second_bias))
+        for term, layout in plan.extra_biases:
+            term = (relax.op.reshape(term, layout) if isinstance(layout, tuple)
+                    else _to_4d(term, layout))
+            bias = term if bias is None else relax.op.add(bias, term)
         out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
                                     scale=plan.scale)
         dtype = dtype_of(type_of(plan.query[0]))
@@ -537,7 +589,8 @@ class AttentionCollapse(RewriteRule):
                 repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
                 safe_softmax: str | None = None, regroup: str | None = None,
                 recast: bool = False, position_bias: bool = False,
-                softmax_dtype: str | None = None, seed: int = 0) -> tvm.IRModule:
+                softmax_dtype: str | None = None, alibi: str | None = None,
+                seed: int = 0) -> tvm.IRModule:
         """One attention block on projections ``xq: (B, S, 32)``, ``xk, xv: (B, T, .)``:
         2 query heads of 16.
 
@@ -575,7 +628,10 @@ class AttentionCollapse(RewriteRule):
         ``position_bias=True`` adds a constant (1, N, S, T) term before the mask, as T5
         adds its relative position bias.  ``softmax_dtype="float32"`` on a float16 model
         computes the softmax in float32 between two casts (Llama's eager attention):
-        refused, by name.
+        refused, by name.  ``key="merged"`` is Bloom's form: the key merged to
+        (B*N, T, H) and transposed in 3-D, the scores scaled in 3-D; ``alibi="heads"``
+        adds a (B*N, 1, T) bias to those scores before their split, as Bloom adds ALiBi,
+        and ``alibi="per_query"`` a (B*N, S, 1) one (refused: not a bias over the keys).
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
@@ -586,6 +642,12 @@ class AttentionCollapse(RewriteRule):
             raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
         if not repeat and (frontend == "torch" or kv_heads == heads):
             raise NoSuchExample("repeat=False: the ONNX form's matmuls broadcast kv_heads=1")
+        if key == "merged" and (frontend != "torch" or scale in ("key", "tensor")
+                                or accumulate is not None or split != "heads_first"):
+            raise NoSuchExample("key='merged' is Bloom's torch form: 3-D scores in the "
+                                "model's dtype, scaled as a whole or on the query")
+        if alibi is not None and key != "merged":
+            raise NoSuchExample("alibi is added to Bloom's 3-D scores (key='merged')")
         if key == "untransposed" and (shape != "static" or kv_heads != heads
                                       or value_heads != heads):
             raise NoSuchExample("key='untransposed' needs H = T = 16: one static shape, "
@@ -615,6 +677,11 @@ class AttentionCollapse(RewriteRule):
         elif mask == "boolean":
             allowed = relax.Var("allowed", relax.TensorType((batch, 1, 1, kv_len), "bool"))
             params.append(allowed)
+        if alibi is not None:  # Bloom computes it from the mask: an input here
+            alibi_bias = relax.Var("alibi", relax.TensorType(
+                {"heads": (batch, heads, 1, kv_len), "per_query": (batch, heads, seq, 1)}[alibi],
+                dtype))
+            params.append(alibi_bias)
         torch_form = frontend == "torch"
         with _well_typed_or_no_example():
             bb = relax.BlockBuilder()
@@ -658,6 +725,8 @@ class AttentionCollapse(RewriteRule):
                     heads_first_key = kv_heads != heads or torch_form
                     if key == "untransposed":
                         k_t = k if heads_first_key else heads_first(k)
+                    elif key == "merged":  # Bloom: transposed after the merge, below
+                        k_t = k
                     else:
                         k_t = emit(relax.op.permute_dims, k,
                                    [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
@@ -665,8 +734,14 @@ class AttentionCollapse(RewriteRule):
                         k_t = emit(relax.op.multiply, factor, k_t)
                     if kv_heads == heads:
                         v = heads_first(v)
-                    scores = matmul(q, k_t, seq, split == "scores", accumulate)
                     scores_dtype = accumulate or dtype
+                    if key == "merged":  # Bloom's baddbmm: 3-D scores, scaled, + ALiBi
+                        merged_q = emit(relax.op.reshape, q, (batch * heads, seq, head_dim))
+                        merged_k = emit(relax.op.permute_dims, emit(
+                            relax.op.reshape, k, (batch * heads, kv_len, head_dim)), [0, 2, 1])
+                        scores = bb.emit(relax.op.matmul(merged_q, merged_k))
+                    else:
+                        scores = matmul(q, k_t, seq, split == "scores", accumulate)
                     if scale == "product":
                         scores = emit(relax.op.multiply, scores,
                                       relax.const(np.array(head_dim ** -0.5, scores_dtype)))
@@ -676,6 +751,14 @@ class AttentionCollapse(RewriteRule):
                     elif scale == "tensor":
                         per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
                         scores = emit(relax.op.multiply, scores, relax.const(per_head))
+                    if alibi is not None:  # merged as Bloom merges it
+                        rows = 1 if alibi == "heads" else seq
+                        cols = kv_len if alibi == "heads" else 1
+                        merged_bias = emit(relax.op.reshape, alibi_bias,
+                                           (batch * heads, rows, cols))
+                        scores = emit(relax.op.add, merged_bias, scores)
+                    if key == "merged":
+                        scores = emit(relax.op.reshape, scores, (batch, heads, seq, kv_len))
                     if regroup == "round_trip":  # Falcon: to (B*N, S, T) and back
                         merged = emit(relax.op.reshape, scores, (batch * heads, seq, kv_len))
                         scores = emit(relax.op.reshape, merged, (batch, heads, seq, kv_len))
@@ -726,11 +809,12 @@ class AttentionCollapse(RewriteRule):
                 "mask": ("padding", "none", "causal", "full", "last_axis_one", "square",
                          "rank5", "boolean", *_MASKED_FILLS),
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
-                "key": ("transposed", "untransposed"), "value_heads": (2, 4),
+                "key": ("transposed", "untransposed", "merged"), "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
                 "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
                 "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
-                "position_bias": (False, True), "softmax_dtype": (None, "float32")}
+                "position_bias": (False, True), "softmax_dtype": (None, "float32"),
+                "alibi": (None, "heads", "per_query")}
 
 
 def _to_4d(bias: Any, rank: int) -> Any:
@@ -745,17 +829,21 @@ def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
 
     Without a bias no score is -inf (q and k finite); a constant bias is looked at.
     """
-    if plan.bias is None:
+    terms = [plan.bias] * (plan.bias is not None) + [t for t, _ in plan.extra_biases]
+    if not terms:
         return False
-    terms = [plan.bias] + ([plan.second_bias[0]] if plan.second_bias is not None else [])
     if not all(is_tensor_constant(term) for term in terms):
         return True
-    values = const_value(plan.bias)
-    if plan.fill is not None:
-        value, where_true = plan.fill
-        values = np.where(values if where_true else np.logical_not(values), value, 0.0)
-    if plan.second_bias is not None:
-        values = values + const_value(plan.second_bias[0])
+    values = np.zeros(())
+    if plan.bias is not None:
+        values = const_value(plan.bias)
+        if plan.fill is not None:
+            value, where_true = plan.fill
+            values = np.where(values if where_true else np.logical_not(values), value, 0.0)
+    for term, layout in plan.extra_biases:
+        extra = const_value(term)
+        values = values + (extra.reshape([int(d) for d in layout])
+                           if isinstance(layout, tuple) else extra)
     return bool(np.isneginf(values).all(axis=-1).any())
 
 
@@ -770,6 +858,22 @@ def _zero_masked_rows(out: Any, bias: Any, dtype: str) -> Any:
     some_score = relax.op.astype(relax.op.not_equal(bias, minus_inf), "int8")
     live = relax.op.astype(relax.op.max(some_score, axis=[-1], keepdims=True), "bool")
     return relax.op.where(relax.op.permute_dims(live, list(HEADS_FIRST)), out, zero)
+
+
+def _merged_transpose(match: RuleMatch, name: str, view: tuple) -> tuple[int, ...]:
+    """The 4-D permutation that the key's ``permute_dims(reshape(k), [0, 2, 1])`` is:
+    ``(0, 1, 3, 2)`` when the reshape merges batch and heads of the 4-D ``view`` (Bloom);
+    refused otherwise."""
+    merged, transpose = match[f"{name}_merged"], match[f"{name}_merged_transpose"]
+    shape = static_shape(type_of(merged))
+    if not _is_view(shape, view) or len(shape) != 3:
+        raise reject(f"the key is reshaped to {_shape_text(shape)} before its transpose, not "
+                     f"to {_shape_text(view)} with batch and heads merged", at=merged)
+    axes = _axes(transpose, 3)
+    if axes != (0, 2, 1):
+        raise reject(f"the merged key is permuted with axes {list(axes)}, not transposed "
+                     f"([0, 2, 1])", at=transpose)
+    return (0, 1, 3, 2)
 
 
 def _permuted_shape(operand: tuple[Any, tuple[int, ...]]) -> tuple:

@@ -144,6 +144,9 @@ COLLAPSE_CASE = RuleCase(
         Negative("float16_softmax_run_in_float32",
                  _example(dtype="float16", softmax_dtype="float32"),
                  "the softmax runs in float32 between casts of the float16 scores"),
+        Negative("merged_bias_over_the_queries", _example(key="merged", alibi="per_query"),
+                 "the bias added to the merged scores (4, 8, 8) has shape (4, 8, 1), which "
+                 "does not broadcast as attention's bias"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],
@@ -177,6 +180,9 @@ def test_attention_collapse_meets_the_rule_contract():
     {"regroup": "round_trip"}, {"regroup": "round_trip", "shape": "symbolic"},
     {"recast": True, "frontend": "onnx"}, {"recast": True},
     {"position_bias": True}, {"position_bias": True, "mask": "none"},
+    {"key": "merged"}, {"key": "merged", "alibi": "heads"},  # Bloom
+    {"key": "merged", "alibi": "heads", "shape": "symbolic"},
+    {"key": "merged", "alibi": "heads", "mask": "none", "kv_heads": 1},
     {"position_bias": True, "frontend": "onnx", "mask": "causal"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
