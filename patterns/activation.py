@@ -65,7 +65,7 @@ from typing import Any, Sequence
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, as_pattern, is_op, wildcard
+from patternkit.dpl import DFPattern, as_pattern, is_op, is_scalar, wildcard
 from patternkit.engine import RewriteRule, RuleMatch, reject
 from patternkit.ir import dtype_of, from_expr, type_of
 
@@ -215,7 +215,8 @@ class GeluTanhCollapse(RewriteRule):
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
         self.x = x = wildcard()
-        self.power = is_op("power")(x, 3)
+        # exactly 3: a power one ulp off is NaN wherever x is negative
+        self.power = is_op("power")(x, is_scalar(3.0, rtol=0.0))
         cubic = products(CUBIC, self.power) | products(CUBIC, x, x, x)
         expanded = products(SQRT_TWO_OVER_PI, x + cubic)
         factored = products(SQRT_TWO_OVER_PI, x, products(CUBIC, x, x) + 1.0)

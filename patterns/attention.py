@@ -430,10 +430,11 @@ class AttentionCollapse(RewriteRule):
             return AttentionCollapse._check_mask(bias, "the bias added to the scores", scores)
         batch, heads, seq, kv_len = scores
         shape = static_shape(type_of(bias))
-        what = f"the bias added to the merged scores {_shape_text(at)}"
-        if shape is None or len(shape) > 3:
-            raise reject(f"{what} has shape {_shape_text(shape)}: at most 3 axes there",
-                         at=bias)
+        what = ("the bias added to the merged scores" if at is None
+                else f"the bias added to the merged scores {_shape_text(at)}")
+        if shape is None:  # a 4-D bias would have made the scores 4-D
+            raise reject(f"{what} has no known shape: cannot tell whether it broadcasts as "
+                         f"attention's bias", at=bias)
         padded = (1,) * (3 - len(shape)) + tuple(shape)
         rows_ok = dims_equal(padded[1], 1) or prove_equal(padded[1], seq)
         merged_ok = dims_equal(padded[0], 1) or prove_equal(padded[0], batch * heads)
@@ -631,7 +632,10 @@ class AttentionCollapse(RewriteRule):
         refused, by name.  ``key="merged"`` is Bloom's form: the key merged to
         (B*N, T, H) and transposed in 3-D, the scores scaled in 3-D; ``alibi="heads"``
         adds a (B*N, 1, T) bias to those scores before their split, as Bloom adds ALiBi,
-        and ``alibi="per_query"`` a (B*N, S, 1) one (refused: not a bias over the keys).
+        and ``alibi="per_query"`` a (B*N, S, 1) one (refused: not a bias over the keys), and
+        ``alibi="unknown"`` one of unknown shape (refused).  ``key="folded"`` (refused)
+        folds the heads into the sequence, (B, N*S, H) against (B, N*T, H): every query
+        against every head's keys, which is not multi-head attention.
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
@@ -642,11 +646,15 @@ class AttentionCollapse(RewriteRule):
             raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
         if not repeat and (frontend == "torch" or kv_heads == heads):
             raise NoSuchExample("repeat=False: the ONNX form's matmuls broadcast kv_heads=1")
-        if key == "merged" and (frontend != "torch" or scale in ("key", "tensor")
+        if key == "folded" and (mask != "none" or kv_heads != heads or shape != "static"):
+            raise NoSuchExample("key='folded' folds the heads into the sequence: no mask, "
+                                "one static multi-head shape")
+        if key in ("merged", "folded") and (frontend != "torch" or scale in ("key", "tensor")
                                 or accumulate is not None or split != "heads_first"):
             raise NoSuchExample("key='merged' is Bloom's torch form: 3-D scores in the "
                                 "model's dtype, scaled as a whole or on the query")
-        if alibi is not None and key != "merged":
+        if alibi is not None and (key != "merged" or (alibi == "unknown"
+                                                      and shape == "symbolic")):
             raise NoSuchExample("alibi is added to Bloom's 3-D scores (key='merged')")
         if key == "untransposed" and (shape != "static" or kv_heads != heads
                                       or value_heads != heads):
@@ -678,7 +686,8 @@ class AttentionCollapse(RewriteRule):
             allowed = relax.Var("allowed", relax.TensorType((batch, 1, 1, kv_len), "bool"))
             params.append(allowed)
         if alibi is not None:  # Bloom computes it from the mask: an input here
-            alibi_bias = relax.Var("alibi", relax.TensorType(
+            alibi_bias = relax.Var("alibi", relax.TensorType(ndim=3, dtype=dtype)
+                                   if alibi == "unknown" else relax.TensorType(
                 {"heads": (batch, heads, 1, kv_len), "per_query": (batch, heads, seq, 1)}[alibi],
                 dtype))
             params.append(alibi_bias)
@@ -735,10 +744,13 @@ class AttentionCollapse(RewriteRule):
                     if kv_heads == heads:
                         v = heads_first(v)
                     scores_dtype = accumulate or dtype
-                    if key == "merged":  # Bloom's baddbmm: 3-D scores, scaled, + ALiBi
-                        merged_q = emit(relax.op.reshape, q, (batch * heads, seq, head_dim))
+                    if key in ("merged", "folded"):  # Bloom's baddbmm: 3-D scores, scaled
+                        # folded: (B, N*S, H), every query against every head's keys
+                        lead, q_rows, k_rows = ((batch * heads, seq, kv_len) if key == "merged"
+                                                else (batch, heads * seq, heads * kv_len))
+                        merged_q = emit(relax.op.reshape, q, (lead, q_rows, head_dim))
                         merged_k = emit(relax.op.permute_dims, emit(
-                            relax.op.reshape, k, (batch * heads, kv_len, head_dim)), [0, 2, 1])
+                            relax.op.reshape, k, (lead, k_rows, head_dim)), [0, 2, 1])
                         scores = bb.emit(relax.op.matmul(merged_q, merged_k))
                     else:
                         scores = matmul(q, k_t, seq, split == "scores", accumulate)
@@ -751,7 +763,9 @@ class AttentionCollapse(RewriteRule):
                     elif scale == "tensor":
                         per_head = rng.uniform(0.2, 0.3, (1, heads, 1, 1)).astype(scores_dtype)
                         scores = emit(relax.op.multiply, scores, relax.const(per_head))
-                    if alibi is not None:  # merged as Bloom merges it
+                    if alibi == "unknown":
+                        scores = emit(relax.op.add, alibi_bias, scores)
+                    elif alibi is not None:  # merged as Bloom merges it
                         rows = 1 if alibi == "heads" else seq
                         cols = kv_len if alibi == "heads" else 1
                         merged_bias = emit(relax.op.reshape, alibi_bias,
@@ -796,7 +810,12 @@ class AttentionCollapse(RewriteRule):
                     if recast:
                         p = bb.emit(relax.op.astype(p, dtype))
                     rows = kv_len if mask == "square" else seq  # the square mask broadcasts rows
-                    out = heads_first(matmul(p, v, rows, split == "output"))
+                    if key == "folded":
+                        folded_v = emit(relax.op.reshape, v, (batch, heads * kv_len, head_dim))
+                        out = heads_first(emit(relax.op.reshape, bb.emit(relax.op.matmul(
+                            p, folded_v)), (batch, heads, seq, head_dim)))
+                    else:
+                        out = heads_first(matmul(p, v, rows, split == "output"))
                     result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
                 bb.emit_func_output(result)
             return bb.get()
@@ -809,12 +828,13 @@ class AttentionCollapse(RewriteRule):
                 "mask": ("padding", "none", "causal", "full", "last_axis_one", "square",
                          "rank5", "boolean", *_MASKED_FILLS),
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
-                "key": ("transposed", "untransposed", "merged"), "value_heads": (2, 4),
+                "key": ("transposed", "untransposed", "merged", "folded"),
+                "value_heads": (2, 4),
                 "repeat": (True, False), "split": ("heads_first", "scores", "output"),
                 "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
                 "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
                 "position_bias": (False, True), "softmax_dtype": (None, "float32"),
-                "alibi": (None, "heads", "per_query")}
+                "alibi": (None, "heads", "per_query", "unknown")}
 
 
 def _to_4d(bias: Any, rank: int) -> Any:
@@ -866,13 +886,12 @@ def _merged_transpose(match: RuleMatch, name: str, view: tuple) -> tuple[int, ..
     refused otherwise."""
     merged, transpose = match[f"{name}_merged"], match[f"{name}_merged_transpose"]
     shape = static_shape(type_of(merged))
-    if not _is_view(shape, view) or len(shape) != 3:
-        raise reject(f"the key is reshaped to {_shape_text(shape)} before its transpose, not "
-                     f"to {_shape_text(view)} with batch and heads merged", at=merged)
-    axes = _axes(transpose, 3)
-    if axes != (0, 2, 1):
-        raise reject(f"the merged key is permuted with axes {list(axes)}, not transposed "
-                     f"([0, 2, 1])", at=transpose)
+    axes = _axes(transpose, 3) if shape is not None and len(shape) == 3 else None
+    if axes != (0, 2, 1) or not _is_view(shape, view):
+        raise reject(f"the key is reshaped to {_shape_text(shape)} and permuted with axes "
+                     f"{None if axes is None else list(axes)}, not merged from "
+                     f"{_shape_text(view)} into batch * heads and transposed ([0, 2, 1])",
+                     at=merged)
     return (0, 1, 3, 2)
 
 

@@ -218,6 +218,8 @@ class ConvAddReluComposite(CompositeRule):
                     "C11": (channels, 1, 1), "C": (channels,), "1": (1,),
                     "full": tuple(out_shape[a] for a in layout)}[bias]
 
+        if bias == "none" and bias_source == "input":
+            raise NoSuchExample("bias='none' has no bias to take as an input")
         spatial = (size // 2, size // 4, size // 4)  # of the three conv outputs
         inputs = [relax.Var(f"b{i}", relax.TensorType(bias_shape(s), dtype))
                   for i, s in enumerate(spatial)] if bias_source == "input" else []
@@ -370,7 +372,10 @@ class BatchnormFoldIntoConv(DFPatternCallback):
             values = const_value(node_map[self.conv_bias][0]).astype("float64").reshape(-1)
             bias = np.broadcast_to(values, (channels,))
         new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
-        new_bias = ((bias - mean) * scale + beta).astype(dtype)
+        # the bias joins the conv's output, whose dtype may be wider than the weight's
+        # (a float16 conv with out_dtype="float32")
+        out_dtype = dtype_of(type_of(node_map.var(self.conv)))
+        new_bias = ((bias - mean) * scale + beta).astype(out_dtype)
         ndim = len(str(conv.attrs.out_layout))
         bias_shape = [channels if axis == plan.channel_axis else 1 for axis in range(ndim)]
         new_conv = relax.Call(conv.op, [node_map[self.x][0], relax.const(new_weight)],

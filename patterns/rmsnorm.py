@@ -52,7 +52,8 @@ axis for an external compiler.  TVM's own ``cutlass.rms_norm`` entry matches onl
 op offloads no RMS norm without this entry.
 
 Deliberately not covered: ``x / sqrt(mean(x^2) + eps)`` with a mean over non-trailing
-axes, ``eps`` added outside the root (``sqrt(var) + eps``: a
+axes or over every axis of ``x`` (TVM 0.27's ``rms_norm`` does not build then, see
+docs/tvm-bugs.md), ``eps`` added outside the root (``sqrt(var) + eps``: a
 different function), bfloat16 and float64 models, and a weight of another dtype than the
 normalised value (the Relax importer casts it first, which this rule would see as a
 different spelling).
@@ -139,6 +140,10 @@ class RmsNormCollapse(RewriteRule):
                               f"float32)", at=match.x)
         ndim = len(shape)
         k = reduced_trailing_axes(match.variance, ndim, "the mean")
+        if k == ndim:
+            return reject(f"the mean reduces every axis of the rank-{ndim} x: TVM 0.27's "
+                          f"rms_norm over all of its input's axes does not build for llvm "
+                          f"(docs/tvm-bugs.md)", at=match.variance)
         epsilon = scalar_epsilon(match.eps, ndim)
         reshape = "weight" in match and per_feature(match.weight, shape, k, out_dtype,
                                                      "the weight")

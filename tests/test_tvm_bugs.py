@@ -235,3 +235,22 @@ def test_torch_negative_indices_read_the_numbers_torch_reads():
     mod = from_exported_program(torch.export.export(module, (torch.from_numpy(x),)))
     comparison = numeric.compare_outputs(expected, numeric.run(mod, [x]), rtol=1e-6, atol=1e-6)
     assert comparison.ok, comparison
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27's rms_norm over every axis of its input does not build "
+                          "for llvm (Tensor dimension mismatch in read)")
+def test_rms_norm_over_every_axis_builds():
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.rms_norm(x, w, axes=[-2, -1], epsilon=1e-6))
+        bb.emit_func_output(out)
+    inputs = [_RNG.standard_normal((4, 16)).astype("float32"),
+              _RNG.uniform(0.5, 1.5, (4, 16)).astype("float32")]
+    [got] = numeric.run(bb.get(), inputs)
+    expected = inputs[0] / np.sqrt(np.mean(inputs[0] ** 2) + 1e-6) * inputs[1]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+

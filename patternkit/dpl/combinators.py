@@ -78,11 +78,12 @@ def square(pattern: Any) -> DFPattern:
     """``pattern`` squared: ``power(p, 2)``, ``p * p`` or ``square(p)``.
 
     The exponent is a scalar pattern, so a ``2`` of any float dtype matches (an fp16
-    model's ``R.const(2, "float16")`` too).  In ``p * p`` both operands must be the same
-    value (one pattern object used twice).
+    model's ``R.const(2, "float16")`` too), but exactly: ``power(p, 2 + 1 ulp)`` is NaN
+    wherever ``p`` is negative, so it is not a square.  In ``p * p`` both operands must be
+    the same value (one pattern object used twice).
     """
     inner = as_pattern(pattern)
-    return (is_op("power")(inner, 2) | is_op("multiply")(inner, inner)
+    return (is_op("power")(inner, is_scalar(2.0, rtol=0.0)) | is_op("multiply")(inner, inner)
             | is_op("square")(inner))
 
 

@@ -353,8 +353,17 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
                      jobs=jobs, args=(timeout, shrink))
 
 
+#: Draws per instance of the budget: a rule whose knobs combine into few modules (most
+#: combinations raise NoSuchExample) still gets its budget of real instances.
+DRAWS_PER_INSTANCE = 8
+
+
 def knob_instances(rule: Rule, budget: int, seed: int) -> list[dict]:
-    """The knob combinations of a rule's campaign: its defaults first, then hypothesis'."""
+    """The knob combinations of a rule's campaign: its defaults first, then hypothesis'.
+
+    Combinations that describe no module (:class:`NoSuchExample`) are passed over, up to
+    :data:`DRAWS_PER_INSTANCE` draws per instance, so that ``budget`` counts modules.
+    """
     from hypothesis import strategies as st
 
     space = {name: tuple(values) for name, values in rule.example_space().items()}
@@ -362,8 +371,25 @@ def knob_instances(rule: Rule, budget: int, seed: int) -> list[dict]:
     defaults = {name: values[0] for name, values in space.items()}
     strategy = st.fixed_dictionaries({name: st.sampled_from(values)
                                       for name, values in space.items()})
-    drawn = [defaults] + [d for d in draw_instances(strategy, budget, seed) if d != defaults]
-    return drawn[:budget]
+    drawn = [defaults] + [d for d in draw_instances(strategy, budget * DRAWS_PER_INSTANCE, seed)
+                          if d != defaults]
+    kept = []
+    for knobs in drawn:
+        if len(kept) == budget:
+            break
+        if knobs in kept or not _describes_a_module(rule, knobs):
+            continue
+        kept.append(knobs)
+    return kept
+
+
+def _describes_a_module(rule: Rule, knobs: dict) -> bool:
+    """False only for a combination the example refuses (a broken example is kept, so
+    that the campaign reports it)."""
+    try:
+        return build_instance(rule, knobs) is not None
+    except Exception:  # noqa: BLE001 - reported by the campaign itself
+        return True
 
 
 def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,

@@ -147,6 +147,11 @@ COLLAPSE_CASE = RuleCase(
         Negative("merged_bias_over_the_queries", _example(key="merged", alibi="per_query"),
                  "the bias added to the merged scores (4, 8, 8) has shape (4, 8, 1), which "
                  "does not broadcast as attention's bias"),
+        Negative("merged_bias_of_unknown_shape", _example(key="merged", alibi="unknown"),
+                 "the bias added to the merged scores has no known shape"),
+        Negative("heads_folded_into_the_sequence", _example(key="folded", mask="none"),
+                 "the key is reshaped to (2, 16, 16) and permuted with axes [0, 2, 1], not "
+                 "merged from (2, 2, 8, 16) into batch * heads"),
         Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
                  "the query has no known shape"),
     ],

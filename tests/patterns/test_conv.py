@@ -520,3 +520,17 @@ def test_conv_rules_are_listed_and_documented():
         (ConvAddReluComposite, "byoc.conv2d_add_clip_strict"), ConvAddReluComposite]
     for cls in (*RULES, ConvAddReluComposite):
         assert cls.__doc__ and cls().name.count(".") == 1
+
+
+def test_a_float16_conv_accumulating_in_float32_folds_with_a_float32_bias():
+    # the folded bias joins the conv's float32 output, not the float16 weight's dtype
+    rule = BatchnormFoldIntoConv()
+    before = rule.example(dtype="float16", out_dtype="float32")
+    log = pk.RewriteLog()
+    after = pk.rewrite(rule, before, log=log)
+    assert log.counts() == {"conv.fold_batchnorm": 1}
+    assert relax.analysis.check_well_formed(after)
+    # the float16 weights scaled by gamma / std round once more than the model's: within
+    # the rule's float16 tolerance
+    tol = rule.tolerance("float16")
+    pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)

@@ -94,6 +94,9 @@ COLLAPSE_CASE = RuleCase(
                  "x has dtype float64"),
         Negative("mean_over_the_leading_axis", example(mean_axes="leading"),
                  "the mean reduces the axes [0] of a rank-3 x, not its last 1"),
+        Negative("norm_over_every_axis", example(rank=2, axes=2),
+                 "the mean reduces every axis of the rank-2 x: TVM 0.27's rms_norm over all "
+                 "of its input's axes does not build"),
         Negative("vector_eps", example(eps="vector"),
                  "eps has shape (16,): epsilon must be a scalar constant"),
         Negative("full_tensor_weight", example(weight="full"),

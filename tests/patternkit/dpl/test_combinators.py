@@ -69,6 +69,19 @@ def test_square_does_not_match_other_products_or_powers():
     assert not pk.match(pattern, relax.op.power(x, relax.const(3.0, "float32")))
 
 
+def test_square_takes_an_exponent_of_exactly_two_in_any_dtype():
+    import numpy as np
+
+    x = _var("x")
+    pattern = pk.square(pk.is_var("x"))
+    assert pk.match(pattern, relax.op.power(x, relax.const(2.0, "float32")))
+    half = _var("h", dtype="float16")
+    assert pk.match(pk.square(pk.is_var("h")), relax.op.power(half, relax.const(2.0, "float16")))
+    # one ulp above 2: NaN wherever x < 0, so not a square
+    above = float(np.nextafter(np.float32(2.0), np.float32(3.0)))
+    assert not pk.match(pattern, relax.op.power(x, relax.const(above, "float32")))
+
+
 def test_divide_by_sqrt_matches_rsqrt_either_side_and_sqrt_as_divisor():
     x, v = _var("x"), _var("v", (2, 1))
     pattern = pk.divide_by_sqrt(pk.is_var("x"), pk.is_var("v"))
