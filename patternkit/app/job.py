@@ -217,7 +217,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     except BuildError as err:
         # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
         report.numeric = {"ok": False, "not_built": err.side, "build_error": str(err),
-                          "seed": seed}
+                          "seed": options["seed"]}
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,

@@ -377,9 +377,8 @@ def knob_instances(rule: Rule, budget: int, seed: int) -> list[dict]:
     for knobs in drawn:
         if len(kept) == budget:
             break
-        if knobs in kept or not _describes_a_module(rule, knobs):
-            continue
-        kept.append(knobs)
+        if _describes_a_module(rule, knobs):  # hypothesis draws no value twice
+            kept.append(knobs)
     return kept
 
 
