@@ -55,7 +55,8 @@ FUSED_OPS = {"layernorm": ("relax.nn.layer_norm",), "rmsnorm": ("relax.nn.rms_no
 #: does not (17), and exported with a dynamic batch and sequence (which TVM 0.27 only
 #: imports after patternkit.models.onnx_fixups).
 MODELS = ["gpt2", "gpt2?attention=sdpa", "bert", "bert?attention=sdpa", "llama",
-          "llama?attention=sdpa", "t5", "t5?attention=sdpa", "vit", "vit?attention=sdpa",
+          "llama?attention=sdpa", "t5", "t5?attention=sdpa", "falcon", "falcon?attention=sdpa",
+          "vit", "vit?attention=sdpa",
           "resnet50",
           "onnx:gpt2?opset=14", "onnx:gpt2?opset=17", "onnx:bert?opset=14", "onnx:bert?opset=17",
           "onnx:t5?opset=14",

@@ -48,7 +48,12 @@ ones in the match, none where they cancel), the bias is the mask (``expand_dims`
 layout.  Grouped-query attention (Llama's ``repeat_kv``: ``expand_dims``,
 ``broadcast_to``, ``reshape`` of the key and value heads) is collapsed with the repeat
 kept, so k and v reach ``R.nn.attention`` with the full head count: TVM 0.27's llvm
-legalisation gives wrong numbers for fewer key/value heads than query heads.
+legalisation gives wrong numbers for fewer key/value heads than query heads.  For the
+same reason, multi-query attention, whose matmuls broadcast a single key/value head to
+the query's heads (the ONNX form's 4-D matmuls; the torch importer's ``broadcast_to`` of
+the 4-D key and value, as in Falcon), is collapsed with that broadcast made explicit:
+``broadcast_to`` of the BSNH key and value.  Only a broadcast of the 4-D tensor itself
+is taken; one after a reshape may pair a query head with another batch's keys.
 
 The guards, each refusing with its reason: q, k and v have static ranks (4) and agree on
 batch, heads, sequence and head sizes (a value split into other heads than the query is
@@ -153,7 +158,9 @@ class AttentionPlan:
     ``extra_biases`` are more additive terms, summed with ``bias`` into one: each
     ``(expr, rank)`` (``expand_dims``-ed to 4-D; T5 adds its position bias, then the
     mask) or ``(expr, shape)`` (reshaped to the 4-D ``shape``: Bloom's ALiBi bias, added
-    to the ``(B*N, S, T)`` scores).
+    to the ``(B*N, S, T)`` scores).  ``repeat_key`` / ``repeat_value``: the BSNH shape the
+    key / value is ``broadcast_to`` (the model broadcasts its single head or batch: the
+    fused op must see the query's head count), ``None`` when it has it.
     """
 
     query: tuple[Any, tuple[int, ...]]
@@ -166,6 +173,8 @@ class AttentionPlan:
     out_axes: tuple[int, ...]
     zero_masked_rows: bool = False
     extra_biases: tuple[tuple[Any, Any], ...] = ()
+    repeat_key: tuple | None = None
+    repeat_value: tuple | None = None
 
 
 class _Operand:
@@ -204,6 +213,16 @@ class _Operand:
         if scaled:
             view = _scaled(rule, f"{name}_scale", core, self.scales) | core
         self.view = view
+        self.plumbed = through(view, OPERAND_PLUMBING)
+        if name != "q":
+            # A key or value with one head (or batch) broadcast to the query's: the
+            # torch importer's broadcast_to of the 4-D view is the role ``<name>_repeat``
+            # (Falcon's multi-query key), which the check needs to tell apart from a
+            # broadcast after a reshape, which pairs other heads
+            self.repeat = is_op("broadcast_to")(view, varg_default_wildcard=True)
+            setattr(rule, f"{name}_repeat", self.repeat)
+            self.plumbed = (is_op("reshape")(self.repeat, varg_default_wildcard=True)
+                            | self.repeat | self.plumbed)
 
 
 def _scaled(rule: AttentionCollapse, name: str, operand: DFPattern,
@@ -234,9 +253,8 @@ class AttentionCollapse(RewriteRule):
         self._query = _Operand(self, "q", transposed=False, scaled=True)
         self._key = _Operand(self, "k", transposed=True, scaled=True)
         self._value = _Operand(self, "v", transposed=False, scaled=False)
-        self.qk = is_op("matmul")(through(self._query.view, OPERAND_PLUMBING),
-                                  through(self._key.view, OPERAND_PLUMBING)
-                                  | self._key.merged_transpose)
+        self.qk = is_op("matmul")(self._query.plumbed,
+                                  self._key.plumbed | self._key.merged_transpose)
         scores = through(self.qk, ("reshape",), depth=1)
         self._scales: list[tuple[str, DFPattern, DFPattern]] = []
         self.scaled = _scaled(self, "scale", scores, self._scales) | scores
@@ -274,7 +292,7 @@ class AttentionCollapse(RewriteRule):
                                            self.softmax)
         probabilities = self.safe_softmax | self.recast | self.cast | self.softmax
         self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
-                                  through(self._value.view, OPERAND_PLUMBING))
+                                  self._value.plumbed)
         heads_out = through(self.pv, ("reshape",), depth=1)
         self.out = is_op("permute_dims")(heads_out)
         # The permute back to (B, S, N, Hv) first: the match rooted there wins, and an
@@ -292,7 +310,9 @@ class AttentionCollapse(RewriteRule):
         kv_len, value_dim = k_view[3], v_view[3]
         scores = (batch, heads, seq, kv_len)
         self._check_transposed(match, k_axes)
-        self._check_plumbing(match.qk, q_view, k_view)
+        k_full = self._kv_broadcast(match, "k", k_view, (batch, heads), match.qk)
+        v_full = self._kv_broadcast(match, "v", v_view, (batch, heads), match.pv)
+        self._check_plumbing(match.qk, q_view, k_full, k_view)
         bias, bias_rank, fill = None, 0, None
         extra: list[tuple[Any, Any]] = []
         if "merged_bias" in match:
@@ -308,9 +328,9 @@ class AttentionCollapse(RewriteRule):
             fill = self._check_fill(match)
         self._check_regrouped(match, scores)
         self._check_softmax(match, scores)
-        self._check_plumbing(match.pv, scores, v_view)
-        self._agree(match.k, "the key (transposed)", k_view, (batch, heads, head_dim, None))
-        self._agree(match.v, "the value", v_view, (batch, heads, kv_len, None))
+        self._check_plumbing(match.pv, scores, v_full, v_view)
+        self._agree(match.k, "the key (transposed)", k_full, (batch, heads, head_dim, None))
+        self._agree(match.v, "the value", v_full, (batch, heads, kv_len, None))
         self._check_dtypes(match)
         out_call = match.out if "out" in match else None
         result = match.root if out_call is None else call_args(out_call)[0]
@@ -330,7 +350,9 @@ class AttentionCollapse(RewriteRule):
                              bias, bias_rank, fill, scale,
                              HEADS_FIRST if out_call is None else
                              _compose(HEADS_FIRST, _axes(out_call, 4)),
-                             "safe_softmax" in match, tuple(extra))
+                             "safe_softmax" in match, tuple(extra),
+                             None if k_full is k_view else (batch, kv_len, heads, head_dim),
+                             None if v_full is v_view else (batch, kv_len, heads, value_dim))
 
     @staticmethod
     def _check_not_widened(match: RuleMatch) -> None:
@@ -404,17 +426,53 @@ class AttentionCollapse(RewriteRule):
         return None
 
     @staticmethod
-    def _check_plumbing(matmul: Any, lhs: tuple, rhs: tuple) -> None:
+    def _kv_broadcast(match: RuleMatch, name: str, view: tuple, lead: tuple,
+                      matmul: Any) -> tuple:
+        """The key's or value's 4-D view with a batch or heads axis of 1 broadcast to the
+        query's ``lead`` (B, N), where the model broadcasts it; ``view`` itself (the same
+        object) where it agrees or where no broadcast is proven.
+
+        Proven: the 4-D matmul takes the view as it is (its batch axes broadcast, as the
+        ONNX form's do), or the view is ``broadcast_to`` the full shape (the role
+        ``<name>_repeat``: Falcon's multi-query key and value through the torch
+        importer).  A broadcast found anywhere else in the plumbing (after a reshape)
+        may pair a query head with another batch's key: it is refused.
+        """
+        if not any(dims_equal(got, 1) and not prove_equal(got, want)
+                   for got, want in zip(view[:2], lead)):
+            return view
+        full = tuple(want if dims_equal(got, 1) else got for got, want in zip(view[:2], lead))
+        full = (*full, *view[2:])
+        operand = call_args(matmul)[1]
+        if _is_view(static_shape(type_of(operand)), view, merged=False):
+            return full  # a 4-D matmul broadcasting its batch axes
+        repeat = f"{name}_repeat"
+        if repeat in match and _is_view(static_shape(type_of(match[repeat])), full,
+                                        merged=False):
+            return full
+        what = {"k": "the key", "v": "the value"}[name]
+        raise reject(f"{what} {_shape_text(view)} is broadcast to the query's "
+                     f"{_shape_text(lead)} after a reshape, not as the 4-D tensor: cannot "
+                     f"tell that its heads pair with the query's", at=matmul)
+
+    @staticmethod
+    def _check_plumbing(matmul: Any, lhs: tuple, rhs: tuple, rhs_4d: tuple | None = None
+                        ) -> None:
         """The matmul's operands and result are the 4-D views, or with batch * heads merged.
 
         Any chain of ``reshape`` and ``broadcast_to`` that ends in one of these shapes
         keeps the elements in order (a broadcast cannot shrink, so it is the identity when
-        the element count is kept): the batched matmul pairs the views' heads.
+        the element count is kept): the batched matmul pairs the views' heads.  ``rhs_4d``:
+        the right operand's own 4-D view, which a 4-D matmul broadcasts to ``rhs``
+        (:meth:`_kv_broadcast` proved it).
         """
         lhs_expr, rhs_expr = call_args(matmul)[:2]
         for what, expr, view in (("left operand", lhs_expr, lhs),
                                  ("right operand", rhs_expr, rhs)):
             shape = static_shape(type_of(expr))
+            if expr is rhs_expr and rhs_4d is not None and rhs_4d is not rhs \
+                    and _is_view(shape, rhs_4d, merged=False):
+                continue
             if not _is_view(shape, view):
                 raise reject(f"the matmul's {what} has shape {_shape_text(shape)}, neither "
                              f"{_shape_text(view)} nor batch and heads merged", at=matmul)
@@ -559,8 +617,13 @@ class AttentionCollapse(RewriteRule):
             term = (relax.op.reshape(term, layout) if isinstance(layout, tuple)
                     else _to_4d(term, layout))
             bias = term if bias is None else relax.op.add(bias, term)
-        out = relax.op.nn.attention(bsnh(plan.query), bsnh(plan.key), bsnh(plan.value), bias,
-                                    scale=plan.scale)
+        key, value = bsnh(plan.key), bsnh(plan.value)
+        # kept as a repeat: TVM 0.27's llvm attention is wrong for fewer key/value heads
+        if plan.repeat_key is not None:
+            key = relax.op.broadcast_to(key, plan.repeat_key)
+        if plan.repeat_value is not None:
+            value = relax.op.broadcast_to(value, plan.repeat_value)
+        out = relax.op.nn.attention(bsnh(plan.query), key, value, bias, scale=plan.scale)
         dtype = dtype_of(type_of(plan.query[0]))
         if dtype != "float32":
             # TVM 0.27's llvm legalisation of a float16 attention returns float32 (it
@@ -587,7 +650,8 @@ class AttentionCollapse(RewriteRule):
     def example(dtype: str = "float32", frontend: str = "torch", shape: str = "static",
                 scale: str = "product", mask: str = "padding", kv_heads: int = 2,
                 softmax_axis: int = -1, key: str = "transposed", value_heads: int = 2,
-                repeat: bool = True, split: str = "heads_first", accumulate: str | None = None,
+                repeat: str = "repeat_kv", split: str = "heads_first",
+                accumulate: str | None = None,
                 safe_softmax: str | None = None, regroup: str | None = None,
                 recast: bool = False, position_bias: bool = False,
                 softmax_dtype: str | None = None, alibi: str | None = None,
@@ -608,12 +672,16 @@ class AttentionCollapse(RewriteRule):
         (``where(not causal, -inf, scores)``, torch's ``masked_fill``), ``"masked_keep"``
         (``where(causal, scores, -inf)``), or, refused, ``"last_axis_one"`` (B, 1, S, 1)
         and ``"masked_fill_finite"`` (a -1e4 fill).  ``kv_heads=1``: the key and value have one
-        head, repeated to two as Llama's ``repeat_kv`` writes it.  ``softmax_axis=2``,
+        head, repeated to two as Llama's ``repeat_kv`` writes it, or, with
+        ``repeat="broadcast"``, broadcast to the query's heads by the batched matmuls (the
+        ONNX form's 4-D matmuls broadcast it; the torch importer ``broadcast_to``-s the 4-D
+        key and value, as in Falcon's multi-query attention); ``repeat="misplaced"``
+        (refused) moves the key's single head onto the batch axis with a reshape first and
+        broadcasts that, which pairs a query head with another batch's keys.
+        ``softmax_axis=2``,
         ``key="untransposed"`` (``q @ k`` with H = T = 16) and ``value_heads=4`` (the
         value split into 4 heads of 8, reshaped back into 2 by the batched matmul) make
-        modules the check must refuse, and so do ``repeat=False`` (``kv_heads=1`` with
-        the ONNX form: the 4-D matmuls broadcast the single key/value head, the
-        grouped-query form TVM 0.27's llvm attention computes wrongly), ``split=
+        modules the check must refuse, and so do ``split=
         "scores"`` / ``"output"`` (the torch form reshapes that batched matmul's result
         to (B, S, N, .) instead of (B, N, S, .)), ``mask="square"`` with
         ``shape="decode"`` (a (B, 1, T, T) mask broadcasting one query row up to T),
@@ -644,8 +712,13 @@ class AttentionCollapse(RewriteRule):
             raise NoSuchExample("a constant causal mask needs a static sequence length")
         if (value_heads != heads or split != "heads_first") and frontend != "torch":
             raise NoSuchExample("value_heads and split reshape the torch form's 3-D matmuls")
-        if not repeat and (frontend == "torch" or kv_heads == heads):
-            raise NoSuchExample("repeat=False: the ONNX form's matmuls broadcast kv_heads=1")
+        if repeat != "repeat_kv" and (kv_heads == heads or value_heads != heads
+                                      or key != "transposed"):
+            raise NoSuchExample("repeat: the matmuls broadcast a single key/value head "
+                                "(kv_heads=1), split and transposed as the query is")
+        if repeat == "misplaced" and (frontend != "onnx" or shape != "static"):
+            raise NoSuchExample("repeat='misplaced' swaps the static batch (2) and the "
+                                "single head in the ONNX form's 4-D key")
         if key == "folded" and (mask != "none" or kv_heads != heads or shape != "static"):
             raise NoSuchExample("key='folded' folds the heads into the sequence: no mask, "
                                 "one static multi-head shape")
@@ -706,10 +779,13 @@ class AttentionCollapse(RewriteRule):
                         if not torch_form:
                             return bb.emit(relax.op.matmul(a, b, out_dtype=out_dtype))
                         inner = a.ty.shape[3]
-                        cols = b.ty.shape[3] * b.ty.shape[1] // heads
+                        b_shape = b.ty.shape  # the importer broadcasts one kv head (Falcon)
+                        if repeat == "broadcast":
+                            b_shape = (b_shape[0], heads, b_shape[2], b_shape[3])
+                        cols = b_shape[3] * b_shape[1] // heads
                         a3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, a, a.ty.shape),
                                   (batch * heads, rows, inner))
-                        b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b.ty.shape),
+                        b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b_shape),
                                   (batch * heads, inner, cols))
                         out = bb.emit(relax.op.matmul(a3, b3, out_dtype=out_dtype))
                         split_as = ((batch, rows, heads, cols) if misplit
@@ -724,7 +800,7 @@ class AttentionCollapse(RewriteRule):
                     v_heads = kv_heads if value_heads == heads else value_heads
                     v = emit(relax.op.reshape, xv, (batch, kv_len, v_heads,
                                                     kv_heads * head_dim // v_heads))
-                    if not repeat:  # the ONNX form: 4-D matmuls broadcast the one kv head
+                    if repeat != "repeat_kv":  # the matmuls broadcast the one kv head
                         k, v = heads_first(k), heads_first(v)
                     elif kv_heads != heads:  # Llama: repeat_kv on the head-first tensors
                         k = _repeat_kv(bb, heads_first(k), heads // kv_heads)
@@ -739,6 +815,10 @@ class AttentionCollapse(RewriteRule):
                     else:
                         k_t = emit(relax.op.permute_dims, k,
                                    [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
+                    if repeat == "misplaced":  # (B, 1, H, T) -> (1, B, H, T), broadcast
+                        k_t = emit(relax.op.broadcast_to, emit(
+                            relax.op.reshape, k_t, (1, batch, head_dim, kv_len)),
+                            (batch, heads, head_dim, kv_len))
                     if scale == "key":
                         k_t = emit(relax.op.multiply, factor, k_t)
                     if kv_heads == heads:
@@ -830,7 +910,8 @@ class AttentionCollapse(RewriteRule):
                 "kv_heads": (2, 1), "softmax_axis": (-1, 2),
                 "key": ("transposed", "untransposed", "merged", "folded"),
                 "value_heads": (2, 4),
-                "repeat": (True, False), "split": ("heads_first", "scores", "output"),
+                "repeat": ("repeat_kv", "broadcast", "misplaced"),
+                "split": ("heads_first", "scores", "output"),
                 "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
                 "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
                 "position_bias": (False, True), "softmax_dtype": (None, "float32"),

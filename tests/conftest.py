@@ -111,6 +111,7 @@ TINY_ZOO = {
     "llama": dict(layers=1, hidden=32, heads=4, kv_heads=2, intermediate=64),  # GQA 4:2
     "vit": dict(layers=1, hidden=32, heads=2),
     "t5": dict(layers=1, hidden=32, heads=2),
+    "falcon": dict(layers=1, hidden=32, heads=2),  # multi-query: one key/value head
     "onnx:t5": dict(layers=1, hidden=32, heads=2),
     "resnet18": dict(width=8),
     "onnx:gpt2": dict(layers=1, hidden=32, heads=2),

@@ -58,8 +58,8 @@ def load(spec: str | Path | None = None) -> LoadedModel:
             model = zoo_model(text)
         except ZooError as err:
             raise JobError(str(err)) from err
-        return LoadedModel(model.mod, model.name, model,
-                           tuple(model.metadata.get("onnx_fixups", ())))
+        fixups = model.metadata.get("onnx_fixups") or model.metadata.get("import_fixups", ())
+        return LoadedModel(model.mod, model.name, model, tuple(fixups))
     path = Path(text)
     if path.suffix not in (".py", ".onnx"):
         raise JobError(f"unknown model {text!r}: give a built-in name "

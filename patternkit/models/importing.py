@@ -65,17 +65,21 @@ def finish(mod: tvm.IRModule, keep_params: bool, entry: str,
     return mod, params
 
 
-def from_torch(program, keep_params: bool, entry: str, text: str,
-               seconds: dict[str, float]) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
-    """``from_exported_program(program, unwrap_unit_return_tuple=True)``, then :func:`finish`."""
+def from_torch(program, keep_params: bool, entry: str, text: str, seconds: dict[str, float]
+               ) -> tuple[tvm.IRModule, dict[str, np.ndarray], list[str]]:
+    """``from_exported_program(program, unwrap_unit_return_tuple=True)``, the rewrites of
+    :mod:`.torch_fixups` (what they did is the third item), then :func:`finish`."""
     from tvm.relax.frontend.torch import from_exported_program
+
+    from .torch_fixups import prepare_torch_import
 
     try:
         mod = timed(seconds, "import", from_exported_program, program,
                     keep_params_as_input=keep_params, unwrap_unit_return_tuple=True)
     except Exception as err:
         raise failure("from_exported_program", text, err) from err
-    return finish(mod, keep_params, entry, text)
+    mod, fixups = prepare_torch_import(mod)
+    return (*finish(mod, keep_params, entry, text), fixups)
 
 
 def from_onnx_model(model, keep_params: bool, entry: str, text: str,

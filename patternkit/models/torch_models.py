@@ -150,6 +150,24 @@ def llama_source(options: dict[str, Any]) -> TorchSource:
                         "gqa": (options["heads"], options["kv_heads"])})
 
 
+def falcon_source(options: dict[str, Any]) -> TorchSource:
+    """Falcon (``FalconModel``) in the 7B layout: attention and MLP in parallel, rotary
+    positions, and multi-query attention (one key/value head, which the torch importer
+    broadcasts to the query's heads) unless ``multi_query`` is false."""
+    config = transformers.FalconConfig(
+        vocab_size=options["vocab"], hidden_size=options["hidden"],
+        num_hidden_layers=options["layers"], num_attention_heads=options["heads"],
+        multi_query=options["multi_query"], new_decoder_architecture=False,
+        parallel_attn=True, alibi=False, bias=False,
+        max_position_embeddings=options["positions"], use_cache=False,
+        attn_implementation=options.get("attention", "eager"))
+    module = _construct(lambda: TokenModel(transformers.FalconModel(config)), options["seed"])
+    return TorchSource(module, _token_inputs(options["vocab"]),
+                       {"seq": (1, options["positions"])},
+                       {"architecture": "FalconModel", "attention": config._attn_implementation,
+                        "multi_query": options["multi_query"]})
+
+
 def t5_source(options: dict[str, Any]) -> TorchSource:
     """T5's encoder (``T5EncoderModel``): RMS norms named ``T5LayerNorm``, a relative
     position bias added to the scores before the mask, no scale on the scores."""
@@ -283,12 +301,12 @@ def build(spec, source: TorchSource) -> ZooModel:
     program = export(source, roles, sizes, spec.text, seconds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mod, params = from_torch(program, options["keep_params"], options["entry"], spec.text,
-                                 seconds)
+        mod, params, fixups = from_torch(program, options["keep_params"], options["entry"],
+                                         spec.text, seconds)
     families = count_module_families(source.module)
     families["softmax"] = count_softmax_in_program(program)
     names = tuple(s.name for s in source.input_specs)
-    metadata = {**source.metadata, "exporter": "torch.export",
+    metadata = {**source.metadata, "exporter": "torch.export", "import_fixups": fixups,
                 "activations": activation_modules(source.module),
                 "config": _config_metadata(options, "layers", "hidden", "heads", "kv_heads",
                                            "vocab", "type_vocab", "positions", "intermediate",
@@ -312,6 +330,10 @@ def bert(spec) -> ZooModel:
 
 def llama(spec) -> ZooModel:
     return build(spec, llama_source(spec.as_dict()))
+
+
+def falcon(spec) -> ZooModel:
+    return build(spec, falcon_source(spec.as_dict()))
 
 
 def t5(spec) -> ZooModel:

@@ -173,6 +173,11 @@ def _entries() -> dict[str, ZooEntry]:
                   "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
                   "intermediate": Option(128, "MLP width")},
                  "torch_models.llama", _TORCH),
+        ZooEntry("falcon", "Falcon (FalconModel, 7B layout): parallel attention and MLP, "
+                 "RoPE, multi-query attention (one key/value head broadcast to the heads)",
+                 {**text, "attention": _ATTENTION,
+                  "multi_query": Option(True, "one key/value head (false: one per head)")},
+                 "torch_models.falcon", _TORCH),
         ZooEntry("t5", "T5 encoder (T5EncoderModel): RMS norms (T5LayerNorm), relative "
                  "position bias and padding mask on unscaled scores, gated GELU-tanh",
                  {**text, "attention": _ATTENTION, "feed_forward": _T5_FEED_FORWARD},

@@ -120,9 +120,9 @@ COLLAPSE_CASE = RuleCase(
                  "k is not transposed: the score matmul contracts axis 1 of the key"),
         Negative("v_from_a_different_head_split", _example(value_heads=4),
                  "the matmul's right operand has shape (4, 8, 16), neither (2, 4, 8, 8)"),
-        Negative("grouped_query_without_the_repeat", _example(frontend="onnx", kv_heads=1,
-                                                              repeat=False),
-                 "the key (transposed) has heads 1 on axis 1 where the query has 2"),
+        Negative("single_key_head_broadcast_after_a_reshape",
+                 _example(frontend="onnx", kv_heads=1, repeat="misplaced"),
+                 "the key (2, 1, 16, 8) is broadcast to the query's (2, 2) after a reshape"),
         Negative("scores_split_into_sequence_first", _example(split="scores"),
                  "the softmax's input has shape (2, 8, 2, 8), the scores (2, 2, 8, 8)"),
         Negative("result_split_into_sequence_first", _example(split="output"),
@@ -178,6 +178,12 @@ def test_attention_collapse_meets_the_rule_contract():
     {"scale": "key"}, {"scale": "none"}, {"mask": "none"}, {"mask": "causal"},
     {"mask": "full"}, {"mask": "masked_fill"}, {"mask": "masked_keep", "frontend": "onnx"},
     {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
+    # multi-query: the matmuls broadcast the single key/value head (Falcon, ONNX exports)
+    {"kv_heads": 1, "repeat": "broadcast"}, {"kv_heads": 1, "repeat": "broadcast",
+                                             "shape": "symbolic"},
+    {"kv_heads": 1, "repeat": "broadcast", "mask": "causal", "scale": "key"},
+    {"kv_heads": 1, "repeat": "broadcast", "frontend": "onnx"},
+    {"kv_heads": 1, "repeat": "broadcast", "frontend": "onnx", "shape": "symbolic"},
     {"safe_softmax": "keys"}, {"safe_softmax": "keys", "mask": "boolean"},
     {"safe_softmax": "keys", "mask": "none"}, {"safe_softmax": "keys", "mask": "masked_fill"},
     {"safe_softmax": "keys", "mask": "boolean", "shape": "symbolic"},
@@ -213,6 +219,25 @@ def test_a_grouped_query_collapse_keeps_the_key_value_repeat():
     for operand in fused.args[1:3]:
         assert int(operand.ty.shape[2]) == 2  # BSNH: both heads
     pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+def test_a_multi_query_collapse_repeats_the_single_key_value_head(frontend):
+    # The matmuls broadcast one key/value head to the query's two; the fused op must be
+    # given both heads (TVM 0.27's llvm attention is wrong with fewer), so the rewrite
+    # broadcasts k and v itself.
+    before = _example(kv_heads=1, repeat="broadcast", frontend=frontend)
+    after = pk.rewrite(AttentionCollapse(), before)
+    (fused,) = attentions(after)
+    for operand in fused.args[1:3]:
+        assert [int(d) for d in operand.ty.shape] == [2, 8, 2, 16]  # BSNH: both heads
+        assert pk.ir.op_name(_bound_value(after, operand)) == "relax.broadcast_to"
+    pk.assert_same_numerics(before, after, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def _bound_value(mod: tvm.IRModule, var: relax.Var) -> relax.Expr:
+    return next(b.value for block in mod["main"].body.blocks for b in block.bindings
+                if b.var.same_as(var))
 
 
 def test_an_attention_whose_result_stays_head_first_collapses_with_one_permute():
@@ -442,7 +467,10 @@ ZOO_MODELS = [("gpt2", {}), ("bert", {}), ("vit", {}), ("llama", {}),
               ("onnx:gpt2", {"opset": 14}), ("onnx:gpt2", {"opset": 17}),
               ("onnx:bert", {"opset": 14}), ("onnx:bert", {"opset": 17}),
               # T5: a position bias and the mask, two additive terms, on unscaled scores
-              ("t5", {}), ("t5", {"attention": "sdpa"}), ("onnx:t5", {"opset": 14})]
+              ("t5", {}), ("t5", {"attention": "sdpa"}), ("onnx:t5", {"opset": 14}),
+              # Falcon: multi-query, the importer broadcasts the one key/value head
+              ("falcon", {}), ("falcon", {"attention": "sdpa"}),
+              ("falcon", {"batch": "dynamic", "seq": "dynamic"})]
 
 
 @pytest.mark.models

@@ -18,7 +18,7 @@ from patternkit.ir import var_name
 pytestmark = pytest.mark.models
 
 FLOAT32 = dict(rtol=1e-4, atol=1e-4)
-TORCH_ENTRIES = ["gpt2", "bert", "llama", "vit", "resnet18", "t5"]
+TORCH_ENTRIES = ["gpt2", "bert", "llama", "vit", "resnet18", "t5", "falcon"]
 
 
 @pytest.mark.parametrize("name", TORCH_ENTRIES)
