@@ -254,3 +254,31 @@ def test_rms_norm_over_every_axis_builds():
     expected = inputs[0] / np.sqrt(np.mean(inputs[0] ** 2) + 1e-6) * inputs[1]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="TVM 0.27's ONNX importer takes pads computed from constants for "
+                          "dynamic pads (Dynamic pads are not supported yet)")
+def test_onnx_pads_computed_from_constants_import():
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    import io
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    class PaddedConv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return torch.nn.functional.pad(self.conv(x), (0, 1, 1, 2), value=0.5)
+
+    torch.manual_seed(0)
+    module = PaddedConv().eval()
+    x = torch.randn(2, 3, 8, 8)
+    buffer = io.BytesIO()
+    torch.onnx.export(module, (x,), buffer, opset_version=17, dynamo=False)
+    mod = from_onnx(onnx.load_from_string(buffer.getvalue()))
+    [got] = numeric.run(mod, [x.numpy()])
+    np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)

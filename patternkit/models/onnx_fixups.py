@@ -18,8 +18,14 @@ that compute the same values, so the graph's function is unchanged:
   dynamic (``n = Gather(Shape(x), i)``) gets the same fresh length (through a
   ``match_cast``, on which TVM's ``FuseOps`` misplaces groups); written as
   ``CumSum(ConstantOfShape([n], 1)) - 1`` it imports with length ``n``.
+- :func:`fold_constant_pads`: the TorchScript exporter writes ``F.pad``'s pads as integer
+  arithmetic on constants (``ConstantOfShape``, ``Concat``, ``Reshape``, ``Slice``,
+  ``Transpose``, ``Cast``: MobileNetV2's TensorFlow-style padding), and the importer
+  takes anything but a ``Constant`` there for run-time pads ("Dynamic pads are not
+  supported yet").  Pads computed from constants and static shapes alone are evaluated
+  (with onnx's reference evaluator) and given to the ``Pad`` as a ``Constant``.
 
-:func:`prepare_for_tvm` applies all three; ``patternkit run model.onnx`` and the zoo's
+:func:`prepare_for_tvm` applies all four; ``patternkit run model.onnx`` and the zoo's
 ONNX entries call it.
 """
 
@@ -44,6 +50,8 @@ def prepare_for_tvm(model: onnx.ModelProto) -> list[str]:
         fixups.append(f"{folded} Gather of static Shape dimensions folded to Constant")
     if rewritten := rewrite_dimension_ranges(model):
         fixups.append(f"{rewritten} Range(0, a dynamic dimension, 1) written as CumSum of ones")
+    if folded := fold_constant_pads(model):
+        fixups.append(f"{folded} Pad pads computed from constants folded to Constant")
     return fixups
 
 
@@ -77,12 +85,7 @@ def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
     dimension (the batch) is kept.  Returns how many were folded (``model`` is changed in
     place).
     """
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    graph = inferred.graph
-    shapes = {info.name: [d.dim_value if d.HasField("dim_value") else None
-                          for d in info.type.tensor_type.shape.dim]
-              for info in (*graph.value_info, *graph.input, *graph.output)
-              if info.type.tensor_type.HasField("shape")}
+    shapes = _inferred_shapes(model)
     constants = _constant_values(model)
     shape_outputs = {n.output[0]: shapes[n.input[0]] for n in model.graph.node
                      if n.op_type == "Shape" and not n.attribute and n.input[0] in shapes}
@@ -190,3 +193,112 @@ def _counts_from_zero(node: onnx.NodeProto, constants: dict[str, np.ndarray],
     return (node.input[1] in dimensions and limit is None
             and all(c is not None and c.shape == () and c.dtype == np.int64 and int(c) == v
                     for c, v in ((start, 0), (delta, 1))))
+
+
+#: Operators :func:`fold_constant_pads` evaluates when all their inputs are known: the
+#: integer arithmetic exporters write for pads.  Anything else ends the fold.
+_PAD_ARITHMETIC = frozenset({
+    "Add", "Cast", "Concat", "ConstantOfShape", "Div", "Expand", "Gather", "Identity",
+    "Max", "Min", "Mod", "Mul", "Neg", "Range", "Reshape", "Shape", "Slice", "Squeeze", "Sub",
+    "Transpose", "Unsqueeze"})
+
+#: A pads tensor has two entries per axis; more than this is not pads arithmetic.
+_MAX_FOLDED_ELEMENTS = 64
+
+
+def fold_constant_pads(model: onnx.ModelProto) -> int:
+    """Give each ``Pad`` whose pads are computed from constants and static shapes alone a
+    ``Constant`` of those pads (inserted before it; what computed them stays for any other
+    reader).  Returns how many ``Pad`` nodes were given one (``model`` is changed in place).
+    """
+    graph = model.graph
+    pads = [n for n in graph.node if n.op_type == "Pad" and len(n.input) > 1 and n.input[1]]
+    constants = _constant_values(model)
+    if not pads or all(n.input[1] in constants for n in pads):
+        return 0
+    from onnx.reference import ReferenceEvaluator
+
+    producers = {out: node for node in graph.node for out in node.output}
+    initializers = {i.name: i for i in graph.initializer}
+    opsets = list(model.opset_import)
+    known: dict[str, np.ndarray | None] = {}
+    static: dict[str, list[int | None]] | None = None
+
+    def shape_of(name: str) -> list[int | None] | None:
+        nonlocal static
+        if static is None:
+            static = _inferred_shapes(model)
+        return static.get(name)
+
+    def value(name: str) -> np.ndarray | None:
+        if name in known:
+            return known[name]
+        known[name] = None  # a cycle (not a valid graph) ends here
+        if name in constants:
+            found = constants[name]
+        elif name in initializers:
+            tensor = initializers[name]
+            small = np.prod(tensor.dims, dtype=np.int64) <= _MAX_FOLDED_ELEMENTS
+            found = numpy_helper.to_array(tensor) if small else None
+        else:
+            found = _evaluated(producers.get(name), name, value, shape_of, opsets,
+                               ReferenceEvaluator)
+        known[name] = found
+        return found
+
+    def with_constant_pads(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        if node.op_type != "Pad" or len(node.input) < 2 or node.input[1] in constants:
+            return None
+        found = value(node.input[1])
+        if found is None or not np.issubdtype(found.dtype, np.integer):
+            return None
+        name = f"{node.output[0]}/patternkit_pads"
+        constant = helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+            found.astype(np.int64)))
+        node.input[1] = name
+        return [constant, node]
+
+    return _replace_nodes(model, with_constant_pads)
+
+
+def _evaluated(node: onnx.NodeProto | None, name: str, value: Callable, shape_of: Callable,
+               opsets: list, evaluator: type) -> np.ndarray | None:
+    """``name``, the output of ``node``, evaluated when it is small integer arithmetic on
+    known values; ``None`` when it cannot be (a graph input, a float computation, a
+    dynamic dimension)."""
+    if node is None or node.op_type not in _PAD_ARITHMETIC or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Shape":
+        dims = shape_of(node.input[0])
+        if dims is None or any(d is None for d in dims) or node.attribute:
+            return None  # unknown, dynamic, or a start/end slice of the shape
+        return np.array(dims, np.int64)
+    inputs = {}
+    for input_name in node.input:
+        if not input_name:  # an optional input left out
+            continue
+        found = value(input_name)
+        if found is None:
+            return None
+        inputs[input_name] = found
+    single = helper.make_model(
+        helper.make_graph([node], "fold", [], [helper.make_value_info(o, onnx.TypeProto())
+                                              for o in node.output]),
+        opset_imports=opsets)
+    try:
+        outputs = evaluator(single).run(None, inputs)
+    except Exception:  # the reference evaluator does not take it: leave it to the importer
+        return None
+    found = np.asarray(outputs[list(node.output).index(name)])
+    if found.size > _MAX_FOLDED_ELEMENTS or not np.issubdtype(found.dtype, np.integer):
+        return None
+    return found
+
+
+def _inferred_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Every tensor's dimensions as onnx's shape inference knows them (None: symbolic)."""
+    graph = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+    return {info.name: [d.dim_value if d.HasField("dim_value") else None
+                        for d in info.type.tensor_type.shape.dim]
+            for info in (*graph.value_info, *graph.input, *graph.output)
+            if info.type.tensor_type.HasField("shape")}

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from patternkit.models.onnx_fixups import (  # noqa: E402
-    fold_static_shape_gathers, prepare_for_tvm, rewrite_dimension_ranges)
+    fold_constant_pads, fold_static_shape_gathers, prepare_for_tvm, rewrite_dimension_ranges)
 
 
 def _scalar(name: str, value: int) -> onnx.NodeProto:
@@ -98,3 +98,59 @@ def test_other_ranges_are_left_as_they_are(start, limit_from_shape):
     model = _positions(start, cast=False, limit_from_shape=limit_from_shape)
     assert rewrite_dimension_ranges(model) == 0
     assert "Range" in [n.op_type for n in model.graph.node]
+
+
+def _exported_pad(batch: str | int = 2) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    """``F.pad(conv(x), (0, 1, 1, 2))`` through the TorchScript exporter, which writes the
+    pads as integer arithmetic on constants (MobileNetV2's TensorFlow-style padding); the
+    model, an input and torch's output for it."""
+    import io
+
+    torch = pytest.importorskip("torch")
+
+    class PaddedConv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return torch.nn.functional.pad(self.conv(x), (0, 1, 1, 2), value=0.5)
+
+    torch.manual_seed(0)
+    module = PaddedConv().eval()
+    x = torch.randn(2, 3, 8, 8)
+    buffer = io.BytesIO()
+    dynamic = {"x": {0: "batch"}} if isinstance(batch, str) else None
+    torch.onnx.export(module, (x,), buffer, opset_version=17, dynamo=False,
+                      input_names=["x"], dynamic_axes=dynamic)
+    return onnx.load_from_string(buffer.getvalue()), x.numpy(), module(x).detach().numpy()
+
+
+@pytest.mark.parametrize("batch", [2, "batch"])
+def test_pads_computed_from_constants_become_a_constant_and_the_model_imports(batch):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model, x, expected = _exported_pad(batch)
+    original = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    with pytest.raises(Exception, match="Dynamic pads are not supported"):
+        from_onnx(model)  # the bug worked around (docs/tvm-bugs.md)
+    assert fold_constant_pads(model) == 1
+    pad = next(n for n in model.graph.node if n.op_type == "Pad")
+    assert pad.input[1].endswith("/patternkit_pads")
+    np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0], original)
+    mod = from_onnx(model)
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pads_read_from_a_graph_input_are_left_to_the_importer():
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")]
+    graph = helper.make_graph(nodes, "pad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+        helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    before = model.SerializeToString()
+    assert fold_constant_pads(model) == 0
+    assert model.SerializeToString() == before
