@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("model", nargs="?", default=None,
                      help="built-in model name (default resnet18), a zoo spec "
                           "(zoo:gpt2?batch=dynamic; see list --models), a .py file defining "
-                          "an IRModule, or an .onnx file")
+                          "an IRModule, an .onnx file or a .pt2 file (torch.export.save)")
     run.add_argument("--patterns",
                      help="comma-separated library names, rules.py:NAME or rules.py (every "
                           "rule the file defines); default: the whole library")

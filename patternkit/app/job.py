@@ -5,7 +5,7 @@ directly.  The steps, each timed:
 
 1. **load** the model (:mod:`patternkit.app.loading`): a built-in one (default
    ``resnet18``), a zoo model (``zoo:gpt2?batch=dynamic``), a Python file that defines
-   an ``IRModule``, or an ``.onnx`` file; choose its entry function (``func=``: default
+   an ``IRModule``, an ``.onnx`` file or a ``.pt2`` file (``torch.export.save``); choose its entry function (``func=``: default
    ``main``, else the only public function);
 2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
    library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);

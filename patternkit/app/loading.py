@@ -1,9 +1,10 @@
 """Loading the job's input: a model spec to an ``IRModule``, and its entry function.
 
-A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule`` or an
+A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule``, an
 ``.onnx`` file (imported after the rewrites of :mod:`patternkit.models.onnx_fixups`,
 which work around TVM 0.27 importer bugs without changing what the graph computes, and
-are logged).  Its entry function is the one the user names, else ``main``, else the
+are logged) or a ``.pt2`` file saved by ``torch.export.save`` (imported with
+``from_exported_program``, then the rewrites of :mod:`patternkit.models.torch_fixups`).  Its entry function is the one the user names, else ``main``, else the
 only public function: importers and hand-written modules do not all call it ``main``
 (``forward``), and a guess among several would check the wrong function.
 """
@@ -61,15 +62,16 @@ def load(spec: str | Path | None = None) -> LoadedModel:
         fixups = model.metadata.get("onnx_fixups") or model.metadata.get("import_fixups", ())
         return LoadedModel(model.mod, model.name, model, tuple(fixups))
     path = Path(text)
-    if path.suffix not in (".py", ".onnx"):
+    if path.suffix not in (".py", ".onnx", ".pt2"):
         raise JobError(f"unknown model {text!r}: give a built-in name "
                        f"({', '.join(sorted(BUILTIN_MODELS))}), a zoo:NAME spec "
-                       f"(patternkit list --models), a .py file or an .onnx file")
+                       f"(patternkit list --models), a .py file, an .onnx file or a .pt2 "
+                       f"file (torch.export.save)")
     if not path.is_file():
         raise JobError(f"model file not found: {path}")
     if path.suffix == ".py":
         return LoadedModel(_load_python(path), str(path))
-    mod, fixups = _load_onnx(path)
+    mod, fixups = _load_exported_program(path) if path.suffix == ".pt2" else _load_onnx(path)
     return LoadedModel(mod, str(path), import_fixups=fixups)
 
 
@@ -150,3 +152,27 @@ def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
         return from_onnx(model), fixups
     except Exception as err:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
+
+
+def _load_exported_program(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
+    """``(module, the fix-ups applied after from_exported_program)`` of a ``.pt2`` file."""
+    try:
+        import torch
+    except ImportError as err:
+        raise JobError("loading .pt2 needs the torch extra: pip install 'patternkit[torch]'"
+                       ) from err
+    from ..models.importing import from_torch
+    from ..models.zoomodel import ZooImportError
+
+    try:
+        program = torch.export.load(str(path))
+    except Exception as err:
+        raise JobError(f"{path}: not a program saved by torch.export.save: "
+                       f"{type(err).__name__}: {err}") from err
+    try:
+        mod, _, fixups = from_torch(program, False, "main", str(path), {})
+    except ZooImportError as err:
+        raise JobError(str(err)) from err
+    if fixups:
+        logger.info("%s: after from_exported_program: %s", path, "; ".join(fixups))
+    return mod, tuple(fixups)

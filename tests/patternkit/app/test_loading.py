@@ -124,3 +124,40 @@ def test_an_onnx_file_exported_with_a_dynamic_batch_keeps_its_static_shapes(tmp_
     x = np.random.default_rng(0).standard_normal((3, 8)).astype("float32")
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                   x + np.arange(8, dtype="float32"))
+
+
+def test_a_saved_exported_program_loads_with_its_negative_indices_read_as_torch_reads(
+        tmp_path, capsys):
+    # x[..., [-2], :] through torch.export.save: TVM 0.27's importer alone reads out of
+    # bounds (docs/tvm-bugs.md); the job imports it with the fix and its numbers hold
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    from tvm import relax
+
+    from patternkit.app.loading import load
+
+    class SecondToLastRow(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x[..., [-2], :])
+
+    x = torch.randn(2, 3, 4, 5)
+    path = tmp_path / "rows.pt2"
+    torch.export.save(torch.export.export(SecondToLastRow(), (x,)), str(path))
+    loaded = load(str(path))
+    assert loaded.import_fixups == (
+        "wrapped the negative indices of 1 take(mode='fast') (TVM's torch importer keeps them)",)
+    vm = relax.VirtualMachine(relax.build(loaded.mod, target="llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(),
+                                  SecondToLastRow()(x).numpy())
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_pt2_file_that_is_not_an_exported_program_is_a_clear_error(tmp_path):
+    pytest.importorskip("torch")
+    from patternkit.app.loading import load
+
+    path = tmp_path / "broken.pt2"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(JobError, match="not a program saved by torch.export.save"):
+        load(str(path))
