@@ -438,9 +438,10 @@ class AttentionCollapse(RewriteRule):
         importer).  A broadcast found anywhere else in the plumbing (after a reshape)
         may pair a query head with another batch's key: it is refused.
         """
-        if not any(dims_equal(got, 1) and not prove_equal(got, want)
-                   for got, want in zip(view[:2], lead)):
-            return view
+        agree = [prove_equal(got, want) for got, want in zip(view[:2], lead)]
+        ones = [dims_equal(got, 1) for got in view[:2]]
+        if all(agree) or not all(a or one for a, one in zip(agree, ones)):
+            return view  # nothing to broadcast, or an axis that cannot be (_agree says so)
         full = tuple(want if dims_equal(got, 1) else got for got, want in zip(view[:2], lead))
         full = (*full, *view[2:])
         operand = call_args(matmul)[1]

@@ -97,6 +97,30 @@ def _onnx_form(q_ty=None, also_return_probabilities: bool = False,
     return pk.from_expr(relax.Tuple([out, p]) if also_return_probabilities else out)
 
 
+def _key_grouped_by_batch_and_heads() -> tvm.IRModule:
+    """The torch form with a key given as (B*N, 1, T, H): merged, the batched matmul takes
+    it, but its 4-D view is not split into the query's batch and heads."""
+    q = relax.Var("q", relax.TensorType((2, 2, 8, 16), "float32"))
+    k = relax.Var("k", relax.TensorType((4, 1, 8, 16), "float32"))
+    v = relax.Var("v", relax.TensorType((2, 2, 8, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            def merged(x, shape):
+                return bb.emit(relax.op.reshape(bb.emit(relax.op.broadcast_to(x, x.ty.shape)),
+                                                shape))
+
+            k_t = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
+            scores = bb.emit(relax.op.matmul(merged(q, (4, 8, 16)), merged(k_t, (4, 16, 8))))
+            scaled = bb.emit(relax.op.reshape(scores, (2, 2, 8, 8)) * relax.const(0.25))
+            p = bb.emit(relax.op.nn.softmax(scaled))
+            out = bb.emit(relax.op.matmul(merged(p, (4, 8, 8)), merged(v, (4, 8, 16))))
+            heads = bb.emit(relax.op.reshape(out, (2, 2, 8, 16)))
+            result = bb.emit_output(relax.op.permute_dims(heads, [0, 2, 1, 3]))
+        bb.emit_func_output(result)
+    return bb.get()
+
+
 def _example(**knobs) -> tvm.IRModule:
     return AttentionCollapse().example(**knobs)
 
@@ -120,6 +144,8 @@ COLLAPSE_CASE = RuleCase(
                  "k is not transposed: the score matmul contracts axis 1 of the key"),
         Negative("v_from_a_different_head_split", _example(value_heads=4),
                  "the matmul's right operand has shape (4, 8, 16), neither (2, 4, 8, 8)"),
+        Negative("key_grouped_by_batch_and_heads", _key_grouped_by_batch_and_heads(),
+                 "the key (transposed) has batch 4 on axis 0 where the query has 2"),
         Negative("single_key_head_broadcast_after_a_reshape",
                  _example(frontend="onnx", kv_heads=1, repeat="misplaced"),
                  "the key (2, 1, 16, 8) is broadcast to the query's (2, 2) after a reshape"),
