@@ -8,6 +8,7 @@ import pytest
 import tvm
 from tvm import relax
 
+from patternkit.ir import const_value, is_tensor_constant, op_name
 from patternkit.models.torch_fixups import prepare_torch_import, wrap_negative_take_indices
 from patternkit.verification import numeric
 
@@ -82,7 +83,14 @@ def test_an_axis_of_symbolic_extent_keeps_its_negative_index():
 
 
 @pytest.mark.models
-def test_falcon_multi_query_imports_with_the_fix_recorded(zoo):
+def test_a_zoo_import_reads_no_negative_constant_index(zoo):
+    # Falcon's multi-query split is x[..., [-2], :] in transformers 5.24 (two takes wrapped
+    # per layer) and a slice in later releases: either way no take may read a negative one
     model = zoo("falcon")
-    assert model.metadata["import_fixups"] == [
-        "wrapped the negative indices of 2 take(mode='fast') (TVM's torch importer keeps them)"]
+    takes = [b.value for block in model.mod[model.entry].body.blocks for b in block.bindings
+             if op_name(b.value) == "relax.take" and is_tensor_constant(b.value.args[1])]
+    assert all((const_value(t.args[1]) >= 0).all() for t in takes)
+    fixups = model.metadata["import_fixups"]
+    assert fixups == [] or fixups == [
+        f"wrapped the negative indices of {len(takes)} take(mode='fast') "
+        f"(TVM's torch importer keeps them)"]
