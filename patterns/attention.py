@@ -310,9 +310,9 @@ class AttentionCollapse(RewriteRule):
         kv_len, value_dim = k_view[3], v_view[3]
         scores = (batch, heads, seq, kv_len)
         self._check_transposed(match, k_axes)
-        k_full = self._kv_broadcast(match, "k", k_view, (batch, heads), match.qk)
-        v_full = self._kv_broadcast(match, "v", v_view, (batch, heads), match.pv)
-        self._check_plumbing(match.qk, q_view, k_full, k_view)
+        k_full, k_operand = self._kv_broadcast(match, "k", k_view, (batch, heads), match.qk)
+        v_full, v_operand = self._kv_broadcast(match, "v", v_view, (batch, heads), match.pv)
+        self._check_plumbing(match.qk, q_view, k_operand)
         bias, bias_rank, fill = None, 0, None
         extra: list[tuple[Any, Any]] = []
         if "merged_bias" in match:
@@ -328,7 +328,7 @@ class AttentionCollapse(RewriteRule):
             fill = self._check_fill(match)
         self._check_regrouped(match, scores)
         self._check_softmax(match, scores)
-        self._check_plumbing(match.pv, scores, v_full, v_view)
+        self._check_plumbing(match.pv, scores, v_operand)
         self._agree(match.k, "the key (transposed)", k_full, (batch, heads, head_dim, None))
         self._agree(match.v, "the value", v_full, (batch, heads, kv_len, None))
         self._check_dtypes(match)
@@ -427,53 +427,49 @@ class AttentionCollapse(RewriteRule):
 
     @staticmethod
     def _kv_broadcast(match: RuleMatch, name: str, view: tuple, lead: tuple,
-                      matmul: Any) -> tuple:
-        """The key's or value's 4-D view with a batch or heads axis of 1 broadcast to the
-        query's ``lead`` (B, N), where the model broadcasts it; ``view`` itself (the same
-        object) where it agrees or where no broadcast is proven.
+                      matmul: Any) -> tuple[tuple, tuple]:
+        """``(full, operand)``: the key's or value's 4-D view with a batch or heads axis of
+        1 broadcast to the query's ``lead`` (B, N), where the model broadcasts it, and the
+        view the matmul's right operand must be (:meth:`_check_plumbing`).  Both are
+        ``view`` itself (the same object) where it agrees, or where an axis is neither 1
+        nor the query's (:meth:`_agree` refuses it).
 
         Proven: the 4-D matmul takes the view as it is (its batch axes broadcast, as the
-        ONNX form's do), or the view is ``broadcast_to`` the full shape (the role
-        ``<name>_repeat``: Falcon's multi-query key and value through the torch
-        importer).  A broadcast found anywhere else in the plumbing (after a reshape)
-        may pair a query head with another batch's key: it is refused.
+        ONNX form's do; the operand is ``view``), or the view is ``broadcast_to`` the full
+        shape (the role ``<name>_repeat``: Falcon's multi-query key and value through the
+        torch importer; the operand is ``full``, maybe merged).  A broadcast found
+        anywhere else in the plumbing (after a reshape) may pair a query head with
+        another batch's key: it is refused.
         """
         agree = [prove_equal(got, want) for got, want in zip(view[:2], lead)]
         ones = [dims_equal(got, 1) for got in view[:2]]
         if all(agree) or not all(a or one for a, one in zip(agree, ones)):
-            return view  # nothing to broadcast, or an axis that cannot be (_agree says so)
-        full = tuple(want if dims_equal(got, 1) else got for got, want in zip(view[:2], lead))
-        full = (*full, *view[2:])
-        operand = call_args(matmul)[1]
-        if _is_view(static_shape(type_of(operand)), view, merged=False):
-            return full  # a 4-D matmul broadcasting its batch axes
+            return view, view
+        full = (*(want if one else got for got, want, one in zip(view[:2], lead, ones)),
+                *view[2:])
+        if _is_view(static_shape(type_of(call_args(matmul)[1])), view, merged=False):
+            return full, view  # a 4-D matmul broadcasting its batch axes
         repeat = f"{name}_repeat"
         if repeat in match and _is_view(static_shape(type_of(match[repeat])), full,
                                         merged=False):
-            return full
+            return full, full
         what = {"k": "the key", "v": "the value"}[name]
         raise reject(f"{what} {_shape_text(view)} is broadcast to the query's "
                      f"{_shape_text(lead)} after a reshape, not as the 4-D tensor: cannot "
                      f"tell that its heads pair with the query's", at=matmul)
 
     @staticmethod
-    def _check_plumbing(matmul: Any, lhs: tuple, rhs: tuple, rhs_4d: tuple | None = None
-                        ) -> None:
+    def _check_plumbing(matmul: Any, lhs: tuple, rhs: tuple) -> None:
         """The matmul's operands and result are the 4-D views, or with batch * heads merged.
 
         Any chain of ``reshape`` and ``broadcast_to`` that ends in one of these shapes
         keeps the elements in order (a broadcast cannot shrink, so it is the identity when
-        the element count is kept): the batched matmul pairs the views' heads.  ``rhs_4d``:
-        the right operand's own 4-D view, which a 4-D matmul broadcasts to ``rhs``
-        (:meth:`_kv_broadcast` proved it).
+        the element count is kept): the batched matmul pairs the views' heads.
         """
         lhs_expr, rhs_expr = call_args(matmul)[:2]
         for what, expr, view in (("left operand", lhs_expr, lhs),
                                  ("right operand", rhs_expr, rhs)):
             shape = static_shape(type_of(expr))
-            if expr is rhs_expr and rhs_4d is not None and rhs_4d is not rhs \
-                    and _is_view(shape, rhs_4d, merged=False):
-                continue
             if not _is_view(shape, view):
                 raise reject(f"the matmul's {what} has shape {_shape_text(shape)}, neither "
                              f"{_shape_text(view)} nor batch and heads merged", at=matmul)

@@ -216,8 +216,6 @@ def fold_constant_pads(model: onnx.ModelProto) -> int:
     constants = _constant_values(model)
     if not pads or all(n.input[1] in constants for n in pads):
         return 0
-    from onnx.reference import ReferenceEvaluator
-
     producers = {out: node for node in graph.node for out in node.output}
     initializers = {i.name: i for i in graph.initializer}
     opsets = list(model.opset_import)
@@ -241,8 +239,7 @@ def fold_constant_pads(model: onnx.ModelProto) -> int:
             small = np.prod(tensor.dims, dtype=np.int64) <= _MAX_FOLDED_ELEMENTS
             found = numpy_helper.to_array(tensor) if small else None
         else:
-            found = _evaluated(producers.get(name), name, value, shape_of, opsets,
-                               ReferenceEvaluator)
+            found = _evaluated(producers.get(name), name, value, shape_of, opsets)
         known[name] = found
         return found
 
@@ -262,7 +259,7 @@ def fold_constant_pads(model: onnx.ModelProto) -> int:
 
 
 def _evaluated(node: onnx.NodeProto | None, name: str, value: Callable, shape_of: Callable,
-               opsets: list, evaluator: type) -> np.ndarray | None:
+               opsets: list) -> np.ndarray | None:
     """``name``, the output of ``node``, evaluated when it is small integer arithmetic on
     known values; ``None`` when it cannot be (a graph input, a float computation, a
     dynamic dimension)."""
@@ -281,12 +278,14 @@ def _evaluated(node: onnx.NodeProto | None, name: str, value: Callable, shape_of
         if found is None:
             return None
         inputs[input_name] = found
+    from onnx.reference import ReferenceEvaluator
+
     single = helper.make_model(
         helper.make_graph([node], "fold", [], [helper.make_value_info(o, onnx.TypeProto())
                                               for o in node.output]),
         opset_imports=opsets)
     try:
-        outputs = evaluator(single).run(None, inputs)
+        outputs = ReferenceEvaluator(single).run(None, inputs)
     except Exception:  # the reference evaluator does not take it: leave it to the importer
         return None
     found = np.asarray(outputs[list(node.output).index(name)])

@@ -32,7 +32,7 @@ def prepare_torch_import(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
 def wrap_negative_take_indices(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` with every constant negative ``take`` index on a static axis made the
     non-negative one torch reads, and how many ``take`` calls changed."""
-    if not any(_needs_wrapping(call) for call in _takes(mod)):
+    if all(_wrapped_indices(call) is None for call in _takes(mod)):
         return mod, 0
     rewriter = _WrapNegativeTakeIndices(mod)
     for gv, func in mod.functions.items():
@@ -71,10 +71,6 @@ def _wrapped_indices(call: relax.Call) -> np.ndarray | None:
     if not isinstance(extent, int):
         return None
     return np.where(values < 0, values + extent, values).astype(values.dtype)
-
-
-def _needs_wrapping(call: relax.Call) -> bool:
-    return _wrapped_indices(call) is not None
 
 
 @mutator
