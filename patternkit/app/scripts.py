@@ -1,13 +1,20 @@
 """``before.py`` / ``after.py``: TVMScript files that load again with ``patternkit run``.
 
-``IRModule.script()`` alone does not re-run: its imports are comments (so ``I`` is
-undefined, and so is ``TypeVar`` for a module-level symbolic dimension), and tensor constants print as ``metadata["ir.GenericConst"][i]``, which
-the parser cannot read (and ``show_meta=True`` crashes on them in TVM 0.27).  So the
-file gets real imports, its constants go to ``<name>.weights.npz`` next to it and are
-read back with ``R.const(_weights["c<i>"])`` at the same places, and the module is
-bound to ``mod``.  The written file is parsed again and compared structurally with the
-module; if that fails (a constant the text does not show in traversal order) the file
-says so in its first line rather than pretend.
+``IRModule.script()`` alone does not re-run:
+
+* its imports are comments, so ``I`` is undefined, and so is ``TypeVar`` for a
+  module-level symbolic dimension: the file gets real imports;
+* tensor constants print as ``metadata["ir.GenericConst"][i]``, which the parser cannot
+  read (and ``show_meta=True`` crashes on them in TVM 0.27): they go to
+  ``<name>.weights.npz`` next to the file and are read back with
+  ``R.const(_weights["c<i>"])`` at the same places;
+* a scalar infinity or NaN prints as a string, ``R.const("-inf", "float32")``, which the
+  parser refuses ("value has to be scalar or Tensor"), and the torch importer writes one
+  into every sdpa attention mask: it is written ``R.const(float("-inf"), "float32")``.
+
+The module is bound to ``mod``.  The written file is parsed again and compared
+structurally with the module; if that fails (a constant the text does not show in
+traversal order) the file says so in its first line rather than pretend.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 _IMPORT_COMMENT = re.compile(r"^# (from \S+ import \S.*|import \S+)$")
 _META = re.compile(r'metadata\["ir\.GenericConst"\]\[(\d+)\]')
+_NON_FINITE = re.compile(r'R\.const\("(-?inf|nan)", ')
 _HEADER = '''"""{title}: written by patternkit; `patternkit run {name}` loads it again."""
 from pathlib import Path
 
@@ -84,6 +92,7 @@ def write_script(path: Path, mod: tvm.IRModule) -> str:
     # module-level symbolic dimensions): make them real.
     body = "\n".join(line[2:] if _IMPORT_COMMENT.match(line) else line
                      for line in text.splitlines())
+    body = _NON_FINITE.sub(r'R.const(float("\1"), ', body)
     source = _HEADER.format(title=path.stem, name=path.name, weights=weights) + body
     source += "\n\nmod = Module\n" if "class Module" in body else "\n"
     path.write_text(source)

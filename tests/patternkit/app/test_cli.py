@@ -364,6 +364,32 @@ def test_a_written_script_keeps_the_dtype_of_integer_constants(tmp_path):
     assert tvm_ffi.structural_equal(runpy.run_path(str(tmp_path / "m.py"))["mod"], mod)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_written_script_keeps_non_finite_scalars(tmp_path, dtype):
+    # the printer writes R.const("-inf", ...), which the parser refuses: the scripts of
+    # every sdpa model the torch importer gives (its masks fill with -inf) did not load
+    import runpy
+
+    import numpy as np
+    import tvm_ffi
+    from tvm import relax
+
+    from patternkit.app.scripts import write_script
+
+    x = relax.Var("x", relax.TensorType((2, 3), dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        low = bb.emit(relax.op.maximum(x, relax.const(-np.inf, dtype)))
+        high = bb.emit(relax.op.minimum(low, relax.const(np.inf, dtype)))
+        bb.emit_func_output(bb.emit(relax.op.add(high, relax.const(np.nan, dtype))))
+    mod = bb.get()
+    write_script(tmp_path / "m.py", mod)
+    text = (tmp_path / "m.py").read_text()
+    assert not text.startswith("# NOTE")
+    assert 'float("-inf")' in text and 'float("inf")' in text and 'float("nan")' in text
+    assert tvm_ffi.structural_equal(runpy.run_path(str(tmp_path / "m.py"))["mod"], mod)
+
+
 def test_run_train_checks_the_gradients_and_draws_the_adjoint(tmp_path):
     out = tmp_path / "out"
     assert main(["run", "seed-batchnorm", "--train", "--out", str(out), "--quiet"]) == 0
