@@ -282,3 +282,16 @@ def test_onnx_pads_computed_from_constants_import():
     mod = from_onnx(onnx.load_from_string(buffer.getvalue()))
     [got] = numeric.run(mod, [x.numpy()])
     np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.DiagnosticError,
+                   reason="TVM 0.27 prints a scalar -inf as R.const(\"-inf\", ...), which "
+                          "its parser refuses (value has to be scalar or Tensor)")
+def test_script_of_a_non_finite_scalar_parses_back():
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(relax.op.maximum(x, relax.const(-np.inf, "float32"))))
+    mod = bb.get()
+    again = tvm.script.from_source(mod.script())
+    tvm.ir.assert_structural_equal(again, mod)
