@@ -24,8 +24,11 @@ chain a view of them: Falcon reshapes them to ``(B*N, S, T)`` and straight back)
 looked through.  Bloom's form (``baddbmm``) merges batch and heads first: the key is
 reshaped to ``(B*N, T, H)`` and transposed in 3-D, and its ALiBi bias, ``(B*N, 1, T)``,
 is added to the scaled ``(B*N, S, T)`` scores before they are split into heads and
-masked; the bias is reshaped to ``(B, N, 1, T)`` and summed with the mask.  T5 adds two
-terms to the scores (its relative position bias, then the mask); they are summed too.
+masked; the bias is reshaped to ``(B, N, 1, T)`` and summed with the mask.  Falcon's
+ALiBi is added to the 4-D scores *before* the scale: ``(scores + a) * c`` becomes the
+bias ``a * c`` (any mask-shaped ``a``), summed with the mask; with a power-of-two ``c``
+and a 0 / -inf mask the sums round as the model's do.  T5 adds two terms to the scores
+(its relative position bias, then the mask); they are summed too.
 
 The scale is a one-element constant multiplying (either operand order) or dividing the
 scores, the query or the transposed key; several of them multiply (a model scaling both
@@ -160,7 +163,10 @@ class AttentionPlan:
     mask) or ``(expr, shape)`` (reshaped to the 4-D ``shape``: Bloom's ALiBi bias, added
     to the ``(B*N, S, T)`` scores).  ``repeat_key`` / ``repeat_value``: the BSNH shape the
     key / value is ``broadcast_to`` (the model broadcasts its single head or batch: the
-    fused op must see the query's head count), ``None`` when it has it.
+    fused op must see the query's head count), ``None`` when it has it.  ``scaled_bias``
+    is ``(expr, rank, factor)`` for a term added to the scores before the scores' scale
+    ``factor`` (Falcon's ALiBi): ``(scores + a) * c + mask`` is attention's
+    ``scores * c + (mask + a * c)``.
     """
 
     query: tuple[Any, tuple[int, ...]]
@@ -175,6 +181,7 @@ class AttentionPlan:
     extra_biases: tuple[tuple[Any, Any], ...] = ()
     repeat_key: tuple | None = None
     repeat_value: tuple | None = None
+    scaled_bias: tuple[Any, int, float] | None = None
 
 
 class _Operand:
@@ -256,8 +263,12 @@ class AttentionCollapse(RewriteRule):
         self.qk = is_op("matmul")(self._query.plumbed,
                                   self._key.plumbed | self._key.merged_transpose)
         scores = through(self.qk, ("reshape",), depth=1)
+        # Falcon adds its ALiBi bias to the scores before it scales them
+        self.prescale_bias = wildcard()
+        self.biased = (is_op("add")(scores, self.prescale_bias)
+                       | is_op("add")(self.prescale_bias, scores))
         self._scales: list[tuple[str, DFPattern, DFPattern]] = []
-        self.scaled = _scaled(self, "scale", scores, self._scales) | scores
+        self.scaled = _scaled(self, "scale", self.biased | scores, self._scales) | scores
         # Bloom adds its ALiBi bias to the (B*N, S, T) scores, before they are split
         self.merged_bias = wildcard()
         self.pre_biased = (is_op("add")(self.scaled, self.merged_bias)
@@ -326,6 +337,12 @@ class AttentionCollapse(RewriteRule):
             bias, bias_rank = self._check_mask(match.condition, "the masked_fill condition",
                                                scores)
             fill = self._check_fill(match)
+        scaled_bias = None
+        if "prescale_bias" in match:
+            term, rank = self._check_mask(match.prescale_bias,
+                                          "the bias added to the scores before the scale",
+                                          scores)
+            scaled_bias = (term, rank, self._scale(match, self._scales, ""))
         self._check_regrouped(match, scores)
         self._check_softmax(match, scores)
         self._check_plumbing(match.pv, scores, v_operand)
@@ -352,7 +369,8 @@ class AttentionCollapse(RewriteRule):
                              _compose(HEADS_FIRST, _axes(out_call, 4)),
                              "safe_softmax" in match, tuple(extra),
                              None if k_full is k_view else (batch, kv_len, heads, head_dim),
-                             None if v_full is v_view else (batch, kv_len, heads, value_dim))
+                             None if v_full is v_view else (batch, kv_len, heads, value_dim),
+                             scaled_bias)
 
     @staticmethod
     def _check_not_widened(match: RuleMatch) -> None:
@@ -614,6 +632,11 @@ class AttentionCollapse(RewriteRule):
             term = (relax.op.reshape(term, layout) if isinstance(layout, tuple)
                     else _to_4d(term, layout))
             bias = term if bias is None else relax.op.add(bias, term)
+        if plan.scaled_bias is not None:
+            term, rank, factor = plan.scaled_bias
+            dtype = dtype_of(type_of(plan.query[0]))
+            term = relax.op.multiply(_to_4d(term, rank), relax.const(np.array(factor, dtype)))
+            bias = term if bias is None else relax.op.add(bias, term)
         key, value = bsnh(plan.key), bsnh(plan.value)
         # kept as a repeat: TVM 0.27's llvm attention is wrong for fewer key/value heads
         if plan.repeat_key is not None:
@@ -698,7 +721,10 @@ class AttentionCollapse(RewriteRule):
         (B*N, T, H) and transposed in 3-D, the scores scaled in 3-D; ``alibi="heads"``
         adds a (B*N, 1, T) bias to those scores before their split, as Bloom adds ALiBi,
         and ``alibi="per_query"`` a (B*N, S, 1) one (refused: not a bias over the keys), and
-        ``alibi="unknown"`` one of unknown shape (refused).  ``key="folded"`` (refused)
+        ``alibi="unknown"`` one of unknown shape (refused).  ``alibi="before_scale"`` is
+        Falcon's: a (B, N, 1, T) bias added to the 4-D scores before the scale (``product``
+        or ``divide``); ``alibi="before_scale_per_query"`` adds a (B, N, S, 1) one there
+        (refused).  ``key="folded"`` (refused)
         folds the heads into the sequence, (B, N*S, H) against (B, N*T, H): every query
         against every head's keys, which is not multi-head attention.
         """
@@ -723,8 +749,13 @@ class AttentionCollapse(RewriteRule):
                                 or accumulate is not None or split != "heads_first"):
             raise NoSuchExample("key='merged' is Bloom's torch form: 3-D scores in the "
                                 "model's dtype, scaled as a whole or on the query")
-        if alibi is not None and (key != "merged" or (alibi == "unknown"
-                                                      and shape == "symbolic")):
+        falcon_alibi = alibi in _PRESCALE_ALIBIS
+        if falcon_alibi and (key != "transposed" or scale not in ("product", "divide")
+                             or accumulate is not None):
+            raise NoSuchExample("alibi='before_scale' is Falcon's: added to the 4-D scores "
+                                "in the model's dtype, which are then scaled")
+        if alibi is not None and not falcon_alibi and (
+                key != "merged" or (alibi == "unknown" and shape == "symbolic")):
             raise NoSuchExample("alibi is added to Bloom's 3-D scores (key='merged')")
         if key == "untransposed" and (shape != "static" or kv_heads != heads
                                       or value_heads != heads):
@@ -758,8 +789,9 @@ class AttentionCollapse(RewriteRule):
         if alibi is not None:  # Bloom computes it from the mask: an input here
             alibi_bias = relax.Var("alibi", relax.TensorType(ndim=3, dtype=dtype)
                                    if alibi == "unknown" else relax.TensorType(
-                {"heads": (batch, heads, 1, kv_len), "per_query": (batch, heads, seq, 1)}[alibi],
-                dtype))
+                {"heads": (batch, heads, 1, kv_len), "per_query": (batch, heads, seq, 1),
+                 "before_scale": (batch, heads, 1, kv_len),
+                 "before_scale_per_query": (batch, heads, seq, 1)}[alibi], dtype))
             params.append(alibi_bias)
         torch_form = frontend == "torch"
         with _well_typed_or_no_example():
@@ -831,6 +863,8 @@ class AttentionCollapse(RewriteRule):
                         scores = bb.emit(relax.op.matmul(merged_q, merged_k))
                     else:
                         scores = matmul(q, k_t, seq, split == "scores", accumulate)
+                    if falcon_alibi:  # Falcon: added to the 4-D scores, then scaled
+                        scores = emit(relax.op.add, scores, alibi_bias)
                     if scale == "product":
                         scores = emit(relax.op.multiply, scores,
                                       relax.const(np.array(head_dim ** -0.5, scores_dtype)))
@@ -842,7 +876,7 @@ class AttentionCollapse(RewriteRule):
                         scores = emit(relax.op.multiply, scores, relax.const(per_head))
                     if alibi == "unknown":
                         scores = emit(relax.op.add, alibi_bias, scores)
-                    elif alibi is not None:  # merged as Bloom merges it
+                    elif alibi is not None and not falcon_alibi:  # merged as Bloom merges it
                         rows = 1 if alibi == "heads" else seq
                         cols = kv_len if alibi == "heads" else 1
                         merged_bias = emit(relax.op.reshape, alibi_bias,
@@ -912,7 +946,7 @@ class AttentionCollapse(RewriteRule):
                 "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
                 "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
                 "position_bias": (False, True), "softmax_dtype": (None, "float32"),
-                "alibi": (None, "heads", "per_query", "unknown")}
+                "alibi": (None, "heads", "per_query", "unknown", *_PRESCALE_ALIBIS)}
 
 
 def _to_4d(bias: Any, rank: int) -> Any:
@@ -928,6 +962,8 @@ def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
     Without a bias no score is -inf (q and k finite); a constant bias is looked at.
     """
     terms = [plan.bias] * (plan.bias is not None) + [t for t, _ in plan.extra_biases]
+    if plan.scaled_bias is not None:
+        terms.append(plan.scaled_bias[0])
     if not terms:
         return False
     if not all(is_tensor_constant(term) for term in terms):
@@ -942,6 +978,9 @@ def _may_mask_a_whole_row(plan: AttentionPlan) -> bool:
         extra = const_value(term)
         values = values + (extra.reshape([int(d) for d in layout])
                            if isinstance(layout, tuple) else extra)
+    if plan.scaled_bias is not None:
+        term, _, factor = plan.scaled_bias
+        values = values + const_value(term) * factor
     return bool(np.isneginf(values).all(axis=-1).any())
 
 
@@ -1002,6 +1041,10 @@ def _is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> b
     return (merged and len(shape) == 3 and prove_equal(shape[0], view[0] * view[1])
             and prove_equal(shape[1], view[2]) and prove_equal(shape[2], view[3]))
 
+
+#: Falcon's ALiBi, added to the 4-D scores before the scale: over the keys, and (refused)
+#: a (B, N, S, 1) term, which does not broadcast as attention's bias.
+_PRESCALE_ALIBIS = ("before_scale", "before_scale_per_query")
 
 #: Masks written as torch's ``masked_fill``: ``where(not causal, -inf, scores)``,
 #: ``where(causal, scores, -inf)``, and a finite fill (refused).

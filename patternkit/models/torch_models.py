@@ -151,21 +151,33 @@ def llama_source(options: dict[str, Any]) -> TorchSource:
 
 
 def falcon_source(options: dict[str, Any]) -> TorchSource:
-    """Falcon (``FalconModel``) in the 7B layout: attention and MLP in parallel, rotary
-    positions, and multi-query attention (one key/value head, which the torch importer
-    broadcasts to the query's heads) unless ``multi_query`` is false."""
+    """Falcon (``FalconModel``): attention and MLP in parallel.  The ``7b`` layout has
+    multi-query attention (one key/value head, which the torch importer broadcasts to the
+    query's heads) unless ``multi_query`` is false; the ``40b`` layout
+    (``new_decoder_architecture``) groups ``kv_heads`` key/value heads with their queries
+    in the fused projection and broadcasts each to its group before the attention.
+    ``alibi`` replaces the rotary positions by a bias added to the scores before the
+    scale."""
+    new_layout = options["layout"] == "40b"
+    if new_layout and options["heads"] % options["kv_heads"]:
+        raise ValueError(f"heads={options['heads']} is not a multiple of "
+                         f"kv_heads={options['kv_heads']}")
     config = transformers.FalconConfig(
         vocab_size=options["vocab"], hidden_size=options["hidden"],
         num_hidden_layers=options["layers"], num_attention_heads=options["heads"],
-        multi_query=options["multi_query"], new_decoder_architecture=False,
-        parallel_attn=True, alibi=False, bias=False,
+        num_kv_heads=options["kv_heads"] if new_layout else None,
+        multi_query=options["multi_query"], new_decoder_architecture=new_layout,
+        parallel_attn=True, alibi=options["alibi"], bias=False,
         max_position_embeddings=options["positions"], use_cache=False,
         attn_implementation=options.get("attention", "eager"))
     module = _construct(lambda: TokenModel(transformers.FalconModel(config)), options["seed"])
     return TorchSource(module, _token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "FalconModel", "attention": config._attn_implementation,
-                        "multi_query": options["multi_query"]})
+                        "layout": options["layout"], "alibi": options["alibi"],
+                        "multi_query": options["multi_query"] and not new_layout,
+                        "kv_heads": (options["kv_heads"] if new_layout else
+                                     1 if options["multi_query"] else options["heads"])})
 
 
 def t5_source(options: dict[str, Any]) -> TorchSource:

@@ -173,10 +173,15 @@ def _entries() -> dict[str, ZooEntry]:
                   "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
                   "intermediate": Option(128, "MLP width")},
                  "torch_models.llama", _TORCH),
-        ZooEntry("falcon", "Falcon (FalconModel, 7B layout): parallel attention and MLP, "
-                 "RoPE, multi-query attention (one key/value head broadcast to the heads)",
+        ZooEntry("falcon", "Falcon (FalconModel): parallel attention and MLP, RoPE or ALiBi, "
+                 "multi-query (7B layout) or grouped key/value heads (40B layout)",
                  {**text, "attention": _ATTENTION,
-                  "multi_query": Option(True, "one key/value head (false: one per head)")},
+                  "multi_query": Option(True, "7b layout: one key/value head (false: one "
+                                        "per head)"),
+                  "layout": Option("7b", "7b: multi-query; 40b: grouped key/value heads "
+                                   "(new_decoder_architecture)", ("7b", "40b")),
+                  "kv_heads": Option(1, "40b layout: key/value heads"),
+                  "alibi": Option(False, "ALiBi bias on the scores instead of RoPE")},
                  "torch_models.falcon", _TORCH),
         ZooEntry("t5", "T5 encoder (T5EncoderModel): RMS norms (T5LayerNorm), relative "
                  "position bias and padding mask on unscaled scores, gated GELU-tanh",

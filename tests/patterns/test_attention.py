@@ -173,6 +173,10 @@ COLLAPSE_CASE = RuleCase(
         Negative("merged_bias_over_the_queries", _example(key="merged", alibi="per_query"),
                  "the bias added to the merged scores (4, 8, 8) has shape (4, 8, 1), which "
                  "does not broadcast as attention's bias"),
+        Negative("bias_before_the_scale_over_the_queries",
+                 _example(alibi="before_scale_per_query"),
+                 "the bias added to the scores before the scale (2, 2, 8, 1) does not "
+                 "broadcast as attention's bias: its last axis is 1, the key length 8"),
         Negative("merged_bias_of_unknown_shape", _example(key="merged", alibi="unknown"),
                  "the bias added to the merged scores has no known shape"),
         Negative("heads_folded_into_the_sequence", _example(key="folded", mask="none"),
@@ -221,6 +225,12 @@ def test_attention_collapse_meets_the_rule_contract():
     {"key": "merged", "alibi": "heads", "shape": "symbolic"},
     {"key": "merged", "alibi": "heads", "mask": "none", "kv_heads": 1},
     {"position_bias": True, "frontend": "onnx", "mask": "causal"},
+    # Falcon's ALiBi, added to the 4-D scores before the scale
+    {"alibi": "before_scale"}, {"alibi": "before_scale", "scale": "divide"},
+    {"alibi": "before_scale", "shape": "symbolic"}, {"alibi": "before_scale", "mask": "none"},
+    {"alibi": "before_scale", "frontend": "onnx", "mask": "causal"},
+    {"alibi": "before_scale", "kv_heads": 1, "repeat": "broadcast"},
+    {"alibi": "before_scale", "safe_softmax": "keys", "mask": "boolean"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
@@ -496,7 +506,12 @@ ZOO_MODELS = [("gpt2", {}), ("bert", {}), ("vit", {}), ("llama", {}),
               ("t5", {}), ("t5", {"attention": "sdpa"}), ("onnx:t5", {"opset": 14}),
               # Falcon: multi-query, the importer broadcasts the one key/value head
               ("falcon", {}), ("falcon", {"attention": "sdpa"}),
-              ("falcon", {"batch": "dynamic", "seq": "dynamic"})]
+              ("falcon", {"batch": "dynamic", "seq": "dynamic"}),
+              # ALiBi added to the scores before the scale; the 40B layout's grouped heads
+              ("falcon", {"alibi": True}), ("falcon", {"alibi": True, "attention": "sdpa"}),
+              ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2}),
+              ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2, "alibi": True,
+                          "batch": "dynamic", "seq": "dynamic"})]
 
 
 @pytest.mark.models

@@ -30,6 +30,25 @@ def test_the_imported_module_is_well_formed_and_matches_torch_on_llvm(name, zoo,
     assert np.abs(reference).max() > 0.1  # the comparison is not between near-zeros
 
 
+@pytest.mark.parametrize("options", [
+    {"alibi": True}, {"layout": "40b", "heads": 4, "kv_heads": 2},
+    {"layout": "40b", "heads": 4, "kv_heads": 2, "alibi": True}],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_falcons_alibi_and_40b_layout_import_and_match_torch(options, zoo, zoo_vm):
+    model = zoo("falcon", **options)
+    assert relax.analysis.check_well_formed(model.mod)
+    assert model.metadata["alibi"] == options.get("alibi", False)
+    assert model.metadata["kv_heads"] == options.get("kv_heads", 1)
+    reference = model.reference()[0]
+    np.testing.assert_allclose(zoo_vm(model)(), reference, **FLOAT32)
+    assert np.abs(reference).max() > 0.1
+
+
+def test_falcons_40b_layout_needs_heads_in_whole_groups(zoo):
+    with pytest.raises(ValueError, match="heads=4 is not a multiple of kv_heads=3"):
+        zoo("falcon", layout="40b", heads=4, kv_heads=3)
+
+
 def test_resnet50_imports_well_formed_with_its_53_batch_norms(zoo):
     # numerics as for resnet18 (the same blocks); its llvm build alone takes ~40 s here
     model = zoo("resnet50")
