@@ -56,6 +56,7 @@ FUSED_OPS = {"layernorm": ("relax.nn.layer_norm",), "rmsnorm": ("relax.nn.rms_no
 #: imports after patternkit.models.onnx_fixups).
 MODELS = ["gpt2", "gpt2?attention=sdpa", "bert", "bert?attention=sdpa", "llama",
           "llama?attention=sdpa", "t5", "t5?attention=sdpa", "falcon", "falcon?attention=sdpa",
+          "falcon?alibi=true", "falcon?layout=40b&kv_heads=2",
           "vit", "vit?attention=sdpa",
           "resnet50",
           "onnx:gpt2?opset=14", "onnx:gpt2?opset=17", "onnx:bert?opset=14", "onnx:bert?opset=17",

@@ -160,8 +160,8 @@ def falcon_source(options: dict[str, Any]) -> TorchSource:
     scale."""
     new_layout = options["layout"] == "40b"
     if new_layout and options["heads"] % options["kv_heads"]:
-        raise ValueError(f"heads={options['heads']} is not a multiple of "
-                         f"kv_heads={options['kv_heads']}")
+        raise ZooError(f"falcon: heads={options['heads']} is not a multiple of "
+                       f"kv_heads={options['kv_heads']}")
     config = transformers.FalconConfig(
         vocab_size=options["vocab"], hidden_size=options["hidden"],
         num_hidden_layers=options["layers"], num_attention_heads=options["heads"],

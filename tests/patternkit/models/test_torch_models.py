@@ -45,7 +45,9 @@ def test_falcons_alibi_and_40b_layout_import_and_match_torch(options, zoo, zoo_v
 
 
 def test_falcons_40b_layout_needs_heads_in_whole_groups(zoo):
-    with pytest.raises(ValueError, match="heads=4 is not a multiple of kv_heads=3"):
+    from patternkit.models import ZooError
+
+    with pytest.raises(ZooError, match="falcon: heads=4 is not a multiple of kv_heads=3"):
         zoo("falcon", layout="40b", heads=4, kv_heads=3)
 
 
