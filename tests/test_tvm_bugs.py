@@ -295,3 +295,19 @@ def test_script_of_a_non_finite_scalar_parses_back():
     mod = bb.get()
     again = tvm.script.from_source(mod.script())
     tvm.ir.assert_structural_equal(again, mod)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27's torch importer converts a float16 linear with "
+                          "out_dtype=float32, then adds the float16 bias: mixed dtypes")
+def test_torch_float16_linear_imports_in_float16():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(8, 4).half().eval()
+    x = torch.randn(2, 8).half()
+    mod = from_exported_program(torch.export.export(linear, (x,)))
+    [got] = numeric.run(mod, [x.numpy()])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, linear(x).detach().numpy(), rtol=2e-3, atol=2e-3)
