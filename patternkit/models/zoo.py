@@ -149,8 +149,7 @@ _ATTENTION = Option("eager", "attention implementation; with sdpa BERT, Llama an
 #: Offered where it imports: TVM 0.27's torch importer mixes float16 and float32 in the
 #: biased linears of GPT-2 and BERT, the patch conv of ViT and ResNet's batch norms
 #: ("Binary operators must have the same datatype"; docs/tvm-bugs.md), so only Llama (no
-#: biases) has it
-#: (Falcon's layer norms mix them too).
+#: biases) has it (Falcon's layer norms mix them too).
 _DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
                 ("float32", "float16"))
 _T5_FEED_FORWARD = Option("gated-gelu", "T5's feed-forward (gated-gelu: T5 v1.1 and Flan-T5)",
