@@ -724,9 +724,9 @@ class AttentionCollapse(RewriteRule):
         ``alibi="unknown"`` one of unknown shape (refused).  ``alibi="before_scale"`` is
         Falcon's: a (B, N, 1, T) bias added to the 4-D scores before the scale (``product``
         or ``divide``); ``alibi="before_scale_per_query"`` adds a (B, N, S, 1) one there
-        (refused).  ``key="folded"`` (refused)
-        folds the heads into the sequence, (B, N*S, H) against (B, N*T, H): every query
-        against every head's keys, which is not multi-head attention.
+        (refused).  ``key="folded"`` (refused) folds the heads into the sequence,
+        (B, N*S, H) against (B, N*T, H): every query against every head's keys, which is
+        not multi-head attention.
         """
         rng = np.random.default_rng(seed)
         batch, seq, kv_len = _example_dims(shape, key)
