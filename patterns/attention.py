@@ -620,10 +620,10 @@ class AttentionCollapse(RewriteRule):
             expr, axes = operand
             return expr if axes == IDENTITY else relax.op.permute_dims(expr, list(axes))
 
+        dtype = dtype_of(type_of(plan.query[0]))
         bias = plan.bias
         if plan.fill is not None:
             value, where_true = plan.fill
-            dtype = dtype_of(type_of(plan.query[0]))
             fill, zero = (relax.const(np.array(v, dtype)) for v in (value, 0.0))
             bias = relax.op.where(bias, fill, zero) if where_true else \
                 relax.op.where(bias, zero, fill)
@@ -634,7 +634,6 @@ class AttentionCollapse(RewriteRule):
             bias = term if bias is None else relax.op.add(bias, term)
         if plan.scaled_bias is not None:
             term, rank, factor = plan.scaled_bias
-            dtype = dtype_of(type_of(plan.query[0]))
             term = relax.op.multiply(_to_4d(term, rank), relax.const(np.array(factor, dtype)))
             bias = term if bias is None else relax.op.add(bias, term)
         key, value = bsnh(plan.key), bsnh(plan.value)
@@ -644,7 +643,6 @@ class AttentionCollapse(RewriteRule):
         if plan.repeat_value is not None:
             value = relax.op.broadcast_to(value, plan.repeat_value)
         out = relax.op.nn.attention(bsnh(plan.query), key, value, bias, scale=plan.scale)
-        dtype = dtype_of(type_of(plan.query[0]))
         if dtype != "float32":
             # TVM 0.27's llvm legalisation of a float16 attention returns float32 (it
             # scales the scores by a float32 constant), and the next binary op with a

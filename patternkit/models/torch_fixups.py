@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..ir import const_value, is_tensor_constant, static_shape
+from ..ir import const_value, is_tensor_constant, op_name, static_shape
 
 
 def prepare_torch_import(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
@@ -45,8 +45,7 @@ def _takes(mod: tvm.IRModule):
     found = []
 
     def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
-                and expr.op.name == "relax.take":
+        if op_name(expr) == "relax.take":
             found.append(expr)
 
     for func in mod.functions.values():
@@ -81,7 +80,7 @@ class _WrapNegativeTakeIndices(PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.take":
+        if op_name(call) == "relax.take":
             indices = _wrapped_indices(call)
             if indices is not None:
                 self.wrapped += 1
