@@ -262,7 +262,10 @@ class AttentionCollapse(RewriteRule):
         self._value = _Operand(self, "v", transposed=False, scaled=False)
         self.qk = is_op("matmul")(self._query.plumbed,
                                   self._key.plumbed | self._key.merged_transpose)
-        scores = through(self.qk, ("reshape",), depth=1)
+        # a float16 matmul accumulated in float32 and cast back (TVM's ToMixedPrecision,
+        # patternkit's torch import) is a matmul in float16
+        self.qk_cast = is_op("astype")(self.qk)
+        scores = through(self.qk_cast | self.qk, ("reshape",), depth=1)
         # Falcon adds its ALiBi bias to the scores before it scales them
         self.prescale_bias = wildcard()
         self.biased = (is_op("add")(scores, self.prescale_bias)
@@ -304,7 +307,8 @@ class AttentionCollapse(RewriteRule):
         probabilities = self.safe_softmax | self.recast | self.cast | self.softmax
         self.pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING),
                                   self._value.plumbed)
-        heads_out = through(self.pv, ("reshape",), depth=1)
+        self.pv_cast = is_op("astype")(self.pv)
+        heads_out = through(self.pv_cast | self.pv, ("reshape",), depth=1)
         self.out = is_op("permute_dims")(heads_out)
         # The permute back to (B, S, N, Hv) first: the match rooted there wins, and an
         # attention whose result stays head-first (q, k, v given BNSH) matches without it.
@@ -391,6 +395,9 @@ class AttentionCollapse(RewriteRule):
 
         Relax's binary ops already refuse mixed operands; what gets here is a matmul's
         ``out_dtype`` (float16 scores accumulated in float32) or a cast after the softmax.
+        A matmul accumulated in float32 and cast straight back (``qk_cast``, ``pv_cast``)
+        passes: its result, the cast's, has the operands' dtype; a cast to any other dtype
+        reaches the softmax or the result and is refused here.
         """
         dtype = dtype_of(type_of(match.q))
         scores = dtype_of(type_of(call_args(match.softmax)[0]))
@@ -704,6 +711,9 @@ class AttentionCollapse(RewriteRule):
         to (B, S, N, .) instead of (B, N, S, .)), ``mask="square"`` with
         ``shape="decode"`` (a (B, 1, T, T) mask broadcasting one query row up to T),
         ``mask="rank5"`` and ``accumulate="float32"`` (the score matmul's ``out_dtype``).
+        ``accumulate="cast_back"`` accumulates both batched matmuls in float32 and casts
+        each result straight back to the model's dtype, as TVM's ``ToMixedPrecision`` and
+        patternkit's float16 torch import write a float16 matmul.
         ``safe_softmax="keys"`` writes the softmax as torch's SDPA exports it (a row whose
         scores are all -inf gets probabilities 0); ``mask="boolean"`` is SDPA's mask, a
         boolean ``(B, 1, 1, T)`` input turned into ``where(allowed, 0, -inf)``; and
@@ -727,6 +737,7 @@ class AttentionCollapse(RewriteRule):
         not multi-head attention.
         """
         rng = np.random.default_rng(seed)
+        cast_back = accumulate == "cast_back"
         batch, seq, kv_len = _example_dims(shape, key)
         heads, head_dim = 2, 16
         if mask in ("causal", *_MASKED_FILLS) and shape == "symbolic":
@@ -803,8 +814,12 @@ class AttentionCollapse(RewriteRule):
                         return emit(relax.op.permute_dims, x, list(HEADS_FIRST))
 
                     def matmul(a, b, rows, misplit=False, out_dtype=None):
+                        def product(lhs, rhs):
+                            out = bb.emit(relax.op.matmul(lhs, rhs, out_dtype=out_dtype))
+                            return bb.emit(relax.op.astype(out, dtype)) if cast_back else out
+
                         if not torch_form:
-                            return bb.emit(relax.op.matmul(a, b, out_dtype=out_dtype))
+                            return product(a, b)
                         inner = a.ty.shape[3]
                         b_shape = b.ty.shape  # the importer broadcasts one kv head (Falcon)
                         if repeat == "broadcast":
@@ -814,7 +829,7 @@ class AttentionCollapse(RewriteRule):
                                   (batch * heads, rows, inner))
                         b3 = emit(relax.op.reshape, emit(relax.op.broadcast_to, b, b_shape),
                                   (batch * heads, inner, cols))
-                        out = bb.emit(relax.op.matmul(a3, b3, out_dtype=out_dtype))
+                        out = product(a3, b3)
                         split_as = ((batch, rows, heads, cols) if misplit
                                     else (batch, heads, rows, cols))
                         return emit(relax.op.reshape, out, split_as)
@@ -850,7 +865,8 @@ class AttentionCollapse(RewriteRule):
                         k_t = emit(relax.op.multiply, factor, k_t)
                     if kv_heads == heads:
                         v = heads_first(v)
-                    scores_dtype = accumulate or dtype
+                    wide_scores = accumulate == "float32"  # the scores stay float32
+                    scores_dtype = "float32" if wide_scores else dtype
                     if key in ("merged", "folded"):  # Bloom's baddbmm: 3-D scores, scaled
                         # folded: (B, N*S, H), every query against every head's keys
                         lead, q_rows, k_rows = ((batch * heads, seq, kv_len) if key == "merged"
@@ -860,7 +876,8 @@ class AttentionCollapse(RewriteRule):
                             relax.op.reshape, k, (lead, k_rows, head_dim)), [0, 2, 1])
                         scores = bb.emit(relax.op.matmul(merged_q, merged_k))
                     else:
-                        scores = matmul(q, k_t, seq, split == "scores", accumulate)
+                        scores = matmul(q, k_t, seq, split == "scores",
+                                        "float32" if accumulate else None)
                     if falcon_alibi:  # Falcon: added to the 4-D scores, then scaled
                         scores = emit(relax.op.add, scores, alibi_bias)
                     if scale == "product":
@@ -902,8 +919,8 @@ class AttentionCollapse(RewriteRule):
                         scores = bb.emit(relax.op.where(condition, scores, fill) if keep
                                          else relax.op.where(condition, fill, scores))
                     elif bias is not None:
-                        if accumulate is not None:
-                            bias = bb.emit(relax.op.astype(bias, accumulate))
+                        if wide_scores:
+                            bias = bb.emit(relax.op.astype(bias, scores_dtype))
                         scores = emit(relax.op.add, scores, bias)
                     if softmax_dtype is not None:
                         scores = bb.emit(relax.op.astype(scores, softmax_dtype))
@@ -912,9 +929,9 @@ class AttentionCollapse(RewriteRule):
                         p = bb.emit(relax.op.astype(p, scores_dtype))
                     if safe_softmax is not None:
                         p = _safe_softmax(bb, scores, p, -1 if safe_softmax == "keys" else 2)
-                    if not torch_form and accumulate is None:
+                    if not torch_form and not wide_scores:
                         p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast
-                    if accumulate is not None:
+                    if wide_scores:
                         p = bb.emit(relax.op.astype(p, dtype))
                     if recast:
                         p = bb.emit(relax.op.astype(p, dtype))
@@ -924,7 +941,8 @@ class AttentionCollapse(RewriteRule):
                         out = heads_first(emit(relax.op.reshape, bb.emit(relax.op.matmul(
                             p, folded_v)), (batch, heads, seq, head_dim)))
                     else:
-                        out = heads_first(matmul(p, v, rows, split == "output"))
+                        out = heads_first(matmul(p, v, rows, split == "output",
+                                                 "float32" if cast_back else None))
                     result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
                 bb.emit_func_output(result)
             return bb.get()
@@ -941,7 +959,7 @@ class AttentionCollapse(RewriteRule):
                 "value_heads": (2, 4),
                 "repeat": ("repeat_kv", "broadcast", "misplaced"),
                 "split": ("heads_first", "scores", "output"),
-                "accumulate": (None, "float32"), "safe_softmax": (None, "keys", "queries"),
+                "accumulate": (None, "float32", "cast_back"), "safe_softmax": (None, "keys", "queries"),
                 "regroup": (None, "round_trip", "scrambled"), "recast": (False, True),
                 "position_bias": (False, True), "softmax_dtype": (None, "float32"),
                 "alibi": (None, "heads", "per_query", "unknown", *_PRESCALE_ALIBIS)}

@@ -53,8 +53,9 @@ from tvm import relax
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
 from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, NoSuchExample, RuleMatch,
                                reject, variant_method)
-from patternkit.ir import (NotPerChannel, const_value, dtype_of, per_channel_axis, prove_equal,
-                           static_shape, type_of)
+from patternkit.ir import (NotPerChannel, call_args, const_value, dtype_of, per_channel_axis,
+                           prove_equal, static_shape, type_of)
+from patternkit.ir.dtypes import machine_epsilon
 
 
 class Presence(str, Enum):
@@ -307,11 +308,15 @@ class BatchnormFoldIntoConv(DFPatternCallback):
         self.x = wildcard()
         self.weight = is_constant()
         self.conv = is_op("nn.conv2d")(self.x, self.weight)
+        # a float16 conv accumulated in float32 and cast back (ToMixedPrecision, patternkit's
+        # float16 torch import): the fold scales the weight under the cast
+        self.cast_back = is_op("astype")(self.conv)
+        conv = self.cast_back | self.conv
         self.conv_bias = is_constant()
         self.reshaped_bias = is_op("reshape")(self.conv_bias, wildcard())
-        self.biased = is_op("add")(self.conv, self.reshaped_bias | self.conv_bias)
+        self.biased = is_op("add")(conv, self.reshaped_bias | self.conv_bias)
         self.gamma, self.beta, self.mean, self.var = (is_constant() for _ in range(4))
-        self.bn = is_op("nn.batch_norm")(self.biased | self.conv, self.gamma, self.beta,
+        self.bn = is_op("nn.batch_norm")(self.biased | conv, self.gamma, self.beta,
                                          self.mean, self.var)
         self.pattern = is_tuple_get_item(self.bn, 0)
 
@@ -330,8 +335,14 @@ class BatchnormFoldIntoConv(DFPatternCallback):
             return reject(f"batch_norm axis {int(bn.attrs.axis)} is not the channel axis of "
                           f"the conv output layout {out_layout}")
         weight_ty = type_of(node_map[self.weight][0])
-        if not str(dtype_of(weight_ty)).startswith("float"):
+        if machine_epsilon(dtype_of(weight_ty)) is None:
             return reject(f"weight dtype {dtype_of(weight_ty)} is not floating point")
+        if self.cast_back in node_map:
+            cast = node_map[self.cast_back][0]
+            if str(cast.attrs.dtype) != str(dtype_of(weight_ty)):
+                return reject(f"the conv's result is cast to {cast.attrs.dtype}, not back to "
+                              f"its weight's {dtype_of(weight_ty)}: the batch norm does not "
+                              f"run in the conv's dtype")
         channels = static_shape(weight_ty)[0]
         if self.biased in node_map:
             # The bias as it is added: a (C,) constant broadcasts along the last axis, so
@@ -372,14 +383,16 @@ class BatchnormFoldIntoConv(DFPatternCallback):
             values = const_value(node_map[self.conv_bias][0]).astype("float64").reshape(-1)
             bias = np.broadcast_to(values, (channels,))
         new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
-        # the bias joins the conv's output, whose dtype may be wider than the weight's
-        # (a float16 conv with out_dtype="float32")
-        out_dtype = dtype_of(type_of(node_map.var(self.conv)))
+        # the bias joins the batch norm's input: the conv's output, whose dtype may be
+        # wider than the weight's (a float16 conv with out_dtype="float32"), or its cast
+        out_dtype = dtype_of(type_of(call_args(bn)[0]))
         new_bias = ((bias - mean) * scale + beta).astype(out_dtype)
         ndim = len(str(conv.attrs.out_layout))
         bias_shape = [channels if axis == plan.channel_axis else 1 for axis in range(ndim)]
         new_conv = relax.Call(conv.op, [node_map[self.x][0], relax.const(new_weight)],
                               conv.attrs)
+        if self.cast_back in node_map:
+            new_conv = relax.op.astype(new_conv, out_dtype)
         return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
 
     # -- self-check example (used by tests and `patternkit verify`) ---------------------------
@@ -411,14 +424,20 @@ class BatchnormFoldIntoConv(DFPatternCallback):
             The batch norm's axis, with parameters sized to match it.
         dtype : {"float32", "float16", "bfloat16", "int8"}
             Of ``x`` and the weight (``int8`` convolves into ``float32``).
-        out_dtype : {"same", "float32"}
+        out_dtype : {"same", "float32", "cast_back"}
             The conv's ``out_dtype``; the bias and the batch norm take the output's.
+            ``"cast_back"``: float32, the result cast straight back to ``dtype`` (a float16
+            conv as ``ToMixedPrecision`` writes it).
         batch : int or str
             ``N``; a string is a symbolic dimension.
         """
         rng = np.random.default_rng(seed)
         n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
-        out = "float32" if dtype == "int8" or out_dtype == "float32" else dtype
+        accumulate = "float32" if dtype == "int8" or out_dtype != "same" else dtype
+        cast_back = out_dtype == "cast_back"
+        if cast_back and dtype in ("float32", "int8"):
+            raise NoSuchExample("out_dtype='cast_back' accumulates a low-precision float conv")
+        out = dtype if cast_back else accumulate
         dims = {"N": n, "C": 3, "H": 8, "W": 8}
         x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
         kernel = {"O": channels, "I": 3, "H": 3, "W": 3}
@@ -440,7 +459,9 @@ class BatchnormFoldIntoConv(DFPatternCallback):
                 y = bb.emit(relax.op.nn.conv2d(
                     x, relax.const(weight.astype("float32"), dtype), padding=1,
                     data_layout=layout, kernel_layout=kernel_layout,
-                    out_dtype=None if out == dtype else out))
+                    out_dtype=None if accumulate == dtype else accumulate))
+                if cast_back:
+                    y = bb.emit(relax.op.astype(y, dtype))
                 if conv_bias and bias == "reshape":
                     b = bb.emit(relax.op.reshape(const(rng.standard_normal(channels)),
                                                  bias_shape["1C11"]))
@@ -471,7 +492,7 @@ class BatchnormFoldIntoConv(DFPatternCallback):
                 "kernel_layout": ("OIHW", "HWIO", "OHWI"),
                 "bias": ("reshape", "1C11", "C11", "C", "1"), "bn_axis": ("channel", "height"),
                 "dtype": ("float32", "float16", "bfloat16", "int8"),
-                "out_dtype": ("same", "float32"), "batch": (1, "n")}
+                "out_dtype": ("same", "float32", "cast_back"), "batch": (1, "n")}
 
 
 #: The rewrite rules of this file (composite rules are table entries, not rewrites).

@@ -138,7 +138,10 @@ class MatmulComposite(CompositeRule):
             self.permute = is_op("permute_dims")(self.weight)
             rhs = self.permute
         self.matmul = is_op("matmul")(self.x, rhs)
-        out: DFPattern = self.matmul
+        # a float16 matmul accumulated in float32 and cast back (ToMixedPrecision,
+        # patternkit's float16 torch import): the composite takes the cast with it
+        self.cast_back = is_op("astype")(self.matmul)
+        out: DFPattern = self.cast_back | self.matmul
         if self.with_bias:
             self.bias = wildcard()
             self.add = is_op("add")(out, self.bias)
@@ -150,7 +153,13 @@ class MatmulComposite(CompositeRule):
                              + (f"_{activation}" if activation else ""))
 
     def check(self, match: RuleMatch) -> Any:
-        """Accept unless the permute is no transpose or the added tensor no per-feature bias."""
+        """Accept unless the permute is no transpose, the added tensor no per-feature bias,
+        or a cast after the matmul changes its operands' dtype."""
+        if "cast_back" in match:
+            cast, operands = match.cast_back, dtype_of(type_of(match.x))
+            if str(cast.attrs.dtype) != operands:
+                return reject(f"the matmul's result is cast to {cast.attrs.dtype}, not back to "
+                              f"its operands' {operands}", at=cast)
         if self.transposed:
             refusal = _check_transpose(match)
             if refusal is not None:
@@ -162,7 +171,8 @@ class MatmulComposite(CompositeRule):
     # -- self-check example (used by tests and `patternkit verify`) ---------------------------
     @variant_method
     def example(self, dtype: str = "float32", shape: str = "batch_seq", frontend: str = "torch",
-                bias_shape: str = "feature", seed: int = 0) -> tvm.IRModule:
+                bias_shape: str = "feature", accumulate: str | None = None,
+                seed: int = 0) -> tvm.IRModule:
         """A two-layer MLP in this variant's form: ``layer2(layer1(x))``, each layer
         ``x @ W [+ b] [-> activation]``, with seeded constant weights (variance 1/fan_in).
 
@@ -173,15 +183,20 @@ class MatmulComposite(CompositeRule):
         ``nn.Linear``); ``"direct"``: one batched matmul.  ``bias_shape``: ``"feature"``
         ``(N,)``, ``"row"`` ``(1, N)``, or edges the check refuses: ``"scalar"`` ``(1,)``
         (one value, not one per feature) and ``"residual"`` (the layer's input added back,
-        a tensor of the output's shape).
+        a tensor of the output's shape).  ``accumulate="cast_back"``: each matmul
+        accumulates in float32 and is cast straight back to ``dtype`` (float16), as TVM's
+        ``ToMixedPrecision`` and patternkit's float16 torch import write it.
         """
+        if accumulate == "cast_back" and dtype == "float32":
+            raise NoSuchExample("accumulate='cast_back' accumulates a float16 matmul")
         rng = np.random.default_rng(seed)
         x = _example_input(dtype, shape)
         bb = relax.BlockBuilder()
         with bb.function("main", [x]):
             with bb.dataflow():
-                h = self._example_layer(bb, rng, x, 16, frontend, bias_shape)
-                out = bb.emit_output(self._example_layer(bb, rng, h, 16, frontend, bias_shape))
+                h = self._example_layer(bb, rng, x, 16, frontend, bias_shape, accumulate)
+                out = bb.emit_output(self._example_layer(bb, rng, h, 16, frontend, bias_shape,
+                                                         accumulate))
             bb.emit_func_output(out)
         return bb.get()
 
@@ -189,13 +204,15 @@ class MatmulComposite(CompositeRule):
     def example_space(self) -> dict[str, Sequence[Any]]:
         space: dict[str, Sequence[Any]] = {"dtype": ("float32", "float16"),
                                            "shape": ("batch_seq", "static", "matrix"),
-                                           "frontend": ("torch", "direct")}
+                                           "frontend": ("torch", "direct"),
+                                           "accumulate": (None, "cast_back")}
         if self.with_bias:
             space["bias_shape"] = ("feature", "row", "scalar", "residual")
         return space
 
     def _example_layer(self, bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr,
-                       features: int, frontend: str, bias_shape: str) -> relax.Expr:
+                       features: int, frontend: str, bias_shape: str,
+                       accumulate: str | None) -> relax.Expr:
         dtype = dtype_of(type_of(x))
         dims = static_shape(type_of(x))
         inner = dims[-1]
@@ -204,7 +221,11 @@ class MatmulComposite(CompositeRule):
         rhs = bb.emit(relax.op.permute_dims(weight, [1, 0])) if self.transposed else weight
         flat = len(dims) > 2 and frontend == "torch"
         lhs = bb.emit(relax.op.reshape(x, (_product(dims[:-1]), inner))) if flat else x
-        y = bb.emit(relax.op.matmul(lhs, rhs))
+        if accumulate == "cast_back":
+            y = bb.emit(relax.op.astype(bb.emit(relax.op.matmul(lhs, rhs, out_dtype="float32")),
+                                        dtype))
+        else:
+            y = bb.emit(relax.op.matmul(lhs, rhs))
         if self.with_bias:
             if bias_shape == "residual":  # the layer's input: a tensor of the output's shape
                 bias = lhs
@@ -257,7 +278,8 @@ def _check_transpose(match: RuleMatch) -> Any:
 
 
 def _check_bias(match: RuleMatch) -> Any:
-    out_ty, bias_ty = type_of(match.var_of("matmul")), type_of(match.bias)
+    product = "cast_back" if "cast_back" in match else "matmul"
+    out_ty, bias_ty = type_of(match.var_of(product)), type_of(match.bias)
     out_shape = static_shape(out_ty)
     if out_shape is None:
         return reject("the matmul output has no known shape", at=match.matmul)

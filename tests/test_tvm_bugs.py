@@ -311,3 +311,40 @@ def test_torch_float16_linear_imports_in_float16():
     [got] = numeric.run(mod, [x.numpy()])
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, linear(x).detach().numpy(), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27's llvm legalisation of a float16 "
+                   "batch_norm computes and returns float32")
+def test_float16_batch_norm_returns_float16():
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, 4, 3, 3), "float16"))
+    stats = [relax.const(rng.uniform(0.5, 1.5, 4).astype("float16")) for _ in range(4)]
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            norm = bb.emit(relax.op.nn.batch_norm(x, *stats, axis=1, training=False))
+            out = bb.emit_output(relax.TupleGetItem(norm, 0))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert mod["main"].ret_ty.dtype == "float16"
+    [got] = numeric.run(mod, [rng.standard_normal((2, 4, 3, 3)).astype("float16")])
+    assert got.dtype == np.float16
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27's topi layer_norm takes float32 and float16 only")
+def test_float64_layer_norm_builds():
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, 8), "float64"))
+    gamma, beta = (relax.const(rng.standard_normal(8), "float64") for _ in range(2))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.layer_norm(x, gamma, beta, axes=[-1]))
+        bb.emit_func_output(out)
+    data = rng.standard_normal((2, 8))
+    [got] = numeric.run(bb.get(), [data])
+    centred = data - data.mean(axis=-1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, expected * gamma.data.numpy() + beta.data.numpy(),
+                               rtol=1e-12, atol=1e-12)

@@ -67,19 +67,24 @@ def finish(mod: tvm.IRModule, keep_params: bool, entry: str,
 
 def from_torch(program, keep_params: bool, entry: str, text: str, seconds: dict[str, float]
                ) -> tuple[tvm.IRModule, dict[str, np.ndarray], list[str]]:
-    """``from_exported_program(program, unwrap_unit_return_tuple=True)``, the rewrites of
-    :mod:`.torch_fixups` (what they did is the third item), then :func:`finish`."""
+    """``from_exported_program(program, unwrap_unit_return_tuple=True)`` with the
+    converters of :mod:`.low_precision` (a float16 model stays float16), the rewrites of
+    :mod:`.torch_fixups`, then :func:`finish`.  The third item says what the converters
+    and the rewrites changed."""
     from tvm.relax.frontend.torch import from_exported_program
 
+    from .low_precision import LowPrecisionConverters
     from .torch_fixups import prepare_torch_import
 
+    converters = LowPrecisionConverters()
     try:
         mod = timed(seconds, "import", from_exported_program, program,
-                    keep_params_as_input=keep_params, unwrap_unit_return_tuple=True)
+                    keep_params_as_input=keep_params, unwrap_unit_return_tuple=True,
+                    custom_convert_map=converters.convert_map())
     except Exception as err:
         raise failure("from_exported_program", text, err) from err
     mod, fixups = prepare_torch_import(mod)
-    return (*finish(mod, keep_params, entry, text), fixups)
+    return (*finish(mod, keep_params, entry, text), converters.notes() + fixups)
 
 
 def from_onnx_model(model, keep_params: bool, entry: str, text: str,

@@ -27,9 +27,9 @@ Options shared by most entries:
     not ``main``.
 ``seed``
     Seed of the random weights (inputs take their own seed in ``make_inputs``).
-``dtype`` (``zoo:llama`` only)
-    ``float16`` converts the torch module to half precision before the export; the
-    other entries do not import in float16 with TVM 0.27 (see :data:`_DTYPE`'s note).
+``dtype`` (the torch entries but ``zoo:t5``)
+    ``float16`` converts the torch module to half precision before the export (see
+    :data:`_DTYPE`'s note for T5).
 
 Weights follow the "Traps" of the TVM 0.27 notes: matrices and kernels are drawn with
 variance ``1/fan_in``, norm weights in ``[0.5, 1.5]`` and biases in ``[-0.5, 0.5]``, never
@@ -146,10 +146,10 @@ def _transformer(layers=2, hidden=64, heads=4, **extra) -> dict[str, Option]:
 _ATTENTION = Option("eager", "attention implementation; with sdpa BERT, Llama and ViT import, "
                     "GPT-2 does not (torch's decomposition of its SDPA fails)",
                     ("eager", "sdpa"))
-#: Offered where it imports: TVM 0.27's torch importer mixes float16 and float32 in the
-#: biased linears of GPT-2 and BERT, the patch conv of ViT and ResNet's batch norms
-#: ("Binary operators must have the same datatype"; docs/tvm-bugs.md), so only Llama (no
-#: biases) has it (Falcon's layer norms mix them too).
+#: Offered where the model imports in float16: every torch entry but T5, whose float16
+#: clamp (``torch.isinf(h).any()``) TVM 0.27's importer cannot convert ("Unsupported
+#: function types ['any.default']").  The matmuls and convs stay float16 through
+#: :mod:`.low_precision` (TVM's own converters return float32: docs/tvm-bugs.md).
 _DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
                 ("float32", "float16"))
 _T5_FEED_FORWARD = Option("gated-gelu", "T5's feed-forward (gated-gelu: T5 v1.1 and Flan-T5)",
@@ -163,9 +163,9 @@ def _entries() -> dict[str, ZooEntry]:
                                           positions=Option(64, "position table size")))
     entries = [
         ZooEntry("gpt2", "GPT-2 (GPT2Model): pre-LN, GELU-tanh (NewGELUActivation), causal "
-                 "attention", {**text, "attention": _ATTENTION}, "torch_models.gpt2", _TORCH),
+                 "attention", {**text, "attention": _ATTENTION, "dtype": _DTYPE}, "torch_models.gpt2", _TORCH),
         ZooEntry("bert", "BERT (BertModel, no pooler): token types, padding mask, GELU erf",
-                 {**text, "attention": _ATTENTION,
+                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
                   "type_vocab": Option(2, "token type vocabulary size")},
                  "torch_models.bert", _TORCH),
         ZooEntry("llama", "Llama-style decoder (LlamaModel): RMSNorm, SiLU-gated MLP, RoPE, "
@@ -176,7 +176,7 @@ def _entries() -> dict[str, ZooEntry]:
                  "torch_models.llama", _TORCH),
         ZooEntry("falcon", "Falcon (FalconModel): parallel attention and MLP, RoPE or ALiBi, "
                  "multi-query (7B layout) or grouped key/value heads (40B layout)",
-                 {**text, "attention": _ATTENTION,
+                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
                   "multi_query": Option(True, "7b layout: one key/value head (false: one "
                                         "per head)"),
                   "layout": Option("7b", "7b: multi-query; 40b: grouped key/value heads "
@@ -190,13 +190,16 @@ def _entries() -> dict[str, ZooEntry]:
                  "torch_models.t5", _TORCH),
         ZooEntry("vit", "ViT (ViTModel, no pooler): patch conv, pre-LN, GELU erf",
                  {**_common(static_seq=True), **_transformer(), "attention": _ATTENTION,
+                  "dtype": _DTYPE,
                   "image": Option(32, "image size"), "patch": Option(8, "patch size")},
                  "torch_models.vit", _TORCH),
         ZooEntry("resnet18", "ResNet-18 (transformers ResNetModel, basic blocks 2-2-2-2)",
-                 {**_common(static_seq=True), "width": Option(16, "stem width (64 in the paper)"),
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "width": Option(16, "stem width (64 in the paper)"),
                   "image": Option(32, "image size")}, "torch_models.resnet18", _TORCH),
         ZooEntry("resnet50", "ResNet-50 (transformers ResNetModel, bottlenecks 3-4-6-3)",
-                 {**_common(static_seq=True), "width": Option(8, "stem width (64 in the paper)"),
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "width": Option(8, "stem width (64 in the paper)"),
                   "image": Option(32, "image size")}, "torch_models.resnet50", _TORCH),
         ZooEntry("onnx:gpt2", "GPT-2 through torch.onnx.export (opset 14 writes LayerNorm out)",
                  {**text, "opset": Option(17, "ONNX opset", (14, 17))},

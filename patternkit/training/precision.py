@@ -20,6 +20,11 @@ from ..errors import GradientError
 from ..ir import const_value, is_tensor_constant, op_name, type_of
 
 _WIDE = "float64"
+#: Fused ops whose TOPI kernels take float32 and float16 only: a float64 copy would not
+#: build, so :func:`as_float64` refuses them by name (``layernorm.expand`` writes layer
+#: norms out).
+NO_FLOAT64_KERNEL = frozenset({"relax.nn.layer_norm", "relax.nn.group_norm",
+                               "relax.nn.instance_norm"})
 
 
 def _wide_type(ty: Any) -> Any:
@@ -70,6 +75,11 @@ def _widen(expr: Any, env: dict, func_name: str, binding: Any) -> Any:
     if isinstance(expr, relax.TupleGetItem):
         return relax.TupleGetItem(_widen(expr.tuple_value, env, func_name, binding), expr.index)
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        if op_name(expr) in NO_FLOAT64_KERNEL:
+            raise GradientError(
+                f"{func_name}: cannot recompute {op_name(expr)} in float64: TVM 0.27 has no "
+                f"float64 kernel for it (only float32 and float16); write it out first"
+                + (f" (binding {binding.var.name})" if binding is not None else ""))
         args = [_widen(a, env, func_name, binding) for a in expr.args]
         dtype = getattr(expr.attrs, "dtype", None) if expr.attrs is not None else None
         if dtype is not None and str(dtype).startswith("float"):

@@ -16,6 +16,7 @@ from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.attention import (FLOAT16, FLOAT32, AttentionCollapse, AttentionComposite,
                                            AttentionExpand)
 from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
+from patternkit.verification import numeric
 from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
 
 RULE = "attention.collapse"
@@ -231,6 +232,11 @@ def test_attention_collapse_meets_the_rule_contract():
     {"alibi": "before_scale", "frontend": "onnx", "mask": "causal"},
     {"alibi": "before_scale", "kv_heads": 1, "repeat": "broadcast"},
     {"alibi": "before_scale", "safe_softmax": "keys", "mask": "boolean"},
+    # both matmuls accumulated in float32 and cast back (ToMixedPrecision, float16 import)
+    {"accumulate": "cast_back"}, {"accumulate": "cast_back", "frontend": "onnx"},
+    {"accumulate": "cast_back", "shape": "symbolic"}, {"accumulate": "cast_back",
+                                                       "mask": "causal"},
+    {"accumulate": "cast_back", "kv_heads": 1, "repeat": "broadcast"},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
 def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
     before = _example(dtype=dtype, **knobs)
@@ -531,6 +537,57 @@ def test_every_attention_of_a_zoo_model_collapses_with_the_output_kept(name, opt
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     np.testing.assert_allclose(got, zoo_vm(model)(), rtol=0, atol=1e-4)
+
+
+FLOAT16_ZOO = [("gpt2", {}), ("bert", {}), ("bert", {"attention": "sdpa"}),
+               ("falcon", {"attention": "sdpa"}),
+               ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2, "attention": "sdpa"}),
+               ("falcon", {"alibi": True, "attention": "sdpa"}), ("vit", {"attention": "sdpa"}),
+               ("llama", {"attention": "sdpa"})]
+# Eager attention through transformers' shared eager_attention_forward (ViT, Llama, every
+# Falcon layout) runs its softmax in float32 between casts: refused by name, below.
+FLOAT32_SOFTMAX_ZOO = [("vit", {}), ("llama", {}), ("falcon", {}),
+                       ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2}),
+                       ("falcon", {"alibi": True})]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name, options", FLOAT16_ZOO,
+                         ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
+                              for n, o in FLOAT16_ZOO])
+def test_every_attention_of_a_float16_zoo_model_collapses_and_still_matches_torch(
+        name, options, zoo):
+    # The float16 import accumulates each batched matmul in float32 and casts it back
+    # (patternkit.models.low_precision): a matmul in float16, which R.nn.attention
+    # computes.  Tolerance: ten float16 ulps at the output's largest value, against torch
+    # in float16 (llvm's attention accumulates in float16, torch in float32).
+    model = zoo(name, dtype="float16", **options)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
+    count = model.families["attention"]
+    assert count and log.count(RULE) == count
+    assert len(attentions(after, model.entry)) == count
+    got = numeric.run(after, [np.array(a) for a in model.arguments()], model.entry)[0]
+    reference = model.reference()[0]
+    assert got.dtype == np.float16
+    assert np.abs(got.astype(np.float64) - reference).max() <= 1e-2 * np.abs(reference).max()
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name, options", FLOAT32_SOFTMAX_ZOO,
+                         ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
+                              for n, o in FLOAT32_SOFTMAX_ZOO])
+def test_a_float16_eager_softmax_in_float32_is_refused_by_name(name, options, zoo):
+    # eager_attention_forward: softmax(scores, dtype=float32).to(float16)
+    model = zoo(name, dtype="float16", **options)
+    log = pk.RewriteLog()
+    pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
+    assert log.count(RULE) == 0
+    # refused for that reason at every attention (each tried from several roots: the
+    # permute back, the reshape, the matmul)
+    refused = {s.root for s in log.skipped if s.rule == RULE and
+               "the softmax runs in float32 between casts of the float16 scores" in s.reason}
+    assert len(refused) >= model.families["attention"] > 0
 
 
 @pytest.mark.models

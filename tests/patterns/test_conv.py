@@ -394,6 +394,23 @@ def _conv_bn(x_shape=(1, 3, 8, 8), bias=None, training=False, axis=1, kernel_lay
     return bb.get()
 
 
+def _conv_cast_to_bfloat16() -> tvm.IRModule:
+    """A float16 conv accumulated in float32 and cast to bfloat16, not back to float16."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((4, 3, 3, 3)),
+                                                          "float16"), out_dtype="float32"))
+            y = bb.emit(relax.op.astype(y, "bfloat16"))
+            stats = [relax.const(rng.uniform(0.5, 1.5, 4), "bfloat16") for _ in range(4)]
+            bn = bb.emit(relax.op.nn.batch_norm(y, *stats, axis=1, training=False))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 _PARAMS = _fold_parameters()
 FOLD_CASE = RuleCase(
     BatchnormFoldIntoConv(), _bind(ConvBiasBatchnorm, **_PARAMS),
@@ -405,6 +422,8 @@ FOLD_CASE = RuleCase(
         Negative("batch_norm_along_height", _conv_bn(axis=2),
                  "batch_norm axis 2 is not the channel axis of the conv output layout NCHW"),
         Negative("int8_weight", _conv_bn(dtype="int8"), "weight dtype int8 is not floating point"),
+        Negative("cast_to_another_dtype", _conv_cast_to_bfloat16(),
+                 "the conv's result is cast to bfloat16, not back to its weight's float16"),
         Negative("full_tensor_bias", _conv_bn(bias=((1, 4, 8, 8),)),
                  "the conv bias has shape (1, 4, 8, 8): a per-channel parameter varies along "
                  "exactly one axis"),
@@ -417,7 +436,7 @@ FOLD_CASE = RuleCase(
             relax.op.nn.conv2d(relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32")),
                                relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))),
             *(relax.const(np.ones(4, "float32")) for _ in range(4)), axis=1, training=False), 0)),
-            "no match: const (depth 5) vs w"),
+            "no match: const (depth 6) vs w"),
     ],
     tolerance=Tolerance(1e-5, 1e-5, "the fold rounds W * s and (b - mean) * s + beta once, "
                                     "from float64; batch_norm rounds after every step"))
@@ -534,3 +553,24 @@ def test_a_float16_conv_accumulating_in_float32_folds_with_a_float32_bias():
     # the rule's float16 tolerance
     tol = rule.tolerance("float16")
     pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("conv_bias", [False, True])
+def test_a_low_precision_conv_accumulated_in_float32_and_cast_back_folds_under_the_cast(
+        dtype, conv_bias):
+    # TVM's ToMixedPrecision and patternkit's float16 torch import write a float16 conv as
+    # astype(conv2d(x, w, out_dtype="float32"), "float16"): the folded weight goes under
+    # the cast, the folded bias after it, in the model's dtype
+    rule = BatchnormFoldIntoConv()
+    before = rule.example(dtype=dtype, out_dtype="cast_back", conv_bias=conv_bias)
+    log = pk.RewriteLog()
+    after = pk.rewrite(rule, before, log=log)
+    assert log.counts() == {"conv.fold_batchnorm": 1}
+    assert relax.analysis.check_well_formed(after)
+    ops = [pk.ir.op_name(b.value) for b in after["main"].body.blocks[0].bindings]
+    assert ops == ["relax.nn.conv2d", "relax.astype", "relax.add", "relax.nn.relu"]
+    assert after["main"].ret_ty.dtype == dtype
+    if dtype == "float16":  # numpy has no bfloat16 inputs to run it on
+        tol = rule.tolerance(dtype)
+        pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)

@@ -82,6 +82,19 @@ def _layer(transposed: bool, bias_shape: tuple | None, activation: str | None,
     return pk.from_expr(y)
 
 
+def _cast_to_bfloat16_layer(transposed: bool, activation: str | None) -> tvm.IRModule:
+    """A float16 layer whose float32 product is cast to bfloat16, not back to float16."""
+    x = relax.Var("x", relax.TensorType((4, 16), "float16"))
+    w = relax.Var("w", relax.TensorType((8, 16) if transposed else (16, 8), "float16"))
+    y = relax.op.matmul(x, relax.op.permute_dims(w) if transposed else w, out_dtype="float32")
+    y = relax.op.add(relax.op.astype(y, "bfloat16"),
+                     relax.Var("b", relax.TensorType((8,), "bfloat16")))
+    if activation is not None:
+        y = {"relu": relax.op.nn.relu, "gelu": relax.op.nn.gelu,
+             "gelu_tanh": relax.op.nn.gelu_tanh, "silu": relax.op.nn.silu}[activation](y)
+    return pk.from_expr(y)
+
+
 def _negatives(transposed: bool, bias: bool, activation: str | None) -> list[Negative]:
     """The check's edges for this variant, and near misses of its pattern."""
     b = (8,) if bias else None
@@ -118,6 +131,9 @@ def _negatives(transposed: bool, bias: bool, activation: str | None) -> list[Neg
             Negative("bias_of_unknown_dtype", _layer(transposed, (8,), activation,
                                                      bias_dtype=""),
                      "bias dtype None differs from the matmul output dtype float32"),
+            Negative("cast_to_another_dtype", _cast_to_bfloat16_layer(transposed, activation),
+                     "the matmul's result is cast to bfloat16, not back to its operands' "
+                     "float16"),
             Negative("output_of_unknown_shape", _layer(
                 transposed, (8,), activation, x_ty=relax.TensorType(ndim=-1, dtype="float32")),
                 "the matmul output has no known shape"),
@@ -255,6 +271,20 @@ def test_each_entry_takes_both_layers_of_a_float16_mlp_with_symbolic_batch(rule)
     out = merge_composite(mod, [rule])
     composites = composite_functions(out)
     assert [str(f.attrs["Composite"]) for _, f in composites] == [rule.name] * 2
+    pk.assert_same_numerics(mod, out, shape_vars={"batch": 2, "seq": 5}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rule", matmul_table(), ids=lambda r: r.name)
+def test_each_entry_takes_a_float16_matmul_accumulated_in_float32_with_its_cast(rule):
+    # astype(matmul(x, w, out_dtype="float32"), "float16"): ToMixedPrecision's form and
+    # patternkit's float16 torch import; the cast goes into the composite
+    mod = rule.example(dtype="float16", accumulate="cast_back")
+    out = merge_composite(mod, [rule])
+    composites = composite_functions(out)
+    assert [str(f.attrs["Composite"]) for _, f in composites] == [rule.name] * 2
+    for _, func in composites:
+        ops = {pk.ir.op_name(b.value) for block in func.body.blocks for b in block.bindings}
+        assert {"relax.matmul", "relax.astype"} <= ops
     pk.assert_same_numerics(mod, out, shape_vars={"batch": 2, "seq": 5}, rtol=0, atol=0)
 
 

@@ -1,0 +1,183 @@
+"""Converters handed to TVM 0.27's torch importer so that a float16 model stays float16.
+
+``from_exported_program`` converts every matmul, linear and convolution with
+``out_dtype="float32"``, whatever its inputs' dtype, and then adds the bias in the bias's
+dtype (``docs/tvm-bugs.md``, "every matmul, linear and conv of a float16 model returns
+float32").  A float16 linear or conv with a bias therefore fails to import ("Binary
+operators must have the same datatype"), and one without a bias hands float32 to the rest
+of the model, which fails at the next layer norm or residual add, or silently runs the
+model in float32.  That is why only Llama (no biases) imported in float16.
+
+:class:`LowPrecisionConverters` keeps TVM's conversion for every call whose input is not
+a low-precision float (a float32 model imports exactly as without it).  For a float16
+or bfloat16 input it emits what TVM's own ``ToMixedPrecision`` writes: the same
+operator, accumulating in float32 (``out_dtype="float32"``, as TVM's converter asks),
+cast back to the input's dtype, then the bias added in that dtype.  Torch computes the
+same sums in float32 and rounds once, bias included; the extra rounding before the bias
+is within float16's tolerance, and it is the form backend pattern tables expect.
+
+Pass :meth:`~LowPrecisionConverters.convert_map` as ``custom_convert_map``;
+:meth:`~LowPrecisionConverters.notes` says what was converted.  Transposed convolutions
+are left to TVM (no zoo model has one), so a float16 model with one still fails to import
+with TVM's own error.  ``baddbmm`` needs nothing: TVM converts it in the input's dtype.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+from tvm import relax
+
+from ..ir import dtype_of, type_of
+
+#: The dtype TVM's converters accumulate in.
+ACCUMULATE = "float32"
+#: Input dtypes converted here; any other dtype goes through TVM's own converter.
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
+#: Torch ops (their ``target`` names in an exported program) this module converts.
+CONVERTED_OPS = ("linear.default", "addmm.default", "mm.default", "bmm.default",
+                 "matmul.default", "conv1d.default", "conv2d.default", "conv3d.default",
+                 "convolution.default")
+
+Converter = Callable[[Any, Any], relax.Var]
+
+
+class LowPrecisionConverters:
+    """The ``custom_convert_map`` of one import; counts what it converted, per torch op."""
+
+    def __init__(self) -> None:
+        self.converted: Counter[str] = Counter()
+        self._importer: Any = None
+        self._originals: dict[str, Callable[[Any], relax.Var]] = {}
+
+    def convert_map(self) -> dict[str, Converter]:
+        """Torch op -> converter, for ``from_exported_program(custom_convert_map=...)``."""
+        return {op: self._converter(op) for op in CONVERTED_OPS}
+
+    def notes(self) -> list[str]:
+        """One line per converted torch op (empty when the model has no low-precision
+        matmul or conv), in the words ``patternkit run`` logs."""
+        return [f"{count} {op} kept in the input's dtype (TVM's torch importer returns "
+                f"float32)" for op, count in sorted(self.converted.items())]
+
+    def _converter(self, op: str) -> Converter:
+        convert = _LOW_PRECISION_CONVERTERS[op]
+
+        def converter(node: Any, importer: Any) -> relax.Var:
+            dtype = _input_dtype(op, node, importer)
+            if dtype not in LOW_PRECISION:
+                return self._original(importer, op)(node)
+            result = convert(node, importer, dtype)
+            if result is None:  # a form left to TVM (a transposed convolution)
+                return self._original(importer, op)(node)
+            self.converted[op.split(".")[0]] += 1
+            return result
+
+        return converter
+
+    def _original(self, importer: Any, op: str) -> Callable[[Any], relax.Var]:
+        """TVM's own converter of ``op``, bound to the importer running now.  Its
+        ``convert_map`` holds ours by now, so the table is made afresh, once an import."""
+        if importer is not self._importer:
+            self._importer = importer
+            self._originals = type(importer).create_convert_map(importer)
+        return self._originals[op]
+
+
+def _input_dtype(op: str, node: Any, importer: Any) -> str | None:
+    """The dtype of the call's data input (``addmm``'s second argument: its first is the
+    bias), or None when it is not a tensor."""
+    position = 1 if op == "addmm.default" else 0
+    arg = importer.env.get(node.args[position]) if len(node.args) > position else None
+    if not isinstance(arg, relax.Expr):
+        return None
+    return dtype_of(type_of(arg))
+
+
+def _accumulated(builder: relax.BlockBuilder, call: relax.Expr, dtype: str) -> relax.Var:
+    """``astype(call, dtype)``, ``call`` accumulating in float32."""
+    return builder.emit(relax.op.astype(builder.emit(call), dtype))
+
+
+def _linear(node: Any, importer: Any, dtype: str) -> relax.Var:
+    args = importer.retrieve_args(node)
+    bias = args[2] if len(args) > 2 else None
+    builder = importer.block_builder
+    out = _accumulated(builder, relax.op.linear(args[0], args[1], None, ACCUMULATE), dtype)
+    return out if importer._is_no_bias(bias) else builder.emit(relax.op.add(out, bias))
+
+
+def _addmm(node: Any, importer: Any, dtype: str) -> relax.Var:
+    """``beta * bias + alpha * (x @ w)``: what ``aten.linear`` of a 2-D input decomposes
+    into, and what GPT-2's ``Conv1D`` calls."""
+    bias, x, weight = (importer.env[arg] for arg in node.args[:3])
+    alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+    builder = importer.block_builder
+    out = None
+    if alpha != 0:
+        out = _accumulated(builder, relax.op.matmul(x, weight, out_dtype=ACCUMULATE), dtype)
+        if alpha != 1:
+            out = builder.emit(relax.op.multiply(out, relax.const(alpha, dtype)))
+    if beta != 0:
+        if beta != 1:
+            bias = builder.emit(relax.op.multiply(bias, relax.const(beta, bias.ty.dtype)))
+        out = bias if out is None else builder.emit(relax.op.add(bias, out))
+    return out
+
+
+def _matmul(node: Any, importer: Any, dtype: str) -> relax.Var | None:
+    """``mm``, ``bmm`` and ``matmul`` of two tensors of the same dtype."""
+    lhs, rhs = (importer.env.get(arg) for arg in node.args[:2])
+    if not isinstance(rhs, relax.Expr) or dtype_of(type_of(rhs)) != dtype:
+        return None
+    return _accumulated(importer.block_builder,
+                        relax.op.matmul(lhs, rhs, out_dtype=ACCUMULATE), dtype)
+
+
+#: Convolution rank (spatial dims + 2) -> (Relax op, data layout, kernel layout).
+_CONVOLUTIONS = {3: (relax.op.nn.conv1d, "NCW", "OIW"),
+                 4: (relax.op.nn.conv2d, "NCHW", "OIHW"),
+                 5: (relax.op.nn.conv3d, "NCDHW", "OIDHW")}
+
+
+def _conv(node: Any, importer: Any, dtype: str) -> relax.Var | None:
+    """``conv1d``/``conv2d``/``conv3d``: (x, weight, bias, stride, padding, dilation,
+    groups)."""
+    return _any_conv(node, importer, dtype, general=False)
+
+
+def _convolution(node: Any, importer: Any, dtype: str) -> relax.Var | None:
+    """``convolution``: (x, weight, bias, stride, padding, dilation, transposed,
+    output_padding, groups), what ``torch.export``'s decomposition leaves of a conv."""
+    return _any_conv(node, importer, dtype, general=True)
+
+
+def _any_conv(node: Any, importer: Any, dtype: str, general: bool) -> relax.Var | None:
+    args = importer.retrieve_args(node)
+    if general and len(args) > 6 and args[6]:
+        return None  # transposed: left to TVM
+    x, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    stride, padding, dilation = (args[i] if len(args) > i else default
+                                 for i, default in ((3, 1), (4, 0), (5, 1)))
+    group_at = 8 if general else 6
+    groups = args[group_at] if len(args) > group_at else 1
+    rank = len(importer.shape_of(x))
+    if rank not in _CONVOLUTIONS:
+        return None
+    conv, data_layout, kernel_layout = _CONVOLUTIONS[rank]
+    builder = importer.block_builder
+    out = _accumulated(builder, conv(x, weight, strides=stride, padding=padding,
+                                     dilation=dilation, groups=groups,
+                                     data_layout=data_layout, kernel_layout=kernel_layout,
+                                     out_dtype=ACCUMULATE), dtype)
+    if importer._is_no_bias(bias):
+        return out
+    return builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))))
+
+
+_LOW_PRECISION_CONVERTERS: dict[str, Callable[[Any, Any, str], relax.Var | None]] = {
+    "linear.default": _linear, "addmm.default": _addmm, "mm.default": _matmul,
+    "bmm.default": _matmul, "matmul.default": _matmul, "conv1d.default": _conv,
+    "conv2d.default": _conv, "conv3d.default": _conv, "convolution.default": _convolution}
