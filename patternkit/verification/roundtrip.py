@@ -50,7 +50,11 @@ values, so the round trip compares *modulo the dead bindings the fusion removed*
 * every dead binding the restored module still has must then match a dead binding of
   the reference, value and type (operands mapped through the live comparison); one
   that matches none -- a dead binding whose value changed, or one that appeared --
-  fails;
+  fails.  Importers compute some things twice (transformers' Gemma3 mask code builds
+  the same ``arange`` chain once per mask axis, and the two chains part later), so a
+  dead binding may have twins; the pairing therefore starts from the ends of the dead
+  chains and pairs whole chains, operand by operand, never a binding with a twin whose
+  chain ends elsewhere;
 * the reference's dead bindings that nothing matched are the ones fusion dropped: the
   comparison is made without them, and they are listed in
   :attr:`RoundTripResult.dropped_dead`, so the result says what it did not compare.
@@ -469,6 +473,83 @@ def _same_binding(ref_binding, res_binding, mapping: dict) -> bool:
             and C.structural_equal(ref_binding.var.ty, res_binding.var.ty))
 
 
+def _dead_keys(dead: list, live_index: dict, mapping: dict) -> dict:
+    """Dead binding -> a key equal for two dead bindings that compute the same thing.
+
+    The key is the binding's value up to its variables (structure hashed with free
+    variables numbered), its type, and, for each variable it reads in order, the live
+    variable it stands for (a reference variable through ``mapping``) or the key of the
+    dead binding defining it: the whole dead computation behind the binding, so twins
+    (the same ``arange`` computed twice) have equal keys.  ``dead`` is in program order,
+    operands first.
+    """
+    defining = {b.var: b for b in dead}
+    keys: dict = {}
+    for binding in dead:
+        operands = []
+        for var in vars_read(binding.value):
+            if var in defining:
+                operands.append(("dead", keys[defining[var]]))
+            else:
+                operands.append(("live", live_index.get(mapping.get(var, var), C.var_name(var))))
+        keys[binding] = (type(binding.var).__name__,
+                         C.structural_hash(binding.value, map_free_vars=True),
+                         C.structural_hash(binding.var.ty), tuple(operands))
+    return keys
+
+
+def _pair_dead(ref_dead: list, res_dead: list, ref_keys: dict, res_keys: dict) -> dict:
+    """Restored dead binding -> the reference's it stands for; a restored binding without
+    a consistent counterpart is left out.
+
+    Twins have equal keys but may be read by different bindings further on (Gemma3's mask
+    code: two equal ``arange`` chains that end in different ``expand_dims``), so a
+    binding cannot be paired by its own key alone.  The restored bindings are paired from
+    the last to the first: the bindings nothing dead reads (the ends of the chains)
+    choose among their twins, and each pair then pairs the dead operands of both sides,
+    position by position, so a chain is paired with one chain of the reference.  A
+    candidate whose operands are already paired otherwise is skipped.
+    """
+    ref_defining = {b.var: b for b in ref_dead}
+    res_defining = {b.var: b for b in res_dead}
+    by_key: dict = {}
+    for binding in ref_dead:
+        by_key.setdefault(ref_keys[binding], []).append(binding)
+    pairs: dict = {}      # restored binding -> reference binding
+    taken: dict = {}      # reference binding -> restored binding
+
+    def extend(res_binding, ref_binding) -> dict | None:
+        """The pairs ``(res_binding, ref_binding)`` implies that are not made yet, or
+        ``None`` when they contradict the pairs made."""
+        new: dict = {}
+        stack = [(res_binding, ref_binding)]
+        while stack:
+            res_b, ref_b = stack.pop()
+            made = pairs.get(res_b, new.get(res_b))
+            if made is not None:
+                if made is not ref_b:
+                    return None
+                continue
+            if ref_b in taken or ref_b in new.values() or res_keys[res_b] != ref_keys[ref_b]:
+                return None
+            new[res_b] = ref_b
+            for res_v, ref_v in zip(vars_read(res_b.value), vars_read(ref_b.value)):
+                if res_v in res_defining:  # equal keys: ref_v is then dead too
+                    stack.append((res_defining[res_v], ref_defining[ref_v]))
+        return new
+
+    for res_binding in reversed(res_dead):
+        if res_binding in pairs:
+            continue
+        for candidate in by_key.get(res_keys[res_binding], ()):
+            new = extend(res_binding, candidate)
+            if new is not None:
+                pairs.update(new)
+                taken.update((ref_b, res_b) for res_b, ref_b in new.items())
+                break
+    return pairs
+
+
 def _dropped_dead(name: str, ref_f: relax.Function,
                   res_f: relax.Function) -> tuple[list, str | None]:
     """The reference's dead bindings without a counterpart in ``res_f``.
@@ -486,16 +567,21 @@ def _dropped_dead(name: str, ref_f: relax.Function,
         return [], _function_difference(name, ref_live, res_live) + \
             "\n  (compared without the dead bindings of either side)"
     mapping = _live_mapping(ref_live, res_live)
-    unmatched = list(ref_dead)
+    live_index = {var: i for i, var in enumerate(
+        [*res_live.params, *(b.var for _, b in _flat_bindings(res_live))])}
+    pairs = _pair_dead(ref_dead, res_dead, _dead_keys(ref_dead, live_index, mapping),
+                       _dead_keys(res_dead, live_index, {}))
+    mapping.update((ref_b.var, res_b.var) for res_b, ref_b in pairs.items())
+    # the keys only hash: each pair is confirmed structurally, and a binding left
+    # unpaired is named with its value
     for res_binding in res_dead:
-        match = next((b for b in unmatched if _same_binding(b, res_binding, mapping)), None)
-        if match is None:
+        match = pairs.get(res_binding)
+        if match is None or not _same_binding(match, res_binding, mapping):
             return [], (f"function '{name}': the restored dead binding "
                         f"{_show(res_binding)} matches no dead binding of the reference "
                         f"(a dead binding changed or appeared)")
-        unmatched.remove(match)
-        mapping[match.var] = res_binding.var
-    return unmatched, None
+    paired = set(pairs.values())
+    return [b for b in ref_dead if b not in paired], None
 
 
 def compare_modulo_dead(reference: tvm.IRModule,

@@ -12,6 +12,8 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from patternkit.ir import var_name
+from patternkit.ir.rebuild import rebuild_function
 from patternkit.testing import assert_roundtrip
 from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order,
                                                check_roundtrip, default_fusion, first_difference,
@@ -300,3 +302,67 @@ def test_a_dead_binding_whose_value_changed_fails():
     assert not result.ok and result.dropped_dead == ()
     assert "matches no dead binding of the reference" in result.difference
     assert "[2]" in result.difference
+
+
+@I.ir_module
+class TwinDeadChains:
+    """Two dead chains that start with the same binding and then part (transformers'
+    Gemma3 mask code computes ``arange(seq) + 0`` twice, once per mask axis): a matcher
+    that pairs the restored ``a2`` with the reference's first twin ``a1`` fails two
+    bindings later, where ``c1`` and ``c2`` differ."""
+
+    @R.function
+    def main(x: R.Tensor((8,), "float32")):
+        with R.dataflow():
+            a1 = R.exp(x)
+            a2 = R.exp(x)
+            b1 = R.expand_dims(a1, axis=[0])
+            b2 = R.expand_dims(a2, axis=[0])
+            c1 = R.expand_dims(b1, axis=[2])
+            c2 = R.expand_dims(b2, axis=[1])
+            y = R.nn.relu(x)
+            R.output(y)
+        return y
+
+
+def _dropping(names, edit=None):
+    """A "fusion" that removes the bindings of ``main`` named ``names`` (what ``FuseOps``
+    does to the dead bindings a group swallows), then applies ``edit`` as
+    :func:`_edit_main` does."""
+
+    def fusion(mod):
+        main = mod["main"]
+        blocks = [relax.DataflowBlock([b for b in block.bindings if var_name(b.var) not in names])
+                  for block in main.body.blocks]
+        functions = dict(mod.functions.items())
+        functions[mod.get_global_var("main")] = rebuild_function(
+            main, relax.SeqExpr(blocks, main.body.body))
+        kept = tvm.IRModule(functions)
+        return kept if edit is None else _edit_main(kept, edit)
+
+    return fusion
+
+
+def test_a_dead_chain_kept_beside_its_dropped_twin_passes():
+    result = check_roundtrip(TwinDeadChains, _dropping({"a1", "b1", "c1"}),
+                             raise_on_failure=False)
+    assert result.ok, result.difference
+    assert sorted(d.name for d in result.dropped_dead) == ["a1", "b1", "c1"]
+    # the other twin kept: the same, mirrored
+    result = check_roundtrip(TwinDeadChains, _dropping({"a2", "b2", "c2"}),
+                             raise_on_failure=False)
+    assert result.ok, result.difference
+    assert sorted(d.name for d in result.dropped_dead) == ["a2", "b2", "c2"]
+
+
+def test_a_kept_dead_chain_whose_end_changed_beside_its_dropped_twin_fails():
+    def another_axis(binding):
+        if var_name(binding.var) == "c2":
+            return R.expand_dims(binding.value.args[0], axis=[0])
+        return None
+
+    result = check_roundtrip(TwinDeadChains, _dropping({"a1", "b1", "c1"}, another_axis),
+                             raise_on_failure=False)
+    assert not result.ok and result.dropped_dead == ()
+    assert "matches no dead binding of the reference" in result.difference
+    assert "expand_dims" in result.difference
