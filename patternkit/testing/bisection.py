@@ -10,7 +10,11 @@ in ``rewrite``".  A pass (or any other ``IRModule -> IRModule`` callable) is one
 
 The result is a :class:`BrokenStep` (the rule or pass, the function and binding, the
 shapes it read, the error, the modules on both sides and a drawing with
-:func:`patternkit.viz.viz_diff`), or ``None`` when no step breaks the numbers.
+:func:`patternkit.viz.viz_diff`), or ``None`` when no step breaks the numbers.  Steps are
+judged as :func:`patternkit.compare` judges (every element within tolerance *and* each
+output's relative error as a whole), on inputs where the pipeline's input gives evidence:
+a pipeline whose outputs are all zero or constant on every draw cannot be bisected, and
+says so (``ValueError``) rather than finding nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ..ir import compat as C
 from ..ir.rebuild import binding_text
 from ..ir.walk import vars_read
 from ..verification import numeric
-from ..verification.differential import narrowest_float_dtype
+from ..verification.differential import DRAWS, narrowest_float_dtype
 from ..viz import viz_diff
 from .fuzz import POSITIVE, as_transform, transform_name
 
@@ -116,8 +120,7 @@ def bisect(mod: tvm.IRModule, steps: Any, *, seed: int = 0,
         floating dtype.
     """
     dtype = narrowest_float_dtype(mod)
-    inputs = numeric.random_inputs(mod["main"], seed=seed, positive=POSITIVE)
-    reference = numeric.run(mod, inputs)
+    inputs, reference = _evidence(mod, seed, tolerance or default_tolerance(dtype))
     state = {"mod": mod, "index": 0}
 
     def judge(after, name, rule, records) -> BrokenStep | None:
@@ -134,8 +137,12 @@ def bisect(mod: tvm.IRModule, steps: Any, *, seed: int = 0,
             comparison = numeric.compare_outputs(reference, got, rtol=tol.rtol, atol=tol.atol)
             if comparison.ok:
                 return None
+            if comparison.inconclusive:  # a rule's looser tolerance swallows the outputs
+                raise ValueError(f"step {state['index']} ({name}) cannot be judged at {tol}: "
+                                 f"{comparison.reason}")
             error = (f"max abs error {comparison.max_abs_error:.3g}, max rel error "
-                     f"{comparison.max_rel_error:.3g} ({tol})")
+                     f"{comparison.max_rel_error:.3g}, relative error as a whole "
+                     f"{comparison.norm_error:.3g} ({tol})")
         return _broken(name, state["index"], before, after, records, error)
 
     for group in _groups(steps):
@@ -146,6 +153,26 @@ def bisect(mod: tvm.IRModule, steps: Any, *, seed: int = 0,
         if found is not None:
             return found
     return None
+
+
+def _evidence(mod: tvm.IRModule, seed: int, tol: Tolerance) -> tuple[list, list]:
+    """Inputs (seed ``seed``, else the next few) on which ``mod``'s outputs are evidence,
+    and those outputs.
+
+    A step is judged by comparing its output with ``mod``'s on the same inputs, and
+    outputs that are all zero, constant or within ``atol`` would let a wrong step through
+    (:func:`~patternkit.verification.numeric.compare_outputs`): "no step breaks the
+    numbers" would then be a lie, so a pipeline input with no such draw raises.
+    """
+    vm = numeric.build(mod)
+    for draw in range(DRAWS):
+        inputs = numeric.random_inputs(mod["main"], seed=seed + draw, positive=POSITIVE)
+        reference = numeric.run(mod, inputs, vm=vm)
+        weak = numeric.compare_outputs(reference, reference, rtol=tol.rtol, atol=tol.atol)
+        if not weak.inconclusive:
+            return inputs, reference
+    raise ValueError(f"cannot bisect: the pipeline's input gives no evidence on seeds {seed} "
+                     f"to {seed + DRAWS - 1}: {weak.reason}")
 
 
 def _groups(steps: Any) -> list:

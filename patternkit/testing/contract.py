@@ -226,7 +226,13 @@ def prove_round_trip(case: RuleCase, after: tvm.IRModule) -> None:
 
 
 def prove_numerics(case: RuleCase, after: tvm.IRModule) -> None:
-    """Proof 4: ``before`` and ``after`` agree on llvm within the case's tolerance."""
+    """Proof 4: ``before`` and ``after`` agree on llvm within the case's tolerance.
+
+    Judged by :func:`patternkit.compare`: every element and each output as a whole, on
+    outputs that are evidence.  A ``before`` whose outputs are all zero, constant or
+    within the tolerance proves nothing, so the proof fails (``INCONCLUSIVE``) rather
+    than pass: give the case a ``before`` whose outputs vary.
+    """
     __tracebackhide__ = True  # pylint: disable=unused-variable
     if isinstance(case.rule, CompositeRule) and not case.tolerance.exact:
         raise AssertionError(f"{case.name}: a composite only wraps bindings in functions; "

@@ -626,6 +626,12 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
         except ValueError as err:
             log.warning("skipped a drawn program that does not build: %s", err)
             return None, ""
+        if outcome.kind == "inconclusive":
+            # the drawn program's outputs are degenerate on every draw (``x - x``): it
+            # can judge no pass, so it is neither a pass nor the pass's failure
+            log.warning("skipped a drawn program whose outputs are no evidence: %s",
+                        outcome.error)
+            return None, ""
         return outcome, f"{dtype or 'none'}: {tol}"
 
     for index in _share(len(instances), shard, jobs, slot):

@@ -172,7 +172,10 @@ class _ProgramBuilder:
         else:
             partner = same[self.draw(self.st.integers(0, len(same) - 1))]
             other, read = partner.expr, (partner,)
-        call = getattr(relax.op, self.choice(BINARY))(value.expr, other)
+        op = self.choice(BINARY)
+        if op == "subtract" and other is value.expr:  # x - x is zero: no evidence of anything
+            op = "add"
+        call = getattr(relax.op, op)(value.expr, other)
         self.emit(bb, call, value.shape, value.layout, value, *read)
         return True
 

@@ -43,7 +43,15 @@ FAILURE_KINDS = {
     "raised": "the transform raised",
     "timeout": "the transform ran out of time",
     "not-a-module": "the transform returned something that is not an IRModule",
+    "inconclusive": "the input's outputs are no evidence (all zero, constant, non-finite or "
+                    "within atol) on every draw, so the result could not be judged",
 }
+
+#: Input draws a judgement tries (seeds ``seed``, ``seed + 1``, ...) before it calls a
+#: result inconclusive: a draw that makes the outputs degenerate (a ReLU of mostly
+#: negative values) is the draw's fault, a program whose outputs are always degenerate
+#: (``x - x``) is not.
+DRAWS = 3
 
 
 class TransformTimeout(BaseException):  # noqa: N818 (not an error of the caller's)
@@ -137,6 +145,10 @@ def judge_result(before: tvm.IRModule, outcome: Outcome, *, rtol: float, atol: f
                  seed: int = 0, input_options: dict | None = None) -> Outcome:
     """Check a changed result: well formed, builds, same numbers as ``before`` on llvm.
 
+    The numbers are judged by :func:`~patternkit.verification.numeric.compare_outputs`:
+    a draw on which ``before``'s outputs are no evidence is drawn again (:data:`DRAWS`
+    seeds from ``seed``), and a result still unjudged after that is ``"inconclusive"``,
+    a failure kind of its own: never a pass, and not a mismatch either.
     An outcome that already failed, or whose result equals the input, is returned as is
     (an unchanged module computes the same numbers).  ``before`` must build: a caller
     whose input does not build has no reference to compare with (``ValueError``).
@@ -152,23 +164,42 @@ def judge_result(before: tvm.IRModule, outcome: Outcome, *, rtol: float, atol: f
         why = "relax.analysis.check_well_formed is False"
     if not well_formed:
         return _failed(outcome, "ill-formed", why)
-    inputs = numeric.random_inputs(before["main"], seed=seed, **(input_options or {}))
     try:
-        reference = numeric.run(before, inputs)
+        reference_vm = numeric.build(before)
     except Exception as err:
-        raise ValueError(f"the input does not build or run: {type(err).__name__}: {err}") from err
+        raise ValueError(f"the input does not build: {type(err).__name__}: {err}") from err
     try:
-        got = numeric.run(after, inputs)
+        after_vm = numeric.build(after)
     except Exception as err:
         message = str(err).strip().splitlines()
         return _failed(outcome, "build", f"{type(err).__name__}: {message[0] if message else ''}")
-    comparison = numeric.compare_outputs(reference, got, rtol=rtol, atol=atol)
+    for draw in range(DRAWS):
+        inputs = numeric.random_inputs(before["main"], seed=seed + draw,
+                                       **(input_options or {}))
+        try:
+            reference = numeric.run(before, inputs, vm=reference_vm)
+        except Exception as err:
+            raise ValueError(f"the input does not run: {type(err).__name__}: {err}") from err
+        try:
+            got = numeric.run(after, inputs, vm=after_vm)
+        except Exception as err:
+            message = str(err).strip().splitlines()
+            return _failed(outcome, "build",
+                           f"{type(err).__name__}: {message[0] if message else ''}")
+        comparison = numeric.compare_outputs(reference, got, rtol=rtol, atol=atol)
+        if not comparison.inconclusive:
+            break
     checked = Outcome(after, None, "", True, comparison.max_abs_error,
                       comparison.max_rel_error, outcome.seconds)
+    if comparison.inconclusive:
+        return _failed(checked, "inconclusive", f"{comparison.reason} (seeds {seed} to "
+                                                f"{seed + DRAWS - 1})")
     if not comparison.ok:
         return _failed(checked, "mismatch",
                        f"max abs error {comparison.max_abs_error:.3g}, max rel error "
-                       f"{comparison.max_rel_error:.3g} (rtol {rtol:.3g}, atol {atol:.3g})")
+                       f"{comparison.max_rel_error:.3g}, relative error as a whole "
+                       f"{comparison.norm_error:.3g} (rtol {rtol:.3g}, atol {atol:.3g}): "
+                       f"{comparison.reason}")
     return checked
 
 

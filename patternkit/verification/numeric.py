@@ -14,10 +14,21 @@ module object *and* its structural hash (so a module edited in place is rebuilt)
 the last ``after`` the same way (a job checks one rewrite at two sizes).  An
 ``after`` structurally equal to ``before`` (a pass that changed nothing) is not built
 again: the result says ``identical``.
+
+A comparison is only as good as the numbers it compares.  Outputs that are all zero,
+constant, non-finite, or no larger than the tolerance they are judged with would match
+almost anything (a rule that multiplies a tiny softmax by 1.5 stays within ``atol``), so
+:func:`compare_outputs` gives three verdicts, not two: ``"pass"`` (every element within
+``atol + rtol * |reference|`` *and* each output's relative error as a whole within
+:func:`norm_bound`), ``"fail"``, and ``"inconclusive"`` (the reference is weak evidence,
+with the reason and its magnitude); ``"refused"`` when the inputs could not be run.
+:attr:`Comparison.ok` means "passed on real evidence": it is ``False`` for everything but
+``"pass"``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -28,16 +39,42 @@ import tvm
 from tvm import relax
 
 from ..errors import BuildError
+from ..engine.tolerance import ROUNDINGS
 from ..ir import compat as C
+from ..ir.dtypes import machine_epsilon
 from .indices import index_ranges, out_of_bounds
 
 #: Integers for inputs that index nothing known: small, so valid in small tensors.
 DEFAULT_INT_RANGE = (0, 8)
 
+#: The verdicts of a comparison (:attr:`Comparison.status`).
+PASS, FAIL, INCONCLUSIVE, REFUSED = "pass", "fail", "inconclusive", "refused"
+
+
+def norm_bound(dtype: str | None, rtol: float) -> float:
+    """How far an output may be from its reference *as a whole*:
+    ``norm(got - ref) / norm(ref)`` at most ``max(rtol, ROUNDINGS * eps(dtype))``.
+
+    The elementwise bound ``atol + rtol * |ref|`` lets every element be off by ``atol``,
+    which is everything when the outputs are small: a random-weight network whose outputs
+    are 3e-5 passes a rule that scales them by 1.5 at ``atol = 1e-4``.  The relative error
+    of the whole tensor does not depend on the outputs' scale, and a rewrite that only
+    rounds differently keeps it near the dtype's epsilon, so it is held to the comparison's
+    own ``rtol``, and never below :data:`~patternkit.engine.tolerance.ROUNDINGS` roundings
+    of the output's dtype (the rule's default tolerance), which a reordered float16 sum
+    may legitimately need.  Integer outputs have no epsilon: ``rtol`` alone.
+    """
+    eps = machine_epsilon(dtype)
+    return max(rtol, ROUNDINGS * eps) if eps is not None else rtol
+
 
 @dataclass(frozen=True)
 class Comparison:
-    """Outcome of comparing two modules on the same random inputs."""
+    """Outcome of comparing two modules on the same random inputs.
+
+    ``ok`` means "passed on real evidence" (``status == "pass"``); a caller that needs to
+    tell a wrong result from weak evidence reads :attr:`status` and :attr:`reason`.
+    """
 
     max_abs_error: float
     max_rel_error: float
@@ -50,15 +87,45 @@ class Comparison:
     #: ``(inputs, before's outputs, after's outputs)`` when :func:`compare` was asked to
     #: keep them (``keep_runs=True``), for a caller that measures the runs further.
     runs: tuple | None = field(default=None, repr=False, compare=False)
+    #: ``"pass"``, ``"fail"``, ``"inconclusive"`` (the reference's outputs are weak
+    #: evidence, see the module docstring) or ``"refused"``; derived from ``ok`` and
+    #: ``refused`` when not given.
+    status: str = ""
+    #: Why the comparison did not pass, in one line ("" when it passed).
+    reason: str = ""
+    #: The smallest root mean square of a reference output's finite elements: how much
+    #: evidence the weakest output carries (NaN when nothing was run).
+    magnitude: float = float("nan")
+    #: The largest ``norm(got - ref) / norm(ref)`` over the outputs, and the bound it was
+    #: held to (:func:`norm_bound`, the loosest among the outputs' dtypes).
+    norm_error: float = 0.0
+    norm_bound: float = float("nan")
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            status = REFUSED if self.refused else PASS if self.ok else FAIL
+            object.__setattr__(self, "status", status)
+        if self.ok != (self.status == PASS):
+            raise ValueError(f"a comparison is ok exactly when it passes, found ok={self.ok} "
+                             f"with status {self.status!r}")
+
+    @property
+    def inconclusive(self) -> bool:
+        """The reference's outputs could not tell a right result from a wrong one."""
+        return self.status == INCONCLUSIVE
 
     def __str__(self) -> str:
         if self.refused:
             return "REFUSED: " + "; ".join(self.refused)
+        if self.status == INCONCLUSIVE:
+            return f"INCONCLUSIVE: {self.reason}"
         verdict = "match" if self.ok else "MISMATCH"
         if self.identical:
             return f"{verdict}: identical modules ({self.outputs} output(s))"
-        return (f"{verdict}: {self.outputs} output(s), max abs error {self.max_abs_error:.3g}, "
-                f"max rel error {self.max_rel_error:.3g}")
+        text = (f"{verdict}: {self.outputs} output(s), max abs error {self.max_abs_error:.3g}, "
+                f"max rel error {self.max_rel_error:.3g}, relative error as a whole "
+                f"{self.norm_error:.3g}")
+        return text + (f" ({self.reason})" if self.reason and not self.ok else "")
 
 
 def _needs_lambda_lift(mod: tvm.IRModule) -> bool:
@@ -118,6 +185,12 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
     smallest table they index (:func:`~patternkit.verification.indices.index_ranges`),
     else of :data:`DEFAULT_INT_RANGE`.
     Symbolic dimensions take their value from ``shape_vars`` or ``default_dim``.
+
+    An integer or boolean input of two or more elements whose draw came out constant
+    (a mask that is all ``False`` masks every row; token ids all equal make every
+    position look alike) gets its first element changed to another value of its range:
+    such draws make outputs constant, which a comparison cannot judge.  The change is a
+    function of the draw, so the inputs stay a function of ``seed``.
     """
     rng = np.random.default_rng(seed)
     shape_vars = shape_vars or {}
@@ -137,8 +210,22 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
         else:
             lo, hi = ranges.get(C.var_name(param), DEFAULT_INT_RANGE)
             arr = rng.integers(lo, hi, size=shape)
+        if dtype == "bool":
+            arr = _not_constant(arr, 0, 2)
+        elif not dtype.startswith(("float", "bfloat")):
+            arr = _not_constant(arr, lo, hi)
         arrays.append(np.asarray(arr).astype(dtype))
     return arrays
+
+
+def _not_constant(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``arr`` with its first element moved off the common value when all its elements
+    are equal and ``[lo, hi)`` holds another value (see :func:`random_inputs`)."""
+    if arr.size < 2 or hi - lo < 2 or np.any(arr != arr.flat[0]):
+        return arr
+    arr = arr.copy()
+    arr.flat[0] = lo if arr.flat[0] != lo else lo + 1
+    return arr
 
 
 def flatten(result) -> list[np.ndarray]:
@@ -211,11 +298,12 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
         inputs = random_inputs(before[func_name], seed=seed, **input_options)
     refused = tuple(out_of_bounds(before[func_name], inputs))
     if refused:
-        return Comparison(float("nan"), float("nan"), 0, False, refused)
+        return Comparison(float("nan"), float("nan"), 0, False, refused,
+                          reason="; ".join(refused))
     ref = run(before, inputs, func_name, vm=_built(REFERENCE_BUILDS, before, "before"))
     if after is before or tvm_ffi.structural_equal(after, before):
         # the same program: its build would run the same kernels on the same inputs
-        return Comparison(0.0, 0.0, len(ref), True, identical=True,
+        return Comparison(0.0, 0.0, len(ref), True, identical=True, status=PASS,
                           runs=(inputs, ref, ref) if keep_runs else None)
     got = run(after, inputs, func_name, vm=_built(CANDIDATE_BUILDS, after, "after"))
     result = compare_outputs(ref, got, rtol=rtol, atol=atol)
@@ -249,17 +337,36 @@ def _first_line(err: Exception) -> str:
 
 def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,
                     atol: float = 1e-5) -> Comparison:
-    """Compare two runs' flattened outputs (:func:`run`); equal NaNs and infinities agree.
+    """Compare two runs' flattened outputs (:func:`run`); ``ref`` is the reference.
 
-    A NaN where the other run has a number is an infinite error in both figures.
+    Equal NaNs and infinities agree; a NaN where the other run has a number is an
+    infinite error in both figures, and fails.  Each output is judged in turn:
+
+    1. every element within ``atol + rtol * |ref|`` (``numpy.allclose``), else ``"fail"``;
+    2. the reference output is evidence: its finite elements are not all zero, not all
+       equal (within the tolerance), not absent (all NaN or infinite), and their root
+       mean square exceeds ``atol``; else ``"inconclusive"``, whatever the errors, since a
+       wrong result that small passes step 1 too and the relative figures are rounding
+       noise;
+    3. ``norm(got - ref) / norm(ref)`` over its finite elements within
+       :func:`norm_bound` of its dtype, else ``"fail"``.
+
+    The verdict is ``"fail"`` if any output fails, else ``"inconclusive"`` if any output
+    is weak evidence (a rewrite may have changed only that output), else ``"pass"``.
     """
     if len(ref) != len(got):
-        return Comparison(float("inf"), float("inf"), len(ref), False)
-    max_abs = max_rel = 0.0
-    ok = True
-    for r, g in zip(ref, got):
+        return Comparison(float("inf"), float("inf"), len(ref), False,
+                          reason=f"{len(ref)} reference output(s), {len(got)} compared")
+    max_abs = max_rel = norm_error = 0.0
+    bound, magnitude = 0.0, float("inf")
+    failures: list[str] = []
+    weak: list[str] = []
+    evidence = 0
+    for index, (r, g) in enumerate(zip(ref, got)):
+        where = f"output {index}" if len(ref) > 1 else "the output"
         if r.shape != g.shape:
-            return Comparison(float("inf"), float("inf"), len(ref), False)
+            return Comparison(float("inf"), float("inf"), len(ref), False,
+                              reason=f"{where}: shape {g.shape}, reference {r.shape}")
         r64, g64 = r.astype("float64"), g.astype("float64")
         same = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))  # equal infinities count
         diff = np.where(same, 0.0, np.abs(r64 - g64))
@@ -271,12 +378,65 @@ def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 
             rel = diff / np.fmax(np.abs(r64), 1e-12)  # fmax: a NaN reference divides by 1e-12
             rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: a finite value, reference inf
             max_rel = max(max_rel, float(rel.max()))
-        ok = ok and bool(np.allclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True))
-    return Comparison(max_abs, max_rel, len(ref), ok)
+        if r64.size == 0:  # nothing to compare, nothing to learn
+            continue
+        finite = np.isfinite(r64)
+        values = r64[finite]
+        rms = float(np.sqrt(np.mean(values ** 2))) if values.size else 0.0
+        magnitude = min(magnitude, rms)
+        dtype_bound = norm_bound(str(r.dtype), rtol)
+        bound = max(bound, dtype_bound)
+        scale = float(np.linalg.norm(values))
+        off = float(np.linalg.norm(diff[finite]))
+        error = off / scale if scale > 0 else 0.0 if off == 0 else float("inf")
+        norm_error = max(norm_error, error)
+        with np.errstate(invalid="ignore"):  # inf - inf: judged by ``same``
+            close = np.abs(g64 - r64) <= atol + rtol * np.abs(r64)
+        outside = int(np.count_nonzero(~(close | same)))
+        if outside:
+            failures.append(f"{where}: {outside} of {r64.size} element(s) outside atol + "
+                            f"rtol * |reference|")
+            continue
+        why = _weak_evidence(values, r64.size, rms, rtol, atol)
+        if why:
+            weak.append(f"{where} {why}")
+            continue
+        evidence += 1
+        if error > dtype_bound:
+            failures.append(f"{where}: relative error as a whole {error:.3g} exceeds "
+                            f"{dtype_bound:.3g} ({r.dtype})")
+    magnitude = magnitude if math.isfinite(magnitude) else float("nan")
+    figures = dict(magnitude=magnitude, norm_error=norm_error, norm_bound=bound or float("nan"))
+    if failures:
+        return Comparison(max_abs, max_rel, len(ref), False, status=FAIL,
+                          reason="; ".join(failures), **figures)
+    if weak or not evidence:
+        reason = "; ".join(weak) if weak else "no output has an element"
+        return Comparison(max_abs, max_rel, len(ref), False, status=INCONCLUSIVE,
+                          reason=f"not evidence: {reason}", **figures)
+    return Comparison(max_abs, max_rel, len(ref), True, status=PASS, **figures)
+
+
+def _weak_evidence(values: np.ndarray, size: int, rms: float, rtol: float,
+                   atol: float) -> str:
+    """Why an output whose finite elements are ``values`` (of ``size``) cannot tell a right
+    result from a wrong one, or ""."""
+    if not values.size:
+        return "is all NaN or infinite"
+    if not np.any(values):
+        return "is all zero" + (f" where finite ({values.size} of {size})"
+                                if values.size < size else "")
+    if rms <= atol:
+        return f"is too small: magnitude (root mean square) {rms:.3g} <= atol {atol:.3g}"
+    spread = float(values.max() - values.min())
+    if values.size > 1 and spread <= atol + rtol * float(np.abs(values).max()):
+        return f"is constant ({float(values.flat[0]):.6g}, spread {spread:.3g})"
+    return ""
 
 
 def assert_same_numerics(before: tvm.IRModule, after: tvm.IRModule, **options) -> Comparison:
-    """:func:`compare`, raising ``AssertionError`` with the error figures on mismatch."""
+    """:func:`compare`, raising ``AssertionError`` with the error figures unless it passed
+    (an inconclusive comparison is not a pass: see the module docstring)."""
     result = compare(before, after, **options)
     if not result.ok:
         raise AssertionError(f"numeric check failed: {result}")

@@ -86,16 +86,28 @@ def test_compare_reports_the_largest_absolute_and_relative_errors():
     assert (result.max_abs_error, result.max_rel_error, result.outputs) == (0.125, 0.125, 1)
     assert not result.ok
     assert str(result) == ("MISMATCH: 1 output(s), max abs error 0.125, "
-                           "max rel error 0.125")
+                           "max rel error 0.125, relative error as a whole 0.0271 (the "
+                           "output: 4 of 4 element(s) outside atol + rtol * |reference|)")
 
 
 @pytest.mark.parametrize("tolerance", ["atol", "rtol"])
 def test_an_error_exactly_at_the_tolerance_passes_and_just_above_fails(tolerance):
-    other = "rtol" if tolerance == "atol" else "atol"
-    at = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, **{tolerance: 0.125, other: 0})
-    below = pk.compare(Plus, PlusAnEighth, inputs=INPUTS,
-                       **{tolerance: float(np.nextafter(0.125, 0)), other: 0})
+    # atol binds where the reference is 0; the relative error as a whole (0.125 * 2 over
+    # norm([2, 4, 8]) = 0.027) is held to rtol, so rtol leaves it room there
+    inputs, other = ([np.array([0.0, 2.0, 4.0, 8.0], "float32")], {"rtol": 0.03}) \
+        if tolerance == "atol" else (INPUTS, {"atol": 0})
+    at = pk.compare(Plus, PlusAnEighth, inputs=inputs, **{tolerance: 0.125}, **other)
+    below = pk.compare(Plus, PlusAnEighth, inputs=inputs,
+                       **{tolerance: float(np.nextafter(0.125, 0))}, **other)
     assert at.ok and not below.ok
+
+
+def test_an_absolute_tolerance_does_not_excuse_an_error_of_the_whole_output():
+    # every element within atol = 0.125, yet the output as a whole is 2.7 % off
+    result = pk.compare(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.125)
+    assert result.status == "fail" and not result.ok
+    assert result.norm_error == pytest.approx(0.125 * 2 / np.linalg.norm(INPUTS[0]))
+    assert "relative error as a whole" in result.reason
 
 
 def test_identical_modules_compare_exactly_on_seeded_random_inputs():
@@ -154,7 +166,7 @@ def test_assert_same_numerics_raises_with_the_figures_or_returns_the_comparison(
     with pytest.raises(AssertionError, match=r"numeric check failed: MISMATCH: 1 output\(s\), "
                                              r"max abs error 0\.125"):
         pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.1)
-    result = pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.125)
+    result = pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0.03, atol=0.125)
     assert isinstance(result, pk.Comparison) and result.ok
 
 
