@@ -104,6 +104,12 @@ class RewriteRecord:
     root_var: Any
     replaced_vars: tuple
     round: int
+    #: The value the rule put in place of the root (``None`` for a multi-root rule), and
+    #: the function as the round found it: with them the matched region and its
+    #: replacement can be cut out and run side by side (per-site validation,
+    #: :mod:`patternkit.verification.sites`).  References only: nothing is computed.
+    replacement: Any = field(default=None, compare=False, repr=False)
+    source: Any = field(default=None, compare=False, repr=False)
 
     @property
     def root(self) -> str:
@@ -465,7 +471,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                 if log is not None:
                     log.records.append(RewriteRecord(rule.name, fn.name, group.root_var,
                                                      (*group.match.internal, group.root_var),
-                                                     round_index))
+                                                     round_index, new_value, fn.func))
             if declines:
                 _LOG.info("rule %s left %d match(es) in '%s' as they were: its rewrite returned "
                           "None or the match itself (round %d)", rule.name, declines, fn.name,

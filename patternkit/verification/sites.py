@@ -1,0 +1,651 @@
+"""Per-site translation validation: every rewrite checked where it happened.
+
+A whole-model comparison on random weights is a weak oracle on its own: an error made in
+one layer attenuates through the rest, saturates in a softmax, or vanishes into outputs
+that are all zero.  So each rewrite of a run (each record of a
+:class:`~patternkit.engine.driver.RewriteLog`) is checked on its own: the region the rule
+matched (its bindings, reading the values it read as parameters) and the replacement the
+rule wrote (reading the same values) are cut out of the function as it was when the rule
+ran, as two small Relax functions with the same parameters, built for ``llvm`` and run
+side by side on
+
+* **the values the real model feeds the site**: the entry function is run once on the
+  job's inputs with every site's inputs as extra outputs (one build for all sites);
+* **adversarial draws** from the site's types: uniform in [-1, 1] and in [0.5, 1.5] (the
+  domain of a square root or a logarithm), wide values (+-1e4 in float32, +-1e2 in 16-bit
+  floats), zeros; each again with every symbolic dimension bound to 1.
+
+Tensor constants the region reads (weights, norm scales) become parameters too, fed their
+own values in every draw: a rule's guard may depend on them (an exponent of exactly 2),
+and identical layers then cut out as identical functions.  Sites that are identical up to
+structure (same rule, same region, same types: a 12-layer model has one per layer kind)
+are built once and run on every duplicate's real values; all sites of a run build as one
+module.
+
+The judgement (:func:`judge`) is elementwise ``|got - ref| <= rtol * |ref| + atol * scale``,
+with ``scale`` the reference's root mean square: a 1 % error fails wherever it happens,
+and a value near zero is judged against its tensor's own scale, not against an absolute
+``atol``.  Reference elements that are not finite are no evidence (a rewrite may avoid an
+overflow the written-out form had), a result that is not finite where the reference is
+fails, and a draw whose reference is all zero or constant cannot pass a site (it can still
+fail it).  A site none of whose draws gave evidence is ``not_run``, with the reason: never
+``pass``.  Where a draw misses and the caller can widen a function to float64
+(``widen=``), both sides are measured against the widened region: the rewrite may round
+differently than the code it replaced, not worse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..engine.driver import RewriteLog, RewriteRecord
+from ..engine.tolerance import Tolerance, default_tolerance
+from ..ir import compat as C
+from ..ir.walk import substitute, vars_read
+from . import numeric
+
+__all__ = ["Site", "SiteReport", "validate_sites", "judge", "Judgement"]
+
+#: How much further from the float64 region the rewritten one may be (as the job's
+#: whole-model arbitration, :mod:`patternkit.app.precision`).
+SLACK = 2.0
+
+#: The half-width of the "wide" draw, per float width: far outside the [-1, 1] of the
+#: usual draw, where a constant dropped or an epsilon changed shows, but inside what the
+#: dtype can square without overflowing everywhere.
+WIDE = {"float16": 1e2, "bfloat16": 1e2, "float32": 1e4, "float64": 1e4}
+
+
+# -- the judgement ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judgement:
+    """One draw's verdict: ``"pass"``, ``"fail"`` or ``"inconclusive"``, and why."""
+
+    verdict: str
+    max_abs_error: float
+    max_rel_error: float
+    reason: str = ""
+
+
+def judge(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float,
+          atol: float) -> Judgement:
+    """Compare one draw's outputs; see the module docstring for the rule."""
+    if len(ref) != len(got):
+        return Judgement("fail", math.inf, math.inf,
+                         f"{len(got)} output(s) where the region gives {len(ref)}")
+    worst_abs = worst_rel = 0.0
+    degenerate = []
+    failed = ""
+    for position, (r, g) in enumerate(zip(ref, got)):
+        if r.shape != g.shape:
+            return Judgement("fail", math.inf, math.inf,
+                             f"output {position} has shape {g.shape}, the region's {r.shape}")
+        r64, g64 = np.asarray(r, "float64"), np.asarray(g, "float64")
+        finite = np.isfinite(r64)
+        lost = finite & ~np.isfinite(g64)
+        if lost.any():
+            return Judgement("fail", math.inf, math.inf,
+                             f"{int(lost.sum())} value(s) not finite where the region's are")
+        values = r64[finite]
+        if values.size == 0:
+            degenerate.append("no finite value")
+            continue
+        diff = np.abs(r64 - g64)[finite]
+        scale = float(np.sqrt(np.mean(values ** 2)))
+        worst_abs = max(worst_abs, float(diff.max()))
+        worst_rel = max(worst_rel, float(diff.max()) / scale if scale else
+                        (0.0 if not diff.any() else math.inf))
+        if scale == 0.0 or float(np.ptp(values)) == 0.0:
+            degenerate.append("all zero" if scale == 0.0 else f"constant ({values.flat[0]:.3g})")
+            bound = atol + rtol * np.abs(values)  # judged absolutely: there is no scale
+        else:
+            bound = rtol * np.abs(values) + atol * scale
+        over = diff > bound
+        if over.any() and not failed:
+            k = int(np.argmax(diff - bound))
+            failed = (f"{int(over.sum())} of {diff.size} value(s) off, worst {diff[k]:.3g} "
+                      f"at a reference value {values[k]:.3g} (bound {bound[k]:.3g}, scale "
+                      f"{scale:.3g})")
+    if failed:
+        return Judgement("fail", worst_abs, worst_rel, failed)
+    if degenerate:
+        return Judgement("inconclusive", worst_abs, worst_rel,
+                         "the region's output is " + ", ".join(degenerate))
+    return Judgement("pass", worst_abs, worst_rel)
+
+
+# -- the report ---------------------------------------------------------------------------
+@dataclass
+class Site:
+    """One validated site (and the identical sites validated with it)."""
+
+    rule: str
+    function: str
+    binding: str
+    status: str  # "pass", "fail" or "not_run"
+    reason: str = ""
+    #: The draws that ran, each with its verdict: ``"real values: pass"``.
+    inputs: list[str] = field(default_factory=list)
+    max_abs_error: float = math.nan
+    max_rel_error: float = math.nan
+    tolerance: str = ""
+    #: Bindings of the sites identical to this one, validated with it.
+    duplicates: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        where = f"{self.rule} at {self.function}:{self.binding}"
+        if self.status == "not_run":
+            return f"NOT RUN {where}: {self.reason}"
+        figures = (f"max abs error {self.max_abs_error:.3g}, max rel error "
+                   f"{self.max_rel_error:.3g}")
+        if self.status == "fail":
+            return f"FAIL {where}: {self.reason} ({figures})"
+        return f"pass {where} ({figures}; {len(self.inputs)} draw(s))"
+
+
+@dataclass
+class SiteReport:
+    """What :func:`validate_sites` found: one :class:`Site` per distinct site."""
+
+    sites: list[Site] = field(default_factory=list)
+    #: Builds the validation took (one for the real values, one or a few for the sites).
+    builds: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No site failed (a site that could not run is not a failure)."""
+        return not self.failures
+
+    @property
+    def failures(self) -> list[Site]:
+        return [s for s in self.sites if s.status == "fail"]
+
+    def by_rule(self) -> dict[str, dict[str, int]]:
+        """Rule -> ``{"sites", "validated", "failed", "not_run"}``, duplicates counted."""
+        out: dict[str, dict[str, int]] = {}
+        for site in self.sites:
+            row = out.setdefault(site.rule, {"sites": 0, "validated": 0, "failed": 0,
+                                             "not_run": 0})
+            n = 1 + len(site.duplicates)
+            row["sites"] += n
+            row[{"pass": "validated", "fail": "failed", "not_run": "not_run"}[site.status]] += n
+        return out
+
+    def summary_lines(self) -> list[str]:
+        """``rule: N sites, M validated, K failed`` per rule."""
+        lines = []
+        for rule, row in self.by_rule().items():
+            line = (f"{rule}: {row['sites']} site(s), {row['validated']} validated, "
+                    f"{row['failed']} failed")
+            if row["not_run"]:
+                line += f", {row['not_run']} not run"
+            lines.append(line)
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "builds": self.builds, "by_rule": self.by_rule(),
+                "sites": [asdict(s) for s in self.sites]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def __str__(self) -> str:
+        return "\n".join(self.summary_lines() + [str(s) for s in self.sites
+                                                  if s.status != "pass"])
+
+
+# -- cutting a site out -------------------------------------------------------------------
+@dataclass
+class _Region:
+    """A site cut out: the matched region and its replacement as functions."""
+
+    record: RewriteRecord
+    inputs: list  # per parameter: the Var or tensor constant of the source it stands for
+    before: relax.Function
+    after: relax.Function
+    key: int
+
+
+class _Bindings:
+    """The bindings of one source function by Var handle: ``(position, binding, dataflow)``."""
+
+    def __init__(self, func: relax.Function):
+        self.by_var: dict[int, tuple[int, Any, bool]] = {}
+        position = 0
+        for block in func.body.blocks:
+            dataflow = isinstance(block, relax.DataflowBlock)
+            for binding in block.bindings:
+                self.by_var[C.handle(binding.var)] = (position, binding, dataflow)
+                position += 1
+
+
+def _tensor_constants(expr: Any) -> list:
+    """Tensor constants of rank 1 and more in ``expr`` (scalars stay in the structure)."""
+    found: list = []
+    relax.analysis.post_order_visit(
+        expr, lambda e: found.append(e) if isinstance(e, tvm.ir.GenericConst)
+        and len(e.value.shape) > 0 else None)
+    return found
+
+
+def _cut(record: RewriteRecord, cache: dict[int, _Bindings]) -> _Region | str:
+    """The region of ``record`` and its replacement, or why they cannot be cut out."""
+    source = record.source
+    if source is None or record.replacement is None:
+        return "a multi-root rule's rewrite: its region is not recorded"
+    bindings = cache.get(id(source))
+    if bindings is None:
+        bindings = cache[id(source)] = _Bindings(source)
+    region = []
+    for var in record.replaced_vars:
+        found = bindings.by_var.get(C.handle(var))
+        if found is None:
+            return f"binding {C.var_name(var)} is not in function {record.function}"
+        position, binding, dataflow = found
+        if not isinstance(binding, relax.VarBinding):
+            return f"binding {C.var_name(var)} is a match_cast"
+        if not dataflow:
+            return f"binding {C.var_name(var)} is outside a dataflow block"
+        if not C.is_pure_value(binding.value):
+            return f"binding {C.var_name(var)} calls an impure function"
+        region.append((position, binding))
+    region.sort(key=lambda item: item[0])
+    inside = {C.handle(b.var) for _, b in region}
+    inputs: list = []
+    seen: set[int] = set()
+    values = [b.value for _, b in region] + [record.replacement]
+    for value in values:
+        for leaf in [*vars_read(value), *_tensor_constants(value)]:
+            key = C.handle(leaf)
+            if key in inside or key in seen:
+                continue
+            seen.add(key)
+            if isinstance(leaf, relax.Var) and not isinstance(leaf.ty, relax.TensorType):
+                return (f"it reads {C.var_name(leaf)}, of type {leaf.ty}: only tensors can be "
+                        f"drawn")
+            inputs.append(leaf)
+    try:
+        before = _site_function(region, inputs, None)
+        after = _site_function(region, inputs, record.replacement)
+    except Exception as err:  # e.g. a symbolic size no parameter defines
+        return f"the region does not stand alone as a function: {numeric._first_line(err)}"
+    key = hash((C.structural_hash(before), C.structural_hash(after)))
+    return _Region(record, inputs, before, after, key)
+
+
+def _site_function(region: list, inputs: list, replacement: Any) -> relax.Function:
+    """The region as a function of ``inputs``; with ``replacement``, its root replaced."""
+    params = [relax.Var(C.var_name(x) if isinstance(x, relax.Var) else f"const{i}", x.ty)
+              for i, x in enumerate(inputs)]
+    mapping = {C.handle(x): p for x, p in zip(inputs, params)}
+    bb = relax.BlockBuilder()
+    with bb.function("site", params):
+        with bb.dataflow():
+            last = len(region) - 1
+            for i, (_, binding) in enumerate(region):
+                value = replacement if i == last and replacement is not None else binding.value
+                mapping[C.handle(binding.var)] = bb.emit(
+                    substitute(value, mapping, by_handle=True, keep_types=False))
+            out = bb.emit_output(mapping[C.handle(region[last][1].var)])
+        bb.emit_func_output(out)
+    return bb.get()["site"]
+
+
+# -- the values the real model feeds each site --------------------------------------------
+#: The name of the entry function's copy that returns the sites' inputs.
+PROBE = "__patternkit_site_inputs"
+
+
+@dataclass
+class _Probe:
+    """The entry function rebuilt to return the values every site reads.
+
+    Its dataflow blocks become plain blocks (a dataflow Var is invisible outside its
+    block) and every wanted Var bound in it is its result; it builds in the same module as
+    the sites, so reading the model's own values costs no build of its own.
+    """
+
+    function: relax.Function | None
+    captured: list[int]  # handles of the Vars it returns, in order
+    params: dict[int, int]  # handle of a parameter of the entry -> its position
+    note: str = ""
+
+
+def _probe(mod: tvm.IRModule, func_name: str, wanted: list) -> _Probe:
+    func = mod[func_name]
+    params = {C.handle(p): i for i, p in enumerate(func.params)}
+    mapping: dict[int, Any] = {}
+    blocks = []
+    bound: dict[int, Any] = {}
+    for block in func.body.blocks:
+        new_bindings = []
+        for binding in block.bindings:
+            var = binding.var
+            if isinstance(var, relax.DataflowVar):
+                new_var = mapping[C.handle(var)] = relax.Var(C.var_name(var), var.ty)
+            else:
+                new_var = var
+            value = substitute(binding.value, mapping, by_handle=True)
+            if isinstance(binding, relax.MatchCast):
+                new_bindings.append(relax.MatchCast(new_var, value, binding.ty))
+            else:
+                new_bindings.append(relax.VarBinding(new_var, value))
+            bound[C.handle(var)] = new_var
+        blocks.append(relax.BindingBlock(new_bindings))
+    captured = [k for k in dict.fromkeys(C.handle(v) for v in wanted)
+                if k in bound and k not in params and isinstance(bound[k].ty, relax.TensorType)]
+    if not captured:
+        return _Probe(None, [], params)
+    try:
+        result = relax.Tuple([bound[k] for k in captured])
+        probe = relax.Function(func.params, relax.SeqExpr(blocks, result),
+                               relax.TupleType([bound[k].ty for k in captured]), func.is_pure,
+                               func.attrs)
+        probe = relax.BlockBuilder().normalize(probe).with_attr("global_symbol", PROBE)
+    except Exception as err:  # noqa: BLE001 - the sites still get their adversarial draws
+        return _Probe(None, [], params, "the model's own values could not be read: "
+                                        f"{numeric._first_line(err)}")
+    return _Probe(probe, captured, params)
+
+
+def _read_values(probe: _Probe, vm: Any, inputs: list[np.ndarray]
+                 ) -> tuple[dict[int, np.ndarray], str]:
+    """``({handle: value}, why not)`` of the wanted Vars on the model's own inputs."""
+    values = {k: inputs[i] for k, i in probe.params.items()}
+    if probe.function is None:
+        return values, probe.note
+    try:
+        outputs = numeric.flatten(vm[PROBE](*[C.to_tensor(a) for a in inputs]))
+    except Exception as err:  # noqa: BLE001
+        return values, f"the model's own values could not be read: {numeric._first_line(err)}"
+    values.update(zip(probe.captured, outputs))
+    return values, ""
+
+
+# -- the draws ----------------------------------------------------------------------------
+def _symbolic_sizes(func: relax.Function, arrays: Sequence[np.ndarray] | None) -> dict[str, int]:
+    """Symbolic dimension name -> size, read off ``arrays`` (the site's real values)."""
+    sizes: dict[str, int] = {}
+    if arrays is None:
+        return sizes
+    for param, array in zip(func.params, arrays):
+        shape = C.static_shape(param.ty) or ()
+        for dim, size in zip(shape, np.shape(array)):
+            if tvm.ir.is_prim_var(dim):
+                sizes.setdefault(dim.name, int(size))
+    return sizes
+
+
+def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
+           ) -> list[tuple[str, list[np.ndarray]]]:
+    """``(label, inputs)`` per draw: the real values first, then the adversarial ones."""
+    func = region.before
+    constants = {i: x.value.numpy() for i, x in enumerate(region.inputs)
+                 if isinstance(x, tvm.ir.GenericConst)}
+    sizes = _symbolic_sizes(func, real[0][1] if real else None)
+    symbolic = {v.name for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
+    dtype = next((C.dtype_of(p.ty) for p in func.params
+                  if (C.dtype_of(p.ty) or "").startswith(("float", "bfloat"))), "float32")
+    wide = WIDE.get(dtype, 1e4)
+    draws = list(real)
+    shapes = [("", sizes)]
+    if symbolic:
+        shapes.append((", every symbolic dimension 1", {name: 1 for name in symbolic}))
+    for suffix, shape_vars in shapes:
+        for label, low, high in (("uniform [-1, 1]", -1.0, 1.0),
+                                 ("uniform [0.5, 1.5]", 0.5, 1.5),  # a sqrt's or log's domain
+                                 (f"wide [-{wide:g}, {wide:g}]", -wide, wide),
+                                 ("zeros", 0.0, 0.0)):
+            try:
+                arrays = numeric.random_inputs(func, seed=seed, shape_vars=shape_vars,
+                                               low=low, high=high)
+            except ValueError:
+                continue
+            for i, value in constants.items():
+                arrays[i] = value
+            if low == high == 0.0:
+                arrays = [np.zeros_like(a) if i not in constants
+                          and a.dtype.kind == "f" else a for i, a in enumerate(arrays)]
+            draws.append((label + suffix, arrays))
+    return draws
+
+
+# -- validation ---------------------------------------------------------------------------
+def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: RewriteLog, *,
+                   inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
+                   func_name: str | None = None,
+                   tolerance: Callable[[str, str | None], Tolerance] | None = None,
+                   widen: Callable[[relax.Function], relax.Function] | None = None
+                   ) -> SiteReport:
+    """Validate every rewrite ``log`` recorded; a :class:`SiteReport`.
+
+    Parameters
+    ----------
+    before, after : IRModule
+        The module the rewrite was given and what it returned (``after`` is not read: the
+        log holds each site's region and replacement; it is accepted so that a call says
+        what it validates).  Neither is modified.
+    log : RewriteLog
+        The log of the ``pk.rewrite`` call.
+    inputs : arrays, optional
+        One per parameter of ``func_name`` in ``before``: the sites of that function are
+        also run on the values the model computes from them.
+    func_name : str, optional
+        The function ``inputs`` are for (default ``main``).
+    tolerance : callable, optional
+        ``(rule name, dtype) -> Tolerance``; default
+        :func:`~patternkit.engine.tolerance.default_tolerance`.
+    widen : callable, optional
+        A site function -> the same function in float64, for the arbitration of a draw
+        that misses (see the module docstring).
+    """
+    del after  # see the docstring: the log is the record of what changed
+    func_name = func_name or "main"
+    tol_of = tolerance or (lambda rule, dtype: default_tolerance(dtype))
+    cache: dict[int, _Bindings] = {}
+    groups: dict[int, list[_Region]] = {}
+    report = SiteReport()
+    for record in log.records:
+        region = _cut(record, cache)
+        if isinstance(region, str):
+            report.sites.append(Site(record.rule, record.function, record.root, "not_run",
+                                     region))
+        else:
+            groups.setdefault(region.key, []).append(region)
+    probe = None
+    if inputs is not None and groups:
+        wanted = [x for regions in groups.values() for r in regions
+                  if r.record.function == func_name
+                  for x in r.inputs if isinstance(x, relax.Var)]
+        probe = _probe(before, func_name, wanted)
+    built = _build_all(list(groups.values()), before, probe)
+    report.builds += built.builds
+    real_values: dict[int, np.ndarray] = {}
+    capture_note = ""
+    if probe is not None:
+        real_values, capture_note = _read_values(probe, built.probe_vm, list(inputs))
+    for number, regions in enumerate(groups.values()):
+        first = regions[0]
+        vm, why = built.vm_of(number)
+        tol = tol_of(first.record.rule, C.dtype_of(first.before.ret_ty))
+        site = Site(first.record.rule, first.record.function, first.record.root, "not_run",
+                    tolerance=str(tol), duplicates=[r.record.root for r in regions[1:]])
+        report.sites.append(site)
+        if vm is None:
+            site.reason = why
+            continue
+        real = []
+        for r in regions:
+            arrays = _real_inputs(r, real_values, func_name)
+            if arrays is not None:
+                real.append((f"real values at {r.record.root}", arrays))
+        if not real and inputs is not None:
+            site.inputs.append("real values: " + (capture_note or "not available (an input "
+                               "is made by an earlier rewrite or lives in another function)"))
+        _run_site(site, vm, number, _draws(first, real, seed), tol, first, widen)
+    return report
+
+
+def _real_inputs(region: _Region, values: Mapping[int, np.ndarray], func_name: str
+                 ) -> list[np.ndarray] | None:
+    if region.record.function != func_name:
+        return None
+    arrays = []
+    for x in region.inputs:
+        if isinstance(x, tvm.ir.GenericConst):
+            arrays.append(x.value.numpy())
+        elif C.handle(x) in values:
+            arrays.append(values[C.handle(x)])
+        else:
+            return None
+    return arrays
+
+
+@dataclass
+class _Built:
+    """One VM for all sites, or per site where the module as a whole did not build."""
+
+    shared: Any = None
+    single: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    probe_vm: Any = None
+    builds: int = 0
+
+    def vm_of(self, number: int) -> tuple[Any, str]:
+        if self.shared is not None:
+            return self.shared, ""
+        return self.single.get(number, (None, "not built"))
+
+
+def _pair(number: int, region: _Region) -> dict[str, relax.Function]:
+    return {f"site{number}_{side}": getattr(region, side).with_attr(
+        "global_symbol", f"site{number}_{side}") for side in ("before", "after")}
+
+
+def _module(functions: Mapping[str, relax.Function],
+            base: tvm.IRModule | None = None) -> tvm.IRModule:
+    """``functions`` as a module; with ``base``, beside its functions (those the probe
+    calls)."""
+    found = dict(base.functions.items()) if base is not None else {}
+    found.update({C.typed_global_var(name, f): f for name, f in functions.items()})
+    return C.copy_module(base, found) if base is not None else tvm.IRModule(found)
+
+
+def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
+               probe: _Probe | None) -> _Built:
+    """Build every site pair, and the probe beside the model's functions, as one module;
+    where that fails, the probe alone and the sites pair by pair, so that one site TVM
+    cannot build does not cost the others their check."""
+    built = _Built()
+    functions: dict[str, relax.Function] = {}
+    for number, regions in enumerate(groups):
+        functions.update(_pair(number, regions[0]))
+    with_probe = probe is not None and probe.function is not None
+    if with_probe:
+        functions[PROBE] = probe.function
+    if not functions:
+        return built
+    built.builds += 1
+    try:
+        built.shared = numeric.build(_module(functions, before if with_probe else None))
+        built.probe_vm = built.shared
+        return built
+    except Exception:  # noqa: BLE001 - isolate the failure below
+        pass
+    if with_probe:
+        built.builds += 1
+        try:
+            built.probe_vm = numeric.build(_module({PROBE: probe.function}, before))
+        except Exception as err:  # noqa: BLE001
+            probe.function = None
+            probe.note = ("the model's own values could not be read: "
+                          f"{numeric._first_line(err)}")
+    for number, regions in enumerate(groups):
+        built.builds += 1
+        pair = _pair(number, regions[0])
+        try:
+            numeric.build(_module({k: v for k, v in pair.items() if k.endswith("before")}))
+        except Exception as err:  # noqa: BLE001
+            built.single[number] = (None, "the matched region does not build for llvm on "
+                                          f"its own: {numeric._first_line(err)}")
+            continue
+        try:
+            built.single[number] = (numeric.build(_module(pair)), "")
+        except Exception as err:  # noqa: BLE001
+            built.single[number] = (None, "the replacement does not build for llvm: "
+                                          f"{numeric._first_line(err)}")
+    return built
+
+
+def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
+              region: _Region, widen: Callable | None) -> None:
+    """Run every draw on both sides and set the site's verdict."""
+    errors: list[tuple[float, float]] = []
+    inconclusive: list[str] = []
+    for label, arrays in draws:
+        try:
+            tensors = [C.to_tensor(a) for a in arrays]
+            ref = numeric.flatten(vm[f"site{number}_before"](*tensors))
+            got = numeric.flatten(vm[f"site{number}_after"](*tensors))
+        except Exception as err:  # noqa: BLE001 - a draw the region cannot take
+            site.inputs.append(f"{label}: not run ({numeric._first_line(err)})")
+            continue
+        verdict = judge(ref, got, tol.rtol, tol.atol)
+        if verdict.verdict == "fail" and widen is not None:
+            verdict = _arbitrate(verdict, region, arrays, ref, got, tol, widen)
+        site.inputs.append(f"{label}: {verdict.verdict}")
+        if verdict.verdict == "inconclusive":
+            inconclusive.append(f"{label}: {verdict.reason}")
+            continue
+        errors.append((verdict.max_abs_error, verdict.max_rel_error))
+        if verdict.verdict == "fail":
+            site.status = "fail"
+            site.reason = f"{label}: {verdict.reason}"
+            break
+        site.status = "pass"
+    if errors:
+        site.max_abs_error = max(e[0] for e in errors)
+        site.max_rel_error = max(e[1] for e in errors)
+    if site.status == "not_run":
+        site.reason = ("no draw gave evidence: " + "; ".join(inconclusive) if inconclusive
+                       else "no draw could run")
+
+
+def _arbitrate(verdict: Judgement, region: _Region, arrays: list[np.ndarray],
+               ref: list[np.ndarray], got: list[np.ndarray], tol: Tolerance,
+               widen: Callable) -> Judgement:
+    """A missed draw measured against the region in float64: the replacement passes when
+    it is at most :data:`SLACK` times as far from it as the region itself (+ atol)."""
+    try:
+        wide = widen(region.before)
+        wide_inputs = [a.astype("float64") if a.dtype.kind == "f" or str(a.dtype) == "bfloat16"
+                       else a for a in arrays]
+        truth = numeric.run(_module({"wide": wide.with_attr("global_symbol", "wide")}),
+                            wide_inputs, "wide")
+    except Exception:  # noqa: BLE001 - no arbitration: the miss stands
+        return verdict
+    if len(truth) != len(ref):
+        return verdict
+    far_ref = far_got = 0.0
+    scale = 0.0
+    for t, r, g in zip(truth, ref, got):
+        t64 = np.asarray(t, "float64")
+        finite = np.isfinite(t64) & np.isfinite(np.asarray(r, "float64"))
+        if not finite.any():
+            continue
+        if (finite & ~np.isfinite(np.asarray(g, "float64"))).any():
+            return verdict
+        scale = max(scale, float(np.sqrt(np.mean(t64[finite] ** 2))))
+        far_ref = max(far_ref, float(np.abs(np.asarray(r, "float64") - t64)[finite].max()))
+        far_got = max(far_got, float(np.abs(np.asarray(g, "float64") - t64)[finite].max()))
+    if scale and far_got <= SLACK * far_ref + tol.atol * scale:
+        return Judgement("pass", verdict.max_abs_error, verdict.max_rel_error,
+                         f"within {SLACK:g}x the region's own distance to float64")
+    return verdict
+
