@@ -39,9 +39,11 @@ def _input_range(text: str) -> tuple[str, tuple[int, int]]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .job import run
+    from .loading import keep_params_spec
 
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] if args.patterns else None
-    report = run(args.model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
+    model = keep_params_spec(args.model) if args.keep_params else args.model
+    report = run(model, patterns=patterns, compiler=args.compiler, out_dir=args.out,
                  seed=args.seed, draw=not args.no_draw, func=args.func,
                  input_ranges=dict(args.input_range or ()), train=args.train,
                  full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
@@ -57,10 +59,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  if report.numeric.get("float64") else "")
               + f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
               f"round trips {_roundtrip_summary(report.roundtrip)}; "
-              + (f"gradients {'ok' if report.training.get('ok') else 'FAILED'}; "
-                 if args.train else "")
+              + (f"gradients {_training_summary(report.training)}; " if args.train else "")
               + f"report in {args.out}/report.md")
     return 0 if report.ok else 1
+
+
+def _training_summary(training: dict) -> str:
+    """``ok``, ``FAILED``, or ``NOT RUN (why)`` when there was nothing to check: a model
+    without a floating-point parameter is not a failed gradient check."""
+    if "ok" not in training or "reason" in training:
+        return f"NOT RUN ({training.get('reason', 'not checked')})"
+    return "ok" if training["ok"] else "FAILED"
 
 
 def _roundtrip_summary(roundtrip: dict) -> str:
@@ -257,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--train", action="store_true",
                      help="also differentiate the model (sum loss, every float parameter) "
                           "and check the gradients against finite differences")
+    run.add_argument("--keep-params", action="store_true",
+                     help="import the weights of a .pt2 file or a zoo model as parameters "
+                          "of the entry function instead of constants (what --train "
+                          "differentiates); the same as ?keep_params=true on the spec")
     run.add_argument("--full-drawing", action="store_true",
                      help="draw every node (default: repeated layers once, composites "
                           "collapsed, when the full layout would be slow)")

@@ -4,7 +4,11 @@ A model is a built-in name, a zoo spec, a ``.py`` file defining an ``IRModule``,
 ``.onnx`` file (imported after the rewrites of :mod:`patternkit.models.onnx_fixups`,
 which work around TVM 0.27 importer bugs without changing what the graph computes, and
 are logged) or a ``.pt2`` file saved by ``torch.export.save`` (imported with
-``from_exported_program``, then the rewrites of :mod:`patternkit.models.torch_fixups`).  Its entry function is the one the user names, else ``main``, else the
+``from_exported_program``, then the rewrites of :mod:`patternkit.models.torch_fixups`).
+A ``.pt2`` file's weights are bound as constants unless the spec asks otherwise, spelt
+as a zoo model spells it (``model.pt2?keep_params=true``, ``patternkit run model.pt2
+--keep-params``): as constants there is nothing for ``--train`` to differentiate, as
+parameters the job draws them like any input.  Its entry function is the one the user names, else ``main``, else the
 only public function: importers and hand-written modules do not all call it ``main``
 (``forward``), and a guess among several would check the wrong function.
 """
@@ -13,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import runpy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import tvm
 from tvm import relax
@@ -23,6 +28,7 @@ from tvm import relax
 from ..errors import PatternkitError
 from ..models import BUILTIN_MODELS, ZooError, zoo_model
 from ..models.zoo import PREFIX as ZOO_PREFIX
+from ..models.zoo import Option
 
 logger = logging.getLogger(__name__)
 
@@ -35,33 +41,97 @@ class JobError(PatternkitError):
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A loaded model: the module, how to name it, the zoo build it came from, and what
-    was rewritten in the source before TVM imported it (the ONNX fix-ups)."""
+    """A loaded model: the module, how to name it, the zoo build it came from, what
+    was rewritten in the source before TVM imported it (the ONNX fix-ups), and the
+    weights a ``.pt2`` file's import kept as parameters (name -> array, the values it
+    was saved with)."""
 
     mod: tvm.IRModule
     description: str
     zoo: Any = None  # a patternkit.models.ZooModel for zoo specs: input ranges, sizes
     import_fixups: tuple[str, ...] = ()
+    params: dict = field(default_factory=dict)
 
 
-def load(spec: str | Path | None = None) -> LoadedModel:
-    """Load a built-in name, a zoo spec, a ``.py`` or an ``.onnx`` file (default resnet18).
+#: The options a model file's spec takes after ``?``, by suffix (``model.pt2?keep_params=true``).
+FILE_OPTIONS = {
+    ".pt2": {"keep_params": Option(False, "weights as entry-function parameters")},
+}
 
-    A zoo spec's description is its canonical text (``zoo:gpt2?batch=dynamic``).
+
+def keep_params_spec(spec: str | Path | None) -> str:
+    """``spec`` asking for its weights as parameters: ``keep_params=true`` added to a zoo
+    spec's or a ``.pt2`` file's options (what ``patternkit run --keep-params`` does).
+
+    Raises
+    ------
+    JobError
+        ``spec`` is a built-in model, a ``.py`` or an ``.onnx`` file: their weights are
+        what the module says, there is no import to ask.
+    """
+    text = str(spec if spec is not None else DEFAULT_MODEL)
+    if not (text.startswith(ZOO_PREFIX) or _split_options(text)[0].suffix == ".pt2"):
+        raise JobError(f"keep_params applies to zoo models and .pt2 files, not to {text!r} "
+                       f"(a built-in model's, a .py or an .onnx file's weights are what "
+                       f"the module makes them)")
+    return text + ("&" if "?" in text else "?") + "keep_params=true"
+
+
+def _split_options(text: str) -> tuple[Path, dict[str, str]]:
+    """``(path, raw options)`` of a file spec ``path[?key=value&...]``.  A file whose
+    name holds a ``?`` is taken as it is."""
+    if "?" not in text or Path(text).is_file():
+        return Path(text), {}
+    name, _, query = text.partition("?")
+    try:
+        return Path(name), dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True))
+    except ValueError as err:
+        raise JobError(f"{text}: options after '?' are key=value pairs joined by '&' "
+                       f"({err})") from None
+
+
+def _file_options(path: Path, raw: dict[str, str], text: str) -> dict[str, Any]:
+    """The typed options of a file spec, every known one with its default."""
+    known = FILE_OPTIONS.get(path.suffix, {})
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        takes = (f"it takes {', '.join(f'{k}=' for k in known)}" if known
+                 else f"a {path.suffix} file takes none")
+        raise JobError(f"{text}: unknown option {', '.join(map(repr, unknown))} ({takes})")
+    options = {}
+    for key, option in known.items():
+        try:
+            options[key] = option.parse(raw.get(key, option.default))
+        except ValueError as err:
+            raise JobError(f"{text}: option {key}: {err}") from None
+    return options
+
+
+def load(spec: str | Path | None = None, *, keep_params: bool | None = None) -> LoadedModel:
+    """Load a built-in name, a zoo spec, a ``.py``, an ``.onnx`` or a ``.pt2`` file
+    (default resnet18).
+
+    A zoo spec's description is its canonical text (``zoo:gpt2?batch=dynamic``); a
+    ``.pt2`` file's is its path, with ``?keep_params=true`` when its weights are kept.
+    ``keep_params`` (a zoo model's and a ``.pt2`` file's option; ``None``: as the spec
+    says) imports the weights as parameters of the entry function instead of constants.
     """
     if spec is None:
         spec = DEFAULT_MODEL
     text = str(spec)
+    if keep_params:
+        keep_params_spec(text)  # only a zoo model or a .pt2 file has weights to keep
     if text in BUILTIN_MODELS:
         return LoadedModel(BUILTIN_MODELS[text](), f"builtin:{text}")
     if text.startswith(ZOO_PREFIX):
         try:
-            model = zoo_model(text)
+            model = zoo_model(text, **({} if keep_params is None else
+                                       {"keep_params": keep_params}))
         except ZooError as err:
             raise JobError(str(err)) from err
         fixups = model.metadata.get("onnx_fixups") or model.metadata.get("import_fixups", ())
         return LoadedModel(model.mod, model.name, model, tuple(fixups))
-    path = Path(text)
+    path, raw = _split_options(text)
     if path.suffix not in (".py", ".onnx", ".pt2"):
         raise JobError(f"unknown model {text!r}: give a built-in name "
                        f"({', '.join(sorted(BUILTIN_MODELS))}), a zoo:NAME spec "
@@ -69,10 +139,17 @@ def load(spec: str | Path | None = None) -> LoadedModel:
                        f"file (torch.export.save)")
     if not path.is_file():
         raise JobError(f"model file not found: {path}")
+    options = _file_options(path, raw, text)
+    if keep_params is not None and path.suffix == ".pt2":
+        options["keep_params"] = keep_params
     if path.suffix == ".py":
         return LoadedModel(_load_python(path), str(path))
-    mod, fixups = _load_exported_program(path) if path.suffix == ".pt2" else _load_onnx(path)
-    return LoadedModel(mod, str(path), import_fixups=fixups)
+    if path.suffix == ".onnx":
+        mod, fixups = _load_onnx(path)
+        return LoadedModel(mod, str(path), import_fixups=fixups)
+    mod, params, fixups = _load_exported_program(path, options["keep_params"])
+    return LoadedModel(mod, str(path) + ("?keep_params=true" if options["keep_params"] else ""),
+                       import_fixups=fixups, params=params)
 
 
 def load_model(spec: str | Path | None = None) -> tuple[tvm.IRModule, str]:
@@ -154,8 +231,10 @@ def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
 
 
-def _load_exported_program(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
-    """``(module, the fix-ups applied after from_exported_program)`` of a ``.pt2`` file."""
+def _load_exported_program(path: Path, keep_params: bool = False
+                           ) -> tuple[tvm.IRModule, dict, tuple[str, ...]]:
+    """``(module, kept weights, the fix-ups applied after from_exported_program)`` of a
+    ``.pt2`` file; the weights are parameters after the inputs when ``keep_params``."""
     try:
         import torch
     except ImportError as err:
@@ -170,9 +249,9 @@ def _load_exported_program(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
         raise JobError(f"{path}: not a program saved by torch.export.save: "
                        f"{type(err).__name__}: {err}") from err
     try:
-        mod, _, fixups = from_torch(program, False, "main", str(path), {})
+        mod, params, fixups = from_torch(program, keep_params, "main", str(path), {})
     except ZooImportError as err:
         raise JobError(str(err)) from err
     if fixups:
         logger.info("%s: after from_exported_program: %s", path, "; ".join(fixups))
-    return mod, tuple(fixups)
+    return mod, params, tuple(fixups)

@@ -10,8 +10,11 @@ are so large that the central differences do not settle (GPT-2's early layers we
 off while TVM's gradients there matched torch autograd).  Symbolic dimensions are bound
 to the sizes the check runs at first: TVM 0.27's ``Gradient`` fails ("key is not in
 Map") on a function whose shapes compute with one (docs/tvm-bugs.md).  Models whose entry function takes no
-floating-point parameter (weights bound as constants, integer inputs only) have nothing
-to differentiate; the report says so rather than pass silently.
+floating-point parameter (weights bound as constants, integer inputs only: a token model
+loaded from a ``.pt2`` without ``keep_params``) have nothing to differentiate.  The
+check is then NOT RUN, with the reason: not passed, since nothing was checked, and not
+failed, since nothing is wrong with the model.  Its section carries ``"status":
+"not_run"`` and no ``"ok"``, which the job's verdict reads as "does not decide".
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ def train_check(mod: tvm.IRModule, func: str, *, seed: int = 0,
     wrt = [C.var_name(p) for p in mod[func].params
            if (C.dtype_of(p.ty) or "").startswith("float")]
     if not wrt:
-        return {"ok": False, "reason": f"{func} has no floating-point parameter to "
-                                       f"differentiate with respect to"}, None
+        return {"status": "not_run",
+                "reason": f"{func} has no floating-point parameter to differentiate with "
+                          f"respect to"}, None
     if sizes:
         mod = C.copy_module(mod, {**dict(mod.functions.items()),
                                   mod.get_global_var(func): mod[func].bind_symbolic_vars(
@@ -52,7 +56,7 @@ def train_check(mod: tvm.IRModule, func: str, *, seed: int = 0,
     checked = check_gradients(lossy, grads, loss_name, seed=seed, positive=("var",),
                               int_ranges=dict(int_ranges or {}), inputs=inputs)
     section = {
-        "ok": checked.ok, "loss": "sum", "wrt": wrt, "reference": checked.reference,
+        "ok": checked.ok, "status": "pass" if checked.ok else "fail", "loss": "sum", "wrt": wrt, "reference": checked.reference,
         "at": ("the model's own weights" if inputs is not None else f"random inputs (seed {seed})")
         + (f", {', '.join(f'{k} = {v}' for k, v in sizes.items())}" if sizes else ""),
         "rtol": checked.rtol, "atol": checked.atol, "loss_error": checked.loss_error,
@@ -66,9 +70,11 @@ def train_check(mod: tvm.IRModule, func: str, *, seed: int = 0,
 
 
 def training_markdown(section: Mapping[str, Any]) -> list[str]:
+    """The report's gradient-check section; a check that did not run says NOT RUN and why
+    (whatever else decides the verdict), never "ok" or "FAILED"."""
     lines = ["## Gradient check (`--train`)", ""]
     if "reason" in section:
-        return lines + [f"not checked: {section['reason']}"]
+        return lines + [f"NOT RUN: {section['reason']}"]
     lines += [f"{'ok' if section['ok'] else 'FAILED'}: `{section['adjoint']}` of the "
               f"{section['loss']} loss w.r.t. {len(section['wrt'])} parameter(s), against "
               f"{section['reference'].replace('_', ' ')}s at {section.get('at', 'random inputs')} "
