@@ -542,6 +542,8 @@ def _pair_dead(ref_dead: list, res_dead: list, ref_keys: dict, res_keys: dict) -
         if res_binding in pairs:
             continue
         for candidate in by_key.get(res_keys[res_binding], ()):
+            if candidate in taken:
+                continue
             new = extend(res_binding, candidate)
             if new is not None:
                 pairs.update(new)
