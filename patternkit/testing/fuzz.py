@@ -578,6 +578,13 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
     With a ``strategy`` of its own the campaign runs in this process (strategies need
     not pickle).
 
+    Each result is judged as :func:`patternkit.compare` judges
+    (:func:`~patternkit.verification.differential.judge_result`): a drawn program whose
+    outputs are no evidence on any of its draws (all zero, constant, non-finite or within
+    ``atol``) is skipped with a warning, like one that does not build: it is neither
+    counted as tried nor as a pass.  In :func:`verify_rules` the same verdict on a rule's
+    own example is a failure of kind ``"inconclusive"``: the example proves nothing.
+
     Returns
     -------
     CampaignReport
