@@ -56,10 +56,12 @@ from ..byoc.offload import offload_report
 from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
+from ..engine.tolerance import default_tolerance
 from ..engine.wellformed import assert_well_formed
 from ..errors import BuildError
 from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
+from ..verification.sites import SiteReport, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
 from .precision import float64_check, low_precision_dtype
 from .rules import resolve_rules
@@ -91,6 +93,9 @@ class JobReport:
     host_ops: list[str] = field(default_factory=list)
     ops: list[dict[str, Any]] = field(default_factory=list)
     numeric: dict[str, Any] = field(default_factory=dict)
+    #: Per-site validation (:func:`patternkit.verification.sites.validate_sites`):
+    #: ``SiteReport.to_dict()``, or ``{"not_run": reason}``; empty when nothing was rewritten.
+    sites: dict[str, Any] = field(default_factory=dict)
     roundtrip: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     drawings: dict[str, str] = field(default_factory=dict)
@@ -99,9 +104,43 @@ class JobReport:
 
     @property
     def ok(self) -> bool:
-        return (bool(self.numeric.get("ok", False))
+        return (self.numeric_ok and self.sites.get("ok", True)
                 and all(r.get("ok", False) for r in self.roundtrip.values())
                 and self.training.get("ok", True))
+
+    @property
+    def numeric_ok(self) -> bool:
+        """The whole-model comparison passed, or it was no evidence (outputs all zero,
+        constant or tiny) and every rewrite site was validated instead."""
+        if self.numeric.get("ok", False):
+            return True
+        if self.numeric.get("status") != numeric.INCONCLUSIVE:
+            return False
+        rows = self.sites.get("by_rule", {}).values()
+        return bool(rows) and all(r["not_run"] == 0 and r["failed"] == 0 for r in rows)
+
+    @property
+    def evidence(self) -> str:
+        """What the verdict rests on, in one line."""
+        rows = list(self.sites.get("by_rule", {}).values())
+        total = sum(r["sites"] for r in rows)
+        validated = sum(r["validated"] for r in rows)
+        failed = sum(r["failed"] for r in rows)
+        sites = (f"{validated} of {total} rewrite site(s) validated"
+                 + (f", {failed} FAILED" if failed else "") if total else
+                 "no rewrite site to validate")
+        if self.sites.get("not_run"):
+            sites = f"rewrite sites NOT RUN ({self.sites['not_run']})"
+        status = self.numeric.get("status", "pass" if self.numeric.get("ok") else "fail")
+        if self.numeric.get("not_built") == "before":
+            whole = "whole-model comparison NOT RUN (the imported model does not build)"
+        elif status == numeric.INCONCLUSIVE:
+            whole = "whole-model comparison INCONCLUSIVE (no evidence: the verdict rests on the sites)"
+        elif self.numeric.get("float64"):
+            whole = f"whole-model comparison against float64 ({status})"
+        else:
+            whole = f"whole-model comparison ({status})"
+        return f"{whole}; {sites}"
 
 
 # -- pattern selection -------------------------------------------------------------------------
@@ -211,13 +250,19 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
     restored = _well_formed(inline_external(after), "inlining the external functions")
     first_sizes = _sizes_of(before[entry], options)
+    inputs = None
     try:
-        report.numeric = _numeric_check(before, restored, loaded, entry, options,
-                                        first_sizes, step, say)
+        report.numeric, inputs = _numeric_check(before, restored, loaded, entry, options,
+                                                first_sizes, step, say)
     except BuildError as err:
         # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
         report.numeric = {"ok": False, "not_built": err.side, "build_error": str(err),
                           "seed": options["seed"]}
+    if log.records:
+        say(f"validating {log.count()} rewrite site(s) on the model's own values and "
+            f"adversarial draws ...")
+        report.sites = step("sites", _validate_sites, before, rewritten, log, rules, entry,
+                            inputs, seed)
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -233,8 +278,8 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
 
     adjoint = None
     if train and report.numeric.get("not_built") == "before":
-        report.training = {"ok": False, "reason": "the model as imported does not build for "
-                                                  "llvm (see the numeric check)"}
+        report.training = {"status": "not_run", "reason": "the model as imported does not "
+                                                          "build for llvm (see the numeric check)"}
     elif train:
         from .training import train_check  # the training package loads only when asked
 
@@ -247,6 +292,10 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         if "reason" in report.training and zoo is not None and not zoo.params:
             report.training["reason"] += (" (a zoo model keeps its weights as constants "
                                           "unless keep_params=true)")
+        elif (report.training.get("status") == "not_run"
+              and loaded.description.endswith(".pt2")):
+            report.training["reason"] += (" (a .pt2 file's weights are constants unless "
+                                          "--keep-params / ?keep_params=true)")
 
     report.seconds = seconds
     if out is not None:
@@ -256,12 +305,40 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     return report
 
 
+def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteLog,
+                    rules: RuleSet, entry: str, inputs: list | None, seed: int
+                    ) -> dict[str, Any]:
+    """The report's ``sites`` section: every rewrite validated on its own
+    (:func:`~patternkit.verification.sites.validate_sites`), each held to its rule's
+    tolerance, a miss arbitrated against the site in float64.  Never raises: a
+    validation that cannot run is NOT RUN with the reason."""
+    from ..training.precision import as_float64  # loads only when a site needs it
+
+    by_name = {rule.rule_name: rule for rule in rules}
+
+    def tolerance(rule: str, dtype: str | None):
+        found = by_name.get(rule)
+        return found.tolerance(dtype) if found is not None else default_tolerance(dtype)
+
+    try:
+        report: SiteReport = validate_sites(before, rewritten, log, inputs=inputs, seed=seed,
+                                            func_name=entry, tolerance=tolerance,
+                                            widen=lambda func: as_float64(func, "site"))
+    except Exception as err:  # noqa: BLE001 - a check that cannot run says so
+        return {"ok": True, "not_run": f"{type(err).__name__}: {numeric._first_line(err)}"}
+    return report.to_dict()
+
+
 def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedModel,
                    entry: str, options: Mapping[str, Any], first_sizes: Mapping[str, int],
-                   step: Callable, say: Callable[[str], None]) -> dict[str, Any]:
-    """The report's numeric section: before against the rewritten and partitioned module
-    (its external functions inlined), at the first sizes and again at the smallest the
-    model declares, and against float64 where float rounding can explain a difference.
+                   step: Callable, say: Callable[[str], None]
+                   ) -> tuple[dict[str, Any], list | None]:
+    """``(the report's numeric section, the inputs of the first comparison)``: before
+    against the rewritten and partitioned module (its external functions inlined), at the
+    first sizes and again at the smallest the model declares, and against float64 where
+    float rounding can explain a difference.  ``status`` is the comparisons' verdict
+    (``"pass"``, ``"fail"``, ``"inconclusive"``: outputs that are no evidence, or
+    ``"refused"``), then the float64 arbitration's where it ran.
 
     Raises :class:`BuildError` when either module does not build for llvm.
     """
@@ -272,7 +349,9 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
               "max_rel_error": comparison.max_rel_error, "rtol": options["rtol"],
               "atol": options["atol"], "seed": options["seed"],
               "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
-              "refused": list(comparison.refused), "identical": comparison.identical}
+              "refused": list(comparison.refused), "identical": comparison.identical,
+              "status": comparison.status, "reason": comparison.reason,
+              "magnitude": comparison.magnitude}
     comparisons = [comparison]
     roles = ({var: role for role, var in loaded.zoo.symbolic_dims.items()}
              if loaded.zoo is not None else {})
@@ -288,13 +367,15 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
             max_abs_error=max(comparison.max_abs_error, again.max_abs_error),
             max_rel_error=max(comparison.max_rel_error, again.max_rel_error),
             sizes=[first_sizes, {**first_sizes, **smallest}], roles=roles,
-            refused=list(again.refused))
+            refused=list(again.refused), **_combined_status(comparisons))
     if low_precision and not comparison.refused and not comparison.identical:
         say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
         check = step("numeric_float64", float64_check, before, entry, *comparison.runs,
                      options["atol"])
         result.update(ok=check["ok"], dtype=low_precision, float64=check)
-    elif (missed := [c for c in comparisons if not c.ok and not c.refused
+        if check.get("status") != "not_run":
+            result.update(status=check["status"], reason=check.get("reason", ""))
+    elif (missed := [c for c in comparisons if c.status == numeric.FAIL
                      and math.isfinite(c.max_abs_error)]):
         say("the comparison missed its tolerance: measuring both against the model "
             "recomputed in float64 ...")
@@ -305,7 +386,23 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
                      "float32")
         result.update(ok=all(c["ok"] for c in checks), dtype=dtype, float64=worst,
                       float64_after_miss=True)
-    return result
+        if all(c.get("status") != "not_run" for c in checks):
+            result.update(status=numeric.PASS if result["ok"] else worst["status"],
+                          reason="" if result["ok"] else worst.get("reason", ""))
+    inputs = comparison.runs[0] if comparison.runs is not None else None
+    return result, inputs
+
+
+def _combined_status(comparisons: Sequence[numeric.Comparison]) -> dict[str, Any]:
+    """The verdict of comparisons made at several sizes: a failure anywhere fails, weak
+    evidence anywhere cannot pass."""
+    for status in (numeric.FAIL, numeric.REFUSED, numeric.INCONCLUSIVE):
+        found = [c for c in comparisons if c.status == status]
+        if found:
+            return {"status": status, "reason": found[0].reason,
+                    "magnitude": min(c.magnitude for c in comparisons)}
+    return {"status": numeric.PASS, "reason": "",
+            "magnitude": min(c.magnitude for c in comparisons)}
 
 
 def _well_formed(mod: tvm.IRModule, pass_name: str, stage: str = "output",
@@ -400,9 +497,44 @@ def _dimension_label(var: str, roles: Mapping[str, str]) -> str:
     return f"`{var}`" if role in (None, var) else f"{role} (`{var}`)"
 
 
+#: Sites listed one by one in report.md beyond the failures (report.json has them all).
+_LISTED_SITES = 12
+
+
+def _sites_markdown(sites: Mapping[str, Any]) -> list[str]:
+    """The report's per-site section: a line per rule, then every failure (rule,
+    function, binding, error) and the sites that could not run, with the reason."""
+    if not sites:
+        return []
+    lines = ["", "## Rewrite sites (each rewrite run on its own: the model's values and "
+                 "adversarial draws)", ""]
+    if sites.get("not_run"):
+        return lines + [f"NOT RUN: {sites['not_run']}"]
+    for rule, row in sites.get("by_rule", {}).items():
+        lines.append(f"* `{rule}`: {row['sites']} site(s), {row['validated']} validated, "
+                     f"{row['failed']} failed"
+                     + (f", {row['not_run']} not run" if row["not_run"] else ""))
+    failed = [s for s in sites.get("sites", []) if s["status"] == "fail"]
+    if failed:
+        lines += ["", "Failed:", ""]
+        lines += [f"* FAIL `{s['rule']}` in `{s['function']}` at `{s['binding']}`: "
+                  f"{s['reason']} (tolerance {s['tolerance']})" for s in failed]
+    skipped = [s for s in sites.get("sites", []) if s["status"] == "not_run"]
+    if skipped:
+        lines += ["", "Not run:", ""]
+        lines += [f"* `{s['rule']}` in `{s['function']}` at `{s['binding']}`: {s['reason']}"
+                  for s in skipped[:_LISTED_SITES]]
+        if len(skipped) > _LISTED_SITES:
+            lines.append(f"* ... and {len(skipped) - _LISTED_SITES} more (report.json)")
+    lines += ["", f"({sites.get('builds', 0)} build(s); identical sites are validated "
+                  f"once, on every duplicate's values)"]
+    return lines
+
+
 def report_markdown(report: JobReport) -> str:
     verdict = "PASS" if report.ok else "FAIL"
     lines = [f"# patternkit run: {verdict}", "",
+             f"* evidence: {report.evidence}",
              f"* model: `{report.model}` (entry function `{report.func}`)",
              *([f"* rewritten before TVM imported it (TVM importer bugs, docs/tvm-bugs.md): "
                 f"{'; '.join(report.import_fixups)}"] if report.import_fixups else []),
@@ -432,6 +564,11 @@ def report_markdown(report: JobReport) -> str:
     elif n.get("refused"):
         lines += ["REFUSED: the inputs would read outside a table, so nothing was compared:", ""]
         lines += [f"* {reason}" for reason in n["refused"]]
+    elif n.get("status") == numeric.INCONCLUSIVE:
+        lines += [f"INCONCLUSIVE: {n.get('reason', '')}: the outputs cannot tell a right "
+                  f"rewrite from a wrong one, so the verdict rests on the rewrite sites "
+                  f"(below) (max abs error {n.get('max_abs_error', float('nan')):.3g}, rtol "
+                  f"{n.get('rtol')}, atol {n.get('atol')}, seed {n.get('seed')})"]
     else:
         lines.append(f"{'match' if n.get('ok') else 'MISMATCH'}: max abs error "
                      f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
@@ -461,6 +598,7 @@ def report_markdown(report: JobReport) -> str:
     if n.get("int_ranges"):
         lines += ["", "Integer inputs drawn in: " + ", ".join(
             f"`{k}` [{lo}, {hi})" for k, (lo, hi) in sorted(n["int_ranges"].items()))]
+    lines += _sites_markdown(report.sites)
     lines += ["", "## Round trips", ""]
     for name, r in report.roundtrip.items():
         lines.append(f"* {name}: {'ok' if r['ok'] else 'FAILED: ' + str(r['difference'])}")
