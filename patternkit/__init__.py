@@ -58,6 +58,7 @@ __all__ = [
     "fuzz_pass", "bisect",
     # expressions and numerics
     "from_expr", "to_expr", "compare", "assert_same_numerics", "Comparison",
+    "validate_sites", "SiteReport",
     # visualiser
     "viz_expr", "viz_diff", "VizGraph", "VizError", "DotUnavailable",
     # errors
@@ -107,6 +108,7 @@ _HOME = {
     "check_roundtrip": "verification", "RoundTripResult": "verification",
     "RoundTripError": "verification", "compare": "verification",
     "assert_same_numerics": "verification", "Comparison": "verification",
+    "validate_sites": "verification", "SiteReport": "verification",
     # app.job
     "run": "app.job", "verify": "app.job", "JobReport": "app.job",
     # testing
@@ -171,6 +173,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                          partition, reject, rewrite)
     from .errors import (BuildError, CallbackError, MalformedIRError, NothingToPartition,
                          PatternError, PatternkitError, RewriteDidNotConverge)
+    from .verification import SiteReport, validate_sites
     from .fusion import DefuseOps, defuse
     from .ir import from_expr, to_expr
     from .verification import (Comparison, RoundTripError, RoundTripResult,

@@ -53,9 +53,8 @@ from tvm import relax
 from patternkit.dpl import DFPattern, is_constant, is_op, is_tuple_get_item, wildcard
 from patternkit.engine import (CompositeRule, DFPatternCallback, NodeMap, NoSuchExample, RuleMatch,
                                reject, variant_method)
-from patternkit.ir import (NotPerChannel, call_args, const_value, dtype_of, per_channel_axis,
-                           prove_equal, static_shape, type_of)
-from patternkit.ir.dtypes import machine_epsilon
+from patternkit.ir import (NotPerChannel, call_args, const_value, dtype_of, machine_epsilon,
+                           per_channel_axis, prove_equal, static_shape, type_of)
 
 
 class Presence(str, Enum):

@@ -56,7 +56,6 @@ from ..byoc.offload import offload_report
 from ..byoc.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
-from ..engine.tolerance import default_tolerance
 from ..engine.wellformed import assert_well_formed
 from ..errors import BuildError
 from ..verification import numeric
@@ -314,15 +313,9 @@ def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteL
     validation that cannot run is NOT RUN with the reason."""
     from ..training.precision import as_float64  # loads only when a site needs it
 
-    by_name = {rule.rule_name: rule for rule in rules}
-
-    def tolerance(rule: str, dtype: str | None):
-        found = by_name.get(rule)
-        return found.tolerance(dtype) if found is not None else default_tolerance(dtype)
-
     try:
         report: SiteReport = validate_sites(before, rewritten, log, inputs=inputs, seed=seed,
-                                            func_name=entry, tolerance=tolerance,
+                                            func_name=entry, rules=rules,
                                             widen=lambda func: as_float64(func, "site"))
     except Exception as err:  # noqa: BLE001 - a check that cannot run says so
         return {"ok": True, "not_run": f"{type(err).__name__}: {numeric._first_line(err)}"}

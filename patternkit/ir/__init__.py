@@ -13,6 +13,7 @@ own layers only, as are the IR plumbing modules the other layers share:
 from .compat import const_to_numpy as const_value
 from .compat import dtype_of, is_constant, is_tensor_constant, op_name, static_shape, type_of
 from .compat import call_args, int_list, var_name
+from .dtypes import machine_epsilon
 from .kinds import FunctionKind, function_kinds
 from .opnames import relax_op_name, relay_short_name
 from .shapes import (NotPerChannel, NotPerFeature, NotTrailing, dims_equal, per_channel_axis,
@@ -23,7 +24,7 @@ __all__ = [
     "type_of", "static_shape", "dtype_of", "const_value", "is_constant", "is_tensor_constant",
     "var_name", "int_list", "call_args", "op_name", "relax_op_name", "relay_short_name",
     "from_expr", "to_expr",
-    "FunctionKind", "function_kinds", "per_channel_axis", "NotPerChannel",
+    "machine_epsilon", "FunctionKind", "function_kinds", "per_channel_axis", "NotPerChannel",
     "prove_equal", "same_shape",
     "dims_equal", "trailing_axes", "NotTrailing", "per_feature_shape", "NotPerFeature",
 ]

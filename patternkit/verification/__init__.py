@@ -2,7 +2,8 @@
 
 :mod:`~patternkit.verification.numeric` builds two modules for ``llvm``, runs them on
 seeded random inputs and compares; :mod:`~patternkit.verification.roundtrip` checks
-``DefuseOps(FuseOps(x)) == x`` structurally (and numerically on request).  For the
+``DefuseOps(FuseOps(x)) == x`` structurally (and numerically on request);
+:mod:`~patternkit.verification.sites` validates each rewrite of a run on its own.  For the
 verification campaigns (:mod:`patternkit.testing.fuzz`):
 :mod:`~patternkit.verification.differential` runs a transform under a time limit and
 judges its result, :mod:`~patternkit.verification.shrink` cuts a failing module to its
@@ -13,6 +14,7 @@ results.
 
 from .numeric import Comparison, assert_same_numerics, compare
 from .roundtrip import RoundTripError, RoundTripResult, check_roundtrip
+from .sites import SiteReport, validate_sites
 
 __all__ = ["Comparison", "assert_same_numerics", "compare", "RoundTripError",
-           "RoundTripResult", "check_roundtrip"]
+           "RoundTripResult", "check_roundtrip", "SiteReport", "validate_sites"]

@@ -420,7 +420,7 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
 # -- validation ---------------------------------------------------------------------------
 def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: RewriteLog, *,
                    inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
-                   func_name: str | None = None,
+                   func_name: str | None = None, rules: Any = (),
                    tolerance: Callable[[str, str | None], Tolerance] | None = None,
                    widen: Callable[[relax.Function], relax.Function] | None = None
                    ) -> SiteReport:
@@ -439,16 +439,26 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
         also run on the values the model computes from them.
     func_name : str, optional
         The function ``inputs`` are for (default ``main``).
+    rules : rules, optional
+        The rules that made the rewrites (a RuleSet or a list): each site is held to its
+        rule's ``tolerance(dtype)``.
     tolerance : callable, optional
-        ``(rule name, dtype) -> Tolerance``; default
-        :func:`~patternkit.engine.tolerance.default_tolerance`.
+        ``(rule name, dtype) -> Tolerance``, over ``rules``; default
+        :func:`~patternkit.engine.tolerance.default_tolerance` for a rule not given.
     widen : callable, optional
         A site function -> the same function in float64, for the arbitration of a draw
         that misses (see the module docstring).
     """
     del after  # see the docstring: the log is the record of what changed
     func_name = func_name or "main"
-    tol_of = tolerance or (lambda rule, dtype: default_tolerance(dtype))
+    by_name = {getattr(r, "rule_name", None) or getattr(r, "name", ""): r for r in rules}
+
+    def tol_of(rule: str, dtype: str | None) -> Tolerance:
+        if tolerance is not None:
+            return tolerance(rule, dtype)
+        found = by_name.get(rule)
+        return found.tolerance(dtype) if found is not None else default_tolerance(dtype)
+
     cache: dict[int, _Bindings] = {}
     groups: dict[int, list[_Region]] = {}
     report = SiteReport()
