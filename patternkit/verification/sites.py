@@ -475,7 +475,7 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
                   if r.record.function == func_name
                   for x in r.inputs if isinstance(x, relax.Var)]
         probe = _probe(before, func_name, wanted)
-    built = _build_all(list(groups.values()), before, probe)
+    built = _build_all(list(groups.values()), before, probe, func_name)
     report.builds += built.builds
     real_values: dict[int, np.ndarray] = {}
     capture_note = ""
@@ -538,17 +538,19 @@ def _pair(number: int, region: _Region) -> dict[str, relax.Function]:
         "global_symbol", f"site{number}_{side}") for side in ("before", "after")}
 
 
-def _module(functions: Mapping[str, relax.Function],
-            base: tvm.IRModule | None = None) -> tvm.IRModule:
+def _module(functions: Mapping[str, relax.Function], base: tvm.IRModule | None = None,
+            without: str | None = None) -> tvm.IRModule:
     """``functions`` as a module; with ``base``, beside its functions (those the probe
-    calls)."""
-    found = dict(base.functions.items()) if base is not None else {}
+    calls) but ``without`` (the entry function: the probe stands in for it, and building
+    the model twice would double the cost)."""
+    found = ({gv: f for gv, f in base.functions.items() if gv.name_hint != without}
+             if base is not None else {})
     found.update({C.typed_global_var(name, f): f for name, f in functions.items()})
     return C.copy_module(base, found) if base is not None else tvm.IRModule(found)
 
 
 def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
-               probe: _Probe | None) -> _Built:
+               probe: _Probe | None, func_name: str) -> _Built:
     """Build every site pair, and the probe beside the model's functions, as one module;
     where that fails, the probe alone and the sites pair by pair, so that one site TVM
     cannot build does not cost the others their check."""
@@ -563,7 +565,8 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
         return built
     built.builds += 1
     try:
-        built.shared = numeric.build(_module(functions, before if with_probe else None))
+        built.shared = numeric.build(_module(functions, before if with_probe else None,
+                                             func_name))
         built.probe_vm = built.shared
         return built
     except Exception:  # noqa: BLE001 - isolate the failure below
@@ -571,7 +574,7 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
     if with_probe:
         built.builds += 1
         try:
-            built.probe_vm = numeric.build(_module({PROBE: probe.function}, before))
+            built.probe_vm = numeric.build(_module({PROBE: probe.function}, before, func_name))
         except Exception as err:  # noqa: BLE001
             probe.function = None
             probe.note = ("the model's own values could not be read: "
