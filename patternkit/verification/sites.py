@@ -13,7 +13,8 @@ side by side on
   job's inputs with every site's inputs as extra outputs (one build for all sites);
 * **adversarial draws** from the site's types: uniform in [-1, 1] and in [0.5, 1.5] (the
   domain of a square root or a logarithm), wide values (+-1e4 in float32, +-1e2 in 16-bit
-  floats), zeros; each again with every symbolic dimension bound to 1.
+  floats), zeros; each again with every symbolic dimension bound to 1; and where a region
+  adds an input before a softmax (an attention mask), rows of it that are all ``-inf``.
 
 Tensor constants the region reads (weights, norm scales) become parameters too, fed their
 own values in every draw: a rule's guard may depend on them (an exponent of exactly 2),
@@ -414,7 +415,42 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
                 arrays = [np.zeros_like(a) if i not in constants
                           and a.dtype.kind == "f" else a for i, a in enumerate(arrays)]
             draws.append((label + suffix, arrays))
+    masks = _mask_params(func)
+    if masks and len(draws) > len(real):
+        base = (real or draws[len(real):])[0][1]
+        draws.append(("rows masked with -inf", _masked(base, masks)))
     return draws
+
+
+def _mask_params(func: relax.Function) -> list[int]:
+    """Positions of the floating parameters added to something in a region with a softmax:
+    an attention mask, whose rows may be entirely ``-inf`` (a padded sequence)."""
+    params = {C.handle(p): i for i, p in enumerate(func.params)
+              if (C.dtype_of(p.ty) or "").startswith(("float", "bfloat"))}
+    added: list[int] = []
+    softmax = False
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            name = C.op_name(binding.value)
+            softmax = softmax or name == "relax.nn.softmax"
+            if name == "relax.add":
+                added += [params[C.handle(a)] for a in C.call_args(binding.value)
+                          if C.handle(a) in params]
+    return sorted(set(added)) if softmax else []
+
+
+def _masked(arrays: list[np.ndarray], masks: list[int]) -> list[np.ndarray]:
+    """``arrays`` with, in each mask, the first row (last axis) all ``-inf`` and every other
+    element of the last row ``-inf``: a fully padded sequence and a partly padded one."""
+    out = [np.array(a, copy=True) for a in arrays]
+    for i in masks:
+        mask = out[i]
+        if mask.ndim == 0 or mask.size == 0:
+            continue
+        rows = mask.reshape(-1, mask.shape[-1])
+        rows[0] = -np.inf
+        rows[-1, ::2] = -np.inf
+    return out
 
 
 # -- validation ---------------------------------------------------------------------------

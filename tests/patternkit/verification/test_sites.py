@@ -180,4 +180,7 @@ def test_every_site_of_a_zoo_model_is_validated_on_its_own_values(name, options,
     counted = report.by_rule()
     assert sum(row["validated"] for row in counted.values()) == log.count()
     assert all(s.inputs[0].startswith("real values at") for s in report.sites)
+    # an attention's mask is also drawn with rows that are entirely -inf (padding)
+    assert all("rows masked with -inf: pass" in s.inputs for s in report.sites
+               if s.rule == "attention.collapse")
     assert tvm_ffi.structural_equal(model.mod, zoo(name, **options).mod)
