@@ -49,18 +49,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
     if not args.quiet:
         composites = sum(report.composites.values())
+        numeric_ = report.numeric
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
               f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
               f"{len(report.host_ops)} op(s) on the host; numeric max abs error "
-              f"{report.numeric['max_abs_error']:.3g}"
-              + (f" ({report.numeric['dtype']}: from float64, imported "
-                 f"{report.numeric['float64']['imported']:.3g}, rewritten "
-                 f"{report.numeric['float64']['rewritten']:.3g})"
-                 if report.numeric.get("float64") else "")
-              + f"{' (REFUSED: inputs out of bounds)' if report.numeric['refused'] else ''}; "
+              f"{numeric_.get('max_abs_error', float('nan')):.3g}"
+              + (f" ({numeric_['dtype']}: from float64, imported "
+                 f"{numeric_['float64'].get('imported', float('nan')):.3g}, rewritten "
+                 f"{numeric_['float64'].get('rewritten', float('nan')):.3g})"
+                 if numeric_.get("float64") else "")
+              + f"{' (REFUSED: inputs out of bounds)' if numeric_.get('refused') else ''}; "
+              f"evidence: {report.evidence}; "
               f"round trips {_roundtrip_summary(report.roundtrip)}; "
               + (f"gradients {_training_summary(report.training)}; " if args.train else "")
               + f"report in {args.out}/report.md")
+        for site in report.sites.get("sites", []):
+            if site["status"] == "fail":
+                print(f"FAIL {site['rule']} in {site['function']} at {site['binding']}: "
+                      f"{site['reason']}")
     return 0 if report.ok else 1
 
 

@@ -90,8 +90,11 @@ def test_the_cli_exits_1_naming_the_rule(tmp_path, capsys):
         "mod = bb.get()\n"
         "rule = ScaledSoftmax()\n")
     code = cli_main(["run", str(rules), "--patterns", f"{rules}:rule",
-                     "--out", str(tmp_path / "out"), "--no-draw", "--quiet"])
+                     "--out", str(tmp_path / "out"), "--no-draw"])
     assert code == 1
+    printed = capsys.readouterr().out
+    assert printed.startswith("FAIL: ") and "evidence: " in printed
+    assert "FAIL demo.scaled_softmax in main at " in printed
     assert "FAIL `demo.scaled_softmax`" in (tmp_path / "out" / "report.md").read_text()
 
 
