@@ -242,7 +242,7 @@ def _candidates(kind: str, expr: Any) -> list[tuple[Any, Any, str, str]]:
     elif kind == "axis_moved":
         for node in nodes:
             names = _fields(node)
-            if not node.args:
+            if not isinstance(node, relax.Call) or not node.args:
                 continue
             dims = _dims(_type(node.args[0]))
             if dims is None:
@@ -315,7 +315,7 @@ def _candidates(kind: str, expr: Any) -> list[tuple[Any, Any, str, str]]:
             elif "scale" in _fields(node) and isinstance(node.attrs.scale, tvm.tirx.FloatImm):
                 scale = float(node.attrs.scale.value)
                 if scale:
-                    inverted = tvm.tirx.FloatImm(node.attrs.scale.dtype, 1.0 / scale)
+                    inverted = tvm.tirx.FloatImm(str(node.attrs.scale.ty.dtype), 1.0 / scale)
                     out.append((node, _with_attrs(node, scale=inverted),
                                 f"{_op(node)} scale {scale:.3g} -> {1 / scale:.3g}",
                                 "the scale is +-1" if abs(scale) == 1 else ""))
@@ -515,7 +515,11 @@ def run_one(rule: Any, kind: str, label: str, model: Any, *, with_library: bool 
             from patternkit.app.loading import load
 
             mod = load(model).mod
-        pk.rewrite([make_mutant(rule, kind, probe)], mod)
+        try:
+            pk.rewrite([make_mutant(rule, kind, probe)], mod)
+        except Exception as err:  # noqa: BLE001 - a mutator bug is a row, not a crash
+            row.update(verdict="ERROR", evidence=f"mutation failed: {err}"[:300])
+            return row
         if not probe.pairs:
             row.update(verdict="not applicable", evidence="no candidate in the replacement")
             return row
@@ -577,7 +581,11 @@ def _failure(report: Any, failing: list, whole: str) -> str:
 
 # -- the table ---------------------------------------------------------------------------
 def markdown(rows: Sequence[dict]) -> str:
-    """One row per rule and mutant; one column per model kind (zoo, example, x1e-4, x0)."""
+    """One row per rule and mutant; one column per model kind (zoo, example, x1e-4, x0).
+
+    Mutants not applicable to a rule on any model are listed below the table, one line
+    per rule, rather than as rows of empty verdicts.
+    """
     kinds = ["zoo", "example", "example x1e-4", "example x0"]
     grouped: dict[tuple[str, str], dict[str, dict]] = {}
     for row in rows:
@@ -585,7 +593,11 @@ def markdown(rows: Sequence[dict]) -> str:
         grouped.setdefault((row["rule"], row["mutant"]), {})[kind] = row
     lines = ["| rule | mutant | change | zoo model | " + " | ".join(kinds) + " | evidence |",
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in kinds) + " | --- |"]
+    not_applicable: dict[str, list[str]] = {}
     for (rule, mutant), by_kind in grouped.items():
+        if all(r["verdict"] == "not applicable" for r in by_kind.values()):
+            not_applicable.setdefault(rule, []).append(mutant)
+            continue
         cells = []
         for kind in kinds:
             row = by_kind.get(kind)
@@ -596,8 +608,10 @@ def markdown(rows: Sequence[dict]) -> str:
         first = zoo or next(iter(by_kind.values()))
         change = next((r.get("change") for r in by_kind.values() if r.get("change")), "")
         lines.append(f"| `{rule}` | {mutant} | {change} | "
-                     f"{('`' + zoo['model'].removeprefix('zoo:') + '`') if zoo else '-'} | "
+                     f"{('`' + zoo['model'].removeprefix('zoo:').split('?')[0] + '`') if zoo else '-'} | "
                      + " | ".join(cells) + f" | {first.get('evidence', '')} |")
+    lines += ["", "Not applicable (no candidate in the rule's replacement, on any model):", ""]
+    lines += [f"* `{rule}`: {', '.join(kinds_)}" for rule, kinds_ in not_applicable.items()]
     return "\n".join(lines)
 
 
@@ -623,8 +637,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="apply the rest of the library after the mutant")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", action="store_true", help="print the README table")
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="print the table of a saved run's JSON lines, running nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as saved:
+            rows = [json.loads(line) for line in saved if line.startswith('{"rule"')]
+        print(json.dumps({"score": score(rows)}))
+        print(markdown(rows))
+        return
 
     from patternkit.patterns import LIBRARY
 
