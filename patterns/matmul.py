@@ -89,6 +89,7 @@ from patternkit.engine import (
     BindingsMatch,
     BindingsRewriteRule,
     CompositeRule,
+    NoSuchExample,
     RuleMatch,
     reject,
     variant_method,

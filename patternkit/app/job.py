@@ -344,7 +344,8 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
               "int_ranges": {k: list(v) for k, v in options["int_ranges"].items()},
               "refused": list(comparison.refused), "identical": comparison.identical,
               "status": comparison.status, "reason": comparison.reason,
-              "magnitude": comparison.magnitude}
+              "magnitude": comparison.magnitude, "norm_error": comparison.norm_error,
+              "norm_bound": comparison.norm_bound}
     comparisons = [comparison]
     roles = ({var: role for role, var in loaded.zoo.symbolic_dims.items()}
              if loaded.zoo is not None else {})
@@ -364,7 +365,7 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
     if low_precision and not comparison.refused and not comparison.identical:
         say(f"{low_precision} model: measuring both against it recomputed in float64 ...")
         check = step("numeric_float64", float64_check, before, entry, *comparison.runs,
-                     options["atol"])
+                     options["atol"], rtol=options["rtol"])
         result.update(ok=check["ok"], dtype=low_precision, float64=check)
         if check.get("status") != "not_run":
             result.update(status=check["status"], reason=check.get("reason", ""))
@@ -373,8 +374,8 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
         say("the comparison missed its tolerance: measuring both against the model "
             "recomputed in float64 ...")
         checks = [step("numeric_float64", float64_check, before, entry, *c.runs,
-                       options["atol"]) for c in missed]
-        worst = max(checks, key=lambda c: c["rewritten"] - c["slack"] * c["imported"])
+                       options["atol"], rtol=options["rtol"]) for c in missed]
+        worst = min(checks, key=lambda c: _STATUS_RANK.get(c.get("status"), 0))
         dtype = next((str(o.dtype) for o in comparison.runs[1] if o.dtype.kind == "f"),
                      "float32")
         result.update(ok=all(c["ok"] for c in checks), dtype=dtype, float64=worst,
@@ -384,6 +385,10 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
                           reason="" if result["ok"] else worst.get("reason", ""))
     inputs = comparison.runs[0] if comparison.runs is not None else None
     return result, inputs
+
+
+#: Float64 checks from worst to best: the report shows the worst.
+_STATUS_RANK = {numeric.FAIL: 0, numeric.INCONCLUSIVE: 1, "not_run": 2, numeric.PASS: 3}
 
 
 def _combined_status(comparisons: Sequence[numeric.Comparison]) -> dict[str, Any]:
@@ -565,15 +570,21 @@ def report_markdown(report: JobReport) -> str:
     else:
         lines.append(f"{'match' if n.get('ok') else 'MISMATCH'}: max abs error "
                      f"{n.get('max_abs_error', float('nan')):.3g}, max rel error "
-                     f"{n.get('max_rel_error', float('nan')):.3g} (rtol {n.get('rtol')}, "
-                     f"atol {n.get('atol')}, seed {n.get('seed')})")
+                     f"{n.get('max_rel_error', float('nan')):.3g}, relative error as a whole "
+                     f"{n.get('norm_error', float('nan')):.3g} (bound "
+                     f"{n.get('norm_bound', float('nan')):.3g}; rtol {n.get('rtol')}, "
+                     f"atol {n.get('atol')}, seed {n.get('seed')})"
+                     + (f": {n['reason']}" if n.get("reason") and not n.get("ok") else ""))
         if n.get("sizes"):
             roles = n.get("roles", {})
             lines += ["", "Symbolic dimensions checked at " + " and at ".join(
                 ", ".join(f"{_dimension_label(k, roles)} = {v}" for k, v in sizes.items())
                 for sizes in n["sizes"])
                 + " (the errors above are the larger of the two)."]
-        if n.get("float64"):
+        if n.get("float64", {}).get("status") == "not_run":
+            lines += ["", f"Float64 arbitration NOT RUN: {n['float64'].get('reason', '')} "
+                          f"(the verdict is the {n.get('dtype', 'float32')} comparison's)."]
+        elif n.get("float64"):
             wide = n["float64"]
             why = (f"The {n['dtype']} comparison missed its tolerance, which rounding at other "
                    f"points can do on a deep model (a batch norm folded into a conv), so the "
@@ -582,10 +593,13 @@ def report_markdown(report: JobReport) -> str:
                    f"A {n['dtype']} model rounds differently after any rewrite, so the "
                    f"verdict compares both")
             lines += ["", f"{why} with the imported model recomputed in "
-                          f"float64: the imported model is {wide['imported']:.3g} from it, "
-                          f"the rewritten one {wide['rewritten']:.3g} "
-                          f"({'within' if wide['ok'] else 'NOT within'} {wide['slack']:g}x "
-                          f"+ atol)."]
+                          f"float64: the imported model is {wide['imported']:.3g} from it "
+                          f"({wide.get('imported_rel', float('nan')):.3g} as a whole), the "
+                          f"rewritten one {wide['rewritten']:.3g} "
+                          f"({wide.get('rewritten_rel', float('nan')):.3g}): "
+                          f"{str(wide.get('status', 'pass')).upper()}"
+                          + (f" ({wide['reason']})" if wide.get("reason") else
+                             f" (within {wide['slack']:g}x + atol)") + "."]
     if n.get("identical"):
         lines += ["", "(after is structurally identical to before: built and run once)"]
     if n.get("int_ranges"):
