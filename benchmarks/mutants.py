@@ -46,12 +46,14 @@ Models, for each rule:
 
 Verdicts: **caught** (``report.ok`` is false and a failed site names the rule; the
 evidence is the site's binding, the draw that failed and its error), **caught (whole
-model only)** (the run failed but no site named the rule), **MISSED** (the run passed
+model only)** (the run failed on the whole-model comparison but no site named the
+rule), **not judged (run fails)** (the run failed, but only because the rule's sites were
+NOT RUN and the whole-model comparison was no evidence), **MISSED** (the run passed
 although the mutant changes numbers), **equivalent** (the run passed and the mutant
 changes no number: the reason is either structural, e.g. an operand swap of a commutative
 op, or measured: the library's replacement and the mutant's, built side by side, agree to
 1e-6 of their scale on draws of magnitude 1e-3, 1 and 1e3), **not applicable**.  For the
-control: **pass** or **FALSE ALARM**.
+control: **pass**, **not judged (run fails)** or **FALSE ALARM**.
 
 Each run prints one JSON line; ``--markdown`` prints the table of ``benchmarks/README.md``.
 """
@@ -192,6 +194,11 @@ def _dims(ty: Any) -> list | None:
     return None if shape is None else list(shape)
 
 
+def _dim(dim: Any) -> str:
+    """A shape dimension as text: ``16``, not ``T.int64(16)``."""
+    return str(int(dim)) if isinstance(dim, tvm.tirx.IntImm) else str(dim)
+
+
 def _float_dtype(ty: Any) -> str | None:
     dtype = str(ty.dtype) if isinstance(ty, relax.TensorType) and ty.dtype is not None else ""
     return dtype if dtype.startswith(("float", "bfloat")) else None
@@ -297,9 +304,10 @@ def _candidates(kind: str, expr: Any) -> list[tuple[Any, Any, str, str]]:
                       and np.array_equal(value, np.swapaxes(value, -1, -2)) else "")
             what = "the result" if node.same_as(expr) else (
                 f"operand {node.name}" if isinstance(node, relax.Var) else f"an operand "
-                f"of shape {[int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in dims]}")
+                f"of shape [{', '.join(_dim(d) for d in dims)}]")
             out.append((node, relax.op.permute_dims(node, axes),
-                        f"{what} transposed (last two dims, {dims[-1]} x {dims[-2]})", reason))
+                        f"{what} transposed (last two dims, {_dim(dims[-2])} x {_dim(dims[-1])})",
+                        reason))
     elif kind == "scale_inverted":
         for node in nodes:
             if _op(node) in ("relax.multiply", "relax.divide"):
@@ -540,9 +548,23 @@ def run_one(rule: Any, kind: str, label: str, model: Any, *, with_library: bool 
     numeric = report.numeric
     whole = (f"whole model {numeric.get('status')}, max abs "
              f"{numeric.get('max_abs_error', float('nan')):.2g}")
+    # A run that fails with no site failed and no whole-model miss judged nothing: its
+    # sites were NOT RUN and the whole-model comparison was no evidence.  That is the
+    # oracle refusing to pass, not catching anything, and the table says so.
+    unjudged = [s.get("reason", "") for s in report.sites.get("sites", [])
+                if s.get("status") == "not_run" and s.get("rule") == rule.rule_name]
+    refused = (not report.ok and not failing and numeric.get("status") != "fail"
+               and bool(unjudged))
     if kind == UNMUTATED:
-        row["verdict"] = "pass" if report.ok else "FALSE ALARM"
-        row["evidence"] = report.evidence if report.ok else _failure(report, failing, whole)
+        row["verdict"] = ("pass" if report.ok else "not judged (run fails)" if refused
+                          else "FALSE ALARM")
+        row["evidence"] = (report.evidence if report.ok else
+                           f"sites NOT RUN: {unjudged[0]}; {whole}" if refused else
+                           _failure(report, failing, whole))
+        return row
+    if refused:
+        row.update(verdict="not judged (run fails)",
+                   evidence=f"sites NOT RUN: {unjudged[0]}; {whole}")
         return row
     if not report.ok:
         row["verdict"] = "caught" if failing else "caught (whole model only)"
@@ -605,14 +627,23 @@ def markdown(rows: Sequence[dict]) -> str:
             cells.append(f"**{verdict}**" if verdict in ("MISSED", "FALSE ALARM", "ERROR")
                          else verdict)
         zoo = by_kind.get("zoo")
-        first = zoo or next(iter(by_kind.values()))
+        judged = [r for r in ([zoo] if zoo else []) + list(by_kind.values())
+                  if r["verdict"] != "not applicable"]
+        first = judged[0]
         change = next((r.get("change") for r in by_kind.values() if r.get("change")), "")
         lines.append(f"| `{rule}` | {mutant} | {change} | "
-                     f"{('`' + zoo['model'].removeprefix('zoo:').split('?')[0] + '`') if zoo else '-'} | "
+                     f"{_model_label(zoo['model']) if zoo else '-'} | "
                      + " | ".join(cells) + f" | {first.get('evidence', '')} |")
     lines += ["", "Not applicable (no candidate in the rule's replacement, on any model):", ""]
     lines += [f"* `{rule}`: {', '.join(kinds_)}" for rule, kinds_ in not_applicable.items()]
     return "\n".join(lines)
+
+
+def _model_label(spec: str) -> str:
+    """``zoo:gpt2?layers=1&...`` -> ```zoo:gpt2```; a built-in name is marked as one (the
+    built-in ``resnet18`` writes its batch norms out, the zoo's does not)."""
+    name = spec.split("?", 1)[0]
+    return f"`{name}`" if name.startswith("zoo:") else f"`{name}` (built-in)"
 
 
 def score(rows: Sequence[dict]) -> dict:
