@@ -10,9 +10,16 @@ checks each, and returns a :class:`~patternkit.verification.report.CampaignRepor
     with its scalar constants nudged to the edge of the patterns' scalar tolerance
     (:data:`EDGES`: one rounding, inside it; sixteen, outside).  Whenever the rule fires,
     the result must be well formed and compute the input's numbers on llvm within
-    ``rule.tolerance(dtype)``; whenever it does not, it must say why (a ``reject`` reason,
-    or the pattern's near miss).  A failure is shrunk by setting knobs back to their
-    defaults while it keeps failing the same way.
+    ``rule.tolerance(dtype)``, on the seeded draws and on adversarial ones (wide values,
+    positive values, zeros: :data:`~patternkit.verification.differential.ADVERSARIAL`);
+    whenever it does not, it must say why (a ``reject`` reason, or the pattern's near
+    miss).  The rewrite sites of the first :data:`SITE_INSTANCES` instances a rule fires
+    on (its default example first) are also validated one by one
+    (:func:`~patternkit.verification.sites.validate_sites`), on the instance's own
+    inputs and the sites' adversarial draws: an error that a later op saturates (a
+    sigmoid of a clipped value) or that vanishes in a small output shows there.  A
+    failure is shrunk by setting knobs back to their defaults while it keeps failing the
+    same way.
 :func:`fuzz_pass` (``patternkit fuzz PASS_OR_RULE``)
     Random programs (:func:`~patternkit.testing.strategies.relax_programs` unless a
     strategy is given) through any transform -- a TVM pass, a ``Sequential``, a rule or
@@ -60,15 +67,17 @@ from ..ir import compat as C
 from ..ir.dtypes import machine_epsilon
 from ..ir.rebuild import make_block, rebuild_function
 from ..ir.walk import substitute
+from ..verification import numeric
 from ..verification.differential import (Outcome, apply_transform, judge_result,
                                          narrowest_float_dtype)
 from ..verification.report import CampaignReport, Failure, TargetReport
 from ..verification.roundtrip import check_roundtrip
 from ..verification.shrink import shrink_module
+from ..verification.sites import validate_sites
 
 __all__ = ["verify_rules", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
            "resolve_target", "parse_shard",
-           "default_budget", "EDGES", "BUDGETS"]
+           "default_budget", "EDGES", "BUDGETS", "SITE_INSTANCES"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +95,12 @@ POSITIVE = ("var",)
 SHRUNK_KINDS = ("mismatch", "ill-formed", "build", "no-reason")
 
 DEFAULT_TIMEOUT = 60.0
+
+#: Fired instances per rule (and per worker) whose rewrite sites are validated one by one.
+#: A validation is one more build on top of the two of the whole-module check; the first
+#: instances (the default example, then hypothesis' draws) cover the rule's common shape,
+#: and every instance still gets the adversarial whole-module draws, which cost no build.
+SITE_INSTANCES = 3
 
 
 def default_budget(campaign: str) -> int:
@@ -398,9 +413,13 @@ def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard:
     start = time.perf_counter()
     instances = knob_instances(rule, budget, seed)
     shrunk_kinds: set = set()
+    validated = 0
     for index in _share(len(instances), shard, jobs, slot):
         knobs = instances[index]
-        failure = _verify_instance(rule, knobs, report, timeout, seed)
+        fired = report.fired
+        failure = _verify_instance(rule, knobs, report, timeout, seed,
+                                   sites=validated < SITE_INSTANCES)
+        validated += report.fired > fired
         if failure is None:
             continue
         if failure.kind in SHRUNK_KINDS:
@@ -427,8 +446,12 @@ def build_instance(rule: Rule, knobs: dict) -> tvm.IRModule | None:
 
 
 def _verify_instance(rule: Rule, knobs: dict, report: TargetReport, timeout: float | None,
-                     seed: int, count: bool = True) -> Failure | None:
-    """Check one instance, count it in ``report`` (unless not ``count``); its failure."""
+                     seed: int, count: bool = True, sites: bool = True) -> Failure | None:
+    """Check one instance, count it in ``report`` (unless not ``count``); its failure.
+
+    With ``sites``, the rewrite sites of an instance that passed the whole-module check
+    are validated too, and a failed site is a ``"mismatch"`` naming it.
+    """
     def failed(kind, error, module, result=None):
         return Failure(rule.rule_name, kind, error, module, dict(knobs), result)
 
@@ -476,7 +499,29 @@ def _verify_instance(rule: Rule, knobs: dict, report: TargetReport, timeout: flo
     if not judged.ok:
         return failed(judged.kind, f"{judged.error} [tolerance for {dtype}: {tolerance}]", mod,
                       judged.result)
+    if sites and not isinstance(rule, CompositeRule):  # a composite's proof is its round trip
+        site = _failed_site(rule, mod, outcome.result, rewrite_log, seed)
+        if site is not None:
+            return failed("mismatch", site, mod, outcome.result)
     return None
+
+
+def _failed_site(rule: Rule, mod: tvm.IRModule, after: tvm.IRModule, rewrite_log: RewriteLog,
+                 seed: int) -> str | None:
+    """Why the first failed rewrite site of one instance failed (``None``: none did)."""
+    try:
+        inputs = numeric.random_inputs(mod["main"], seed=seed, positive=POSITIVE)
+        sites = validate_sites(mod, after, rewrite_log, inputs=inputs, seed=seed, rules=[rule])
+    except Exception as err:  # noqa: BLE001 - a validation that cannot run finds nothing
+        log.warning("%s: the rewrite sites could not be validated: %s: %s", rule.rule_name,
+                    type(err).__name__, err)
+        return None
+    if not sites.failures:
+        return None
+    site = sites.failures[0]
+    return (f"rewrite site {site.function}:{site.binding} of {site.rule}: {site.reason} "
+            f"(max abs error {site.max_abs_error:.3g}, max rel error "
+            f"{site.max_rel_error:.3g}) [tolerance: {site.tolerance}]")
 
 
 def _near_miss(rule: Rule, mod: tvm.IRModule) -> str | None:

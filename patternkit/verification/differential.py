@@ -8,6 +8,16 @@ it returned against the input: well formed, builds for llvm, and computes the sa
 numbers on seeded random inputs within a tolerance.  Nothing here knows about rules:
 the fuzzing campaigns in :mod:`patternkit.testing.fuzz` build on it.
 
+Seeded draws in [-1, 1] miss a rewrite that is exact there and wrong elsewhere (``relu``
+written as a clip at 100, an approximation good for small values only), so a result is
+also run on the adversarial whole-program draws of :data:`ADVERSARIAL`: wide values (the
+per-site validation's :data:`~patternkit.verification.sites.WIDE` range of the program's
+dtype), positive values and zeros.  They are judged as rewrite sites are
+(:func:`~patternkit.verification.sites.judge`: each element against ``rtol * |ref|`` plus
+``atol`` times the output's own root mean square, since a draw of +-1e4 rounds at 1e-3
+where a draw of +-1 rounds at 1e-7; reference elements that are not finite are no
+evidence), and they can only find a failure: a pass rests on the seeded draws.
+
 The time limit is a ``SIGALRM`` timer, so it works in the main thread of a process (the
 campaigns run there, in parallel worker processes too) and interrupts Python code and
 any TVM call that returns to the interpreter; a native loop that never returns is out of
@@ -27,12 +37,15 @@ from typing import Any, Callable, Iterator
 import tvm
 from tvm import relax
 
+import numpy as np
+
 from ..ir import compat as C
 from ..ir.dtypes import coarsest_float
 from . import numeric
+from .sites import WIDE, judge
 
 __all__ = ["Outcome", "TransformTimeout", "apply_transform", "judge_result", "time_limit",
-           "narrowest_float_dtype", "FAILURE_KINDS"]
+           "narrowest_float_dtype", "adversarial_inputs", "FAILURE_KINDS", "ADVERSARIAL"]
 
 #: What can go wrong, and whether a campaign shrinks it: a wrong result is shrunk to a
 #: minimal module; a transform that cannot cope with its input is reported as it came.
@@ -52,6 +65,14 @@ FAILURE_KINDS = {
 #: negative values) is the draw's fault, a program whose outputs are always degenerate
 #: (``x - x``) is not.
 DRAWS = 3
+
+#: The adversarial whole-program draws (label, low, high) besides the seeded ones; ``None``
+#: bounds stand for the :data:`~patternkit.verification.sites.WIDE` range of the
+#: program's dtype.  Inputs named as positive (``input_options["positive"]``) stay in
+#: [0.5, 1.5] in every draw, and integer inputs in their ranges.
+ADVERSARIAL = (("wide", None, None),
+               ("positive [0.5, 1.5]", 0.5, 1.5),  # a square root's or a logarithm's domain
+               ("zeros", 0.0, 0.0))
 
 
 class TransformTimeout(BaseException):  # noqa: N818 (not an error of the caller's)
@@ -142,13 +163,17 @@ def apply_transform(transform: Callable[[tvm.IRModule], Any], mod: tvm.IRModule,
 
 
 def judge_result(before: tvm.IRModule, outcome: Outcome, *, rtol: float, atol: float,
-                 seed: int = 0, input_options: dict | None = None) -> Outcome:
+                 seed: int = 0, input_options: dict | None = None,
+                 adversarial: bool = True) -> Outcome:
     """Check a changed result: well formed, builds, same numbers as ``before`` on llvm.
 
     The numbers are judged by :func:`~patternkit.verification.numeric.compare_outputs`:
     a draw on which ``before``'s outputs are no evidence is drawn again (:data:`DRAWS`
     seeds from ``seed``), and a result still unjudged after that is ``"inconclusive"``,
-    a failure kind of its own: never a pass, and not a mismatch either.
+    a failure kind of its own: never a pass, and not a mismatch either.  With
+    ``adversarial`` (the default), a result that misses on one of the
+    :data:`ADVERSARIAL` draws is a ``"mismatch"`` too, named by its draw; those runs
+    reuse the two builds, so they cost no build of their own.
     An outcome that already failed, or whose result equals the input, is returned as is
     (an unchanged module computes the same numbers).  ``before`` must build: a caller
     whose input does not build has no reference to compare with (``ValueError``).
@@ -191,16 +216,74 @@ def judge_result(before: tvm.IRModule, outcome: Outcome, *, rtol: float, atol: f
             break
     checked = Outcome(after, None, "", True, comparison.max_abs_error,
                       comparison.max_rel_error, outcome.seconds)
-    if comparison.inconclusive:
-        return _failed(checked, "inconclusive", f"{comparison.reason} (seeds {seed} to "
-                                                f"{seed + DRAWS - 1})")
-    if not comparison.ok:
+    if not comparison.ok and not comparison.inconclusive:
         return _failed(checked, "mismatch",
                        f"max abs error {comparison.max_abs_error:.3g}, max rel error "
                        f"{comparison.max_rel_error:.3g}, relative error as a whole "
                        f"{comparison.norm_error:.3g} (rtol {rtol:.3g}, atol {atol:.3g}): "
                        f"{comparison.reason}")
+    if adversarial:
+        missed = _adversarial_miss(before, after, reference_vm, after_vm, rtol=rtol,
+                                   atol=atol, seed=seed, input_options=input_options)
+        if missed is not None:
+            kind, error, figures = missed
+            return Outcome(after, kind, error, True, *figures, outcome.seconds)
+    if comparison.inconclusive:
+        return _failed(checked, "inconclusive", f"{comparison.reason} (seeds {seed} to "
+                                                f"{seed + DRAWS - 1})")
     return checked
+
+
+def adversarial_inputs(func: relax.Function, seed: int = 0, dtype: str | None = None,
+                       input_options: dict | None = None
+                       ) -> list[tuple[str, list[np.ndarray]]]:
+    """``(label, inputs)`` for each :data:`ADVERSARIAL` draw of ``func``'s parameters.
+
+    ``dtype`` picks the wide range (default: float32's); ``input_options`` are passed to
+    :func:`~patternkit.verification.numeric.random_inputs` (``positive``,
+    ``int_ranges``, ``shape_vars``).
+    """
+    wide = WIDE.get(dtype or "float32", WIDE["float32"])
+    draws = []
+    for label, low, high in ADVERSARIAL:
+        if low is None:
+            label, low, high = f"wide [-{wide:g}, {wide:g}]", -wide, wide
+        arrays = numeric.random_inputs(func, seed=seed, low=low, high=high,
+                                       **(input_options or {}))
+        draws.append((label, arrays))
+    return draws
+
+
+def _adversarial_miss(before: tvm.IRModule, after: tvm.IRModule, reference_vm: Any,
+                      after_vm: Any, *, rtol: float, atol: float, seed: int,
+                      input_options: dict | None) -> tuple[str, str, tuple] | None:
+    """The first adversarial draw ``after`` misses: ``(kind, error, (max abs, max rel))``.
+
+    A draw ``before`` cannot run, or whose outputs are no evidence (all zero, constant,
+    nowhere finite), proves nothing either way and is passed over.
+    """
+    dtype = narrowest_float_dtype(before)
+    for label, inputs in adversarial_inputs(before["main"], seed, dtype, input_options):
+        try:
+            reference = numeric.run(before, inputs, vm=reference_vm)
+        except Exception:  # noqa: BLE001 - an input ``before`` cannot take: no evidence
+            continue
+        try:
+            got = numeric.run(after, inputs, vm=after_vm)
+        except Exception as err:  # noqa: BLE001 - the input runs, the result does not
+            message = str(err).strip().splitlines()
+            return ("build", f"on {label} inputs (seed {seed}) the result does not run: "
+                             f"{type(err).__name__}: {message[0] if message else ''}",
+                    (None, None))
+        verdict = judge(reference, got, rtol, atol)
+        if verdict.verdict == "fail":
+            return ("mismatch", f"on {label} inputs (seed {seed}): max abs error "
+                                f"{verdict.max_abs_error:.3g}, max rel error "
+                                f"{verdict.max_rel_error:.3g} (rtol {rtol:.3g}, atol "
+                                f"{atol:.3g} times the output's root mean square): "
+                                f"{verdict.reason}",
+                    (verdict.max_abs_error, verdict.max_rel_error))
+    return None
 
 
 def _failed(outcome: Outcome, kind: str, error: str) -> Outcome:
