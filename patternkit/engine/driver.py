@@ -110,6 +110,9 @@ class RewriteRecord:
     #: :mod:`patternkit.verification.sites`).  References only: nothing is computed.
     replacement: Any = field(default=None, compare=False, repr=False)
     source: Any = field(default=None, compare=False, repr=False)
+    #: A multi-root rule's rewrite has no single replacement: the function it emitted,
+    #: where the replaced Vars are bound to their new values.
+    result: Any = field(default=None, compare=False, repr=False)
 
     @property
     def root(self) -> str:
@@ -529,7 +532,8 @@ def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_
                 index=index if index is not None and index.func.same_as(func) else None)
             if log is not None:
                 log.records.extend(RewriteRecord(rule.rule_name, gv.name_hint, root, replaced,
-                                                 round_index) for root, replaced in done.rewritten)
+                                                 round_index, None, func, done.function)
+                                   for root, replaced in done.rewritten)
                 log.skipped.extend(SkippedMatch(rule.rule_name, gv.name_hint, root, reason,
                                                 refusal)
                                    for root, reason, refusal in done.refused)

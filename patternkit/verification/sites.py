@@ -236,65 +236,123 @@ def _tensor_constants(expr: Any) -> list:
     return found
 
 
+def _bindings_of(func: relax.Function, cache: dict[int, _Bindings]) -> _Bindings:
+    found = cache.get(id(func))
+    if found is None:
+        found = cache[id(func)] = _Bindings(func)
+    return found
+
+
 def _cut(record: RewriteRecord, cache: dict[int, _Bindings]) -> _Region | str:
     """The region of ``record`` and its replacement, or why they cannot be cut out."""
     source = record.source
-    if source is None or record.replacement is None:
-        return "a multi-root rule's rewrite: its region is not recorded"
-    bindings = cache.get(id(source))
-    if bindings is None:
-        bindings = cache[id(source)] = _Bindings(source)
+    if source is None or (record.replacement is None and record.result is None):
+        return "the rewrite's region is not recorded"
+    bindings = _bindings_of(source, cache)
     region = []
     for var in record.replaced_vars:
         found = bindings.by_var.get(C.handle(var))
         if found is None:
             return f"binding {C.var_name(var)} is not in function {record.function}"
         position, binding, dataflow = found
-        if not isinstance(binding, relax.VarBinding):
-            return f"binding {C.var_name(var)} is a match_cast"
-        if not dataflow:
-            return f"binding {C.var_name(var)} is outside a dataflow block"
-        if not C.is_pure_value(binding.value):
-            return f"binding {C.var_name(var)} calls an impure function"
+        why = _unsupported(binding, dataflow)
+        if why:
+            return why
         region.append((position, binding))
     region.sort(key=lambda item: item[0])
-    inside = {C.handle(b.var) for _, b in region}
-    inputs: list = []
-    seen: set[int] = set()
-    values = [b.value for _, b in region] + [record.replacement]
-    for value in values:
-        for leaf in [*vars_read(value), *_tensor_constants(value)]:
-            key = C.handle(leaf)
-            if key in inside or key in seen:
-                continue
-            seen.add(key)
-            if isinstance(leaf, relax.Var) and not isinstance(leaf.ty, relax.TensorType):
-                return (f"it reads {C.var_name(leaf)}, of type {leaf.ty}: only tensors can be "
-                        f"drawn")
-            inputs.append(leaf)
+    before_bindings = [(b.var, b.value) for _, b in region]
+    if record.replacement is not None:
+        outputs = [record.root_var]
+        after_bindings = before_bindings[:-1] + [(record.root_var, record.replacement)]
+    else:  # a multi-root rule: the replaced Vars it kept, as the function it emitted has them
+        cut = _cut_result(record, bindings, cache)
+        if isinstance(cut, str):
+            return cut
+        outputs, after_bindings = cut
+    inputs = _inputs_of(before_bindings, after_bindings)
+    if isinstance(inputs, str):
+        return inputs
     try:
-        before = _site_function(region, inputs, None)
-        after = _site_function(region, inputs, record.replacement)
+        before = _site_function(before_bindings, inputs, outputs)
+        after = _site_function(after_bindings, inputs, outputs)
     except Exception as err:  # e.g. a symbolic size no parameter defines
         return f"the region does not stand alone as a function: {numeric._first_line(err)}"
     key = hash((C.structural_hash(before), C.structural_hash(after)))
     return _Region(record, inputs, before, after, key)
 
 
-def _site_function(region: list, inputs: list, replacement: Any) -> relax.Function:
-    """The region as a function of ``inputs``; with ``replacement``, its root replaced."""
+def _unsupported(binding: Any, dataflow: bool) -> str:
+    name = C.var_name(binding.var)
+    if not isinstance(binding, relax.VarBinding):
+        return f"binding {name} is a match_cast"
+    if not dataflow:
+        return f"binding {name} is outside a dataflow block"
+    if not C.is_pure_value(binding.value):
+        return f"binding {name} calls an impure function"
+    return ""
+
+
+def _cut_result(record: RewriteRecord, source: _Bindings, cache: dict[int, _Bindings]
+                ) -> tuple[list, list] | str:
+    """``(outputs, bindings)`` of a multi-root rewrite in the function it emitted: the
+    replaced Vars still bound there, and every binding they read that the source did not
+    have (the new values), back to Vars the source had."""
+    result = _bindings_of(record.result, cache)
+    outputs = [v for v in record.replaced_vars if C.handle(v) in result.by_var]
+    if not outputs:
+        return "the rewrite kept none of the Vars it replaced"
+    replaced = {C.handle(v) for v in record.replaced_vars}
+    taken: dict[int, tuple[int, Any]] = {}
+    stack = list(outputs)
+    while stack:
+        var = stack.pop()
+        key = C.handle(var)
+        found = result.by_var.get(key)
+        if key in taken or found is None or (key in source.by_var and key not in replaced):
+            continue  # a parameter, or a value the source computes the same way: an input
+        position, binding, dataflow = found
+        why = _unsupported(binding, dataflow)
+        if why:
+            return why
+        taken[key] = (position, binding)
+        stack.extend(vars_read(binding.value))
+    ordered = sorted(taken.values(), key=lambda item: item[0])
+    return outputs, [(b.var, b.value) for _, b in ordered]
+
+
+def _inputs_of(*sides: list) -> list | str:
+    """The Vars and tensor constants the bindings of ``sides`` read but do not bind."""
+    inside = {C.handle(var) for side in sides for var, _ in side}
+    inputs: list = []
+    seen: set[int] = set()
+    for side in sides:
+        for _, value in side:
+            for leaf in [*vars_read(value), *_tensor_constants(value)]:
+                key = C.handle(leaf)
+                if key in inside or key in seen:
+                    continue
+                seen.add(key)
+                if isinstance(leaf, relax.Var) and not isinstance(leaf.ty, relax.TensorType):
+                    return (f"it reads {C.var_name(leaf)}, of type {leaf.ty}: only tensors can "
+                            f"be drawn")
+                inputs.append(leaf)
+    return inputs
+
+
+def _site_function(bindings: list, inputs: list, outputs: list) -> relax.Function:
+    """``bindings`` as a function of ``inputs`` returning ``outputs`` (a tuple of them
+    when there are several)."""
     params = [relax.Var(C.var_name(x) if isinstance(x, relax.Var) else f"const{i}", x.ty)
               for i, x in enumerate(inputs)]
     mapping = {C.handle(x): p for x, p in zip(inputs, params)}
     bb = relax.BlockBuilder()
     with bb.function("site", params):
         with bb.dataflow():
-            last = len(region) - 1
-            for i, (_, binding) in enumerate(region):
-                value = replacement if i == last and replacement is not None else binding.value
-                mapping[C.handle(binding.var)] = bb.emit(
+            for var, value in bindings:
+                mapping[C.handle(var)] = bb.emit(
                     substitute(value, mapping, by_handle=True, keep_types=False))
-            out = bb.emit_output(mapping[C.handle(region[last][1].var)])
+            results = [mapping[C.handle(v)] for v in outputs]
+            out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
     return bb.get()["site"]
 
