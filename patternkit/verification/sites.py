@@ -249,6 +249,15 @@ def _cut(record: RewriteRecord, cache: dict[int, _Bindings]) -> _Region | str:
     if source is None or (record.replacement is None and record.result is None):
         return "the rewrite's region is not recorded"
     bindings = _bindings_of(source, cache)
+    if record.replacement is None:  # a multi-root rule: no single replacement
+        cut = _cut_result(record, bindings, cache)
+        if isinstance(cut, str):
+            return cut
+        outputs, after_bindings = cut
+        before_bindings = _slice(bindings, outputs, _inputs_of(after_bindings))
+        if isinstance(before_bindings, str):
+            return before_bindings
+        return _region(record, bindings, outputs, before_bindings, after_bindings)
     region = []
     for var in record.replaced_vars:
         found = bindings.by_var.get(C.handle(var))
@@ -261,14 +270,15 @@ def _cut(record: RewriteRecord, cache: dict[int, _Bindings]) -> _Region | str:
         region.append((position, binding))
     region.sort(key=lambda item: item[0])
     before_bindings = [(b.var, b.value) for _, b in region]
-    if record.replacement is not None:
-        outputs = [record.root_var]
-        after_bindings = before_bindings[:-1] + [(record.root_var, record.replacement)]
-    else:  # a multi-root rule: the replaced Vars it kept, as the function it emitted has them
-        cut = _cut_result(record, bindings, cache)
-        if isinstance(cut, str):
-            return cut
-        outputs, after_bindings = cut
+    after_bindings = before_bindings[:-1] + [(record.root_var, record.replacement)]
+    return _region(record, bindings, [record.root_var], before_bindings, after_bindings)
+
+
+def _region(record: RewriteRecord, bindings: _Bindings, outputs: list, before_bindings: list,
+            after_bindings: list) -> _Region | str:
+    """The two sides as functions of the inputs they read (see :func:`_shared_views`)."""
+    shared = _shared_views(bindings, _inputs_of(before_bindings, after_bindings))
+    before_bindings, after_bindings = shared + before_bindings, shared + after_bindings
     inputs = _inputs_of(before_bindings, after_bindings)
     if isinstance(inputs, str):
         return inputs
@@ -279,6 +289,51 @@ def _cut(record: RewriteRecord, cache: dict[int, _Bindings]) -> _Region | str:
         return f"the region does not stand alone as a function: {numeric._first_line(err)}"
     key = hash((C.structural_hash(before), C.structural_hash(after)))
     return _Region(record, inputs, before, after, key)
+
+
+#: Operators that only change how a value is viewed: inputs that are such views of one
+#: value are cut out with the views, so that the draws keep them equal.
+VIEWS = frozenset({"relax.reshape", "relax.permute_dims", "relax.expand_dims",
+                   "relax.squeeze", "relax.flatten", "relax.astype", "relax.broadcast_to"})
+
+
+def _shared_views(source: _Bindings, inputs: list | str) -> list:
+    """The view bindings (:data:`VIEWS`) through which two or more inputs of a region read
+    one value, in program order.
+
+    A rule may rely on two of its inputs being the same value seen twice (the ONNX
+    importer reshapes ``x`` once per projection, and ``matmul.combine_parallel`` proves
+    the reshapes equal): drawn as independent parameters they would differ, and the
+    rewrite would look wrong where it is not.  Cut with their views, they read the one
+    value they share.
+    """
+    if isinstance(inputs, str):
+        return []
+    chains: dict[int, list] = {}  # input handle -> its view bindings, nearest first
+    roots: dict[int, list[int]] = {}  # the value viewed -> inputs viewing it
+    for leaf in inputs:
+        if not isinstance(leaf, relax.Var):
+            continue
+        chain, key = [], C.handle(leaf)
+        while True:
+            found = source.by_var.get(key)
+            if found is None or not found[2] or C.op_name(found[1].value) not in VIEWS:
+                break
+            chain.append(found)
+            key = C.handle(C.call_args(found[1].value)[0])
+        roots.setdefault(key, []).append(C.handle(leaf))
+        chains[C.handle(leaf)] = chain
+    taken: dict[int, tuple[int, Any]] = {}
+    for root, viewers in roots.items():
+        if len(viewers) < 2 and not (viewers and root in {C.handle(x) for x in inputs
+                                                            if isinstance(x, relax.Var)}
+                                     and chains[viewers[0]]):
+            continue
+        for viewer in viewers:
+            for position, binding, _ in chains[viewer]:
+                taken[C.handle(binding.var)] = (position, binding)
+    ordered = sorted(taken.values(), key=lambda item: item[0])
+    return [(b.var, b.value) for _, b in ordered]
 
 
 def _unsupported(binding: Any, dataflow: bool) -> str:
@@ -318,6 +373,30 @@ def _cut_result(record: RewriteRecord, source: _Bindings, cache: dict[int, _Bind
         stack.extend(vars_read(binding.value))
     ordered = sorted(taken.values(), key=lambda item: item[0])
     return outputs, [(b.var, b.value) for _, b in ordered]
+
+
+def _slice(source: _Bindings, outputs: list, inputs: list | str) -> list | str:
+    """The source's bindings that compute ``outputs`` from ``inputs``, in program order:
+    what a multi-root rule replaced, as the source computed it."""
+    if isinstance(inputs, str):
+        return inputs
+    stop = {C.handle(x) for x in inputs}
+    taken: dict[int, tuple[int, Any]] = {}
+    stack = list(outputs)
+    while stack:
+        key = C.handle(stack.pop())
+        found = source.by_var.get(key)
+        if key in taken or found is None or (key in stop and key not in
+                                             {C.handle(v) for v in outputs}):
+            continue
+        position, binding, dataflow = found
+        why = _unsupported(binding, dataflow)
+        if why:
+            return why
+        taken[key] = (position, binding)
+        stack.extend(vars_read(binding.value))
+    ordered = sorted(taken.values(), key=lambda item: item[0])
+    return [(b.var, b.value) for _, b in ordered]
 
 
 def _inputs_of(*sides: list) -> list | str:

@@ -166,7 +166,10 @@ def test_judge_takes_no_weak_evidence():
 
 @pytest.mark.models
 @pytest.mark.parametrize("name, options", [("gpt2", {"batch": "dynamic"}), ("llama", {}),
-                                           ("resnet18", {})])
+                                           ("resnet18", {}),
+                                           # matmul.combine_parallel fires on the ONNX
+                                           # export: its q, k, v read one x reshaped thrice
+                                           ("onnx:bert", {"opset": 14})])
 def test_every_site_of_a_zoo_model_is_validated_on_its_own_values(name, options, zoo):
     model = zoo(name, **options)
     log = pk.RewriteLog()
