@@ -17,7 +17,10 @@ checks each, and returns a :class:`~patternkit.verification.report.CampaignRepor
     on (its default example first) are also validated one by one
     (:func:`~patternkit.verification.sites.validate_sites`), on the instance's own
     inputs and the sites' adversarial draws: an error that a later op saturates (a
-    sigmoid of a clipped value) or that vanishes in a small output shows there.  A
+    sigmoid of a clipped value) or that vanishes in a small output shows there; a site
+    that misses is arbitrated in float64 when the caller gives ``widen`` (``patternkit
+    verify`` does), and without it float16 instances are not validated site by site
+    (:data:`~patternkit.verification.differential.WIDE_SKIPPED` says why).  A
     failure is shrunk by setting knobs back to their defaults while it keeps failing the
     same way.
 :func:`fuzz_pass` (``patternkit fuzz PASS_OR_RULE``)
@@ -68,8 +71,8 @@ from ..ir.dtypes import machine_epsilon
 from ..ir.rebuild import make_block, rebuild_function
 from ..ir.walk import substitute
 from ..verification import numeric
-from ..verification.differential import (Outcome, apply_transform, judge_result,
-                                         narrowest_float_dtype)
+from ..verification.differential import (WIDE_SKIPPED, Outcome, apply_transform,
+                                         judge_result, narrowest_float_dtype)
 from ..verification.report import CampaignReport, Failure, TargetReport
 from ..verification.roundtrip import check_roundtrip
 from ..verification.shrink import shrink_module
@@ -325,7 +328,9 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
                  budget: int | None = None, seed: int = 0, jobs: int = 1,
                  shard: tuple[int, int] | None = None,
                  timeout: float | None = DEFAULT_TIMEOUT, shrink: bool = True,
-                 progress: Callable[[str], None] | None = None) -> CampaignReport:
+                 progress: Callable[[str], None] | None = None,
+                 widen: Callable[[relax.Function], relax.Function] | None = None
+                 ) -> CampaignReport:
     """Fuzz the guard of every rule (default: the library's) from its example space.
 
     Parameters
@@ -347,6 +352,11 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
         Shrink the first failure of each kind to the fewest non-default knobs.
     progress : callable, optional
         Called with a line per rule.
+    widen : callable, optional
+        A site function -> the same function in float64, to arbitrate a rewrite site
+        that misses (:func:`~patternkit.verification.sites.validate_sites`); it must
+        pickle when ``jobs > 1`` (a module-level function, or a ``functools.partial``
+        of one).
 
     Returns
     -------
@@ -365,7 +375,7 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
     for rule in targets:
         say(f"verifying {rule.rule_name} ({budget} instances) ...")
     return _campaign("verify", _verify_unit, targets, budget=budget, seed=seed, shard=shard,
-                     jobs=jobs, args=(timeout, shrink))
+                     jobs=jobs, args=(timeout, shrink, widen))
 
 
 #: Draws per instance of the budget: a rule whose knobs combine into few modules (most
@@ -407,7 +417,8 @@ def _describes_a_module(rule: Rule, knobs: dict) -> bool:
 
 
 def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
-                 timeout: float | None, shrink: bool) -> TargetReport:
+                 timeout: float | None, shrink: bool, widen: Callable | None = None
+                 ) -> TargetReport:
     rule = _target(spec)
     report = TargetReport(rule.rule_name)
     start = time.perf_counter()
@@ -418,7 +429,7 @@ def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard:
         knobs = instances[index]
         fired = report.fired
         failure = _verify_instance(rule, knobs, report, timeout, seed,
-                                   sites=validated < SITE_INSTANCES)
+                                   sites=validated < SITE_INSTANCES, widen=widen)
         validated += report.fired > fired
         if failure is None:
             continue
@@ -427,7 +438,7 @@ def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard:
                 next(f for f in report.failures if f.kind == failure.kind).occurrences += 1
                 continue
             if shrink:
-                failure = _shrink_knobs(rule, knobs, failure, timeout, seed)
+                failure = _shrink_knobs(rule, knobs, failure, timeout, seed, widen)
             shrunk_kinds.add(failure.kind)
         report.failures.append(failure)
     report.seconds = time.perf_counter() - start
@@ -446,11 +457,13 @@ def build_instance(rule: Rule, knobs: dict) -> tvm.IRModule | None:
 
 
 def _verify_instance(rule: Rule, knobs: dict, report: TargetReport, timeout: float | None,
-                     seed: int, count: bool = True, sites: bool = True) -> Failure | None:
+                     seed: int, count: bool = True, sites: bool = True,
+                     widen: Callable | None = None) -> Failure | None:
     """Check one instance, count it in ``report`` (unless not ``count``); its failure.
 
     With ``sites``, the rewrite sites of an instance that passed the whole-module check
-    are validated too, and a failed site is a ``"mismatch"`` naming it.
+    are validated too (a float16 one only with ``widen``: see :func:`verify_rules`), and
+    a failed site is a ``"mismatch"`` naming it.
     """
     def failed(kind, error, module, result=None):
         return Failure(rule.rule_name, kind, error, module, dict(knobs), result)
@@ -499,19 +512,22 @@ def _verify_instance(rule: Rule, knobs: dict, report: TargetReport, timeout: flo
     if not judged.ok:
         return failed(judged.kind, f"{judged.error} [tolerance for {dtype}: {tolerance}]", mod,
                       judged.result)
-    if sites and not isinstance(rule, CompositeRule):  # a composite's proof is its round trip
-        site = _failed_site(rule, mod, outcome.result, rewrite_log, seed)
+    # a composite's proof is its round trip
+    if sites and not isinstance(rule, CompositeRule) and \
+            (widen is not None or dtype != WIDE_SKIPPED):
+        site = _failed_site(rule, mod, outcome.result, rewrite_log, seed, widen)
         if site is not None:
             return failed("mismatch", site, mod, outcome.result)
     return None
 
 
 def _failed_site(rule: Rule, mod: tvm.IRModule, after: tvm.IRModule, rewrite_log: RewriteLog,
-                 seed: int) -> str | None:
+                 seed: int, widen: Callable | None) -> str | None:
     """Why the first failed rewrite site of one instance failed (``None``: none did)."""
     try:
         inputs = numeric.random_inputs(mod["main"], seed=seed, positive=POSITIVE)
-        sites = validate_sites(mod, after, rewrite_log, inputs=inputs, seed=seed, rules=[rule])
+        sites = validate_sites(mod, after, rewrite_log, inputs=inputs, seed=seed, rules=[rule],
+                               widen=widen)
     except Exception as err:  # noqa: BLE001 - a validation that cannot run finds nothing
         log.warning("%s: the rewrite sites could not be validated: %s: %s", rule.rule_name,
                     type(err).__name__, err)
@@ -538,7 +554,7 @@ def _near_miss(rule: Rule, mod: tvm.IRModule) -> str | None:
 
 
 def _shrink_knobs(rule: Rule, knobs: dict, failure: Failure, timeout: float | None,
-                  seed: int) -> Failure:
+                  seed: int, widen: Callable | None = None) -> Failure:
     """Set knobs back to earlier values (defaults first) while the failure stays the same
     kind; the failure of the fewest, simplest knobs."""
     space = {name: tuple(values) for name, values in rule.example_space().items()}
@@ -552,7 +568,7 @@ def _shrink_knobs(rule: Rule, knobs: dict, failure: Failure, timeout: float | No
             for simpler in values[:position]:
                 trial = {**best, name: simpler}
                 again = _verify_instance(rule, trial, TargetReport(rule.rule_name), timeout,
-                                         seed, count=False)
+                                         seed, count=False, widen=widen)
                 if again is not None and again.kind == failure.kind:
                     best, best_failure, changed = trial, again, True
                     break

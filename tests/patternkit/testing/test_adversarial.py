@@ -3,6 +3,8 @@ elsewhere is caught, and named."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 pytest.importorskip("hypothesis")
@@ -97,16 +99,19 @@ def test_a_library_rule_still_passes_verify_with_its_sites_validated():
 
 def test_adversarial_draws_are_wide_positive_and_zero_and_keep_positive_inputs_positive():
     var = relax.Var("running_var", relax.TensorType((8,), "float32"))
-    x = relax.Var("x", relax.TensorType((8,), "float16"))
+    x = relax.Var("x", relax.TensorType((8,), "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, var]):
         bb.emit_func_output(x)
-    draws = dict(adversarial_inputs(bb.get()["main"], dtype="float16",
-                                    input_options={"positive": ("var",)}))
-    assert set(draws) == {"wide [-100, 100]", "positive [0.5, 1.5]", "zeros"}
-    assert np.abs(draws["wide [-100, 100]"][0]).max() > 10
+    func = bb.get()["main"]
+    draws = dict(adversarial_inputs(func, dtype="float32", input_options={"positive": ("var",)}))
+    assert set(draws) == {"wide [-10000, 10000]", "positive [0.5, 1.5]", "zeros"}
+    assert np.abs(draws["wide [-10000, 10000]"][0]).max() > 1000
     assert not draws["zeros"][0].any()
     assert all(0.5 <= d[1].min() for d in draws.values())
+    # float16 squares +-1e2 past its range in the reference itself: no wide draw
+    assert set(dict(adversarial_inputs(func, dtype="float16"))) == {"positive [0.5, 1.5]",
+                                                                     "zeros"}
 
 
 def test_a_draw_whose_reference_is_not_finite_is_no_evidence_not_a_failure():
@@ -130,3 +135,15 @@ def test_a_draw_whose_reference_is_not_finite_is_no_evidence_not_a_failure():
                           rtol=1e-5, atol=1e-5)
     assert judged.ok, judged.error
 
+
+
+def test_float16_sites_are_validated_when_verify_can_widen_them_to_float64():
+    # layernorm's float16 region overflows on its own wide draw (16 squares of ~1e4 pass
+    # 65504); against the region in float64 the fused op is the closer of the two
+    from patternkit.training.precision import as_float64
+
+    rule = LIBRARY["layernorm.collapse"]
+    report = verify_rules([rule], budget=4, seed=0,
+                          widen=functools.partial(as_float64, name="site"))
+    assert report.ok, str(report)
+    assert "float16" in report["layernorm.collapse"].tolerances
