@@ -15,7 +15,10 @@ A :class:`RuleCase` states, for one rule, what the style guide asks every rule t
    composite, ``DefuseOps(FuseOps(after)) == after`` for a rewrite;
 4. **numerics**: ``before`` and the result built for ``llvm`` and run on the VM with
    seeded inputs agree within the case's :class:`Tolerance`, which is :data:`EXACT` for
-   structure-only transforms and otherwise says why it is what it is.
+   structure-only transforms and otherwise says why it is what it is; and each rewrite
+   site agrees on its own, on those inputs and on adversarial ones (wide values, zeros,
+   :func:`~patternkit.verification.sites.validate_sites`), since a rewrite exact on
+   [-1, 1] and wrong elsewhere passes the seeded draws.
 
 :func:`check_rule` runs all four and raises ``AssertionError`` naming the rule and the
 proof that failed; the library's meta-test requires a case for every library rule and a
@@ -39,12 +42,14 @@ from ..byoc.merge import CompositeLog, merge_composite
 from ..dpl import explain
 from ..engine import EXACT, CompositeRule, RewriteLog, RewriteRule, Rule, Tolerance, rewrite
 from ..ir import compat as C
-from ..verification.numeric import assert_same_numerics
+from ..verification.differential import WIDE_SKIPPED, narrowest_float_dtype
+from ..verification.numeric import assert_same_numerics, random_inputs
 from ..verification.roundtrip import check_roundtrip
+from ..verification.sites import validate_sites
 
 __all__ = ["Tolerance", "EXACT", "Negative", "RuleCase", "NegativeResult", "RuleProof",
            "apply_rule", "check_rule", "prove_structure", "prove_reasons", "prove_round_trip",
-           "prove_numerics", "assert_reparses"]
+           "prove_numerics", "prove_sites", "assert_reparses"]
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,30 @@ def prove_numerics(case: RuleCase, after: tvm.IRModule) -> None:
                              f"its numeric proof is EXACT, not {case.tolerance}")
     assert_same_numerics(case.before, after, rtol=case.tolerance.rtol,
                          atol=case.tolerance.atol, positive=case.positive)
+    if isinstance(case.rule, RewriteRule):
+        prove_sites(case, after)
+
+
+def prove_sites(case: RuleCase, after: tvm.IRModule) -> None:
+    """Proof 4, site by site: each rewrite of the positive case, cut out with the values it
+    reads, agrees with the region it replaced on the case's inputs and on adversarial
+    draws, within the case's tolerance.
+
+    A float16 case is not validated site by site: its wide draw can overflow in the
+    region itself, and this layer has no float64 copy to arbitrate
+    (:data:`~patternkit.verification.differential.WIDE_SKIPPED`).
+    """
+    __tracebackhide__ = True  # pylint: disable=unused-variable
+    if narrowest_float_dtype(case.before) == WIDE_SKIPPED:
+        return
+    rewrite_log = RewriteLog()
+    rewrite(case.rule, case.before, log=rewrite_log)
+    inputs = random_inputs(case.before["main"], positive=case.positive)
+    report = validate_sites(case.before, after, rewrite_log, inputs=inputs,
+                            rules=[case.rule], tolerance=lambda rule, dtype: case.tolerance)
+    if report.failures:
+        raise AssertionError(f"{case.name}: a rewrite site computes other numbers than the "
+                             f"region it replaced: {report.failures[0]}")
 
 
 def assert_reparses(mod: tvm.IRModule, what: str = "the module") -> None:

@@ -147,3 +147,20 @@ def test_float16_sites_are_validated_when_verify_can_widen_them_to_float64():
                           widen=functools.partial(as_float64, name="site"))
     assert report.ok, str(report)
     assert "float16" in report["layernorm.collapse"].tolerances
+
+
+def test_check_rule_catches_a_rule_exact_on_small_values_at_its_site():
+    from patternkit.testing import EXACT, Negative, RuleCase, check_rule
+    from patternkit.verification.numeric import assert_same_numerics
+
+
+    rule = ReluAsClip()
+    before = _relu_then("sigmoid")
+    after = pk.rewrite(rule, before)
+    doubled = _relu_then(None)
+    case = RuleCase(rule, before, after,
+                    [Negative("no_relu", pk.rewrite(rule, doubled), "nn.relu")], EXACT)
+    with pytest.raises(AssertionError, match="user.relu_as_clip: a rewrite site.*main:.*wide"):
+        check_rule(case)
+    # the whole module agrees on its seeded draws: only the site tells
+    assert_same_numerics(before, after, rtol=0.0, atol=0.0)
