@@ -27,7 +27,8 @@ checks each, and returns a :class:`~patternkit.verification.report.CampaignRepor
     Random programs (:func:`~patternkit.testing.strategies.relax_programs` unless a
     strategy is given) through any transform -- a TVM pass, a ``Sequential``, a rule or
     ``RuleSet``, any ``IRModule -> IRModule`` callable -- checked by
-    :mod:`~patternkit.verification.differential`; a wrong result is shrunk to its
+    :mod:`~patternkit.verification.differential` on the seeded draws and on adversarial
+    ones (wide values, positive values, zeros); a wrong result is shrunk to its
     smallest failing cone (:mod:`~patternkit.verification.shrink`).
 :func:`fuzz_roundtrip` (``patternkit fuzz roundtrip``)
     ``DefuseOps(FuseOps(x)) == x`` on :func:`~patternkit.testing.graphs.relax_graphs`.
@@ -643,7 +644,10 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
     (:func:`~patternkit.verification.differential.judge_result`): a drawn program whose
     outputs are no evidence on any of its draws (all zero, constant, non-finite or within
     ``atol``) is skipped with a warning, like one that does not build: it is neither
-    counted as tried nor as a pass.  In :func:`verify_rules` the same verdict on a rule's
+    counted as tried nor as a pass.  Besides the seeded draws, each result runs on the
+    adversarial draws of :data:`~patternkit.verification.differential.ADVERSARIAL`
+    (no build of their own); a miss on one is a ``"mismatch"`` naming the draw, and a
+    draw whose reference is nowhere finite or all zero is no evidence, not a failure.  In :func:`verify_rules` the same verdict on a rule's
     own example is a failure of kind ``"inconclusive"``: the example proves nothing.
 
     Returns
