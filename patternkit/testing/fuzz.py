@@ -646,8 +646,9 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
     ``atol``) is skipped with a warning, like one that does not build: it is neither
     counted as tried nor as a pass.  Besides the seeded draws, each result runs on the
     adversarial draws of :data:`~patternkit.verification.differential.ADVERSARIAL`
-    (no build of their own); a miss on one is a ``"mismatch"`` naming the draw, and a
-    draw whose reference is nowhere finite or all zero is no evidence, not a failure.  In :func:`verify_rules` the same verdict on a rule's
+    (no build of their own); a miss on one is a ``"mismatch"`` naming the draw.  There,
+    reference elements that are not finite (an ``exp`` of 1e4) are no evidence, not a
+    failure, unless the result is not finite where the reference is.  In :func:`verify_rules` the same verdict on a rule's
     own example is a failure of kind ``"inconclusive"``: the example proves nothing.
 
     Returns
