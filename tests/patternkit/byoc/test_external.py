@@ -219,7 +219,8 @@ def test_merged_partitioning_handles_host_code_reading_the_batch_in_any_function
     host = [str(b.value.op.name) for b in out["forward"].body.blocks[0].bindings
             if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
     assert host == ["relax.arange", "relax.reshape", "relax.multiply"]  # put back as it was
-    for batch in (1, 3):
+    # batch 1 would multiply by arange(0, 1) == [0]: outputs all zero, no evidence
+    for batch in (2, 3):
         bit_exact(mod, out, func_name="forward", shape_vars={"n": batch})
     tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
 
@@ -294,7 +295,8 @@ def test_merged_partitioning_keeps_a_match_cast_and_the_symbolic_variable_it_def
     assert list(external_functions(out, "cc")) == ["cc_main_0"]
     casts = [b for b in out["main"].body.blocks[0].bindings if isinstance(b, relax.MatchCast)]
     assert [str(b.ty) for b in casts] == ['R.Tensor((1,), dtype="int64")', "R.Shape([r])"]
-    for batch in (1, 3):
+    # batch 1 would multiply by arange(0, 1) == [0]: outputs all zero, no evidence
+    for batch in (2, 3):
         bit_exact(mod, out, shape_vars={"n": batch})
     tvm.ir.assert_structural_equal(pk.DefuseOps()(out), mod)
 
