@@ -348,3 +348,27 @@ def test_float64_layer_norm_builds():
     expected = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got, expected * gamma.data.numpy() + beta.data.numpy(),
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="TVM 0.27's layer_norm legalisation adds beta and multiplies by gamma "
+                          "whatever center= and scale= say")
+@pytest.mark.parametrize("center, scale", [(False, True), (True, False)])
+def test_layer_norm_without_center_or_scale_drops_beta_or_gamma(center, scale):
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    gamma = relax.const(rng.uniform(0.5, 1.5, 8).astype("float32"))
+    beta = relax.const(rng.uniform(1.0, 2.0, 8).astype("float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.layer_norm(x, gamma, beta, axes=[-1],
+                                                        center=center, scale=scale))
+        bb.emit_func_output(out)
+    data = rng.uniform(-1, 1, (2, 8)).astype("float32")
+    [got] = numeric.run(bb.get(), [data])
+    centred = data - data.mean(axis=-1, keepdims=True)
+    normed = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    expected = (normed * (gamma.value.numpy() if scale else 1.0)
+                + (beta.value.numpy() if center else 0.0))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
