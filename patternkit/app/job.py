@@ -134,7 +134,8 @@ class JobReport:
         if self.numeric.get("not_built") == "before":
             whole = "whole-model comparison NOT RUN (the imported model does not build)"
         elif status == numeric.INCONCLUSIVE:
-            whole = "whole-model comparison INCONCLUSIVE (no evidence: the verdict rests on the sites)"
+            whole = ("whole-model comparison INCONCLUSIVE (no evidence: the verdict rests on "
+                     "the sites)")
         elif self.numeric.get("float64"):
             whole = f"whole-model comparison against float64 ({status})"
         else:

@@ -357,22 +357,9 @@ def _cut_result(record: RewriteRecord, source: _Bindings, cache: dict[int, _Bind
     if not outputs:
         return "the rewrite kept none of the Vars it replaced"
     replaced = {C.handle(v) for v in record.replaced_vars}
-    taken: dict[int, tuple[int, Any]] = {}
-    stack = list(outputs)
-    while stack:
-        var = stack.pop()
-        key = C.handle(var)
-        found = result.by_var.get(key)
-        if key in taken or found is None or (key in source.by_var and key not in replaced):
-            continue  # a parameter, or a value the source computes the same way: an input
-        position, binding, dataflow = found
-        why = _unsupported(binding, dataflow)
-        if why:
-            return why
-        taken[key] = (position, binding)
-        stack.extend(vars_read(binding.value))
-    ordered = sorted(taken.values(), key=lambda item: item[0])
-    return outputs, [(b.var, b.value) for _, b in ordered]
+    # a value the source computes the same way (not replaced) is an input
+    found = _walk_back(result, outputs, lambda key: key in source.by_var and key not in replaced)
+    return found if isinstance(found, str) else (outputs, found)
 
 
 def _slice(source: _Bindings, outputs: list, inputs: list | str) -> list | str:
@@ -380,14 +367,20 @@ def _slice(source: _Bindings, outputs: list, inputs: list | str) -> list | str:
     what a multi-root rule replaced, as the source computed it."""
     if isinstance(inputs, str):
         return inputs
-    stop = {C.handle(x) for x in inputs}
+    stop = {C.handle(x) for x in inputs} - {C.handle(v) for v in outputs}
+    return _walk_back(source, outputs, stop.__contains__)
+
+
+def _walk_back(bindings: _Bindings, outputs: list, is_input: Callable[[int], bool]
+               ) -> list | str:
+    """The bindings ``outputs`` are computed by, back to the Vars ``is_input`` (a handle
+    predicate) names and to parameters, in program order; or why one cannot be cut out."""
     taken: dict[int, tuple[int, Any]] = {}
     stack = list(outputs)
     while stack:
         key = C.handle(stack.pop())
-        found = source.by_var.get(key)
-        if key in taken or found is None or (key in stop and key not in
-                                             {C.handle(v) for v in outputs}):
+        found = bindings.by_var.get(key)
+        if key in taken or found is None or is_input(key):
             continue
         position, binding, dataflow = found
         why = _unsupported(binding, dataflow)
