@@ -57,6 +57,7 @@ import multiprocessing
 import os
 import pickle
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -392,11 +393,11 @@ def knob_instances(rule: Rule, budget: int, seed: int) -> list[dict]:
     """
     from hypothesis import strategies as st
 
-    space = {name: tuple(values) for name, values in rule.example_space().items()}
-    space["edge"] = tuple(EDGES)
-    defaults = {name: values[0] for name, values in space.items()}
-    strategy = st.fixed_dictionaries({name: st.sampled_from(values)
-                                      for name, values in space.items()})
+    spaces = example_spaces(rule)
+    defaults = {name: values[0] for name, values in spaces[0].items()}
+    strategy = st.one_of([st.fixed_dictionaries({name: st.sampled_from(values)
+                                                 for name, values in space.items()})
+                          for space in spaces])
     drawn = [defaults] + [d for d in draw_instances(strategy, budget * DRAWS_PER_INSTANCE, seed)
                           if d != defaults]
     kept = []
@@ -406,6 +407,30 @@ def knob_instances(rule: Rule, budget: int, seed: int) -> list[dict]:
         if _describes_a_module(rule, knobs):  # hypothesis draws no value twice
             kept.append(knobs)
     return kept
+
+
+def example_spaces(rule: Rule) -> list[dict[str, tuple]]:
+    """The products of knob values ``rule.example_space()`` unites, each with the edge knob.
+
+    A rule's example space is one product (a dict: knob -> values) or, when its real
+    forms differ in which knobs they have or which values make sense together, a list of
+    products, one per real form (a union: no product of every knob carved back by
+    :class:`NoSuchExample`).  The first product's first values are the default example.
+    """
+    declared = rule.example_space()
+    products = [declared] if isinstance(declared, Mapping) else list(declared)
+    if not products:
+        products = [{}]
+    return [{**{name: tuple(values) for name, values in product.items()},
+             "edge": tuple(EDGES)} for product in products]
+
+
+def _space_holding(spaces: list[dict[str, tuple]], knobs: dict) -> dict[str, tuple]:
+    """The product of ``spaces`` that ``knobs`` was drawn from (shrinking stays inside it)."""
+    for space in spaces:
+        if space.keys() == knobs.keys() and all(knobs[k] in v for k, v in space.items()):
+            return space
+    return spaces[0]
 
 
 def _describes_a_module(rule: Rule, knobs: dict) -> bool:
@@ -558,8 +583,7 @@ def _shrink_knobs(rule: Rule, knobs: dict, failure: Failure, timeout: float | No
                   seed: int, widen: Callable | None = None) -> Failure:
     """Set knobs back to earlier values (defaults first) while the failure stays the same
     kind; the failure of the fewest, simplest knobs."""
-    space = {name: tuple(values) for name, values in rule.example_space().items()}
-    space["edge"] = tuple(EDGES)
+    space = _space_holding(example_spaces(rule), knobs)
     best, best_failure = dict(knobs), failure
     changed = True
     while changed:

@@ -18,8 +18,8 @@ from tvm import relax  # noqa: E402
 import patternkit as pk  # noqa: E402
 from patternkit.patterns import LIBRARY  # noqa: E402
 from patternkit.patterns.batchnorm import BatchnormCollapse, CollapsePlan  # noqa: E402
-from patternkit.testing.fuzz import (fuzz_pass, knob_instances, nudge_scalars,  # noqa: E402
-                                     verify_rules)
+from patternkit.testing.fuzz import (example_spaces, fuzz_pass, knob_instances,  # noqa: E402
+                                     nudge_scalars, verify_rules)
 from patternkit.testing.strategies import relax_programs  # noqa: E402
 from patternkit.verification import numeric  # noqa: E402
 from patternkit.verification.script import parse_module_text  # noqa: E402
@@ -41,7 +41,46 @@ class AssumesChannelsFirst(BatchnormCollapse):
 def test_verify_checks_every_library_rule_on_its_default_example_first():
     for rule in LIBRARY:
         first = knob_instances(rule, 3, seed=0)[0]
-        assert first == {**{k: v[0] for k, v in rule.example_space().items()}, "edge": "none"}
+        assert first == {k: v[0] for k, v in example_spaces(rule)[0].items()}
+        assert first["edge"] == "none"
+
+
+class TwoForms(pk.RewriteRule):
+    """A toy rule whose example space is a union of two real forms with different knobs."""
+
+    name = "toy.two_forms"
+
+    def __init__(self):
+        super().__init__()
+        self.pattern = pk.is_op("relax.exp")(pk.wildcard())
+
+    def rewrite(self, match):
+        return None
+
+    def example(self, form="unary", rank=2, dtype="float32"):
+        x = relax.Var("x", relax.TensorType((4,) * rank, dtype))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.exp(x) if form == "unary"
+                                     else relax.op.exp(relax.op.add(x, x)))
+            bb.emit_func_output(out)
+        return bb.get()
+
+    def example_space(self):
+        return [{"form": ("unary",), "rank": (2, 1, 3)},
+                {"form": ("doubled",), "dtype": ("float32", "float16")}]
+
+
+def test_a_union_example_space_draws_each_form_with_its_own_knobs_only():
+    rule = TwoForms()
+    drawn = knob_instances(rule, 12, seed=0)
+    assert drawn[0] == {"form": "unary", "rank": 2, "edge": "none"}
+    forms = {knobs["form"] for knobs in drawn}
+    assert forms == {"unary", "doubled"}
+    for knobs in drawn:  # never a knob of the other form
+        other = "dtype" if knobs["form"] == "unary" else "rank"
+        assert other not in knobs, knobs
 
 
 def test_instances_are_the_same_for_the_same_seed_and_differ_for_another():
