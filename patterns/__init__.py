@@ -1,10 +1,11 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
 One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
-``attention``, ``conv``, ``matmul``, ``backward``).  Each module documents what it
-recognises and produces, defines one class per rule and ends with a ``RULES`` tuple
-(rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite rules for external
-compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).  A tuple holds rule
+``attention``, ``conv``, ``matmul``, ``backward``); a family that outgrows one file (400
+lines) is a subpackage instead (``conv/``: its rules, guards and ``examples.py``).  Each
+family documents what it recognises and produces, defines one class per rule and exports a
+``RULES`` tuple (rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite
+rules for external compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).  A tuple holds rule
 classes (built with their defaults) or rule instances (a variant, built with its
 constructor arguments).  Importing a module registers nothing anywhere.
 
@@ -75,8 +76,23 @@ EXPANSIONS = (_family_expansions(activation) | _family_expansions(layernorm)
               | _family_expansions(rmsnorm) | _family_expansions(batchnorm)
               | _family_expansions(attention))  # in LIBRARY's family order
 
+
+
+def family_of(rule: Any) -> str:
+    """The family a library rule belongs to (``"conv"``), by the module that defines it.
+
+    A family is a module of this package or a subpackage of it (``patterns/conv/``): the
+    family is the first name under ``patternkit.patterns`` either way.
+    """
+    module = type(rule).__module__
+    prefix = f"{__name__}."
+    if not module.startswith(prefix):
+        raise ValueError(f"{rule!r} is not defined in {__name__} (it is in {module})")
+    return module[len(prefix):].split(".", 1)[0]
+
+
 #: Family names (``"batchnorm"``), in application order; derived from :data:`LIBRARY`.
-FAMILIES = tuple(dict.fromkeys(type(rule).__module__.rsplit(".", 1)[-1] for rule in LIBRARY))
+FAMILIES = tuple(dict.fromkeys(family_of(rule) for rule in LIBRARY))
 
 
 def all_rules() -> list:

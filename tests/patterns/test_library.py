@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 import patternkit as pk
 import patternkit.patterns as library
-from patternkit.patterns import EXPANSIONS, FAMILIES, LIBRARY
+from patternkit.patterns import EXPANSIONS, FAMILIES, LIBRARY, family_of
 from patternkit.testing import RuleCase
 from patternkit.testing.contract import prove_reasons
 
@@ -29,7 +30,7 @@ RULES = [*LIBRARY, *EXPANSIONS]  # expand rules are proved like the rest
 
 
 def _family(rule) -> str:
-    return type(rule).__module__.rsplit(".", 1)[-1]
+    return family_of(rule)
 
 
 def _test_module(family: str):
@@ -139,21 +140,31 @@ def _reject_sites(module) -> list[tuple[str | None, int, int]]:
     return sites
 
 
+def _family_modules(family: str) -> list:
+    """A family's modules: the family module, and every module under it if it is a package."""
+    module = importlib.import_module(f"patternkit.patterns.{family}")
+    found = [module]
+    for info in pkgutil.walk_packages(getattr(module, "__path__", ()), f"{module.__name__}."):
+        found.append(importlib.import_module(info.name))
+    return found
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_reject_in_a_rule_module_has_a_negative_case_asserting_its_reason(family):
-    module = sys.modules[f"patternkit.patterns.{family}"]
-    path = inspect.getsourcefile(module)
-    hit: dict[str, list[int]] = {}
+    modules = {inspect.getsourcefile(module): module for module in _family_modules(family)}
+    hit: dict[str, list[tuple[str, int]]] = {}
     for _, case in _cases(family).values():
         # Several cases may prove one class (its variants): their sites add up.
         hit.setdefault(type(case.rule).__name__, []).extend(
-            r.site[1] for r in prove_reasons(case) if r.site is not None and r.site[0] == path)
-    everywhere = [line for lines in hit.values() for line in lines]
+            r.site for r in prove_reasons(case) if r.site is not None and r.site[0] in modules)
+    everywhere = [site for sites in hit.values() for site in sites]
     missing = []
-    for owner, first, last in _reject_sites(module):
-        lines = everywhere if owner is None else hit.get(owner, [])
-        if not any(first <= line <= last for line in lines):
-            missing.append(f"{Path(path).name}:{first} ({owner or 'module level'})")
+    for path, module in modules.items():
+        for owner, first, last in _reject_sites(module):
+            sites = everywhere if owner is None else hit.get(owner, [])
+            if not any(file == path and first <= line <= last for file, line in sites):
+                missing.append(f"{os.path.relpath(path, TESTS.parents[1])}:{first} "
+                               f"({owner or 'module level'})")
     assert not missing, ("reject(...) sites that no negative case reaches (add a Negative "
                          "with the reason to the rule's RuleCase): " + ", ".join(missing))
 
