@@ -30,7 +30,7 @@ __all__ = [
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
     "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_expr", "is_tuple",
-    "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type",
+    "is_tuple_get_item", "has_attr", "has_dtype", "has_shape", "has_type", "alt",
     "match", "find_match", "Match", "explain", "through", "up_to_cast", "from_dpl",
     "FromDplError",
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
@@ -75,7 +75,7 @@ _HOME = {
     "DataflowVarPattern": "dpl", "GlobalVarPattern": "dpl", "ExternFuncPattern": "dpl",
     "AndPattern": "dpl", "NotPattern": "dpl", "from_dpl": "dpl", "FromDplError": "dpl",
     "AttrPattern": "dpl", "TypePattern": "dpl", "DataTypePattern": "dpl", "ShapePattern": "dpl",
-    "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl",
+    "wildcard": "dpl", "is_op": "dpl", "is_constant": "dpl", "is_const": "dpl", "alt": "dpl",
     "is_scalar": "dpl", "is_var": "dpl", "is_expr": "dpl", "is_tuple": "dpl",
     "is_tuple_get_item": "dpl", "has_attr": "dpl", "has_dtype": "dpl", "has_shape": "dpl",
     "has_type": "dpl", "match": "dpl", "find_match": "dpl", "Match": "dpl", "explain": "dpl",
@@ -167,7 +167,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                       is_op, is_scalar, is_tuple, is_tuple_get_item, is_var, match, through,
                       up_to_cast, wildcard)
     from .engine import BindingsMatch, BindingsRewriteRule, rewrite_bindings
-    from .dpl import divide_by_sqrt, square
+    from .dpl import alt, divide_by_sqrt, square
     from .engine import (CompositeRule, DFPatternCallback, NodeMap, Reject, Rewrite, RewriteLog,
                          RewriteRecord, RewriteRule, Rule, RuleMatch, RuleSet, SkippedMatch,
                          partition, reject, rewrite)

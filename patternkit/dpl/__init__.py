@@ -26,6 +26,7 @@ from .pattern import DominatorPattern, IfPattern, dominates, is_if
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
+from .pattern import TagPattern, alt
     "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
     "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
@@ -39,3 +40,5 @@ __all__ = [
     "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq",
     "square", "divide_by_sqrt",
 ]
+    # named alternatives: match.tag(tag) tells which matched
+    "alt", "TagPattern",

@@ -45,7 +45,8 @@ from .pattern import (
     COMMUTATIVE_OPS, AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
     DataflowVarPattern, DataTypePattern, DFPattern, DominatorPattern, ExprPattern,
     ExternFuncPattern, GlobalVarPattern, IfPattern, NotPattern, ScalarPattern, ShapePattern,
-    TupleGetItemPattern, TuplePattern, TypePattern, VarPattern, WildcardPattern, as_pattern,
+    TagPattern, TupleGetItemPattern, TuplePattern, TypePattern, VarPattern, WildcardPattern,
+    as_pattern,
     provide_sugar, pattern_to_text,
 )
 
@@ -87,6 +88,26 @@ class Match:
     inputs: list = field(default_factory=list)
     internal_keys: list = field(default_factory=list)
     repeated: dict = field(default_factory=dict)
+
+    def tag(self, tag: str) -> str | None:
+        """The name of the alternative of :func:`~patternkit.dpl.pattern.alt` ``tag`` that
+        matched, or ``None`` when no alternative of that tag is part of the match.
+
+        Raises
+        ------
+        PatternError
+            Two ``alt`` nodes with the tag ``tag`` matched different alternatives: the
+            tag does not say which form matched (give each ``alt`` its own tag).
+        """
+        found = None
+        for pattern in self.captures:
+            if type(pattern) is TagPattern and pattern.tag == tag:
+                if found is not None and found != pattern.name:
+                    raise PatternError(f"the tag {tag!r} names two alternatives that both "
+                                       f"matched ({found!r} and {pattern.name!r}): give "
+                                       f"each alt(...) of the pattern its own tag")
+                found = pattern.name
+        return found
 
 
 class _MatchRecord:
@@ -390,6 +411,12 @@ class Matcher(_MatchRecord):
                 self._rollback(mark)
         return False, None, None
 
+    def _on_tag(self, pattern: TagPattern, expr: Any):
+        # the alternative itself: its node in the memo is what Match.tag finds
+        if not self.visit(pattern.pattern, expr):
+            return False, None, None
+        return True, self._memo[pattern.pattern], self._via.get(pattern.pattern)
+
     def _on_and(self, pattern: AndPattern, expr: Any):
         if not (self.visit(pattern.left, expr) and self.visit(pattern.right, expr)):
             return False, None, None
@@ -656,8 +683,9 @@ _REASSOCIATED_OPS = frozenset(handle(tvm.ir.Op.get(name))
 
 
 def _unconstrained(pattern: DFPattern) -> DFPattern:
-    """``pattern`` under its ``has_attr`` / ``has_type`` / ... constraints."""
-    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern)):
+    """``pattern`` under its ``has_attr`` / ``has_type`` / ... constraints and tags."""
+    while isinstance(pattern, (AttrPattern, TypePattern, DataTypePattern, ShapePattern,
+                               TagPattern)):
         pattern = pattern.pattern
     return pattern
 
@@ -751,8 +779,10 @@ class _Flat:
     recursively, each failed one costs a visit, a dispatch and a rollback per level.
     ``alternatives`` holds ``(alternative, required operators or None, path, look-ahead,
     swap)``: the operators of :func:`_required_ops`, ``path`` the nested ``AltPattern``
-    nodes between the nest's top and the alternative (innermost first), look-ahead and
-    swap :func:`_look_ahead`'s; ``nested`` holds all the nested nodes.  Built once per
+    and ``TagPattern`` nodes between the nest's top and the alternative (innermost first),
+    look-ahead and swap :func:`_look_ahead`'s; ``nested`` holds all the nested nodes.  A
+    tag (:func:`~patternkit.dpl.pattern.alt`) is looked through like a nested ``|``: its
+    alternative is tried directly, and the tag recorded on its path when it matches.  Built once per
     pattern (patterns are not changed once built) and kept on it (:meth:`of`).
     """
 
@@ -760,7 +790,7 @@ class _Flat:
 
     def __init__(self, top: AltPattern):
         alternatives: list[tuple] = []
-        nested: list[AltPattern] = []
+        nested: list[DFPattern] = []
 
         def flatten(node: DFPattern, path: tuple) -> None:
             if type(node) is AltPattern:
@@ -769,6 +799,9 @@ class _Flat:
                 inner = (node, *path) if node is not top else path
                 flatten(node.left, inner)
                 flatten(node.right, inner)
+            elif type(node) is TagPattern:
+                nested.append(node)
+                flatten(node.pattern, (node, *path))
             else:
                 alternatives.append((node, _required_ops(node), path, *_look_ahead(node)))
 
@@ -799,6 +832,7 @@ _HANDLERS = {
     TupleGetItemPattern: Matcher._on_tuple_get_item,
     AltPattern: Matcher._on_alt,
     AndPattern: Matcher._on_and,
+    TagPattern: Matcher._on_tag,
     NotPattern: Matcher._on_not,
     AttrPattern: Matcher._on_constraint,
     TypePattern: Matcher._on_constraint,

@@ -16,7 +16,7 @@ from tvm import relax
 from ..ir import compat as C
 from ..ir.rebuild import constant_text, expr_text
 from .matcher import Matcher, function_lookup
-from .pattern import DFPattern, as_pattern, pattern_to_text
+from .pattern import DFPattern, TagPattern, as_pattern, pattern_to_text
 
 
 #: Levels of the failed sub-pattern a near miss shows: enough to recognise it, while a
@@ -30,21 +30,30 @@ class _TracingMatcher(Matcher):
         super().__init__(lookup)
         self.depth = 0
         self.deepest: tuple[int, DFPattern, Any] | None = None
+        #: The tagged alternatives (``alt``) being tried, outermost first.
+        self.tags: list[TagPattern] = []
+        self.deepest_tags: tuple[TagPattern, ...] = ()
 
     def visit(self, pattern: DFPattern, expr: Any) -> bool:
-        before = self.deepest
+        before, before_tags = self.deepest, self.deepest_tags
         self.depth += 1
+        tagged = type(pattern) is TagPattern
+        if tagged:
+            self.tags.append(pattern)
         try:
             ok = super().visit(pattern, expr)
         finally:
             self.depth -= 1
+            if tagged:
+                self.tags.pop()
         if ok:  # failures beneath a match (an alternative's other branch) are no near miss
-            self.deepest = before
+            self.deepest, self.deepest_tags = before, before_tags
         # An operator mismatch is reported at its call, which shows the arguments too.
         if isinstance(expr, tvm.ir.Op):
             return ok
         if not ok and (self.deepest is None or self.depth + 1 > self.deepest[0]):
             self.deepest = (self.depth + 1, pattern, expr)
+            self.deepest_tags = tuple(self.tags)
         return ok
 
 
@@ -72,5 +81,8 @@ def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -
     if matcher.match(as_pattern(pattern), expr) is not None:
         return "matched"
     depth, failed, where = matcher.deepest
-    return (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}) vs "
+    # the alternatives of alt(...) it was trying, by name (``key_form=transposed``)
+    tags = "".join(f" in {t.tag}={t.name}" for t in matcher.deepest_tags
+                   if t is not failed)
+    return (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}{tags}) vs "
             f"{_describe(where, lookup)}")

@@ -33,7 +33,7 @@ __all__ = [
     "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
     "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
-    "DominatorPattern", "IfPattern",
+    "DominatorPattern", "IfPattern", "TagPattern", "alt",
     "wildcard", "is_op", "is_constant", "is_const", "is_scalar", "is_var", "is_dfv", "is_gv",
     "is_extern", "is_expr", "is_tuple", "is_tuple_get_item", "has_attr", "has_dtype",
     "has_shape", "has_type", "as_pattern",
@@ -427,6 +427,54 @@ class DominatorPattern(DFPattern):
     nodes that match ``path`` reaches one node matching ``parent`` on every way, and
     everything the parent and the path nodes compute flows into the root (the root
     post-dominates the parent: a diamond).  :mod:`patternkit.dpl.dominator` spells the
+class TagPattern(_Constraint):
+    """One named alternative of :func:`alt`: matches what ``pattern`` matches, and the
+    match records that the alternative ``name`` of the tag ``tag`` is the one that did.
+
+    It constrains nothing: the walks that look through ``has_attr`` and the like (the
+    operators a pattern needs, the matcher's flattened ``|``) look through it too.
+    """
+
+    def __init__(self, pattern: DFPattern, tag: str, name: str):
+        super().__init__(pattern)
+        self.tag = tag
+        self.name = name
+
+
+def alt(*alternatives: Any, tag: str, **named: Any) -> DFPattern:
+    """Alternatives with names: which one matched is ``match.tag(tag)``.
+
+    ``alt(p, q, tag="key_form")`` names them by position (``"0"``, ``"1"``, ...);
+    ``alt(tag="key_form", transposed=p, direct=q)`` by keyword.  They are tried in the
+    order given (positional ones first), as ``p | q`` tries them, and a failed
+    alternative leaves no tag behind.  A rule reads the form that matched by name
+    (``if match.tag("key_form") == "transposed"``) instead of testing which role patterns
+    took part.
+
+    Parameters
+    ----------
+    *alternatives, **named : DFPattern or expression
+        The alternatives (converted with :func:`as_pattern`).
+    tag : str
+        The name the match answers to; two ``alt`` of one pattern need two tags.
+
+    Returns
+    -------
+    DFPattern
+        The ``|`` of the named alternatives (the alternative itself when there is one).
+    """
+    if not isinstance(tag, str) or not tag:
+        raise PatternError(f"alt(..., tag=...) expects a non-empty string tag, got {tag!r}")
+    options = [(str(i), p) for i, p in enumerate(alternatives)] + list(named.items())
+    if not options:
+        raise PatternError(f"alt(tag={tag!r}) has no alternative: give at least one pattern")
+    tagged = [TagPattern(as_pattern(p), tag, name) for name, p in options]
+    pattern: DFPattern = tagged[-1]
+    for option in reversed(tagged[:-1]):  # p | (q | r): tried left to right
+        pattern = AltPattern(option, pattern)
+    return pattern
+
+
     rules out, with what a root costs.
     """
 
@@ -743,6 +791,8 @@ def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
     if isinstance(pattern, DataTypePattern):
         return f"{text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):
+    if isinstance(pattern, TagPattern):  # the tag costs no depth, as an operator's name
+        return f"{pattern.tag}={pattern.name}: {pattern_to_text(pattern.pattern, max_depth)}"
         return f"{text(pattern.pattern)}.has_shape({pattern.shape})"
     if isinstance(pattern, DominatorPattern):
         return (f"dominates({text(pattern.parent)}, {text(pattern.path)}, "
@@ -818,6 +868,10 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
                 f"tvm.relax.dpl cannot match operator kinds; list the operators "
                 f"(is_op(a) | is_op(b)) or match with patternkit")
         attrs = {k: (tvm.DataType(v) if k.endswith("dtype") and isinstance(v, str) else v)
+    elif isinstance(pattern, TagPattern):
+        # tvm.relax.dpl has no names for alternatives: the alternative itself (TVM's
+        # matcher then cannot tell which one matched; patternkit's match.tag can)
+        out = _to_dpl(pattern.pattern, memo)
                  for k, v in pattern.attrs.items()}
         out = _to_dpl(pattern.pattern, memo).has_attr(attrs)
     elif isinstance(pattern, TypePattern):

@@ -681,6 +681,26 @@ class BindingsMatch:
         pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
         return pattern is not None and pattern in self._state.p2r
 
+    def tag(self, tag: str) -> str | None:
+        """The name of the alternative of ``alt(..., tag=tag)`` that matched (``None``:
+        none is part of the match); see :func:`patternkit.dpl.alt`.
+
+        The graph match keeps the Var of each node, not its sub-patterns, so each node's
+        pattern is matched again at its Var (only a rule that asks pays for it).
+        """
+        graph, found = self._graph, None
+        for pattern, key in self._state.p2r.items():
+            for k in (key if isinstance(key, tuple) else (key,)):
+                matched = Matcher(call_args=graph.index.call_args, table=graph.table,
+                                  call_ops=graph.index.call_ops).match(pattern, graph.var[k])
+                name = None if matched is None else matched.tag(tag)
+                if name is not None and found is not None and name != found:
+                    raise PatternError(f"the tag {tag!r} names two alternatives that both "
+                                       f"matched ({found!r} and {name!r}): give each "
+                                       f"alt(...) of the pattern its own tag")
+                found = found if name is None else name
+        return found
+
     def value(self, key: str | DFPattern | Any) -> Any:
         """The value bound to a role's Var (a tuple for several), or to a Var."""
         if isinstance(key, (str, DFPattern)):

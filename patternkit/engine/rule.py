@@ -268,6 +268,11 @@ class RuleMatch:
         except KeyError as err:
             raise AttributeError(err.args[0]) from None
 
+    def tag(self, tag: str) -> str | None:
+        """The name of the alternative of ``alt(..., tag=tag)`` that matched (``None``:
+        no alternative of that tag is part of the match); see :func:`patternkit.dpl.alt`."""
+        return self._match.tag(tag)
+
     def var_of(self, key: str | DFPattern) -> Any:
         """The Var bound to the value a role matched (the expression itself for leaves)."""
         pattern = self._pattern(key)
