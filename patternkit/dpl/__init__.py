@@ -23,10 +23,10 @@ from .pattern import (AltPattern, AndPattern, AttrPattern, CallPattern, Constant
                       is_const, is_constant, is_dfv, is_expr, is_extern, is_gv, is_op, is_scalar,
                       is_tuple, is_tuple_get_item, is_var, wildcard)
 from .pattern import DominatorPattern, IfPattern, dominates, is_if
+from .pattern import TagPattern, alt
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",
-from .pattern import TagPattern, alt
     "VarPattern", "DataflowVarPattern", "GlobalVarPattern", "ExternFuncPattern",
     "CallPattern", "TuplePattern", "TupleGetItemPattern", "AltPattern", "AndPattern",
     "NotPattern", "AttrPattern", "TypePattern", "DataTypePattern", "ShapePattern",
