@@ -39,6 +39,6 @@ __all__ = [
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq",
     "square", "divide_by_sqrt",
-]
     # named alternatives: match.tag(tag) tells which matched
     "alt", "TagPattern",
+]
