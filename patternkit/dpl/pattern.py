@@ -420,13 +420,6 @@ class ShapePattern(_Constraint):
         self.shape = list(shape)
 
 
-class DominatorPattern(DFPattern):
-    """Relay's dominator: ``child`` at the root, ``path`` on every way back to ``parent``.
-
-    Matches when ``child`` matches the root, and walking back from the root through
-    nodes that match ``path`` reaches one node matching ``parent`` on every way, and
-    everything the parent and the path nodes compute flows into the root (the root
-    post-dominates the parent: a diamond).  :mod:`patternkit.dpl.dominator` spells the
 class TagPattern(_Constraint):
     """One named alternative of :func:`alt`: matches what ``pattern`` matches, and the
     match records that the alternative ``name`` of the tag ``tag`` is the one that did.
@@ -475,6 +468,13 @@ def alt(*alternatives: Any, tag: str, **named: Any) -> DFPattern:
     return pattern
 
 
+class DominatorPattern(DFPattern):
+    """Relay's dominator: ``child`` at the root, ``path`` on every way back to ``parent``.
+
+    Matches when ``child`` matches the root, and walking back from the root through
+    nodes that match ``path`` reaches one node matching ``parent`` on every way, and
+    everything the parent and the path nodes compute flows into the root (the root
+    post-dominates the parent: a diamond).  :mod:`patternkit.dpl.dominator` spells the
     rules out, with what a root costs.
     """
 
@@ -784,6 +784,8 @@ def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
         return f"({text(pattern.left)} & {text(pattern.right)})"
     if isinstance(pattern, NotPattern):
         return f"~{text(pattern.reject)}"
+    if isinstance(pattern, TagPattern):  # the tag costs no depth, as an operator's name
+        return f"{pattern.tag}={pattern.name}: {pattern_to_text(pattern.pattern, max_depth)}"
     if isinstance(pattern, AttrPattern):
         return f"{text(pattern.pattern)}.has_attr({pattern.attrs})"
     if isinstance(pattern, TypePattern):
@@ -791,8 +793,6 @@ def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
     if isinstance(pattern, DataTypePattern):
         return f"{text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):
-    if isinstance(pattern, TagPattern):  # the tag costs no depth, as an operator's name
-        return f"{pattern.tag}={pattern.name}: {pattern_to_text(pattern.pattern, max_depth)}"
         return f"{text(pattern.pattern)}.has_shape({pattern.shape})"
     if isinstance(pattern, DominatorPattern):
         return (f"dominates({text(pattern.parent)}, {text(pattern.path)}, "
@@ -861,6 +861,10 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
         out = dpl.AndPattern(_to_dpl(pattern.left, memo), _to_dpl(pattern.right, memo))
     elif isinstance(pattern, NotPattern):
         out = dpl.NotPattern(_to_dpl(pattern.reject, memo))
+    elif isinstance(pattern, TagPattern):
+        # tvm.relax.dpl has no names for alternatives: the alternative itself (TVM's
+        # matcher then cannot tell which one matched; patternkit's match.tag can)
+        out = _to_dpl(pattern.pattern, memo)
     elif isinstance(pattern, AttrPattern):
         if "TOpPattern" in pattern.attrs:
             raise PatternError(
@@ -868,10 +872,6 @@ def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
                 f"tvm.relax.dpl cannot match operator kinds; list the operators "
                 f"(is_op(a) | is_op(b)) or match with patternkit")
         attrs = {k: (tvm.DataType(v) if k.endswith("dtype") and isinstance(v, str) else v)
-    elif isinstance(pattern, TagPattern):
-        # tvm.relax.dpl has no names for alternatives: the alternative itself (TVM's
-        # matcher then cannot tell which one matched; patternkit's match.tag can)
-        out = _to_dpl(pattern.pattern, memo)
                  for k, v in pattern.attrs.items()}
         out = _to_dpl(pattern.pattern, memo).has_attr(attrs)
     elif isinstance(pattern, TypePattern):
