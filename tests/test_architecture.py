@@ -2,9 +2,11 @@
 
 The import graph is read from the source (every ``import`` statement, including those
 inside functions), for ``patternkit/`` and for the pattern library in ``patterns/``
-(imported as ``patternkit.patterns``).  ``import-linter`` checks the same layers for
-``patternkit/`` (its contract is in ``pyproject.toml``); this file also covers the
-library, cycles, deferred imports and private names, which the contract does not.
+(imported as ``patternkit.patterns``).  The layers are the ``import-linter`` contract in
+``pyproject.toml``, read from there (one list, checked twice): import-linter checks
+``patternkit/``; this file also covers the library, cycles, deferred imports and private
+names, which the contract does not.  The contract's ``ignore_imports`` are the allowed
+exceptions, here as there.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,20 +23,33 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def _contract() -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return {"root": config["root_package"], **contract}
+
+
+CONTRACT = _contract()
+
+
+def _layers(contract: dict) -> list[tuple[str, ...]]:
+    """The contract's layers from the bottom up, as module prefixes; the container itself
+    (the façade, which re-exports everything) is the top layer."""
+    container = contract["containers"][0]
+    layers = [tuple(f"{container}.{name.strip().strip('()')}"
+                    for name in layer.replace(":", "|").split("|"))
+              for layer in reversed(contract["layers"])]
+    return [*layers, (container,)]
+
+
 #: Layers from the bottom up; a module may import its own layer and the ones below.
-LAYERS = [
-    ("patternkit.errors",),
-    ("patternkit.ir",),
-    ("patternkit.dpl", "patternkit.models"),  # siblings: neither imports the other
-    ("patternkit.engine", "patternkit.fusion"),
-    ("patternkit.verification",),
-    ("patternkit.byoc", "patternkit.viz"),
-    ("patternkit.testing", "patternkit.patterns"),
-    ("patternkit.training",),
-    ("patternkit.app",),
-    ("patternkit",),  # the facade re-exports everything
-]
+LAYERS = _layers(CONTRACT)
 RANK = {prefix: rank for rank, names in enumerate(LAYERS) for prefix in names}
+
+#: Imports the contract allows against the layers: ``(importer, imported)``.
+ALLOWED = {tuple(part.strip() for part in rule.split("->"))
+           for rule in CONTRACT.get("ignore_imports", ())}
 
 #: Only this module may use private or unstable TVM API.
 COMPAT = "patternkit.ir.compat"
@@ -99,8 +115,8 @@ def _imports(module: str) -> list[Import]:
 
 
 IMPORTS = [imp for module in FILES for imp in _imports(module)]
-INTERNAL = [imp for imp in IMPORTS if imp.target == "patternkit"
-            or imp.target.startswith("patternkit.")]
+INTERNAL = [imp for imp in IMPORTS if (imp.target == "patternkit"
+            or imp.target.startswith("patternkit.")) and (imp.source, imp.target) not in ALLOWED]
 
 
 def _rank(module: str) -> int:
@@ -120,6 +136,24 @@ def test_the_import_graph_has_no_cycles():
             graph.add_edge(imp.source, imp.target)
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert not cycles, f"import cycles (function-level imports counted): {cycles}"
+
+
+def test_the_layers_come_from_the_contract_and_place_the_library():
+    flat = [prefix for layer in LAYERS for prefix in layer]
+    assert len(flat) == len(set(flat)), f"a layer is listed twice: {flat}"
+    assert "patternkit.patterns" in RANK, "pyproject's contract has no patterns layer"
+    library = RANK["patternkit.patterns"]
+    importers = {imp.source.split(".")[1] for imp in INTERNAL
+                 if imp.target.startswith("patternkit.patterns")
+                 and not imp.source.startswith("patternkit.patterns")
+                 and imp.source != "patternkit"}
+    assert importers, "nothing imports the library: the graph does not see patterns/"
+    assert all(RANK[f"patternkit.{name}"] > library for name in importers), importers
+
+
+def test_every_allowed_exception_is_a_real_import():
+    found = {(imp.source, imp.target) for imp in IMPORTS}
+    assert ALLOWED <= found, f"ignore_imports lists imports that do not exist: {ALLOWED - found}"
 
 
 def test_no_module_imports_a_higher_layer():

@@ -3,7 +3,9 @@
 :mod:`~patternkit.dpl.pattern` holds the pattern nodes and Relay's constructors,
 :mod:`~patternkit.dpl.matcher` matches them against Relax code (looking through
 bindings), :mod:`~patternkit.dpl.near_miss` explains why a pattern did not match, and
-:mod:`~patternkit.dpl.from_tvm` converts ``tvm.relax.dpl`` patterns (``from_dpl``).
+:mod:`~patternkit.dpl.from_tvm` converts ``tvm.relax.dpl`` patterns (``from_dpl``);
+:mod:`~patternkit.dpl.context` builds graphs of patterns (several roots) and
+:mod:`~patternkit.dpl.graph_matcher` matches them in a block (``match_dfb``).
 This layer knows the IR layer only; the rewrite engine is built on it.
 """
 
@@ -11,6 +13,7 @@ from .combinators import PLUMBING_OPS, divide_by_sqrt, square, through, up_to_ca
 from .context import PatternContext, PatternSeq
 from .dominator import AmbiguousDominator
 from .from_tvm import DplConverter, FromDplError, from_dpl
+from .graph_matcher import match_dfb
 from .matcher import Match, find_match, match
 from .near_miss import explain
 from .opkinds import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
@@ -37,7 +40,7 @@ __all__ = [
     # Relay's dominator and If patterns, operator kinds, multi-output pattern graphs
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
-    "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq",
+    "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq", "match_dfb",
     "square", "divide_by_sqrt",
     # named alternatives: match.tag(tag) tells which matched
     "alt", "TagPattern",

@@ -33,8 +33,9 @@ One extension for rules that take *all* consumers of a value, whatever their num
 matches ``q`` (a tuple of Vars in binding order, at least ``at_least`` of them).  Such
 a ``q`` may not be a node of any other constraint.
 
-The graph matcher and the rewrite driver are in :mod:`patternkit.engine.multi`;
-``ctx.match_dfb(block)`` and :func:`patternkit.rewrite_bindings` run them.
+The graph matcher is :mod:`patternkit.dpl.graph_matcher` (``ctx.match_dfb(block)``), as
+TVM keeps it beside its ``PatternContext``; the rewriting is the engine's
+(:func:`patternkit.rewrite_bindings`, :mod:`patternkit.engine.multi`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from typing import Any, Iterator, Sequence
 from tvm import relax
 
 from ..errors import PatternError
-from .pattern import (CONTEXT_STACK, DFPattern, as_pattern, pattern_to_text, provide_sugar,
-                      provided)
+from .graph_matcher import match_dfb
+from .pattern import CONTEXT_STACK, DFPattern, as_pattern, pattern_to_text, provide_sugar
 
 __all__ = ["PatternContext", "PatternSeq", "Use", "duplicate", "only_used_by", "used_by",
            "used_by_all"]
@@ -191,7 +192,7 @@ class PatternContext:
     # -- using it ----------------------------------------------------------------------------
     def match_dfb(self, block: Any) -> dict[DFPattern, Any] | None:
         """The first match of the graph in a binding block: node -> Var, or ``None``."""
-        return _match_dfb(self, block)
+        return match_dfb(self, block)
 
     def to_dpl(self) -> tuple[Any, dict]:
         """The same graph as a ``tvm.relax.dpl.PatternContext``, and the node mapping.
@@ -316,11 +317,6 @@ def duplicate(pattern: DFPattern) -> DFPattern:
         return new
 
     return copy_node(pattern)
-
-
-def _match_dfb(context: PatternContext, block: Any):
-    # The graph matcher is in the engine layer, which this layer may not import.
-    return provided("match_dfb")(context, block)
 
 
 provide_sugar("used_by", used_by)

@@ -8,20 +8,9 @@ for the matched bindings it rewrites.  :class:`BindingsRewriteRule` is the same 
 a library rule (a rule with several roots: named roles, a check that can refuse with a
 reason, ``rewrite(match)``), applied by :func:`patternkit.rewrite` like any other rule.
 
-Which match is found, and which Var each pattern takes, is TVM's ``MatchGraph``:
-
-* the first root of the graph (a producer that consumes nothing, in the order the
-  constraints were written) is tried at each Var the block reads, in the order the
-  block first reads them (parameters included);
-* from a matched Var, each consumer pattern takes the *first* reader of that Var, in
-  binding order, that satisfies the edge's constraints and whose own consumers match in
-  turn: symmetric patterns (three matmuls of one input) take the readers in binding
-  order;
-* the other roots are then matched, backtracking over candidates when a later root
-  fails; each Var is matched by at most one pattern;
-* after each rewrite the replaced bindings leave the block: they are no longer readers,
-  nor looked through; matched Vars that were not replaced (the shared input) remain
-  available to the next match.
+Which match is found, and which Var each pattern takes, is TVM's ``MatchGraph``; the
+graph matcher is the pattern language's (:mod:`patternkit.dpl.graph_matcher`), this
+module rewrites what it finds.
 
 What differs from TVM is the cost.  TVM rebuilds its use-def analysis (quadratic) and
 rescans the block from its first Var after every match; here the block's readers are
@@ -59,8 +48,9 @@ from tvm import relax
 
 from ..dpl.context import PatternContext
 from ..dpl.dominator import Uses
+from ..dpl.graph_matcher import BlockGraph, GraphMatch, each_match, matchings
 from ..dpl.matcher import Matcher
-from ..dpl.pattern import DFPattern, provide_sugar, root_op_names
+from ..dpl.pattern import DFPattern, root_op_names
 from ..errors import CallbackError, PatternError
 from ..ir import compat as C
 from ..ir.rebuild import rebuild_function
@@ -71,65 +61,9 @@ from .index import FunctionIndex, describe_binding
 from .rule import Reject, RewriteRule, judge, role_pattern
 
 __all__ = ["BindingsMatch", "BindingsPass", "BindingsRewriteRule", "BlockBindings",
-           "dpl_rewriter", "match_dfb", "rewrite_bindings", "rewrite_function_bindings"]
+           "dpl_rewriter", "rewrite_bindings", "rewrite_function_bindings"]
 
 Rewriter = Callable[[dict, Mapping], Any]
-
-
-# -- the block, indexed for graph matching ----------------------------------------------------
-class _BlockGraph:
-    """One block's readers, operands and look-up table, updated as rewrites remove bindings.
-
-    ``order``: handles of the Vars the block reads, in first-read order (TVM's candidate
-    order); ``readers``: handle -> the bindings reading it (handles, binding order, each
-    once); ``operands``: binding handle -> the Vars its value reads (with repeats, TVM's
-    ``caller2callees``); ``table``: what the matcher may look through.  Reads by
-    ``match_cast`` bindings do not count, as in TVM.
-    """
-
-    def __init__(self, index: FunctionIndex, block_index: int):
-        self.index = index
-        self.block_index = block_index
-        self.table: dict[int, Any] = dict(index.values[block_index])
-        self.var: dict[int, Any] = {}
-        self.order: list[int] = []
-        self.readers: dict[int, dict[int, None]] = {}
-        self.operands: dict[int, list[int]] = {}
-        self.bound: set[int] = set()
-        self.removed: set[int] = set()
-        for binding, (key, _) in zip(index.blocks[block_index], index.keys[block_index]):
-            self.var[key] = binding.var
-            self.bound.add(key)
-            if type(binding) is not relax.VarBinding:
-                continue
-            value = binding.value
-            args = index.call_args.get(C.handle(value)) if type(value) is relax.Call else None
-            read_vars = ([a for a in args if type(a) in C.VAR_TYPES]
-                         if args is not None and type(value.op) is tvm.ir.Op
-                         else vars_read(value))
-            keys = [C.handle(v) for v in read_vars]
-            self.operands[key] = keys
-            for var, read in zip(read_vars, keys):
-                readers = self.readers.get(read)
-                if readers is None:
-                    readers = self.readers[read] = {}
-                    self.order.append(read)
-                    self.var.setdefault(read, var)
-                readers[key] = None
-
-    def readers_of(self, key: int) -> dict[int, None]:
-        return self.readers.get(key, {})
-
-    def remove(self, keys: Sequence[int]) -> None:
-        """The bindings ``keys`` were rewritten: they leave the block (TVM's ``remaining``)."""
-        for key in keys:
-            self.removed.add(key)
-            self.table.pop(key, None)
-            for read in self.operands.pop(key, ()):
-                self.readers.get(read, {}).pop(key, None)
-
-    def binding(self, key: int) -> Any:
-        return self.index.binding_at(self.index.position[key])
 
 
 class BlockBindings(Mapping):
@@ -139,10 +73,9 @@ class BlockBindings(Mapping):
     of the block for every match, built once, not a copy per call.
     """
 
-    def __init__(self, graph: _BlockGraph):
+    def __init__(self, graph: BlockGraph):
         self._graph = graph
-        self._values = {C.handle(b.var): b.value
-                        for b in graph.index.blocks[graph.block_index]}
+        self._values = {key: b.value for key, b in graph.bound.items()}
 
     def __getitem__(self, var: Any) -> Any:
         key = C.handle(var) if isinstance(var, tvm.ir.Expr) else None
@@ -158,193 +91,6 @@ class BlockBindings(Mapping):
         return sum(1 for k in self._values if k not in self._graph.removed)
 
 
-# -- matching a graph of patterns ---------------------------------------------------------------
-class _State:
-    """Pattern -> Var handle (a tuple for ``used_by_all``), and Var handle -> pattern."""
-
-    __slots__ = ("p2r", "r2p")
-
-    def __init__(self, p2r: dict | None = None, r2p: dict | None = None):
-        self.p2r: dict[DFPattern, Any] = {} if p2r is None else p2r
-        self.r2p: dict[int, DFPattern] = {} if r2p is None else r2p
-
-    def copy(self) -> "_State":
-        return _State(dict(self.p2r), dict(self.r2p))
-
-    def add(self, pattern: DFPattern, key: Any) -> None:
-        self.p2r[pattern] = key
-        for k in (key if isinstance(key, tuple) else (key,)):
-            self.r2p[k] = pattern
-
-    def merge(self, other: "_State") -> None:
-        for pattern, key in other.p2r.items():
-            if pattern not in self.p2r:
-                self.add(pattern, key)
-
-
-class _GraphMatcher:
-    """TVM's ``MatchGraph`` (``TryMatch`` / ``MatchTree``) on one :class:`_BlockGraph`."""
-
-    def __init__(self, context: PatternContext, graph: _BlockGraph, uses: Uses):
-        context.validate()
-        self.graph = graph
-        self.roots = context.roots()
-        self.consumers = {p: context.consumers(p) for p in context.patterns}
-        self.matcher = Matcher(call_args=graph.index.call_args, table=graph.table, uses=uses,
-                               call_ops=graph.index.call_ops)
-        self.first_read = {key: i for i, key in enumerate(graph.order)}
-
-    def match_at(self, key: int) -> _State | None:
-        """The match whose first root takes the Var ``key``, or ``None``."""
-        if not self.roots:
-            return None
-        state = self._try(self.roots[0], key, _State())
-        if state is None:
-            return None
-        return self._tree(state, 1)
-
-    def first_candidates(self) -> list[int]:
-        """The Vars the first root may take, in first-read order.
-
-        Every consumer of a matched pattern must match one of its Var's readers (at least
-        one), so when a consumer of the first root calls known operators only the
-        operands of bindings calling them can be the first root: a wildcard root with a
-        ``matmul`` consumer is tried at the matmuls' operands, not at every Var.
-        """
-        if not self.roots:
-            return []
-        graph, index = self.graph, self.graph.index
-        for consumer, _ in self.consumers[self.roots[0]]:
-            ops = root_op_names(consumer)
-            if ops is None or any(op.startswith("<") for op in ops):
-                continue
-            keys = index.keys[graph.block_index]
-            found: set[int] = set()
-            for op in ops:
-                for bi, j in index.by_key.get(op, ()):
-                    if bi == graph.block_index:
-                        found.update(graph.operands.get(keys[j][0], ()))
-            return sorted(found, key=self.first_read.__getitem__)
-        return list(graph.order)
-
-    def _matches(self, pattern: DFPattern, key: int) -> bool:
-        return self.matcher.match(pattern, self.graph.var[key]) is not None
-
-    def _try(self, pattern: DFPattern, key: int, current: _State) -> _State | None:
-        if key not in self.graph.var or not self._matches(pattern, key):
-            return None
-        found = _State()
-        found.add(pattern, key)
-        graph = self.graph
-        readers = graph.readers_of(key)
-        for consumer, uses in self.consumers[pattern]:
-            if uses[0].every:
-                if len(readers) < uses[0].at_least:
-                    return None
-                taken = tuple(r for r in readers if r not in found.r2p and r not in current.r2p
-                              and _operand_ok(graph, r, key, uses[0].index)
-                              and self._matches(consumer, r))
-                if len(taken) < uses[0].at_least:
-                    return None
-                found.add(consumer, taken)
-                continue
-            satisfiable = False
-            for reader in readers:
-                if reader in found.r2p:
-                    continue
-                already = current.p2r.get(consumer)
-                if already is not None and already != reader:
-                    continue
-                if not all((not use.only or len(readers) == 1)
-                           and _operand_ok(graph, reader, key, use.index) for use in uses):
-                    continue
-                if consumer in found.p2r:
-                    continue
-                satisfiable = True
-                below = self._try(consumer, reader, current)
-                if below is not None:
-                    found.add(consumer, reader)
-                    found.merge(below)
-            if consumer not in found.p2r or not satisfiable:
-                return None
-        return found
-
-    def _tree(self, current: _State, root_index: int) -> _State | None:
-        root = next((r for r in self.roots[root_index:] if r not in current.p2r), None)
-        if root is None:
-            return current
-        for key in self._candidates(root, current):
-            if key in current.r2p:
-                continue
-            found = self._try(root, key, current)
-            if found is None:
-                continue
-            state = current.copy()
-            state.merge(found)
-            done = self._tree(state, root_index + 1)
-            if done is not None:
-                return done
-        return None
-
-    def _candidates(self, root: DFPattern, current: _State) -> list[int]:
-        """Where ``root`` can match: the operands of a consumer matched already (in TVM's
-        first-read order), else every Var the block reads."""
-        for consumer, _ in self.consumers[root]:
-            key = current.p2r.get(consumer)
-            if key is not None and not isinstance(key, tuple):
-                operands = set(self.graph.operands.get(key, ()))
-                return sorted(operands, key=self.first_read.__getitem__)
-        return list(self.graph.order)
-
-
-def _operand_ok(graph: _BlockGraph, reader: int, key: int, index: int) -> bool:
-    if index == -1:
-        return True
-    operands = graph.operands.get(reader, ())
-    return index < len(operands) and operands[index] == key
-
-
-def _each_match(context: PatternContext, graph: _BlockGraph, uses: Uses,
-                on_match: Callable[[_State], Sequence[int] | None]) -> None:
-    """Call ``on_match`` for every match in the block; it returns the handles it rewrote.
-
-    Each Var the block reads is a candidate for the first root once, and again after a
-    rewrite at it (its readers changed); see the module docstring.
-    """
-    matcher = _GraphMatcher(context, graph, uses)
-    for key in matcher.first_candidates():
-        while True:
-            state = matcher.match_at(key)
-            if state is None:
-                break
-            rewritten = on_match(state)
-            if not rewritten:
-                break
-            graph.remove(rewritten)
-
-
-def match_dfb(context: PatternContext, block: Any) -> dict[DFPattern, Any] | None:
-    """``PatternContext.match_dfb``: the first match in ``block``, node -> Var (or ``None``)."""
-    if not isinstance(block, relax.BindingBlock):
-        raise PatternError(f"match_dfb expects a (dataflow) binding block, found "
-                           f"{type(block).__name__}")
-    body = relax.SeqExpr([block], relax.Tuple([]))
-    func = relax.Function([], body, ret_ty=relax.TupleType([]), is_pure=False)
-    index = FunctionIndex.build(func)
-    graph = _BlockGraph(index, 0)
-    matcher = _GraphMatcher(context, graph, Uses(index.readers, index.escaping))
-    for key in graph.order:
-        state = matcher.match_at(key)
-        if state is not None:
-            return _matchings(state, graph)
-    return None
-
-
-def _matchings(state: _State, graph: _BlockGraph) -> dict[DFPattern, Any]:
-    return {p: (tuple(graph.var[k] for k in key) if isinstance(key, tuple) else graph.var[key])
-            for p, key in state.p2r.items()}
-
-
 # -- rewriting ------------------------------------------------------------------------------------
 class _FunctionRewrite:
     """The replacements of one function, checked as they come, then emitted once."""
@@ -358,13 +104,23 @@ class _FunctionRewrite:
         self.uses = Uses(self.index.readers, self.index.escaping)
         self.replacements: dict[int, Any] = {}
 
-    def graphs(self, context: PatternContext) -> Iterator[_BlockGraph]:
+    def graphs(self, context: PatternContext) -> Iterator[BlockGraph]:
         """The graph of each block ``context`` may match in (see :func:`_may_match`)."""
         for bi in range(len(self.index.blocks)):
             if self.index.blocks[bi] and _may_match(context, self.index, bi):
-                yield _BlockGraph(self.index, bi)
+                yield self._graph(bi)
 
-    def accept(self, graph: _BlockGraph, owned: set[int], result: Any) -> list[int]:
+    def _graph(self, bi: int) -> BlockGraph:
+        index = self.index
+        keys = index.keys[bi]
+
+        def calls_of(op: str) -> list[int]:
+            return [keys[j][0] for b, j in index.by_key.get(op, ()) if b == bi]
+
+        return BlockGraph(index.blocks[bi], dict(index.values[bi]), self.uses,
+                          index.call_args, index.call_ops, calls_of)
+
+    def accept(self, graph: BlockGraph, owned: set[int], result: Any) -> list[int]:
         """Check a rewriter's result and keep it; returns the handles it replaces."""
         if result is None:
             return []
@@ -399,7 +155,7 @@ class _FunctionRewrite:
             self._drop_left_dead(graph, owned, taken)
         return taken
 
-    def _drop_left_dead(self, graph: _BlockGraph, owned: set[int], taken: list[int]) -> None:
+    def _drop_left_dead(self, graph: BlockGraph, owned: set[int], taken: list[int]) -> None:
         """Matched bindings the rewrite left without readers leave the block too.
 
         A rule that replaces a matmul's bias add leaves the matmul unread; were it kept,
@@ -415,19 +171,19 @@ class _FunctionRewrite:
         if dead:
             graph.remove(dead)
 
-    def _describe(self, graph: _BlockGraph, var: Any, key: int | None) -> str:
+    def _describe(self, graph: BlockGraph, var: Any, key: int | None) -> str:
         if key is not None and key in self.index.position:
             return f"'{describe_binding(self.func_name, self.index.binding_at(self.index.position[key]))}'"
         if isinstance(var, relax.Var):
             return f"'{C.var_name(var)}' (not bound in this block)"
         return f"{type(var).__name__} {var!r:.60} (not a Var)"
 
-    def _where(self, graph: _BlockGraph, var: Any, key: int | None) -> str:
+    def _where(self, graph: BlockGraph, var: Any, key: int | None) -> str:
         if key is not None and key in self.index.position:
             return describe_binding(self.func_name, self.index.binding_at(self.index.position[key]))
         return f"{self.func_name}: {var!r:.60}"
 
-    def where(self, graph: _BlockGraph, owned: set[int]) -> str:
+    def where(self, graph: BlockGraph, owned: set[int]) -> str:
         """The first binding of a match, for messages."""
         key = min(owned, key=lambda k: self.index.position[k]) if owned else None
         return (describe_binding(self.func_name, graph.binding(key)) if key is not None
@@ -454,7 +210,7 @@ def _may_match(context: PatternContext, index: FunctionIndex, block_index: int) 
     """
     roots = context.roots()
     if not roots:
-        return False  # no first root: nothing to match (as _GraphMatcher.match_at)
+        return False  # no first root: nothing to match (as GraphMatcher.match_at)
     keys, reads = index.keys[block_index], index.reads
     for consumer, uses in context.consumers(roots[0]):
         ops = root_op_names(consumer)
@@ -472,7 +228,7 @@ def _may_match(context: PatternContext, index: FunctionIndex, block_index: int) 
     return True
 
 
-def _owned(state: _State, graph: _BlockGraph) -> set[int]:
+def _owned(state: GraphMatch, graph: BlockGraph) -> set[int]:
     """The bindings a match may replace: the Vars its patterns matched that are bound in
     the block and not rewritten yet (parameters and earlier rewrites are not)."""
     keys = set()
@@ -589,13 +345,13 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
         for graph in work.graphs(context):
             view = None
 
-            def on_match(state: _State) -> list[int]:
+            def on_match(state: GraphMatch) -> list[int]:
                 nonlocal view
                 if view is None:
                     view = BlockBindings(graph)
                 owned = _owned(state, graph)
                 try:
-                    result = rewriter(_matchings(state, graph), view)
+                    result = rewriter(matchings(state, graph), view)
                 except Exception as err:
                     where = work.where(graph, owned)
                     raise CallbackError(f"rule rewrite_bindings: the rewriter raised "
@@ -603,7 +359,7 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
                                         "rewrite_bindings", where) from err
                 return work.accept(graph, owned, result)
 
-            _each_match(context, graph, work.uses, on_match)
+            each_match(context, graph, on_match)
         return work.emit() if work.replacements else None
 
     return apply_to_target(target, lambda mod: _each_function(mod, on_function))
@@ -650,10 +406,11 @@ class BindingsMatch:
     own Vars (a bias add after a matched matmul) to what the rewrite may replace.
     """
 
-    def __init__(self, state: _State, graph: _BlockGraph, roles: Mapping[str, DFPattern],
-                 bindings: BlockBindings):
+    def __init__(self, state: GraphMatch, graph: BlockGraph, roles: Mapping[str, DFPattern],
+                 bindings: BlockBindings, index: FunctionIndex):
         self._state = state
         self._graph = graph
+        self._index = index
         self._roles = roles
         self._bindings = bindings
         self.owned_keys = _owned(state, graph)
@@ -691,8 +448,8 @@ class BindingsMatch:
         graph, found = self._graph, None
         for pattern, key in self._state.p2r.items():
             for k in (key if isinstance(key, tuple) else (key,)):
-                matched = Matcher(call_args=graph.index.call_args, table=graph.table,
-                                  call_ops=graph.index.call_ops).match(pattern, graph.var[k])
+                matched = Matcher(call_args=graph.call_args, table=graph.table,
+                                  call_ops=graph.call_ops).match(pattern, graph.var[k])
                 name = None if matched is None else matched.tag(tag)
                 if name is not None and found is not None and name != found:
                     raise PatternError(f"the tag {tag!r} names two alternatives that both "
@@ -717,7 +474,7 @@ class BindingsMatch:
 
     @property
     def matchings(self) -> dict[DFPattern, Any]:
-        return _matchings(self._state, self._graph)
+        return matchings(self._state, self._graph)
 
     def readers(self, var: Any) -> list:
         """The Vars of the bindings that read ``var`` in the block, in binding order."""
@@ -726,11 +483,11 @@ class BindingsMatch:
 
     def is_parameter(self, expr: Any) -> bool:
         """Is ``expr`` a parameter of the function being rewritten?"""
-        return any(p.same_as(expr) for p in self._graph.index.func.params)
+        return any(p.same_as(expr) for p in self._index.func.params)
 
     def escapes(self, var: Any) -> bool:
         """Is ``var`` seen outside its block (a block output, or the function's result)?"""
-        return C.handle(var) in self._graph.index.escaping
+        return C.handle(var) in self._index.escaping
 
     def claim(self, var: Any) -> None:
         """Let the rewrite replace ``var``'s binding too; it must read a Var of the match."""
@@ -748,7 +505,7 @@ class BindingsMatch:
     def owned(self) -> tuple:
         """The Vars whose bindings the rewrite may replace."""
         return tuple(self._graph.var[k] for k in sorted(
-            self.owned_keys, key=lambda k: self._graph.index.position[k]))
+            self.owned_keys, key=lambda k: self._index.position[k]))
 
     @property
     def root(self) -> Any:
@@ -823,11 +580,11 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
     for graph in work.graphs(rule.context):
         view: BlockBindings | None = None
 
-        def on_match(state: _State) -> list[int]:
+        def on_match(state: GraphMatch) -> list[int]:
             nonlocal view
             if view is None:
                 view = BlockBindings(graph)
-            match = BindingsMatch(state, graph, roles, view)
+            match = BindingsMatch(state, graph, roles, view, work.index)
             where = work.where(graph, match.owned_keys)
             try:
                 refusal = None
@@ -851,10 +608,8 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
                     done.rewritten.append((match.root, tuple(graph.var[k] for k in taken)))
             return taken
 
-        _each_match(rule.context, graph, work.uses, on_match)
+        each_match(rule.context, graph, on_match)
     if work.replacements:
         done.function = work.emit()
     return done
 
-
-provide_sugar("match_dfb", match_dfb)

@@ -30,7 +30,7 @@ import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import DFPattern, as_pattern, provide_sugar, root_op_names
+from ..dpl.pattern import DFPattern, as_pattern, root_op_names
 from ..errors import CallbackError, PatternError
 from ..ir import compat as C
 from ..ir.kinds import PARTITIONED_FROM_PATTERN
@@ -130,5 +130,3 @@ def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function
         replacements[C.handle(group.root_var)] = relax.Call(local, inputs)
     return emit_function(func, index, replacements, "partition", func_name)
 
-
-provide_sugar("partition", partition)

@@ -190,16 +190,6 @@ def test_a_rewriter_that_raises_is_reported_with_the_binding():
         pk.rewrite_bindings(ctx, rewriter, mod)
 
 
-def test_match_dfb_finds_the_first_match_of_the_graph():
-    mod = _function(qkv_block, QKV_PARAMS)
-    ctx, inp, weights, matmuls = qkv_context()
-    found = ctx.match_dfb(mod["main"].body.blocks[0])
-    assert [found[m].name for m in matmuls] == ["q", "k", "v"]
-    with pk.PatternContext() as none:
-        pk.is_op("relax.nn.relu")(pk.wildcard())
-    assert none.match_dfb(mod["main"].body.blocks[0]) is None
-
-
 def test_an_empty_context_is_a_pattern_error():
     with pytest.raises(pk.PatternError, match="holds no constraint"):
         pk.rewrite_bindings(pk.PatternContext(), lambda m, b: {}, _function(qkv_block,
