@@ -26,7 +26,7 @@ import tvm_ffi
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import tvm_tables
+from patternkit.byoc.tables import tvm_tables
 
 
 def _import(model, *args, **kwargs):

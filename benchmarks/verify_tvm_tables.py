@@ -27,7 +27,7 @@ import numpy as np
 
 import patternkit as pk
 from patternkit.models import resnet18, zoo_model
-from patternkit.byoc import tvm_tables
+from patternkit.byoc.tables import tvm_tables
 
 
 def _import(model, *args, **kwargs):

@@ -153,8 +153,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
                        composite_counts, composite_functions, external_functions, graph_split,
                        inline_external, merge_composite, offload_report, partition_graph,
                        pattern_table, run_split)
-    from .byoc.table_coverage import CoverageReport, OpRecord, coverage
-    from .byoc.table_verification import EntryFailure, TableVerification, verify_table
+    from .byoc.reports.table_coverage import CoverageReport, OpRecord, coverage
+    from .byoc.reports.table_verification import EntryFailure, TableVerification, verify_table
     from .dpl import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
                       K_OUT_EWISE_FUSABLE, K_TUPLE, AmbiguousDominator, DominatorPattern,
                       IfPattern, PatternContext, dominates, is_if)

@@ -50,10 +50,10 @@ from typing import Any, Callable, Mapping, Sequence
 import tvm
 from tvm import relax
 
-from ..byoc.external import inline_external, partition_graph
+from ..byoc.partition.external import inline_external, partition_graph
 from ..byoc.merge import merge_composite
-from ..byoc.offload import offload_report
-from ..byoc.table import PatternTable
+from ..byoc.reports.offload import offload_report
+from ..byoc.tables.table import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
 from ..engine.wellformed import assert_well_formed
@@ -663,7 +663,7 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
     """
     from patternkit.patterns import LIBRARY
 
-    from ..byoc.table_coverage import coverage
+    from ..byoc.reports.table_coverage import coverage
 
     say = progress or (lambda message: None)
     tables_ = {prefix: PatternTable.from_tvm(prefix) for prefix in tables}

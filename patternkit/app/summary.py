@@ -81,7 +81,7 @@ def op_summary(before: relax.Function, records: Iterable[Any], composites_mod: t
     bindings of ``before`` count (a rule that rewrote another rule's output is not
     credited with ops of the model).  ``composites_mod``
     the module after ``MergeComposite`` (``None``: no composites formed), ``host_ops`` the
-    offload report's :class:`~patternkit.byoc.offload.HostOp`\\ s.
+    offload report's :class:`~patternkit.byoc.reports.offload.HostOp`\\ s.
     """
     ops = _ops(before)
     rows = {op: OpSummary(op, n) for op, n in Counter(ops.values()).most_common()}

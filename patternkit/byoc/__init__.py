@@ -1,32 +1,40 @@
-"""External compilers: pattern tables, composites, annotation, partitioning, reports.
+"""External compilers: pattern tables, composites, partitioning, and reports on them.
 
-The Relay BYOC flow on Relax: a :class:`~patternkit.byoc.table.PatternTable` names the
-subgraphs a compiler takes, ``MergeComposite`` (:mod:`~patternkit.byoc.merge`) wraps
-them in ``Composite`` functions, ``AnnotateTarget`` and ``PartitionGraph``
-(:mod:`~patternkit.byoc.external`) lift them into ``Codegen`` functions,
-:mod:`~patternkit.byoc.offload` says what stayed on the host and why, and
-:mod:`~patternkit.byoc.splitting` cuts a graph into runnable pieces (Relay's
-``graph_split``), and :mod:`~patternkit.byoc.table_verification` checks numerically that
-each entry of a table keeps a model's outputs, and
-:mod:`~patternkit.byoc.table_coverage` counts how much of a model a table offloads.
+The Relay BYOC flow on Relax, one subpackage per step:
+
+* :mod:`~patternkit.byoc.tables`: a :class:`PatternTable` names the subgraphs a compiler
+  takes (patternkit's own entries, or TVM's registered tables);
+* :mod:`~patternkit.byoc.merge`: ``MergeComposite`` wraps them in ``Composite``
+  functions (Relay's semantics or TVM's ``FuseOpsByPattern``'s);
+* :mod:`~patternkit.byoc.partition`: ``AnnotateTarget`` and ``PartitionGraph`` lift them
+  into ``Codegen`` functions, ``inline_external`` undoes it;
+* :mod:`~patternkit.byoc.reports`: what stayed on the host and why (offload), how much
+  of a model a table offloads (coverage), and whether each entry keeps a model's
+  numbers (verification).
+
+``graph_split`` (Relay's pipeline splitting, which is not BYOC) lives in
+:mod:`patternkit.engine.splitting` and ``run_split``, which runs its pieces, in
+:mod:`patternkit.verification.split_run`; both are still exported here.
 """
 
-from .external import (AnnotateTarget, PartitionGraph, annotation_table, external_functions,
-                       inline_external, partition_graph)
+from ..engine.splitting import GraphSplitError, graph_split
+from ..verification.split_run import run_split
 from .merge import (CompositeLog, FormedComposite, MergeComposite, SkippedComposite,
                     composite_counts, composite_functions, merge_composite)
-from .offload import HostOp, OffloadReport, offload_report
-from .splitting import GraphSplitError, graph_split, run_split
-from .table import CompositeEntry, PatternTable, PatternTableError, pattern_table
-from .table_coverage import CoverageReport, OpRecord, coverage
-from .table_verification import EntryFailure, TableVerification, verify_table
+from .partition import (AnnotateTarget, PartitionGraph, annotation_table, external_functions,
+                        inline_external, partition_graph)
+from .reports import (CoverageReport, EntryFailure, HostOp, OffloadReport, OpRecord,
+                      TableVerification, coverage, explain_offload, offload_report,
+                      verify_table)
+from .tables import CompositeEntry, PatternTable, PatternTableError, pattern_table
 
 __all__ = [
     "PatternTable", "PatternTableError", "CompositeEntry", "pattern_table",
     "MergeComposite", "merge_composite", "CompositeLog", "FormedComposite",
     "SkippedComposite", "composite_counts", "composite_functions",
     "AnnotateTarget", "PartitionGraph", "annotation_table", "partition_graph",
-    "inline_external", "external_functions", "offload_report", "OffloadReport", "HostOp",
+    "inline_external", "external_functions", "offload_report", "explain_offload",
+    "OffloadReport", "HostOp",
     "graph_split", "run_split", "GraphSplitError",
     "verify_table", "TableVerification", "EntryFailure", "coverage", "CoverageReport",
     "OpRecord",

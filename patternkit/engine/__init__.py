@@ -22,6 +22,7 @@ from .proposal import match_bindings
 from .rule import (CompositeRule, NodeMap, NoSuchExample, Reject, RewriteRule, Rule, RuleMatch,
                    reject, variant_method)
 from .ruleset import RuleSet
+from .splitting import GraphSplitError, graph_split
 from .tolerance import EXACT, Tolerance, default_tolerance
 from .wellformed import assert_well_formed
 
@@ -31,4 +32,5 @@ __all__ = [
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
     "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",
     "Tolerance", "EXACT", "default_tolerance", "NoSuchExample",
+    "graph_split", "GraphSplitError",
 ]

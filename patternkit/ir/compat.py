@@ -315,7 +315,7 @@ def typed_global_var(name: str, func: Any) -> tvm.ir.GlobalVar:
 
     A call to a global function is typed from its ``GlobalVar``; ``BlockBuilder.add_func``
     sets that type, but its cost grows with the module (see
-    :mod:`patternkit.byoc.function_table`), so patternkit sets it itself.
+    :mod:`patternkit.byoc.merge.global_functions`), so patternkit sets it itself.
     """
     gv = tvm.ir.GlobalVar(name)
     relax.expr._update_type(gv, func.ty)  # pylint: disable=protected-access

@@ -122,7 +122,7 @@ def test_partition_graph_leaves_a_module_without_composites_alone(resnet_block):
 def test_partition_graph_into_a_compiler_no_composite_carries_warns_naming_the_ones_present(
         resnet_block, caplog):
     merged = MergeComposite(TABLE)(resnet_block)
-    with caplog.at_level(logging.WARNING, logger="patternkit.byoc.external"):
+    with caplog.at_level(logging.WARNING, logger="patternkit.byoc.partition.external"):
         out = PartitionGraph("nosuch")(merged)
     tvm.ir.assert_structural_equal(out, merged)
     [record] = caplog.records

@@ -8,7 +8,8 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import PartitionGraph, external_functions, inline_external, offload_report
+from patternkit.byoc import (CompositeLog, PartitionGraph, explain_offload, external_functions,
+                             inline_external, merge_composite, offload_report)
 from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import ConvAddReluComposite
 
@@ -47,6 +48,20 @@ def test_offload_report_counts_composites_and_explains_every_host_op(resnet_bloc
     text = str(report)
     assert "offloaded 6 of 10 op call(s) in 3 composite(s)" in text
     assert "ccompiler.conv_add: 3" in text
+
+
+def test_explaining_a_merge_already_run_reports_what_offload_report_does(resnet_block):
+    table = [CONV_ADD, ADD_RELU,
+             ("ccompiler.residual", is_op("add")(wildcard(), wildcard()),
+              lambda pre: pk.reject("no residual adds"))]
+    log = CompositeLog()
+    merged = merge_composite(resnet_block, table, log=log)
+    explained = explain_offload(merged, log, table)
+    assert explained.module.same_as(merged)
+    reported = offload_report(resnet_block, table)
+    assert explained.composites == reported.composites == {"ccompiler.conv_add": 3}
+    assert explained.host_ops == reported.host_ops
+    assert explained.offloaded_ops == reported.offloaded_ops == 6
 
 
 def test_an_op_no_entry_can_match_is_uncovered(resnet_block):

@@ -11,7 +11,7 @@ from tvm.relax.transform import FuseOpsByPattern, FusionPattern
 
 import patternkit as pk
 from patternkit.models import resnet18
-from patternkit.byoc import tvm_tables
+from patternkit.byoc.tables import tvm_tables
 from patternkit.engine.wellformed import assert_well_formed
 
 

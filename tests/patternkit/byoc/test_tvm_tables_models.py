@@ -18,7 +18,7 @@ from tvm import relax  # noqa: E402
 from tvm.relax.frontend.torch import from_exported_program  # noqa: E402
 
 import patternkit as pk  # noqa: E402
-from patternkit.byoc import tvm_tables  # noqa: E402
+from patternkit.byoc.tables import tvm_tables  # noqa: E402
 
 pytestmark = [pytest.mark.models, pytest.mark.filterwarnings("ignore::FutureWarning")]
 

@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.relax import dpl
 
 import patternkit as pk
-from patternkit.byoc import tvm_tables
+from patternkit.byoc.tables import tvm_tables
 from patternkit.dpl.pattern import pattern_to_text
 
 

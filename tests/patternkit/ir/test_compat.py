@@ -8,7 +8,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from patternkit.byoc.table import PatternTableError
+from patternkit.byoc.tables.table import PatternTableError
 from patternkit.dpl.from_tvm import FromDplError
 from patternkit.errors import CallbackError, PatternkitError
 from patternkit.ir import compat as C

@@ -6,8 +6,8 @@ import networkx as nx
 import pytest
 
 import patternkit as pk
-from patternkit.byoc.external import inline_external, partition_graph
 from patternkit.byoc.merge import merge_composite
+from patternkit.byoc.partition.external import inline_external, partition_graph
 from patternkit.models import resnet18
 from patternkit.patterns import LIBRARY
 from patternkit.viz import viz_diff

@@ -1,6 +1,6 @@
 """Coverage: how much of a model a pattern table offloads, and why the rest stays on the host.
 
-``coverage(mod, table)`` is :func:`~patternkit.byoc.offload.offload_report` counted per
+``coverage(mod, table)`` is :func:`~patternkit.byoc.reports.offload.offload_report` counted per
 operator call, plus what ``PartitionGraph`` makes of the composites:
 
 * ``.share``: the fraction of op calls that land in a composite;
@@ -12,7 +12,7 @@ operator call, plus what ``PartitionGraph`` makes of the composites:
   (merged regions, as ``MergeCompositeFunctions`` forms them) and the op calls of the
   largest; each offloaded op's record names its region;
 * ``.split``: the offloaded op calls that region merging split off from the region they
-  read from to avoid a cycle (:mod:`patternkit.byoc.region_splits`), each with the path
+  read from to avoid a cycle (:mod:`patternkit.byoc.partition.region_splits`), each with the path
   that forced it (``OpRecord.split``).
 
 Region merging never splits a composite and never sends one back to the host: what it
@@ -29,13 +29,13 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..ir import compat as C
-from ..ir.kinds import CODEGEN, attr
-from ..ir.targets import rewritable_functions
-from .external import partition_graph
+from ...ir import compat as C
+from ...ir.kinds import CODEGEN, attr
+from ...ir.targets import rewritable_functions
+from ..partition.external import partition_graph
+from ..partition.region_splits import Site, assign_regions, find_splits, mark_sites
+from ..tables.table import PatternTable
 from .offload import offload_report
-from .region_splits import Site, assign_regions, find_splits, mark_sites
-from .table import PatternTable
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from typing import Any, Sequence
 import numpy as np
 import tvm
 
-from ..verification import numeric
-from .merge import composite_counts, merge_composite
-from .table import PatternTable
+from ...verification import numeric
+from ..merge.composites import composite_counts, merge_composite
+from ..tables.table import PatternTable
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ list of ``(name, pattern[, check])`` entries, earlier entries winning, each matc
 wrapped in a function tagged ``Composite=<name>`` and ``PartitionedFromPattern=<ops>``.
 This module brings that pass to Relax:
 
-* :class:`~patternkit.byoc.table.PatternTable` validates a table once;
+* :class:`~patternkit.byoc.tables.table.PatternTable` validates a table once;
 * :func:`merge_composite` / :func:`MergeComposite` (a ``tvm.transform.Pass``) wrap every
   accepted match in a *local* function bound where the match was, exactly as
   :func:`patternkit.partition` does, with ``Composite`` and ``PartitionedFromPattern``
@@ -42,7 +42,7 @@ one it contains; an intermediate read outside its match exported as an extra out
 run on a ``PatternCheckContext``-compatible object; ``bind_constants`` and
 ``annotate_codegen`` as TVM's.  It does so with one index per function for all entries
 (TVM runs one pass over the module per entry), and where TVM's result is wrong it does
-what TVM intends instead (:mod:`patternkit.byoc.tvm_fusion`: a partial overlap keeps the
+what TVM intends instead (:mod:`patternkit.byoc.merge.tvm_fusion`: a partial overlap keeps the
 earlier match whole; a match that would depend on itself is skipped).  Both matchers
 treat ``add``/``multiply`` as commutative and re-associate ``divide``/``multiply``.
 """
@@ -56,24 +56,24 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import required_op_names, root_op_names
-from ..engine.emit import emit_rewrites
-from ..engine.index import FunctionIndex, describe_binding, has_candidates
-from ..engine.outline import build_group_function, lifted_inputs, uses_symbolic_vars
-from ..engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
-from ..engine.rule import Reject, judge, reject
-from ..engine.wellformed import check_input, check_shape, checked
-from ..errors import CallbackError
-from ..fusion.symbolic import detach_symbolic_vars
-from ..ir import compat as C
-from ..ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
-from ..ir.opnames import relay_short_name
-from ..ir.rebuild import make_block
-from ..ir.targets import apply_to_target, rewritable_functions
-from ..ir.walk import substitute
-from .check_context import CheckSite
+from ...dpl.pattern import required_op_names, root_op_names
+from ...engine.emit import emit_rewrites
+from ...engine.index import FunctionIndex, describe_binding, has_candidates
+from ...engine.outline import build_group_function, lifted_inputs, uses_symbolic_vars
+from ...engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
+from ...engine.rule import Reject, judge, reject
+from ...engine.wellformed import check_input, check_shape, checked
+from ...errors import CallbackError
+from ...fusion.symbolic import detach_symbolic_vars
+from ...ir import compat as C
+from ...ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
+from ...ir.opnames import relay_short_name
+from ...ir.rebuild import make_block
+from ...ir.targets import apply_to_target, rewritable_functions
+from ...ir.walk import substitute
+from ..tables.check_context import CheckSite
+from ..tables.table import CompositeEntry, PatternTable, PatternTableError
 from .fused_functions import emit_module
-from .table import CompositeEntry, PatternTable, PatternTableError
 from .tvm_fusion import FunctionPlan, candidate_keys, plan_function
 
 logger = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def MergeComposite(table: Any, *, compiler: str | None = None,  # noqa: N802 (TV
                    annotate_codegen: bool = False) -> tvm.transform.Pass:
     """:func:`merge_composite` as a module pass, like ``relay.transform.MergeComposite``.
 
-    ``table`` is anything :class:`~patternkit.byoc.table.PatternTable` takes: entries,
+    ``table`` is anything :class:`~patternkit.byoc.tables.table.PatternTable` takes: entries,
     composite rules, a :class:`patternkit.RuleSet` (its composites, in order), or
     ``PatternTable.from_tvm("cutlass")``; the keywords are :func:`merge_composite`'s.
 

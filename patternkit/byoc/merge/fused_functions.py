@@ -1,4 +1,4 @@
-"""Turn a :mod:`~patternkit.byoc.tvm_fusion` plan into IR shaped as ``FuseOpsByPattern``'s.
+"""Turn a :mod:`~patternkit.byoc.merge.tvm_fusion` plan into IR shaped as ``FuseOpsByPattern``'s.
 
 Each planned composite becomes a private global function, built the way TVM's
 ``FunctionCreator`` builds it (``src/relax/transform/fuse_ops.cc``):
@@ -9,14 +9,14 @@ Each planned composite becomes a private global function, built the way TVM's
   becomes a parameter ``param_<i>``; prim values and static shapes always stay inside;
   a tuple read only through ``tuple[i]`` becomes one parameter per field used;
 * the body is one dataflow block re-binding the members; the results that leave the
-  composite (:attr:`~patternkit.byoc.tvm_fusion.PlannedComposite.outputs`) are its
+  composite (:attr:`~patternkit.byoc.merge.tvm_fusion.PlannedComposite.outputs`) are its
   return value, a tuple when there are several;
 * symbolic dimensions that no parameter defines are passed in one extra ``tir_vars``
   shape parameter;
 * attributes ``Composite`` (the entry's name), ``Primitive`` and whatever the entry's
   ``attrs_getter`` adds; the name is ``fused_<op>_<op>...`` as TVM spells it, and
   structurally equal composites are one function, both as ``BlockBuilder.add_func``
-  gives them (:mod:`~patternkit.byoc.function_table`, which does it in linear time).
+  gives them (:mod:`~patternkit.byoc.merge.global_functions`, which does it in linear time).
 
 The caller binds a call where the composite stands, and for a tuple result one
 ``tuple[i]`` per result, in member order.  With ``annotate_codegen=True`` each
@@ -32,13 +32,13 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..engine.index import FunctionIndex
-from ..fusion.symbolic import detach_symbolic_vars
-from ..ir import compat as C
-from ..ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
-from ..ir.rebuild import make_block, rebuild_function
-from ..ir.walk import substitute
-from .function_table import FunctionTable
+from ...engine.index import FunctionIndex
+from ...fusion.symbolic import detach_symbolic_vars
+from ...ir import compat as C
+from ...ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
+from ...ir.rebuild import make_block, rebuild_function
+from ...ir.walk import substitute
+from .global_functions import FunctionTable
 from .tvm_fusion import FunctionPlan, PlannedComposite
 
 _CALL_TIR = frozenset({"relax.call_tir", "relax.call_tir_inplace"})

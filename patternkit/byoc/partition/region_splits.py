@@ -21,11 +21,11 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..ir import compat as C
-from ..ir.kinds import CODEGEN, COMPOSITE, attr
-from ..ir.rebuild import make_block, rebuild_function
-from ..ir.targets import rewritable_functions
-from ..ir.walk import vars_read
+from ...ir import compat as C
+from ...ir.kinds import CODEGEN, COMPOSITE, attr
+from ...ir.rebuild import make_block, rebuild_function
+from ...ir.targets import rewritable_functions
+from ...ir.walk import vars_read
 
 #: Attribute numbering the composite call sites while the coverage partitions a module.
 SITE = "patternkit.CoverageSite"

@@ -4,7 +4,7 @@ Relay's ``MergeCompilerRegions`` + ``PartitionGraph`` become TVM's
 ``relax.transform.MergeCompositeFunctions`` here, which groups the composites of one
 codegen into ``Codegen`` functions without ever creating a cycle through host code.
 :func:`merge_compiler_regions` runs it on a module whose composites have been lifted to
-private globals (``FuseOpsByPattern``'s form, :func:`patternkit.byoc.external.partition_graph`
+private globals (``FuseOpsByPattern``'s form, :func:`patternkit.byoc.partition.external.partition_graph`
 lifts them), and works around four things the 0.27 pass does not do:
 
 * it only looks at a function named ``main`` (``mod.GetGlobalVar("main")``) and drops
@@ -34,13 +34,13 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..fusion import defuse
-from ..fusion.symbolic import detach_symbolic_vars
-from ..ir import compat as C
-from ..ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, attr
-from ..ir.rebuild import make_block, rebuild_function
-from ..ir.walk import CALL, TUPLE, expr_kind, substitute
-from ..ir.targets import rewritable_functions
+from ...fusion import defuse
+from ...fusion.symbolic import detach_symbolic_vars
+from ...ir import compat as C
+from ...ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, attr
+from ...ir.rebuild import make_block, rebuild_function
+from ...ir.walk import CALL, TUPLE, expr_kind, substitute
+from ...ir.targets import rewritable_functions
 
 __all__ = ["merge_compiler_regions"]
 

@@ -12,8 +12,11 @@ and every piece becomes a module of its own.  The same on Relax:
   reads (named after the original variables) and then the original parameters it reads;
 * it returns every value it computes that a later piece (or the original result)
   needs: one tensor when there is one, otherwise a tuple.  The names of the returned
-  values are kept in the ``main`` attribute ``"split_outputs"``, and :func:`run_split`
-  uses them to chain the pieces.
+  values are kept in the ``main`` attribute ``"split_outputs"``, which chains the pieces
+  when they run.
+
+Running the pieces builds them, which is the verification layer's job:
+:func:`~patternkit.verification.split_run.run_split` does it.
 
 Op names may be spelled the Relay way (``"add"``, ``"nn.conv2d"``) or the Relax way.
 Limitations: functions with symbolic shapes whose variables are only defined by an
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 import tvm
 from tvm import relax
 
@@ -33,7 +35,6 @@ from ..errors import MalformedIRError, PatternkitError
 from ..ir import compat as C
 from ..ir.opnames import relax_op_name
 from ..ir.walk import substitute
-from ..verification.numeric import build, flatten
 
 SPLIT_OUTPUTS = "split_outputs"
 SPLIT_INPUTS = "split_function_params"
@@ -175,28 +176,4 @@ def _bind(expr, mapping: dict):
     return substitute(expr, mapping, by_handle=True, keep_types=False) if mapping else expr
 
 
-def run_split(modules: Sequence[tvm.IRModule], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run the pieces of :func:`graph_split` in order on the original inputs.
-
-    ``inputs`` are the original function's arguments, in its parameter order (or a dict
-    by parameter name), handed to every piece that reads them.  Returns the last piece's outputs as numpy arrays.
-    """
-
-    if isinstance(inputs, dict):
-        env: dict[str, Any] = dict(inputs)
-    else:
-        env = dict(zip([str(n) for n in modules[0]["main"].attrs[SPLIT_INPUTS]], inputs))
-    outputs: list = []
-    for mod in modules:
-        main = mod["main"]
-        args = [C.to_tensor(np.asarray(env[C.var_name(p)])) if not isinstance(
-            env[C.var_name(p)], tvm.runtime.Tensor) else env[C.var_name(p)] for p in main.params]
-        result = build(mod)["main"](*args)
-        names = [str(n) for n in main.attrs[SPLIT_OUTPUTS]]
-        values = [result] if len(names) == 1 else list(result)
-        env.update(zip(names, values))
-        outputs = values
-    return [x for v in outputs for x in flatten(v)]
-
-
-__all__ = ["graph_split", "run_split", "GraphSplitError", "SPLIT_OUTPUTS"]
+__all__ = ["graph_split", "GraphSplitError", "SPLIT_OUTPUTS", "SPLIT_INPUTS"]

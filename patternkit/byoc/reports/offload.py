@@ -1,8 +1,10 @@
 """Offload report: what an external compiler gets, and why the rest stays on the host.
 
-``offload_report(mod, table)`` runs :func:`patternkit.merge_composite` (and, with
-``ops``, the single-op annotation of :func:`patternkit.AnnotateTarget`) on ``mod``
-and reports
+:func:`explain_offload` reads a merge that already ran (the module
+:func:`patternkit.merge_composite` returned and its :class:`~patternkit.CompositeLog`), so
+a caller that goes on to partition the module merges once; ``offload_report(mod, table)``
+runs the merge itself (and, with ``ops``, the single-op annotation of
+:func:`patternkit.AnnotateTarget`) and explains it.  Both report
 
 * the composites formed, counted per table entry;
 * every operator call left on the host, with the reason:
@@ -14,7 +16,7 @@ and reports
   ``"escape"``     an entry matched, but an intermediate result of the match is also
                    used outside it (Relay's rule: such a match is not partitioned);
   ``"cycle"``      an entry matched, but fusing it would make the composite depend on
-                   itself (TVM's semantics, :mod:`patternkit.byoc.tvm_fusion`).
+                   itself (TVM's semantics, :mod:`patternkit.byoc.merge.tvm_fusion`).
 
 When several matches covered an op, the reason of the highest-priority entry is given
 and the others are kept in :attr:`HostOp.others`.  The partitioned module itself is in
@@ -28,11 +30,11 @@ from typing import Any, Mapping
 
 import tvm
 
-from ..ir import compat as C
-from ..ir.targets import rewritable_functions
-from .external import annotation_table
-from .merge import CompositeLog, composite_counts, merge_composite
-from .table import PatternTable
+from ...ir import compat as C
+from ...ir.targets import rewritable_functions
+from ..merge.composites import CompositeLog, composite_counts, merge_composite
+from ..partition.external import annotation_table
+from ..tables.table import PatternTable
 
 _KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2, "cycle": 3}
 _LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape", "cycle": "cycle"}
@@ -102,6 +104,23 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
         if compiler is None:
             raise ValueError("offload_report: ops=... needs compiler=...")
         out = merge_composite(out, annotation_table(compiler, ops), log=log)
+    return explain_offload(out, log, table)
+
+
+def explain_offload(merged: tvm.IRModule, log: CompositeLog, table: Any) -> OffloadReport:
+    """What a merge that already ran offloaded, and why every other op call stayed.
+
+    Parameters
+    ----------
+    merged : tvm.IRModule
+        What :func:`patternkit.merge_composite` returned; never modified.
+    log : CompositeLog
+        The log that merge filled (``merge_composite(mod, table, log=log)``).
+    table : PatternTable, list of entries, or RuleSet
+        The table the merge used: its order ranks the reasons of an op several entries
+        refused.
+    """
+    table = table if isinstance(table, PatternTable) else PatternTable(table)
     # Keyed by the Var where the log has it: names repeat (a rewrite's new bindings may
     # reuse 'lv8'), and a name key would pin one binding's skip on another.
     reasons: dict[tuple[str, Any], list] = {}
@@ -111,7 +130,7 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
         for key in keys:
             reasons.setdefault((s.function, key), []).append(why)
     host: list[HostOp] = []
-    for gv, func in rewritable_functions(out):
+    for gv, func in rewritable_functions(merged):
         for block in C.array_items(func.body.blocks):
             for binding in C.array_items(block.bindings):
                 name = C.op_name(binding.value)
@@ -129,7 +148,7 @@ def offload_report(mod: tvm.IRModule, table: Any, *, compiler: str | None = None
                 host.append(HostOp(gv.name_hint, var, name, kind, reason, entry,
                                    tuple((k, r, e) for k, r, e, _ in found[1:])))
     offloaded = sum(len(f.vars) for f in log.formed)
-    return OffloadReport(out, composite_counts(out), host, offloaded, list(log.formed))
+    return OffloadReport(merged, composite_counts(merged), host, offloaded, list(log.formed))
 
 
 def _priority(table: PatternTable, entry: str) -> int:
@@ -139,4 +158,4 @@ def _priority(table: PatternTable, entry: str) -> int:
         return len(table)
 
 
-__all__ = ["offload_report", "OffloadReport", "HostOp"]
+__all__ = ["offload_report", "explain_offload", "OffloadReport", "HostOp"]

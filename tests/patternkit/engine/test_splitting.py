@@ -7,7 +7,8 @@ import pytest
 from tvm import relax
 
 from patternkit import ir as C
-from patternkit.byoc import GraphSplitError, graph_split, run_split
+from patternkit.engine.splitting import GraphSplitError, graph_split
+from patternkit.verification.split_run import run_split
 from patternkit.verification.numeric import random_inputs, run
 
 

@@ -8,7 +8,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from patternkit.byoc.function_table import FunctionTable
+from patternkit.byoc.merge.global_functions import FunctionTable
 from patternkit.ir.kinds import COMPOSITE
 
 

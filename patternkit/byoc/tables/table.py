@@ -11,7 +11,7 @@ TVM's registered tables come in with :meth:`PatternTable.from_tvm`: each
 ``FusionPattern`` becomes an entry whose pattern is converted by
 :func:`patternkit.from_dpl`, whose roles are TVM's annotation patterns and whose check
 is TVM's own, run on a ``PatternCheckContext``-compatible object
-(:mod:`patternkit.byoc.check_context`).  Such a table follows TVM's matching semantics
+(:mod:`patternkit.byoc.tables.check_context`).  Such a table follows TVM's matching semantics
 by default (``semantics="tvm"``, see :mod:`patternkit.byoc.merge`); repeated names are
 variants of one composite (``cutlass.stacked_attention`` has four patterns).
 """
@@ -25,14 +25,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tvm import relax
 
-from ..dpl.from_tvm import FromDplError
-from ..dpl.matcher import Matcher
-from ..dpl.pattern import DFPattern
-from ..engine.proposal import adapt_check
-from ..engine.rule import MatchCheck, Rule, RuleMatch, judge, require_instance
-from ..engine.ruleset import RuleSet
-from ..errors import CallbackError, PatternkitError
-from ..ir import compat as C
+from ...dpl.from_tvm import FromDplError
+from ...dpl.matcher import Matcher
+from ...dpl.pattern import DFPattern
+from ...engine.proposal import adapt_check
+from ...engine.rule import MatchCheck, Rule, RuleMatch, judge, require_instance
+from ...engine.ruleset import RuleSet
+from ...errors import CallbackError, PatternkitError
+from ...ir import compat as C
 from . import tvm_tables
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class CompositeEntry:
         The rule the entry was made from (it gives the check its named roles).
     tvm_check : callable or None
         For an entry from a TVM table: TVM's ``check(PatternCheckContext) -> bool``,
-        which the passes call with a :class:`~patternkit.byoc.check_context.CheckContext`.
+        which the passes call with a :class:`~patternkit.byoc.tables.check_context.CheckContext`.
     annotations : mapping of str to DFPattern
         For an entry from a TVM table: TVM's annotation patterns (nodes of ``pattern``),
         which are the entry's roles.

@@ -28,8 +28,8 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from ..ir import compat as C
-from ..ir.kinds import attr
+from ...ir import compat as C
+from ...ir.kinds import attr
 
 
 class FunctionTable:

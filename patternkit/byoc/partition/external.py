@@ -48,18 +48,18 @@ from typing import Any, Callable, Iterable, Mapping
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import is_op, wildcard
-from ..errors import MalformedIRError, NothingToPartition, PatternkitError
-from ..fusion import defuse
-from ..fusion.symbolic import detach_symbolic_vars
-from ..ir import compat as C
-from ..ir.kinds import CODEGEN, COMPILER, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
-from ..ir.opnames import relax_op_name, relay_short_name
-from ..ir.rebuild import make_block, rebuild_function
-from ..ir.targets import rewritable_functions
-from .merge import composite_functions, merge_composite
+from ...dpl.pattern import is_op, wildcard
+from ...errors import MalformedIRError, NothingToPartition, PatternkitError
+from ...fusion import defuse
+from ...fusion.symbolic import detach_symbolic_vars
+from ...ir import compat as C
+from ...ir.kinds import CODEGEN, COMPILER, COMPOSITE, GLOBAL_SYMBOL, PRIMITIVE, attr
+from ...ir.opnames import relax_op_name, relay_short_name
+from ...ir.rebuild import make_block, rebuild_function
+from ...ir.targets import rewritable_functions
+from ..merge.composites import composite_functions, merge_composite
+from ..tables.table import PatternTable, PatternTableError
 from .regions import merge_compiler_regions
-from .table import PatternTable, PatternTableError
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = No
     A module in which no composite carries the compiler is returned as it is, but never
     silently: ``PartitionGraph("ccompiler")`` on a module that ``MergeComposite`` never
     saw, or whose composites are named ``"cc.conv2d"``, is almost always a mistake, so a
-    warning (logger ``patternkit.byoc.external``) names the compilers the composites do
+    warning (logger ``patternkit.byoc.partition.external``) names the compilers the composites do
     carry.  A pipeline that may legitimately find nothing to offload can filter the
     warning; one that must offload passes ``strict=True``.
 

@@ -9,7 +9,7 @@ into what a patternkit table entry needs (:class:`TvmEntrySpec`): the pattern th
 nodes, so a check reads what TVM's would), the check function and ``attrs_getter``.
 
 The table itself (:meth:`patternkit.PatternTable.from_tvm`) is built in
-:mod:`patternkit.byoc.table`.
+:mod:`patternkit.byoc.tables.table`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable, Mapping
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 from tvm.relax.transform import FusionPattern
 
-from ..dpl.from_tvm import DplConverter
-from ..dpl.pattern import DFPattern
+from ...dpl.from_tvm import DplConverter
+from ...dpl.pattern import DFPattern
 
 logger = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from typing import Any, Iterator
 
 from tvm import relax
 
-from ..dpl.matcher import Match
-from ..dpl.pattern import CallPattern, DFPattern, TupleGetItemPattern
-from ..engine.index import FunctionIndex
-from ..ir import compat as C
-from ..ir.walk import vars_read
+from ...dpl.matcher import Match
+from ...dpl.pattern import CallPattern, DFPattern, TupleGetItemPattern
+from ...engine.index import FunctionIndex
+from ...ir import compat as C
+from ...ir.walk import vars_read
 
 __all__ = ["CheckContext", "CheckSite"]
 

@@ -33,7 +33,7 @@ Where TVM's own result is wrong, the plan does what TVM intends instead:
   or emits a function that reads an undefined variable.  Such a match is skipped, with
   the reason.
 
-The plan (:class:`FunctionPlan`) is turned into IR by :mod:`patternkit.byoc.fused_functions`.
+The plan (:class:`FunctionPlan`) is turned into IR by :mod:`patternkit.byoc.merge.fused_functions`.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from typing import Any, Callable, Iterable
 
 from tvm import relax
 
-from ..dpl.matcher import Match, Matcher
-from ..dpl.pattern import CallPattern, TupleGetItemPattern, root_op_names
-from ..engine.index import FunctionIndex
-from ..engine.rule import Reject, RuleMatch, judge, reject
-from ..ir import compat as C
-from .check_context import CheckSite
-from .table import CompositeEntry, PatternTable
+from ...dpl.matcher import Match, Matcher
+from ...dpl.pattern import CallPattern, TupleGetItemPattern, root_op_names
+from ...engine.index import FunctionIndex
+from ...engine.rule import Reject, RuleMatch, judge, reject
+from ...ir import compat as C
+from ..tables.check_context import CheckSite
+from ..tables.table import CompositeEntry, PatternTable
 
 #: Keys of bindings ``FuseOpsByPattern`` never tries as a root (it only visits calls).
 NOT_A_CALL = frozenset({"<TupleGetItem>", "<Tuple>"})
