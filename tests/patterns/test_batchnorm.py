@@ -12,31 +12,23 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import patternkit as pk
-from patternkit.patterns.batchnorm import BatchnormCallback, BatchnormCollapse, BatchnormExpand
+from patternkit.patterns.batchnorm import (SPELLINGS, BatchnormCallback, BatchnormCollapse,
+                                           BatchnormExpand, batch_norm_call, written_out)
 from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
 
 RULE = "batchnorm.collapse"
-SPELLINGS = {
-    "relay": lambda x, g, b, m, v, s: g * (x - m) / s + b,
-    "operands_swapped": lambda x, g, b, m, v, s: b + (x - m) * g / s,
-    "gamma_over_sqrt_first": lambda x, g, b, m, v, s: g / s * (x - m) + b,
-    "normalised_then_scaled": lambda x, g, b, m, v, s: (x - m) / s * g + b,
-}
-PARAM_LAYOUTS = {  # parameter shape, x shape, expected axis
-    "C": ((3,), (2, 4, 4, 3), 3),
-    "C11": ((3, 1, 1), (2, 3, 4, 4), 1),
-    "1C11": ((1, 3, 1, 1), (2, 3, 4, 4), 1),
+#: How the parameters are shaped and where the channels are: the builder's knobs, and
+#: the axis the collapsed batch norm takes.
+PARAM_LAYOUTS = {
+    "C": (dict(param_shape="C", layout="NHWC"), 3),
+    "C11": (dict(param_shape="C11", layout="NCHW"), 1),
+    "1C11": (dict(param_shape="1C11", layout="NCHW"), 1),
 }
 
 
-def build(spelling: str, layout: str, eps=1e-5, eps_dtype="float32") -> tvm.IRModule:
-    param_shape, x_shape, _ = PARAM_LAYOUTS[layout]
-    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-    g, b, m, v = (relax.Var(n, relax.TensorType(param_shape, "float32"))
-                  for n in ("gamma", "beta", "mean", "var"))
-    eps_expr = relax.const(eps, eps_dtype) if not isinstance(eps, relax.Expr) else eps
-    sqrt = relax.op.sqrt(v + eps_expr)
-    return pk.from_expr(SPELLINGS[spelling](x, g, b, m, v, sqrt))
+def build(spelling: str, layout: str) -> tvm.IRModule:
+    """A written-out batch norm on ``x: (2, 3, 4, 4)`` (``(2, 4, 4, 3)`` for ``"C"``)."""
+    return written_out(spelling=spelling, **PARAM_LAYOUTS[layout][0])
 
 
 def batch_norm_calls(mod: tvm.IRModule) -> list:
@@ -168,7 +160,7 @@ def test_batchnorm_collapse_handles_every_spelling_and_layout(spelling, layout):
     before = build(spelling, layout)
     after, log = collapse(before)
     (bn,) = batch_norm_calls(after)
-    assert int(bn.attrs.axis) == PARAM_LAYOUTS[layout][2]
+    assert int(bn.attrs.axis) == PARAM_LAYOUTS[layout][1]
     assert not bool(bn.attrs.training)
     assert abs(float(bn.attrs.epsilon) - 1e-5) < 1e-10
     assert log.count(RULE) == 1
@@ -209,7 +201,7 @@ def test_seed_single_and_double_batchnorm(bn_vars, make_bn):
         assert len(batch_norm_calls(after)) == count and log.count(RULE) == count
         pk.assert_same_numerics(mod, after, positive=("var",), rtol=1e-5, atol=1e-5)
     # The Relay way: a bare expression in, a bare expression out.
-    out = BatchnormCallback().rewrite(single)
+    out = pk.rewrite(BatchnormCallback(), single)
     assert isinstance(out, relax.TupleGetItem) and out.tuple_value.op.name == "relax.nn.batch_norm"
 
 
@@ -264,7 +256,7 @@ def test_every_generated_batchnorm_collapses_with_the_same_numbers(channels, spe
     g, b, m, v = (relax.Var(n, relax.TensorType(shape, "float32"))
                   for n in ("gamma", "beta", "mean", "var"))
     sqrt = relax.op.sqrt(v + relax.const(eps, "float32"))
-    mod = pk.from_expr(SPELLINGS[spelling](x, g, b, m, v, sqrt))
+    mod = pk.from_expr(SPELLINGS[spelling](x, g, b, m, sqrt))
     after, log = collapse(mod)
     assert log.count(RULE) == 1 and len(batch_norm_calls(after)) == 1
     pk.assert_same_numerics(mod, after, positive=("var",), rtol=1e-5, atol=1e-5)
@@ -352,7 +344,7 @@ def test_batchnorm_expand_meets_the_rule_contract():
 @pytest.mark.parametrize("knobs", [dict(training=t, axis=a) for t in (False, True) for a in (1, 3)])
 def test_batchnorm_expand_keeps_every_output_of_each_training_flag(knobs):
     """All three outputs (normalised, new moving mean, new moving variance) are kept."""
-    mod = BatchnormExpand.example(**knobs)
+    mod = batch_norm_call(**knobs)
     expanded = pk.rewrite(BatchnormExpand(), mod)
     assert relax.analysis.check_well_formed(expanded)
     assert not batch_norm_calls(expanded)
@@ -371,6 +363,6 @@ def test_batchnorm_expand_handles_a_symbolic_batch():
 
 
 def test_batchnorm_expand_in_float16_stays_within_half_precision():
-    mod = BatchnormExpand.example(dtype="float16")
+    mod = batch_norm_call(dtype="float16")
     expanded = pk.rewrite(BatchnormExpand(), mod)
     assert pk.compare(mod, expanded, rtol=1e-2, atol=1e-2, positive=("var",)).ok

@@ -64,7 +64,7 @@ def test_find_and_select_name_rules_and_suggest_close_names():
 
 
 def test_rewrite_applies_the_rewrite_rules_of_a_set():
-    mod = BatchnormCollapse.example()
+    mod = BatchnormCollapse().example()
     log = pk.RewriteLog()
     out = pk.rewrite(LIBRARY, mod, log=log)
     assert log.counts() == {"batchnorm.collapse": 1}
@@ -75,7 +75,7 @@ def test_rewrite_applies_the_rewrite_rules_of_a_set():
 
 def test_a_set_without_rewrite_rules_cannot_rewrite():
     with pytest.raises(pk.PatternError, match="has no rewrite rules"):
-        pk.rewrite(LIBRARY.composites(), BatchnormCollapse.example())
+        pk.rewrite(LIBRARY.composites(), BatchnormCollapse().example())
 
 
 def test_external_compiler_passes_take_the_composites_of_a_set():

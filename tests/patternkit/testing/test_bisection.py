@@ -74,7 +74,7 @@ def test_the_failing_step_is_drawn_around_what_changed():
 
 def test_bisect_is_none_when_no_step_changes_the_numbers():
     assert bisect(pipeline_input(), [ReluOfReluIsRelu()]) is None
-    assert bisect(BatchnormCollapse.example(), LIBRARY) is None
+    assert bisect(BatchnormCollapse().example(), LIBRARY) is None
 
 
 def test_a_pass_is_one_step_and_has_no_binding():

@@ -31,8 +31,8 @@ class AssumesChannelsFirst(BatchnormCollapse):
 
     name = "broken.collapse"
 
-    def check(self, pre, node_map):
-        plan = super().check(pre, node_map)
+    def check(self, match):
+        plan = super().check(match)
         if isinstance(plan, CollapsePlan):
             return dataclasses.replace(plan, axis=1)
         return plan
@@ -121,7 +121,7 @@ def test_a_broken_copy_of_a_rule_is_caught_and_shrunk_to_a_reproducer():
 
 
 def test_scalar_nudges_scale_only_scalar_constants_by_the_dtype_epsilon():
-    mod = BatchnormCollapse.example()
+    mod = BatchnormCollapse().example()
     nudged = nudge_scalars(mod, 16.0)
     assert not tvm_equal(nudged, mod)
     assert tvm_equal(nudge_scalars(mod, 0.0), mod)

@@ -694,7 +694,7 @@ def test_a_callee_met_before_its_caller_is_drawn_only_inside_the_caller():
 def test_highlight_takes_a_rule_and_labels_its_roles():
     from patternkit.patterns.batchnorm import BatchnormCallback
 
-    mod = BatchnormCallback.example()
+    mod = BatchnormCallback().example()
     graph = viz_expr(mod, highlight=BatchnormCallback())
     source = graph.source
     assert "cluster_match_0" in source
