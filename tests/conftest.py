@@ -100,7 +100,7 @@ def resnet_block():
     conv7x7/2 + bias + relu, max_pool, conv3x3 + bias + relu, conv3x3 + bias, and the
     residual add: three conv2d -> add [-> relu] chains, the seed's BYOC workload.
     """
-    return ConvAddReluComposite.example()
+    return ConvAddReluComposite().example()
 
 
 # -- the model zoo (patternkit.models): session-scoped, shared by every test that needs it ---

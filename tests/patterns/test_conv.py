@@ -1,4 +1,4 @@
-"""patterns/conv.py: conv2d+add+relu composites and batch-norm folding into convs."""
+"""patterns/conv/: conv2d+add+relu composites and batch-norm folding into convs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from patternkit.byoc import CompositeLog, PatternTable, composite_functions, mer
 from patternkit.patterns import all_rules
 from patternkit.patterns.conv import (COMPOSITES, RULES, BatchnormFoldIntoConv,
                                       ConvAddReluComposite, Presence, conv2d_add_relu)
+from patternkit.patterns.conv.examples import conv_batch_norm
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 
 #: The fold computes W * s and (b - mean) * s + beta in float64 and rounds once to
@@ -466,7 +467,7 @@ def test_batchnorm_fold_takes_a_single_value_bias_as_the_same_bias_on_every_chan
 
 @pytest.mark.parametrize("conv_bias", [False, True])
 def test_batchnorm_fold_gives_conv_plus_bias_with_the_same_numbers(conv_bias):
-    mod = BatchnormFoldIntoConv.example(conv_bias=conv_bias)
+    mod = conv_batch_norm(conv_bias=conv_bias)
     out = pk.rewrite([BatchnormFoldIntoConv()], mod)
     assert _ops(out) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]
     add = [b.value for b in out["main"].body.blocks[0].bindings if C.op_name(b.value) == "relax.add"][0]
@@ -477,7 +478,7 @@ def test_batchnorm_fold_gives_conv_plus_bias_with_the_same_numbers(conv_bias):
 
 
 def test_batchnorm_fold_matches_tvm_fold_batchnorm_to_conv2d():
-    mod = BatchnormFoldIntoConv.example()
+    mod = conv_batch_norm()
     tvm_fold = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
     ours = pk.rewrite([BatchnormFoldIntoConv()], mod)
     assert _ops(ours) == _ops(tvm_fold)
@@ -485,7 +486,7 @@ def test_batchnorm_fold_matches_tvm_fold_batchnorm_to_conv2d():
 
 
 def test_batchnorm_fold_refuses_training_mode_and_says_why():
-    mod = BatchnormFoldIntoConv.example(training=True)
+    mod = conv_batch_norm(training=True)
     log = pk.RewriteLog()
     out = pk.rewrite([BatchnormFoldIntoConv()], mod, log=log)
     tvm.ir.assert_structural_equal(out, mod)

@@ -79,7 +79,7 @@ def test_a_set_without_rewrite_rules_cannot_rewrite():
 
 
 def test_external_compiler_passes_take_the_composites_of_a_set():
-    block = ConvAddReluComposite.example()
+    block = ConvAddReluComposite().example()
     ruleset = LIBRARY.for_compiler("ccompiler")
     out = pk.MergeComposite(ruleset)(block)
     assert pk.composite_counts(out) == {"ccompiler.conv2d_add_relu": 3}
