@@ -59,13 +59,12 @@ Deliberately not covered
 from __future__ import annotations
 
 import math
-from itertools import combinations
 from typing import Any, Sequence
 
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, as_pattern, is_op, is_scalar, wildcard
+from patternkit.dpl import is_op, is_scalar, products, wildcard
 from patternkit.engine import RewriteRule, RuleMatch, reject
 from patternkit.ir import dtype_of, from_expr, type_of
 
@@ -90,55 +89,12 @@ ERF_CLAMP = 4.0
 _ERF_DTYPES = ("float16", "bfloat16", "float32")
 
 
-# -- pattern helpers -------------------------------------------------------------------------
-def _alternatives(patterns: Sequence[DFPattern]) -> DFPattern:
-    out = patterns[0]
-    for pattern in patterns[1:]:
-        out = out | pattern
-    return out
+def _const(value: float, dtype: str) -> relax.Expr:
+    """A scalar constant of ``dtype`` (TVM rounds the Python float; numpy has no bfloat16)."""
+    return relax.const(value, dtype)
 
 
-def products(*factors: Any) -> DFPattern:
-    """The product of ``factors`` in every grouping: ``a * b * c`` as ``(a * b) * c``,
-    ``(a * c) * b`` or ``a * (b * c)``.
-
-    The matcher already swaps the two operands of a ``multiply``, so one pattern per
-    grouping (per split into two sub-products, recursively) covers every order.  A
-    factor given twice (the same pattern object, e.g. ``x`` in ``x * x * x``) is the
-    same expression wherever it occurs, and groupings that only swap equal factors are
-    generated once.
-    """
-    pats = tuple(as_pattern(f) for f in factors)
-    if not pats:
-        raise ValueError("products() needs at least one factor")
-    return _alternatives(_groupings(pats))
-
-
-def _groupings(factors: tuple[DFPattern, ...]) -> list[DFPattern]:
-    if len(factors) == 1:
-        return [factors[0]]
-    first, rest = factors[0], factors[1:]
-    seen, out = set(), []
-    # Each unordered split into two sub-products once: the side holding factors[0]
-    # takes any proper subset of the rest.
-    for size in range(len(rest)):
-        for chosen in combinations(range(len(rest)), size):
-            left = (first, *(rest[i] for i in chosen))
-            right = tuple(r for i, r in enumerate(rest) if i not in chosen)
-            key = (_multiset(left), _multiset(right))
-            if key in seen:
-                continue
-            seen.add(key)
-            for lhs in _groupings(left):
-                for rhs in _groupings(right):
-                    out.append(lhs * rhs)
-    return out
-
-
-def _multiset(factors: tuple[DFPattern, ...]) -> tuple[int, ...]:
-    return tuple(sorted(id(f) for f in factors))
-
-
+# -- guards ------------------------------------------------------------------------------------
 def _check_shape_kept(match: RuleMatch, op: str) -> Any:
     """Refuse when the pattern's constants broadcast ``x`` to a higher rank.
 
@@ -179,29 +135,11 @@ class GeluCollapse(RewriteRule):
     def rewrite(self, match: RuleMatch) -> Any:
         return relax.op.nn.gelu(match.x)
 
-    @staticmethod
-    def example(dtype: str = "float32", shape: str = "batch_seq", spelling: str = "half_first",
-                erf_argument: str = "multiply") -> tvm.IRModule:
-        """GELU's erf form on ``x`` (see :func:`example_input`), spelled ``spelling``:
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """GELU's erf form written out: :func:`gelu_written_out` with ``knobs``."""
+        return gelu_written_out(**knobs)
 
-        ``"half_first"`` ``(0.5 * x) * (1 + erf)``, ``"half_last"`` ``(x * (1 + erf)) *
-        0.5`` (torch's ONNX export), ``"half_inner"`` ``x * (0.5 * (1 + erf))``,
-        ``"legalised"`` ``x * (0.5 + 0.5 * erf)``; the erf argument is ``x *
-        0.7071...`` (``"multiply"``) or ``x / 1.4142...`` (``"divide"``).
-        """
-        x = example_input(dtype, shape)
-        arg = (x * _const(SQRT_HALF, dtype) if erf_argument == "multiply"
-               else relax.op.divide(x, _const(SQRT_TWO, dtype)))
-        erf = relax.op.erf(arg)
-        half, one = _const(0.5, dtype), _const(1.0, dtype)
-        body = {"half_first": lambda: (x * half) * (erf + one),
-                "half_last": lambda: (x * (one + erf)) * half,
-                "half_inner": lambda: x * (half * (erf + one)),
-                "legalised": lambda: x * (half + erf * half)}[spelling]()
-        return from_expr(body)
-
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "shape": SHAPES,
                 "spelling": ("half_first", "half_last", "half_inner", "legalised"),
                 "erf_argument": ("multiply", "divide")}
@@ -230,31 +168,11 @@ class GeluTanhCollapse(RewriteRule):
     def rewrite(self, match: RuleMatch) -> Any:
         return relax.op.nn.gelu_tanh(match.x)
 
-    @staticmethod
-    def example(dtype: str = "float32", shape: str = "batch_seq", cube: str = "power",
-                cubic: float = CUBIC) -> tvm.IRModule:
-        """GPT-2's GELU (``NewGELUActivation``) on ``x`` (see :func:`example_input`).
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """GELU's tanh approximation written out: :func:`gelu_tanh_written_out` with ``knobs``."""
+        return gelu_tanh_written_out(**knobs)
 
-        ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + cubic * x^3)))`` as the torch importer
-        writes it, ``x^3`` as ``power(x, 3)`` (``cube="power"``) or ``x * x * x``
-        (``"product"``); ``cube="factored"`` writes the argument ``sqrt(2/pi) * x * (1 +
-        cubic * x * x)`` (``FastGELUActivation``).  ``cubic`` other than 0.044715 is
-        not GELU (the rule must refuse it).
-        """
-        x = example_input(dtype, shape)
-
-        def c(value):
-            return _const(value, dtype)
-
-        if cube == "factored":
-            arg = (x * c(SQRT_TWO_OVER_PI)) * (c(1.0) + (c(cubic) * x) * x)
-        else:
-            x3 = relax.op.power(x, c(3.0)) if cube == "power" else (x * x) * x
-            arg = (x + x3 * c(cubic)) * c(SQRT_TWO_OVER_PI)
-        return from_expr((x * c(0.5)) * (relax.op.tanh(arg) + c(1.0)))
-
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "shape": SHAPES,
                 "cube": ("power", "product", "factored"), "cubic": (CUBIC, 0.0447)}
 
@@ -273,18 +191,11 @@ class SiluCollapse(RewriteRule):
     def rewrite(self, match: RuleMatch) -> Any:
         return relax.op.nn.silu(match.x)
 
-    @staticmethod
-    def example(dtype: str = "float32", shape: str = "batch_seq",
-                sigmoid_of: str = "x") -> tvm.IRModule:
-        """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
-        writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
-        * x)``, which is not swish (the rule must leave it alone)."""
-        x = example_input(dtype, shape)
-        arg = x if sigmoid_of == "x" else x * _const(1.702, dtype)
-        return from_expr(x * relax.op.sigmoid(arg))
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """Swish, ``x * sigmoid(x)``: :func:`swish` with ``knobs``."""
+        return swish(**knobs)
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "shape": SHAPES, "sigmoid_of": ("x", "scaled")}
 
 
@@ -326,13 +237,11 @@ class GeluTanhExpand(RewriteRule):
         arg = (c(SQRT_TWO_OVER_PI) * x) * (c(1.0) + (c(CUBIC) * x) * x)
         return (c(0.5) * x) * (c(1.0) + relax.op.tanh(arg))
 
-    @staticmethod
-    def example(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
-        """``R.nn.gelu_tanh(x)`` on ``x`` (see :func:`example_input`)."""
-        return from_expr(relax.op.nn.gelu_tanh(example_input(dtype, shape)))
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """One ``R.nn.gelu_tanh``: :func:`gelu_tanh_call` with ``knobs``."""
+        return gelu_tanh_call(**knobs)
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16", "float64"), "shape": SHAPES}
 
 
@@ -362,13 +271,11 @@ class GeluExpand(RewriteRule):
             erf = relax.op.astype(erf, dtype)
         return x * (_const(0.5, dtype) + erf * _const(0.5, dtype))
 
-    @staticmethod
-    def example(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
-        """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
-        return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """One ``R.nn.gelu``: :func:`gelu_call` with ``knobs``."""
+        return gelu_call(**knobs)
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16", "bfloat16", "float64"), "shape": SHAPES}
 
 
@@ -390,7 +297,14 @@ def rational_erf(z: relax.Expr) -> relax.Expr:
     return (z * horner(ERF_NUMERATOR)) / horner(ERF_DENOMINATOR)
 
 
-# -- examples ----------------------------------------------------------------------------------
+#: The collapse rules of this file, in priority order (``LIBRARY``).
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse)
+
+#: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
+EXPANSIONS = (GeluExpand, GeluTanhExpand)
+
+
+# -- examples (the rules' example(), the tests and `patternkit verify`) ------------------------
 #: Shapes of the examples' ``x``: a symbolic batch and sequence (what a transformer's MLP
 #: sees), static, and a vector.
 SHAPES = ("batch_seq", "static", "vector")
@@ -404,13 +318,66 @@ def example_input(dtype: str = "float32", shape: str = "batch_seq") -> relax.Var
     return relax.Var("x", relax.TensorType(dims, dtype))
 
 
-def _const(value: float, dtype: str) -> relax.Expr:
-    """A scalar constant of ``dtype`` (TVM rounds the Python float; numpy has no bfloat16)."""
-    return relax.const(value, dtype)
+def gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                     spelling: str = "half_first",
+                     erf_argument: str = "multiply") -> tvm.IRModule:
+    """GELU's erf form on ``x`` (see :func:`example_input`), spelled ``spelling``:
+
+    ``"half_first"`` ``(0.5 * x) * (1 + erf)``, ``"half_last"`` ``(x * (1 + erf)) *
+    0.5`` (torch's ONNX export), ``"half_inner"`` ``x * (0.5 * (1 + erf))``,
+    ``"legalised"`` ``x * (0.5 + 0.5 * erf)``; the erf argument is ``x *
+    0.7071...`` (``"multiply"``) or ``x / 1.4142...`` (``"divide"``).
+    """
+    x = example_input(dtype, shape)
+    arg = (x * _const(SQRT_HALF, dtype) if erf_argument == "multiply"
+           else relax.op.divide(x, _const(SQRT_TWO, dtype)))
+    erf = relax.op.erf(arg)
+    half, one = _const(0.5, dtype), _const(1.0, dtype)
+    body = {"half_first": lambda: (x * half) * (erf + one),
+            "half_last": lambda: (x * (one + erf)) * half,
+            "half_inner": lambda: x * (half * (erf + one)),
+            "legalised": lambda: x * (half + erf * half)}[spelling]()
+    return from_expr(body)
 
 
-#: The collapse rules of this file, in priority order (``LIBRARY``).
-RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse)
+def gelu_tanh_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                          cube: str = "power", cubic: float = CUBIC) -> tvm.IRModule:
+    """GPT-2's GELU (``NewGELUActivation``) on ``x`` (see :func:`example_input`).
 
-#: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
-EXPANSIONS = (GeluExpand, GeluTanhExpand)
+    ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + cubic * x^3)))`` as the torch importer
+    writes it, ``x^3`` as ``power(x, 3)`` (``cube="power"``) or ``x * x * x``
+    (``"product"``); ``cube="factored"`` writes the argument ``sqrt(2/pi) * x * (1 +
+    cubic * x * x)`` (``FastGELUActivation``).  ``cubic`` other than 0.044715 is
+    not GELU (the rule must refuse it).
+    """
+    x = example_input(dtype, shape)
+
+    def c(value):
+        return _const(value, dtype)
+
+    if cube == "factored":
+        arg = (x * c(SQRT_TWO_OVER_PI)) * (c(1.0) + (c(cubic) * x) * x)
+    else:
+        x3 = relax.op.power(x, c(3.0)) if cube == "power" else (x * x) * x
+        arg = (x + x3 * c(cubic)) * c(SQRT_TWO_OVER_PI)
+    return from_expr((x * c(0.5)) * (relax.op.tanh(arg) + c(1.0)))
+
+
+def swish(dtype: str = "float32", shape: str = "batch_seq",
+          sigmoid_of: str = "x") -> tvm.IRModule:
+    """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
+    writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
+    * x)``, which is not swish (the rule must leave it alone)."""
+    x = example_input(dtype, shape)
+    arg = x if sigmoid_of == "x" else x * _const(1.702, dtype)
+    return from_expr(x * relax.op.sigmoid(arg))
+
+
+def gelu_tanh_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+    """``R.nn.gelu_tanh(x)`` on ``x`` (see :func:`example_input`)."""
+    return from_expr(relax.op.nn.gelu_tanh(example_input(dtype, shape)))
+
+
+def gelu_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+    """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
+    return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))

@@ -9,7 +9,7 @@ bindings), :mod:`~patternkit.dpl.near_miss` explains why a pattern did not match
 This layer knows the IR layer only; the rewrite engine is built on it.
 """
 
-from .combinators import PLUMBING_OPS, divide_by_sqrt, square, through, up_to_cast
+from .combinators import PLUMBING_OPS, divide_by_sqrt, products, square, through, up_to_cast
 from .context import PatternContext, PatternSeq
 from .dominator import AmbiguousDominator
 from .from_tvm import DplConverter, FromDplError, from_dpl
@@ -41,7 +41,7 @@ __all__ = [
     "DominatorPattern", "IfPattern", "dominates", "is_if", "AmbiguousDominator",
     "K_ELEMWISE", "K_BROADCAST", "K_INJECTIVE", "K_COMM_REDUCE", "K_OUT_EWISE_FUSABLE",
     "K_TUPLE", "K_OPAQUE", "op_kind", "PatternContext", "PatternSeq", "match_dfb",
-    "square", "divide_by_sqrt",
+    "square", "divide_by_sqrt", "products",
     # named alternatives: match.tag(tag) tells which matched
     "alt", "TagPattern",
 ]

@@ -11,18 +11,19 @@ otherwise capture the wrapper itself and the look-through would never happen.
 
 Frontends also spell one computation several ways: ``x ** 2`` arrives as ``power(x,
 2)``, ``x * x`` or ``square(x)``, and a normalisation divides by ``sqrt(v)`` or
-multiplies by ``rsqrt(v)``.  :func:`square` and :func:`divide_by_sqrt` say each once.
+multiplies by ``rsqrt(v)``.  :func:`square` and :func:`divide_by_sqrt` say each once,
+and :func:`products` writes a product of several factors in every grouping.
 """
 
 from __future__ import annotations
 
-from itertools import product
+from itertools import combinations, product
 from typing import Any, Sequence
 
 from ..errors import PatternError
 from .pattern import DFPattern, as_pattern, is_op, is_scalar
 
-__all__ = ["PLUMBING_OPS", "through", "up_to_cast", "square", "divide_by_sqrt"]
+__all__ = ["PLUMBING_OPS", "through", "up_to_cast", "square", "divide_by_sqrt", "products"]
 
 #: Operators that change how a tensor is laid out or broadcast, not its values.
 PLUMBING_OPS = ("reshape", "broadcast_to", "expand_dims")
@@ -58,9 +59,14 @@ def through(pattern: Any, ops: Sequence[str] = PLUMBING_OPS, depth: int = 2) -> 
                 wrapped = op(wrapped, varg_default_wildcard=True)
             alternatives.append(wrapped)
     alternatives.append(inner)
-    out = alternatives[0]
-    for alternative in alternatives[1:]:
-        out = out | alternative
+    return _alternatives(alternatives)
+
+
+def _alternatives(patterns: Sequence[DFPattern]) -> DFPattern:
+    """``patterns[0] | patterns[1] | ...``: the first that matches, in order."""
+    out = patterns[0]
+    for pattern in patterns[1:]:
+        out = out | pattern
     return out
 
 
@@ -101,3 +107,44 @@ def divide_by_sqrt(numerator: Any, radicand: Any) -> DFPattern:
     root = is_op("sqrt")(inside)
     return (top * is_op("rsqrt")(inside) | top / root
             | top * is_op("divide")(is_scalar(1.0), root))
+
+
+def products(*factors: Any) -> DFPattern:
+    """The product of ``factors`` in every grouping: ``a * b * c`` as ``(a * b) * c``,
+    ``(a * c) * b`` or ``a * (b * c)``.
+
+    The matcher already swaps the two operands of a ``multiply``, so one pattern per
+    grouping (per split into two sub-products, recursively) covers every order.  A
+    factor given twice (the same pattern object, e.g. ``x`` in ``x * x * x``) is the
+    same expression wherever it occurs, and groupings that only swap equal factors are
+    generated once.  A number is a scalar pattern (:func:`as_pattern`).
+    """
+    pats = tuple(as_pattern(f) for f in factors)
+    if not pats:
+        raise ValueError("products() needs at least one factor")
+    return _alternatives(_groupings(pats))
+
+
+def _groupings(factors: tuple[DFPattern, ...]) -> list[DFPattern]:
+    if len(factors) == 1:
+        return [factors[0]]
+    first, rest = factors[0], factors[1:]
+    seen, out = set(), []
+    # Each unordered split into two sub-products once: the side holding factors[0]
+    # takes any proper subset of the rest.
+    for size in range(len(rest)):
+        for chosen in combinations(range(len(rest)), size):
+            left = (first, *(rest[i] for i in chosen))
+            right = tuple(r for i, r in enumerate(rest) if i not in chosen)
+            key = (_multiset(left), _multiset(right))
+            if key in seen:
+                continue
+            seen.add(key)
+            for lhs in _groupings(left):
+                for rhs in _groupings(right):
+                    out.append(lhs * rhs)
+    return out
+
+
+def _multiset(factors: tuple[DFPattern, ...]) -> tuple[int, ...]:
+    return tuple(sorted(id(f) for f in factors))

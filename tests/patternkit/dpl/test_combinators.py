@@ -93,3 +93,22 @@ def test_divide_by_sqrt_matches_rsqrt_either_side_and_sqrt_as_divisor():
     assert not pk.match(pattern, x * two_over)
     assert not pk.match(pattern, x / relax.op.rsqrt(v))  # multiplies by sqrt(v)
     assert not pk.match(pattern, relax.op.sqrt(v) / x)
+
+
+def test_products_matches_every_grouping_and_order_of_its_factors():
+    a, b, c = _var("a"), _var("b"), _var("c")
+    pattern = pk.dpl.products(pk.is_var("a"), pk.is_var("b"), pk.is_var("c"))
+    for expr in ((a * b) * c, a * (c * b), (c * a) * b, b * (a * c), (b * c) * a):
+        assert pk.match(pattern, expr), expr
+    assert not pk.match(pattern, a * b)
+    assert not pk.match(pattern, (a + b) * c)
+
+
+def test_products_with_a_repeated_factor_needs_the_same_value_there():
+    x, y = _var("x"), _var("y")
+    x_pattern = pk.wildcard()
+    cubed = pk.dpl.products(x_pattern, x_pattern, x_pattern)
+    assert pk.match(cubed, (x * x) * x) and pk.match(cubed, x * (x * x))
+    assert not pk.match(cubed, (x * y) * x)
+    with pytest.raises(ValueError, match="at least one factor"):
+        pk.dpl.products()
