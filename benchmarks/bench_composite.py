@@ -89,7 +89,8 @@ def layernorm_table() -> PatternTable:
 
 def both_passes(tab: PatternTable, repeat: int):
     """A timer of both passes on one table: ``mod -> (MergeComposite s, FuseOpsByPattern s,
-    composite counts)``, best of ``repeat`` each; both must form the same composites."""
+    composite counts)``, best of ``repeat`` each; both must form the same composites.
+    """
     merge = MergeComposite(tab)
     fuse = relax.transform.FuseOpsByPattern(tab.to_fusion_patterns())
 

@@ -75,11 +75,10 @@ def layernorm_chain(n: int):
 
 
 def measure(n: int, repeat: int) -> dict:
-    from patternkit.patterns import LIBRARY
-
     import patternkit as pk
     from patternkit.engine.index import forget_indexes
     from patternkit.ir import op_name
+    from patternkit.patterns import LIBRARY
 
     start = time.process_time()
     mod = layernorm_chain(n)
@@ -136,7 +135,7 @@ def onnx_layernorm_chain(n: int):
 
 
 def measure_anchor(n: int) -> dict:
-    """onnxscript's layer-norm fusion on the ONNX form of the chain (one run: in place)."""
+    """Onnxscript's layer-norm fusion on the ONNX form of the chain (one run: in place)."""
     import onnx_ir
     from onnxscript.rewriter.rules.fusion._layer_norm import fuse_layer_normalization
 

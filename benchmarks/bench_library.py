@@ -54,11 +54,10 @@ def _cpu_seconds(fn) -> float:
 
 def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
     """Time the library, its rewrites and one rule on ``graph`` with ``layers`` layers."""
-    from patternkit.patterns import LIBRARY
-
     import patternkit as pk
     from patternkit.byoc.merge import merge_composite
     from patternkit.models import zoo_model
+    from patternkit.patterns import LIBRARY
 
     separator = "&" if "?" in graph else "?"
     model = zoo_model(f"{graph}{separator}layers={layers}")

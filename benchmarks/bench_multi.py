@@ -6,7 +6,8 @@ dataflow block.  Both engines get the same ``PatternContext`` (patternkit's, con
 for TVM by ``PatternContext.to_dpl``) and the same rewriter (one matmul on the
 concatenated weights, and a split); the script checks that the results are structurally
 equal after ``CanonicalizeBindings`` (TVM's result folds the block's var-to-var copies,
-``gv = lv9``; patternkit's keeps them), and prints one JSON line per size with wall and CPU seconds of each engine.
+``gv = lv9``; patternkit's keeps them), and prints one JSON line per size with wall and
+CPU seconds of each engine.
 
 Every size runs in a fresh process (TVM's time at one size must not slow the next); a
 size listed twice (``--sizes 1000 4000 1000 4000``) runs twice, interleaved, and the
@@ -57,7 +58,8 @@ def qkv_chain(n: int) -> tvm.IRModule:
 
 def qkv_context():
     """``x`` used by three matmuls as their left operand; the weights are constants, not
-    Vars, so they are sub-patterns of the matmuls (``add_constraint=False``), not nodes."""
+    Vars, so they are sub-patterns of the matmuls (``add_constraint=False``), not nodes.
+    """
     with pk.PatternContext() as ctx:
         inp = pk.wildcard()
         matmuls = [pk.is_op("relax.matmul")(pk.wildcard(), pk.is_constant(),

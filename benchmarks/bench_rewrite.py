@@ -30,8 +30,9 @@ from tvm.relax.dpl import rewrite_call
 from tvm.relax.dpl import wildcard as tvm_wildcard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import patternkit as pk  # noqa: E402
 from bn_chain import batch_norm_replacement, bn_chain  # noqa: E402
+
+import patternkit as pk  # noqa: E402
 
 
 class ChainBatchnorm(pk.DFPatternCallback):

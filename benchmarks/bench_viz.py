@@ -129,7 +129,8 @@ def main() -> None:
         t_model, model = best_of(args.repeat, lambda: build_model(mod, opts))
         t_dot, source = best_of(args.repeat, lambda: to_dot(model, opts))
     t_total, _ = best_of(args.repeat, lambda: viz_expr(mod).source)
-    print(f"[long chain] {args.bindings} bindings -> {len(model.nodes)} nodes, {len(source) / 1e6:.1f} MB DOT")
+    print(f"[long chain] {args.bindings} bindings -> {len(model.nodes)} nodes, "
+          f"{len(source) / 1e6:.1f} MB DOT")
     print(f"[long chain] model {t_model:.3f} s + DOT {t_dot:.3f} s = {t_model + t_dot:.3f} s "
           f"(viz_expr(...).source end to end {t_total:.3f} s; target < 1 s)")
 
@@ -138,7 +139,8 @@ def main() -> None:
     t_auto, auto = best_of(args.repeat, lambda: viz_expr(resnet))
     s = full.model.summary()
     print(f"[resnet50] composites {sum(s['composites'].values())} {s['composites']}")
-    print(f"[resnet50] expanded: {len(full.model.nodes)} nodes, {len(full.model.clusters)} clusters; "
+    print(f"[resnet50] expanded: {len(full.model.nodes)} nodes, "
+          f"{len(full.model.clusters)} clusters; "
           f"auto-collapse: {len(auto.model.nodes)} nodes (max_nodes={auto.options.max_nodes}) "
           f"in {t_auto:.3f} s")
     print(f"[resnet50] dot layout: expanded {timed_layout(full.source, args.layout_timeout)}, "

@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import tvm
-from patternkit.patterns import LIBRARY
 from tvm import relax
 
 import patternkit as pk
@@ -38,8 +37,9 @@ from patternkit.ir import op_name
 from patternkit.ir.compat import to_tensor
 from patternkit.models import zoo_model
 from patternkit.models.zoomodel import FAMILIES
-from patternkit.verification.numeric import build, flatten
+from patternkit.patterns import LIBRARY
 from patternkit.training.precision import as_float64
+from patternkit.verification.numeric import build, flatten
 
 _LOG = logging.getLogger("coverage")
 

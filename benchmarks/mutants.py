@@ -116,7 +116,8 @@ class Mutation:
 def _type(expr: Any) -> Any:
     """The Relax type of ``expr`` (a bare nested expression is typed in a scratch block:
     normalising it outside a function binds its nested calls), ``None`` if it does not
-    type."""
+    type.
+    """
     from patternkit.ir.compat import type_of
 
     return type_of(expr)
@@ -148,7 +149,8 @@ def _children(node: Any) -> list:
 
 def _replace(expr: Any, target: Any, new: Any) -> Any:
     """``expr`` with the node ``target`` (by identity) replaced by ``new``; the calls on
-    the way are rebuilt untyped, for normalisation to type them again."""
+    the way are rebuilt untyped, for normalisation to type them again.
+    """
     if expr.same_as(target):
         return new
     if isinstance(expr, relax.Call):
@@ -399,7 +401,8 @@ def make_mutant(rule: Any, kind: str, journal: Journal) -> Any:
 def attenuated(mod: tvm.IRModule, factor: float, func: str = "main") -> tvm.IRModule | None:
     """``mod`` with ``func``'s tensor output multiplied by ``factor`` after everything else:
     the whole-model comparison then sees outputs that are tiny (``1e-4``) or all zero
-    (``0``), while the rewritten region inside still computes real values."""
+    (``0``), while the rewritten region inside still computes real values.
+    """
     old = mod[func]
     seq = old.body
     ty = seq.body.ty
@@ -507,9 +510,8 @@ def numbers_changed(pairs: Sequence[tuple[Any, Any]], seed: int = 0) -> float | 
 def run_one(rule: Any, kind: str, label: str, model: Any, *, with_library: bool = False,
             seed: int = 0) -> dict:
     """Run ``rule`` mutated by ``kind`` through the job on ``model``; the row's verdict."""
-    from patternkit.patterns import LIBRARY
-
     from patternkit.app import job
+    from patternkit.patterns import LIBRARY
 
     journal = Journal()
     mutant = make_mutant(rule, kind, journal)
@@ -641,7 +643,8 @@ def markdown(rows: Sequence[dict]) -> str:
 
 def _model_label(spec: str) -> str:
     """``zoo:gpt2?layers=1&...`` -> ```zoo:gpt2```; a built-in name is marked as one (the
-    built-in ``resnet18`` writes its batch norms out, the zoo's does not)."""
+    built-in ``resnet18`` writes its batch norms out, the zoo's does not).
+    """
     name = spec.split("?", 1)[0]
     return f"`{name}`" if name.startswith("zoo:") else f"`{name}` (built-in)"
 

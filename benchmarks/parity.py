@@ -50,7 +50,8 @@ def record(module: str, variable: str, case: RuleCase) -> dict:
             {"name": n.negative.name, "reasons": list(n.reasons)} for n in proof.negatives]
     except Exception as error:  # noqa: BLE001  (a record, not a test: keep going)
         entry["proved"] = False
-        entry["error"] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        entry["error"] = f"{type(error).__name__}: {first_line}"
     return entry
 
 

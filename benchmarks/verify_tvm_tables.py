@@ -26,8 +26,8 @@ import warnings
 import numpy as np
 
 import patternkit as pk
-from patternkit.models import resnet18, zoo_model
 from patternkit.byoc.tables import tvm_tables
+from patternkit.models import resnet18, zoo_model
 
 
 def _import(model, *args, **kwargs):

@@ -52,7 +52,8 @@ class NothingToPartition(PatternkitError, LookupError):
 class GradientError(PatternkitError):
     """A function cannot be differentiated as asked: bad ``wrt``, no scalar loss, an op
     with no gradient and no expansion.  Raised before ``relax.transform.Gradient`` runs,
-    so the user sees the op or name at fault instead of TVM's internal check failure."""
+    so the user sees the op or name at fault instead of TVM's internal check failure.
+    """
 
 
 class BuildError(PatternkitError, RuntimeError):

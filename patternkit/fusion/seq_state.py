@@ -54,6 +54,7 @@ class SeqState:
         return bool(self.removable or self.tuples)
 
     def note_uses(self, value: Any) -> None:
+        """Mark the droppable bindings and inlined tuples that ``value`` reads as used."""
         if not self.removable and not self.tuples:
             return
         for v in vars_read(value):
@@ -97,11 +98,13 @@ class SeqState:
             renames[var] = target
 
     def dead_vars(self) -> set:
+        """The droppable Vars nothing read, and the inlined tuples read only by projection."""
         dead = {v for v, used in self.removable.items() if not used}
         dead.update(v for v in self.tuples if v not in self.used_tuples)
         return dead
 
     def apply_rename(self, item: tuple) -> tuple:
+        """``item`` with the pending field renames applied to its Var and value."""
         var, value, ty, _original = item
         new_var = self.renames.get(var, var)
         new_value = substitute(value, self.renames)
@@ -121,6 +124,7 @@ class BlockCursor:
     where: str         #: the function being walked, ``main/f`` for a local ``f``
 
     def with_scope(self, scope: dict) -> "BlockCursor":
+        """The same cursor (output, state, location) over another substitution scope."""
         return BlockCursor(self.out, self.dataflow, scope, self.state, self.where)
 
 

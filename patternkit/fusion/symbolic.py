@@ -168,7 +168,8 @@ def bind_symbolic_vars(func: relax.Function, smap: dict) -> relax.Function:
 
 def _cache_key(value: Any) -> Any:
     """A hashable stand-in for a bound value: the var itself or an int's (dtype, value);
-    ``None`` for an expression (such a binding is not cached)."""
+    ``None`` for an expression (such a binding is not cached).
+    """
     if tvm.ir.is_prim_var(value):
         return value
     if isinstance(value, tvm.tirx.IntImm):

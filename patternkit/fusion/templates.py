@@ -31,6 +31,7 @@ class VarTemplate:
     var: Any
 
     def instantiate(self, mapping: dict) -> Any:
+        """The Var this one maps to, or the Var itself when unmapped."""
         return mapping.get(self.var, self.var)
 
 
@@ -41,6 +42,7 @@ class LeafTemplate:
     expr: Any
 
     def instantiate(self, mapping: dict) -> Any:
+        """The leaf itself: constants and globals need no substitution."""
         return self.expr
 
 
@@ -56,6 +58,7 @@ class CallTemplate:
     ty: Any
 
     def instantiate(self, mapping: dict) -> Any:
+        """The call rebuilt over the instantiated callee and arguments."""
         args = [a.instantiate(mapping) for a in self.args]
         return new_call(self.ty, self.op.instantiate(mapping), args, self.attrs, self.ty_args,
                         self.span)
@@ -63,10 +66,13 @@ class CallTemplate:
 
 @dataclass(frozen=True, slots=True)
 class TupleTemplate:
+    """A tuple of templates, rebuilt field by field."""
+
     fields: tuple
     span: Any
 
     def instantiate(self, mapping: dict) -> Any:
+        """The tuple rebuilt over its instantiated fields."""
         return new_tuple([f.instantiate(mapping) for f in self.fields], self.span)
 
 
@@ -79,18 +85,21 @@ class GetItemTemplate:
     span: Any
 
     def instantiate(self, mapping: dict) -> Any:
+        """The projection rebuilt over its instantiated tuple."""
         return relax.TupleGetItem(self.value.instantiate(mapping), self.index, self.span)
 
 
 @dataclass(frozen=True, slots=True)
 class OpaqueTemplate:
     """A value not in A-normal form (a local function, an ``If``): substituted as a whole,
-    a local function with fresh variables for each copy."""
+    a local function with fresh variables for each copy.
+    """
 
     expr: Any
     is_function: bool
 
     def instantiate(self, mapping: dict) -> Any:
+        """The expression with ``mapping`` substituted (functions copied)."""
         try:
             return substitute(self.expr, mapping, copy_functions=True)
         except MalformedIRError as err:
@@ -157,6 +166,7 @@ class BindingTemplate:
 
     @property
     def binds_function(self) -> bool:
+        """Whether the binding's value is a local function (inlined, then dropped)."""
         return type(self.value) is OpaqueTemplate and self.value.is_function
 
 
@@ -196,7 +206,8 @@ class CalleeTemplate:
                 # bodies may hold such calls), can need inlining themselves
                 may_call = (type(value) is CallTemplate
                             and (type(value.op) is VarTemplate
-                                 or type(value.op.expr) is tvm.ir.GlobalVar))
+                                 or (isinstance(value.op, LeafTemplate)
+                                     and type(value.op.expr) is tvm.ir.GlobalVar)))
                 bindings.append(BindingTemplate(
                     old, old.name, old.ty, value, b.ty if type(b) is relax.MatchCast else None,
                     result_var is not None and old.same_as(result_var),

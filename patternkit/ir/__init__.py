@@ -10,14 +10,32 @@ own layers only, as are the IR plumbing modules the other layers share:
 :mod:`~patternkit.ir.kinds` (fused-function kinds and their attributes).
 """
 
+from .compat import (
+                     call_args,
+                     dtype_of,
+                     int_list,
+                     is_constant,
+                     is_tensor_constant,
+                     op_name,
+                     static_shape,
+                     type_of,
+                     var_name,
+)
 from .compat import const_to_numpy as const_value
-from .compat import dtype_of, is_constant, is_tensor_constant, op_name, static_shape, type_of
-from .compat import call_args, int_list, var_name
 from .dtypes import machine_epsilon
 from .kinds import FunctionKind, function_kinds
 from .opnames import relax_op_name, relay_short_name
-from .shapes import (NotPerChannel, NotPerFeature, NotTrailing, dims_equal, per_channel_axis,
-                     per_feature_shape, prove_equal, same_shape, trailing_axes)
+from .shapes import (
+                     NotPerChannel,
+                     NotPerFeature,
+                     NotTrailing,
+                     dims_equal,
+                     per_channel_axis,
+                     per_feature_shape,
+                     prove_equal,
+                     same_shape,
+                     trailing_axes,
+)
 from .targets import from_expr, to_expr
 
 __all__ = [

@@ -15,16 +15,15 @@ expression kinds is :mod:`patternkit.ir.walk`.)
 from __future__ import annotations
 
 import contextlib
-import gc
 import functools
+import gc
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
-
-from tvm.sym import Analyzer  # noqa: F401  (re-exported; tvm.arith before 0.27)
+from tvm.sym import Analyzer as Analyzer  # re-exported; tvm.arith before 0.27
 
 from ..errors import PatternkitError
 
@@ -32,7 +31,7 @@ _array_get = tvm_ffi._ffi_api.ArrayGetItem
 _array_size = tvm_ffi._ffi_api.ArraySize
 
 
-def array_items(array: Any) -> list:
+def array_items(array: Any) -> list[Any]:
     """A TVM FFI ``Array`` as a Python list.
 
     ``tuple(array)`` goes through three Python frames and two FFI calls per element; the
@@ -42,9 +41,10 @@ def array_items(array: Any) -> list:
     return [get(array, i) for i in range(_array_size(array))]
 
 
-def call_args(call: Any) -> list:
+def call_args(call: Any) -> list[Any]:
     """The arguments of ``call`` as a list: ``call.args[i]`` indexes the FFI ``Array``
-    through its Python ``__getitem__`` (~2 us), this reads each one directly."""
+    through its Python ``__getitem__`` (~2 us), this reads each one directly.
+    """
     return array_items(call.args)
 
 
@@ -127,8 +127,8 @@ def attr_field_names(attrs: Any) -> tuple[str, ...]:
 def var_name(var: Any) -> str:
     """The user-visible name of a Relax ``Var`` or ``GlobalVar``."""
     if isinstance(var, tvm.ir.GlobalVar):
-        return var.name_hint
-    return var.name
+        return str(var.name_hint)
+    return str(var.name)
 
 
 #: What TVM raises through the FFI.  Its C++ errors arrive as Python built-ins (a type
@@ -141,7 +141,7 @@ _RELAX_TYPES = (relax.TensorType, relax.TupleType, relax.ShapeType, relax.FuncTy
                 relax.ObjectType, tvm.ir.PrimType)
 
 
-def type_of(expr: Any):
+def type_of(expr: Any) -> Any:
     """The Relax type of an expression, or ``None`` if it cannot be known.
 
     Normalised IR carries its types.  A bare expression built with ``relax.op.*`` may
@@ -163,7 +163,7 @@ def type_of(expr: Any):
 
 
 @contextlib.contextmanager
-def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[list]:
+def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[list[Any]]:
     """Open a block on ``bb`` outside any function, for normalising loose expressions.
 
     ``BlockBuilder.normalize`` binds the nested calls of an expression into the current
@@ -174,7 +174,7 @@ def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[lis
         bb._begin_dataflow_block()  # pylint: disable=protected-access
     else:
         bb._begin_binding_block()  # pylint: disable=protected-access
-    bindings: list = []
+    bindings: list[Any] = []
     try:
         yield bindings
     finally:
@@ -182,6 +182,7 @@ def scratch_block(bb: relax.BlockBuilder, dataflow: bool = True) -> Iterator[lis
 
 
 def is_tensor_constant(expr: Any) -> bool:
+    """Whether ``expr`` is a tensor constant (``relax.Constant``)."""
     return isinstance(expr, tvm.ir.GenericConst)
 
 
@@ -205,7 +206,7 @@ def const_to_numpy(expr: Any) -> np.ndarray:
         try:
             return np.from_dlpack(tensor).copy()
         except (BufferError, TypeError, RuntimeError):
-            return tensor.numpy()
+            return np.asarray(tensor.numpy())
     if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return np.asarray(expr.value)
     raise TypeError(f"expected a constant, found {type(expr).__name__}")
@@ -256,7 +257,7 @@ def is_pure_value(value: Any) -> bool:
     return not isinstance(value, (relax.Function, relax.If))
 
 
-def static_shape(ty: Any) -> tuple | None:
+def static_shape(ty: Any) -> tuple[Any, ...] | None:
     """Shape of a tensor type as a tuple of ints (symbolic dims stay PrimExprs).
 
     Returns ``None`` when the type is not a tensor or its shape is unknown.  The rules'
@@ -288,6 +289,7 @@ _DTYPE_TEXT_LIMIT = 1024  # a bound in case some path makes PrimTypes that are n
 
 
 def dtype_of(ty: Any) -> str | None:
+    """The dtype text of a tensor type (``"float32"``), ``None`` for other types."""
     if type(ty) is not _TENSOR_TYPE and not isinstance(ty, _TENSOR_TYPE):
         return None
     prim = ty.dtype
@@ -303,10 +305,12 @@ def dtype_of(ty: Any) -> str | None:
 
 
 def structural_equal(a: Any, b: Any, map_free_vars: bool = False) -> bool:
+    """Structural equality as a ``bool`` (free Vars mapped on request)."""
     return bool(tvm_ffi.structural_equal(a, b, map_free_vars=map_free_vars))
 
 
 def structural_hash(a: Any, map_free_vars: bool = False) -> int:
+    """The structural hash as an ``int``, consistent with :func:`structural_equal`."""
     return int(tvm_ffi.structural_hash(a, map_free_vars=map_free_vars))
 
 
@@ -322,12 +326,12 @@ def typed_global_var(name: str, func: Any) -> tvm.ir.GlobalVar:
     return gv
 
 
-def to_tensor(array: np.ndarray):
-    """numpy -> ``tvm.runtime.Tensor`` (``tvm.nd.array`` in older releases)."""
+def to_tensor(array: np.ndarray) -> Any:
+    """Numpy -> ``tvm.runtime.Tensor`` (``tvm.nd.array`` in older releases)."""
     return tvm.runtime.tensor(array)
 
 
-def copy_module(mod: tvm.IRModule, functions: dict | None = None) -> tvm.IRModule:
+def copy_module(mod: tvm.IRModule, functions: dict[Any, Any] | None = None) -> tvm.IRModule:
     """A new IRModule with the same attributes; never hands back the caller's object."""
     funcs = dict(mod.functions.items()) if functions is None else functions
     return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
@@ -388,23 +392,24 @@ class _ErrorBridge:
             tvm_ffi.core.ERROR_NAME_TO_TYPE[kind] = self._receiver(cls)
             self.registered.add(cls)
 
-    def _receiver(self, cls: type) -> type:
+    def _receiver(self, cls: type[BaseException]) -> type:
         bridge = self
 
+        # The FFI calls the class with the message and raises whatever comes back.
         class Received:
-            def __new__(_cls, message: str) -> BaseException:
+            def __new__(_cls, message: str) -> BaseException:  # type: ignore[misc]
                 return bridge.receive(cls, message)
 
         return Received
 
-    def receive(self, cls: type, message: str) -> BaseException:
+    def receive(self, cls: type[BaseException], message: str) -> BaseException:
         """The exception the FFI rebuilds from ``message``: the one raised, if it is that."""
         err = self.in_flight.pop(cls, None)
         if err is not None and str(err) == message:
             return err
-        err = cls.__new__(cls)  # its ``__init__`` may want more than the message
-        Exception.__init__(err, message)
-        return err
+        fresh: BaseException = cls.__new__(cls)  # its ``__init__`` may want more than the message
+        Exception.__init__(fresh, message)
+        return fresh
 
 
 _ERRORS = _ErrorBridge()
@@ -418,7 +423,6 @@ def module_pass(transform: Callable[[tvm.IRModule, Any], tvm.IRModule],
     caller of the pass (or of the ``Sequential`` holding it) as itself (see
     :class:`_ErrorBridge`); any other exception as TVM's FFI converts it.
     """
-
     return tvm.transform.module_pass(ffi_callback(transform), opt_level=0, name=name)
 
 

@@ -31,7 +31,7 @@ _WALKED_SENTINEL = object()
 _WALKED = id(_WALKED_SENTINEL)
 
 
-def share_tvm_objects(root: Any, memo: dict) -> None:
+def share_tvm_objects(root: Any, memo: dict[int, Any]) -> None:
     """Record every TVM object reachable from ``root`` in a ``copy.deepcopy`` ``memo`` as
     its own copy, so that the deep copy in progress shares it instead of copying it.
 
@@ -56,7 +56,7 @@ def share_tvm_objects(root: Any, memo: dict) -> None:
             stack.extend(getattr(value, "__dict__", {}).values())
 
 
-def deepcopy_sharing_tvm_objects(obj: Any, memo: dict) -> Any:
+def deepcopy_sharing_tvm_objects(obj: Any, memo: dict[int, Any]) -> Any:
     """A ``__deepcopy__`` for a class whose state is its ``__dict__``: TVM objects shared."""
     share_tvm_objects(vars(obj), memo)
     new = object.__new__(type(obj))

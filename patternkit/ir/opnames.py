@@ -29,7 +29,8 @@ RELAX_TO_RELAY = {relax_name: relay for relay, relax_name in RELAY_TO_RELAX.item
 #: Relay operators with no one-to-one Relax operator, and what to write instead.
 NO_RELAX_EQUIVALENT = {
     "nn.bias_add": "relax.add with a bias reshaped to broadcast, e.g. is_op('add')(x, wildcard())",
-    "nn.dense": "relax.matmul(x, relax.permute_dims(w)), e.g. is_op('matmul')(x, is_op('permute_dims')(w))",
+    "nn.dense": "relax.matmul(x, relax.permute_dims(w)), "
+                "e.g. is_op('matmul')(x, is_op('permute_dims')(w))",
 }
 
 
@@ -59,6 +60,7 @@ def relax_op_name(name: str) -> str:
 
 
 def get_op(name: str) -> tvm.ir.Op:
+    """The ``tvm.ir.Op`` of an operator named in Relay's or Relax's spelling."""
     return tvm.ir.Op.get(relax_op_name(name))
 
 

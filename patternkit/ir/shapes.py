@@ -40,7 +40,8 @@ def _prim(value: Any, like: Any) -> Any:
 
 def prove_equal(a: Any, b: Any) -> bool:
     """Whether two shape dimensions (ints or PrimExprs) are equal for every binding of
-    their symbolic variables; ints compare directly, the rest asks the analyzer."""
+    their symbolic variables; ints compare directly, the rest asks the analyzer.
+    """
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     a, b = _prim(a, b), _prim(b, a)
@@ -189,11 +190,11 @@ def trailing_axes(axes: Sequence[Any] | None, ndim: int, *, what: str = "the red
 #: ``(ndim, *axes) -> k`` for the reductions :func:`trailing_axes` accepted: the
 #: normalisation rules ask it twice per match, almost always for ``axis=[-1]``.  Only
 #: answers are kept (a refusal's message names its caller's ``what``).
-_TRAILING: dict[tuple, int] = {}
+_TRAILING: dict[tuple[int, ...], int] = {}
 
 
 def per_feature_shape(param_shape: Sequence[Any] | None, x_shape: Sequence[Any], k: int, *,
-                      name: str = "the parameter", of: str = "x") -> tuple:
+                      name: str = "the parameter", of: str = "x") -> tuple[Any, ...]:
     """Check that a parameter varies exactly along the last ``k`` dimensions of ``x``.
 
     A layer norm's ``gamma`` and ``beta`` (an RMS norm's weight) broadcast against ``x``

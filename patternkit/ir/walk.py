@@ -79,13 +79,13 @@ def expr_kind(obj: Any) -> ExprKind:
     return kind
 
 
-def vars_read(expr: Any) -> list:
+def vars_read(expr: Any) -> list[Any]:
     """The Relax Vars ``expr`` reads, in argument order, with repeats.
 
     A call's callee comes before its arguments.  Bindings are not followed: a Var is a
     leaf.  Local functions, ``If`` and ``SeqExpr`` contribute their free variables.
     """
-    found: list = []
+    found: list[Any] = []
     stack = [expr]
     kind_of = KIND_OF.get
     while stack:
@@ -111,8 +111,9 @@ def vars_read(expr: Any) -> list:
     return found
 
 
-def substitute(expr: Any, mapping: dict, *, by_handle: bool = False, keep_types: bool = True,
-               copy_functions: bool = False, map_dim: Callable[[Any], Any] | None = None) -> Any:
+def substitute(expr: Any, mapping: dict[Any, Any], *, by_handle: bool = False,
+               keep_types: bool = True, copy_functions: bool = False,
+               map_dim: Callable[[Any], Any] | None = None) -> Any:
     """``expr`` with the Vars found in ``mapping`` replaced (by handle: any leaf).
 
     Parameters

@@ -40,7 +40,8 @@ class _Builder:
     def conv(self, x, out_channels, kernel, stride=1, padding=0):
         in_channels = int(x.ty.shape[1])
         fan_in = in_channels * kernel * kernel
-        weight = self.const((out_channels, in_channels, kernel, kernel), scale=(2.0 / fan_in) ** 0.5)
+        weight = self.const((out_channels, in_channels, kernel, kernel),
+                            scale=(2.0 / fan_in) ** 0.5)
         return self.bb.emit(nn.conv2d(x, weight, strides=stride, padding=padding))
 
     def batch_norm(self, x):

@@ -70,7 +70,8 @@ def from_torch(program, keep_params: bool, entry: str, text: str, seconds: dict[
     """``from_exported_program(program, unwrap_unit_return_tuple=True)`` with the
     converters of :mod:`.low_precision` (a float16 model stays float16), the rewrites of
     :mod:`.torch_fixups`, then :func:`finish`.  The third item says what the converters
-    and the rewrites changed."""
+    and the rewrites changed.
+    """
     from tvm.relax.frontend.torch import from_exported_program
 
     from .low_precision import LowPrecisionConverters

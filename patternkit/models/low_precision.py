@@ -57,7 +57,8 @@ class LowPrecisionConverters:
 
     def notes(self) -> list[str]:
         """One line per converted torch op (empty when the model has no low-precision
-        matmul or conv), in the words ``patternkit run`` logs."""
+        matmul or conv), in the words ``patternkit run`` logs.
+        """
         return [f"{count} {op} kept in the input's dtype (TVM's torch importer returns "
                 f"float32)" for op, count in sorted(self.converted.items())]
 
@@ -78,7 +79,8 @@ class LowPrecisionConverters:
 
     def _original(self, importer: Any, op: str) -> Callable[[Any], relax.Var]:
         """TVM's own converter of ``op``, bound to the importer running now.  Its
-        ``convert_map`` holds ours by now, so the table is made afresh, once an import."""
+        ``convert_map`` holds ours by now, so the table is made afresh, once an import.
+        """
         if importer is not self._importer:
             self._importer = importer
             self._originals = type(importer).create_convert_map(importer)
@@ -87,7 +89,8 @@ class LowPrecisionConverters:
 
 def _input_dtype(op: str, node: Any, importer: Any) -> str | None:
     """The dtype of the call's data input (``addmm``'s second argument: its first is the
-    bias), or None when it is not a tensor."""
+    bias), or None when it is not a tensor.
+    """
     position = 1 if op == "addmm.default" else 0
     arg = importer.env.get(node.args[position]) if len(node.args) > position else None
     if not isinstance(arg, relax.Expr):
@@ -110,7 +113,8 @@ def _linear(node: Any, importer: Any, dtype: str) -> relax.Var:
 
 def _addmm(node: Any, importer: Any, dtype: str) -> relax.Var:
     """``beta * bias + alpha * (x @ w)``: what ``aten.linear`` of a 2-D input decomposes
-    into, and what GPT-2's ``Conv1D`` calls."""
+    into, and what GPT-2's ``Conv1D`` calls.
+    """
     bias, x, weight = (importer.env[arg] for arg in node.args[:3])
     alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
     builder = importer.block_builder
@@ -143,13 +147,15 @@ _CONVOLUTIONS = {3: (relax.op.nn.conv1d, "NCW", "OIW"),
 
 def _conv(node: Any, importer: Any, dtype: str) -> relax.Var | None:
     """``conv1d``/``conv2d``/``conv3d``: (x, weight, bias, stride, padding, dilation,
-    groups)."""
+    groups).
+    """
     return _any_conv(node, importer, dtype, general=False)
 
 
 def _convolution(node: Any, importer: Any, dtype: str) -> relax.Var | None:
     """``convolution``: (x, weight, bias, stride, padding, dilation, transposed,
-    output_padding, groups), what ``torch.export``'s decomposition leaves of a conv."""
+    output_padding, groups), what ``torch.export``'s decomposition leaves of a conv.
+    """
     return _any_conv(node, importer, dtype, general=True)
 
 

@@ -103,7 +103,8 @@ def fold_static_shape_gathers(model: onnx.ModelProto) -> int:
 def _replace_nodes(model: onnx.ModelProto,
                    replacement: Callable[[onnx.NodeProto], list[onnx.NodeProto] | None]) -> int:
     """Put ``replacement(node)`` in each node's place where it is not ``None``; return how
-    many nodes were replaced (``model`` is changed in place, the order kept)."""
+    many nodes were replaced (``model`` is changed in place, the order kept).
+    """
     nodes, replaced = [], 0
     for node in model.graph.node:
         new = replacement(node)
@@ -232,6 +233,7 @@ def fold_constant_pads(model: onnx.ModelProto) -> int:
         if name in known:
             return known[name]
         known[name] = None  # a cycle (not a valid graph) ends here
+        found: np.ndarray | None
         if name in constants:
             found = constants[name]
         elif name in initializers:
@@ -262,7 +264,8 @@ def _evaluated(node: onnx.NodeProto | None, name: str, value: Callable, shape_of
                opsets: list) -> np.ndarray | None:
     """``name``, the output of ``node``, evaluated when it is small integer arithmetic on
     known values; ``None`` when it cannot be (a graph input, a float computation, a
-    dynamic dimension)."""
+    dynamic dimension).
+    """
     if node is None or node.op_type not in _PAD_ARITHMETIC or node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type == "Shape":

@@ -112,12 +112,14 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def gpt2(spec) -> ZooModel:
+    """The ``onnx:gpt2`` zoo model: GPT-2 exported to ONNX, imported with ``from_onnx``."""
     from .torch_models import gpt2_source
 
     return _exported(spec, gpt2_source)
 
 
 def bert(spec) -> ZooModel:
+    """The ``onnx:bert`` zoo model: BERT exported to ONNX, imported with ``from_onnx``."""
     from .torch_models import bert_source
 
     return _exported(spec, bert_source)
@@ -125,7 +127,8 @@ def bert(spec) -> ZooModel:
 
 def t5(spec) -> ZooModel:
     """``zoo:t5`` through ONNX: opset 14 writes its RMS norms out with ``Sqrt`` +
-    ``Reciprocal`` for ``torch.rsqrt``, as every opset before 23 does."""
+    ``Reciprocal`` for ``torch.rsqrt``, as every opset before 23 does.
+    """
     from .torch_models import t5_source
 
     return _exported(spec, t5_source)

@@ -23,7 +23,8 @@ from ..ir import const_value, is_tensor_constant, op_name, static_shape
 
 def prepare_torch_import(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """``mod`` with the rewrites of the module docstring applied (a new module; ``mod`` is
-    left as it is), and what they did (an empty list: nothing to do, ``mod`` itself)."""
+    left as it is), and what they did (an empty list: nothing to do, ``mod`` itself).
+    """
     mod, wrapped = wrap_negative_take_indices(mod)
     return mod, ([f"wrapped the negative indices of {wrapped} take(mode='fast') "
                   f"(TVM's torch importer keeps them)"] if wrapped else [])
@@ -31,7 +32,8 @@ def prepare_torch_import(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
 
 def wrap_negative_take_indices(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` with every constant negative ``take`` index on a static axis made the
-    non-negative one torch reads, and how many ``take`` calls changed."""
+    non-negative one torch reads, and how many ``take`` calls changed.
+    """
     if all(_wrapped_indices(call) is None for call in _takes(mod)):
         return mod, 0
     rewriter = _WrapNegativeTakeIndices(mod)
@@ -56,7 +58,8 @@ def _takes(mod: tvm.IRModule):
 
 def _wrapped_indices(call: relax.Call) -> np.ndarray | None:
     """The indices ``call`` should read, when they are a constant with a negative entry
-    on a static axis; ``None`` otherwise."""
+    on a static axis; ``None`` otherwise.
+    """
     data, indices = call.args[0], call.args[1]
     if call.attrs.axis is None or not is_tensor_constant(indices):
         return None

@@ -48,6 +48,7 @@ class TokenModel(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask):
+        """The last hidden state for token ids and an attention mask."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
@@ -66,6 +67,7 @@ class TokenTypeModel(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids, token_type_ids, attention_mask):
+        """The last hidden state for token ids, token types and a mask."""
         position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         return self.model(input_ids=input_ids, token_type_ids=token_type_ids,
                           attention_mask=attention_mask,
@@ -81,6 +83,7 @@ class PixelModel(torch.nn.Module):
         self.output = output
 
     def forward(self, pixel_values):
+        """The wrapped model's chosen output for a batch of images."""
         return getattr(self.model(pixel_values=pixel_values), self.output)
 
 
@@ -107,6 +110,7 @@ def _config_metadata(options: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 # -- sources ---------------------------------------------------------------------------------
 def gpt2_source(options: dict[str, Any]) -> TorchSource:
+    """GPT-2 (``GPT2Model``) built from ``options`` with seeded weights."""
     config = transformers.GPT2Config(
         vocab_size=options["vocab"], n_positions=options["positions"], n_embd=options["hidden"],
         n_layer=options["layers"], n_head=options["heads"], use_cache=False,
@@ -118,6 +122,7 @@ def gpt2_source(options: dict[str, Any]) -> TorchSource:
 
 
 def bert_source(options: dict[str, Any]) -> TorchSource:
+    """BERT (``BertModel``, no pooler) built from ``options`` with seeded weights."""
     config = transformers.BertConfig(
         vocab_size=options["vocab"], hidden_size=options["hidden"],
         num_hidden_layers=options["layers"], num_attention_heads=options["heads"],
@@ -133,6 +138,7 @@ def bert_source(options: dict[str, Any]) -> TorchSource:
 
 
 def llama_source(options: dict[str, Any]) -> TorchSource:
+    """A Llama-style decoder built from ``options`` (GQA when kv_heads < heads)."""
     if options["heads"] % options["kv_heads"]:
         raise ZooError(f"llama: heads={options['heads']} is not a multiple of "
                        f"kv_heads={options['kv_heads']}")
@@ -157,7 +163,8 @@ def falcon_source(options: dict[str, Any]) -> TorchSource:
     (``new_decoder_architecture``) groups ``kv_heads`` key/value heads with their queries
     in the fused projection and broadcasts each to its group before the attention.
     ``alibi`` replaces the rotary positions by a bias added to the scores before the
-    scale."""
+    scale.
+    """
     new_layout = options["layout"] == "40b"
     if new_layout and options["heads"] % options["kv_heads"]:
         raise ZooError(f"falcon: heads={options['heads']} is not a multiple of "
@@ -182,7 +189,8 @@ def falcon_source(options: dict[str, Any]) -> TorchSource:
 
 def t5_source(options: dict[str, Any]) -> TorchSource:
     """T5's encoder (``T5EncoderModel``): RMS norms named ``T5LayerNorm``, a relative
-    position bias added to the scores before the mask, no scale on the scores."""
+    position bias added to the scores before the mask, no scale on the scores.
+    """
     config = transformers.T5Config(
         vocab_size=options["vocab"], d_model=options["hidden"],
         d_kv=options["hidden"] // options["heads"], d_ff=2 * options["hidden"],
@@ -199,6 +207,7 @@ def t5_source(options: dict[str, Any]) -> TorchSource:
 
 
 def vit_source(options: dict[str, Any]) -> TorchSource:
+    """ViT (``ViTModel``) built from ``options`` with seeded weights."""
     config = transformers.ViTConfig(
         image_size=options["image"], patch_size=options["patch"], num_channels=3,
         hidden_size=options["hidden"], num_hidden_layers=options["layers"],
@@ -237,10 +246,12 @@ def _resnet_source(options: dict[str, Any], layer_type: str, depths, widths) -> 
 
 
 def resnet18_source(options: dict[str, Any]) -> TorchSource:
+    """ResNet-18 (basic blocks) built from ``options`` with seeded weights."""
     return _resnet_source(options, "basic", (2, 2, 2, 2), (1, 2, 4, 8))
 
 
 def resnet50_source(options: dict[str, Any]) -> TorchSource:
+    """ResNet-50 (bottleneck blocks) built from ``options`` with seeded weights."""
     return _resnet_source(options, "bottleneck", (3, 4, 6, 3), (4, 8, 16, 32))
 
 
@@ -253,6 +264,7 @@ def in_dtype(source: TorchSource, dtype: str) -> TorchSource:
 
 
 def example_sizes(options: dict[str, Any]) -> dict[str, int]:
+    """The sizes of the symbolic dimensions the example inputs are drawn with."""
     sizes = {"batch": options["batch_size"]}
     if "seq_len" in options:
         sizes["seq"] = options["seq_len"]
@@ -333,32 +345,40 @@ def build(spec, source: TorchSource) -> ZooModel:
 
 # -- entry points named in the registry (patternkit.models.zoo.ZOO) ---------------------------
 def gpt2(spec) -> ZooModel:
+    """The ``zoo:gpt2`` model."""
     return build(spec, gpt2_source(spec.as_dict()))
 
 
 def bert(spec) -> ZooModel:
+    """The ``zoo:bert`` model."""
     return build(spec, bert_source(spec.as_dict()))
 
 
 def llama(spec) -> ZooModel:
+    """The ``zoo:llama`` model."""
     return build(spec, llama_source(spec.as_dict()))
 
 
 def falcon(spec) -> ZooModel:
+    """The ``zoo:falcon`` model."""
     return build(spec, falcon_source(spec.as_dict()))
 
 
 def t5(spec) -> ZooModel:
+    """The ``zoo:t5`` model."""
     return build(spec, t5_source(spec.as_dict()))
 
 
 def vit(spec) -> ZooModel:
+    """The ``zoo:vit`` model."""
     return build(spec, vit_source(spec.as_dict()))
 
 
 def resnet18(spec) -> ZooModel:
+    """The ``zoo:resnet18`` model."""
     return build(spec, resnet18_source(spec.as_dict()))
 
 
 def resnet50(spec) -> ZooModel:
+    """The ``zoo:resnet50`` model."""
     return build(spec, resnet50_source(spec.as_dict()))

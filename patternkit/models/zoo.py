@@ -103,6 +103,7 @@ class ZooEntry:
     extras: tuple[str, ...]
 
     def build_function(self) -> Callable[[ZooSpec], ZooModel]:
+        """The entry's build function, imported now; a missing extra names its install."""
         for extra in self.extras:
             try:
                 importlib.import_module(extra)
@@ -163,7 +164,8 @@ def _entries() -> dict[str, ZooEntry]:
                                           positions=Option(64, "position table size")))
     entries = [
         ZooEntry("gpt2", "GPT-2 (GPT2Model): pre-LN, GELU-tanh (NewGELUActivation), causal "
-                 "attention", {**text, "attention": _ATTENTION, "dtype": _DTYPE}, "torch_models.gpt2", _TORCH),
+                 "attention", {**text, "attention": _ATTENTION, "dtype": _DTYPE},
+                 "torch_models.gpt2", _TORCH),
         ZooEntry("bert", "BERT (BertModel, no pooler): token types, padding mask, GELU erf",
                  {**text, "attention": _ATTENTION, "dtype": _DTYPE,
                   "type_vocab": Option(2, "token type vocabulary size")},

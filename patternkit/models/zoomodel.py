@@ -62,6 +62,7 @@ class ZooSpec:
         return dict(self.options)[option]
 
     def as_dict(self) -> dict[str, Any]:
+        """The options as a plain ``dict``."""
         return dict(self.options)
 
 
@@ -95,9 +96,18 @@ class InputSpec:
 
     @property
     def is_integer(self) -> bool:
+        """Whether the input holds integers (token ids, positions)."""
         return np.dtype(self.dtype).kind in "iu"
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(low, high)`` of an integer input (an error if it was given none)."""
+        if self.low is None or self.high is None:
+            raise ZooError(f"input {self.name!r}: an integer input needs low= and high=")
+        return self.low, self.high
+
     def concrete_shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        """The shape with each symbolic dimension replaced by its size."""
         return tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
 
     def draw(self, sizes: Mapping[str, int], rng: np.random.Generator) -> np.ndarray:
@@ -106,7 +116,8 @@ class InputSpec:
         if self.fill is not None:
             return np.full(shape, self.fill, dtype=self.dtype)
         if self.is_integer:
-            return rng.integers(self.low, self.high, size=shape, dtype=self.dtype)
+            low, high = self.bounds
+            return rng.integers(low, high, size=shape, dtype=self.dtype)
         return rng.standard_normal(size=shape).astype(self.dtype)
 
 
@@ -142,8 +153,9 @@ class ZooModel:
     symbolic_dims : Mapping[str, str]
         Dynamic roles -> the name of their symbolic variable in the entry function
         (``{"batch": "s43"}``); empty for a static model.
-    dim_bounds : Mapping[str, tuple[int, int]]
-        Inclusive bounds of each role's size (``seq`` is bounded by the position table).
+    dim_bounds : Mapping[str, tuple[int, int or None]]
+        Inclusive bounds of each role's size (``seq`` is bounded by the position table;
+        ``None``: unbounded).
     params : Mapping[str, numpy.ndarray]
         With ``keep_params=true`` the weights, in parameter order after the inputs (the
         entry function takes them as arguments); else empty (weights are constants).
@@ -166,7 +178,7 @@ class ZooModel:
     input_specs: tuple[InputSpec, ...]
     sizes: Mapping[str, int]
     symbolic_dims: Mapping[str, str]
-    dim_bounds: Mapping[str, tuple[int, int]]
+    dim_bounds: Mapping[str, tuple[int, int | None]]
     params: Mapping[str, np.ndarray]
     families: Mapping[str, int]
     source: Any
@@ -190,12 +202,13 @@ class ZooModel:
 
     @property
     def input_names(self) -> tuple[str, ...]:
+        """The model's input names, in call order."""
         return tuple(s.name for s in self.input_specs)
 
     @property
     def input_ranges(self) -> dict[str, tuple[int, int]]:
         """Integer inputs -> ``(low, high)``: valid values satisfy ``low <= v < high``."""
-        return {s.name: (s.low, s.high) for s in self.input_specs if s.is_integer}
+        return {s.name: s.bounds for s in self.input_specs if s.is_integer}
 
     def make_inputs(self, seed: int = 0, **sizes: int) -> dict[str, np.ndarray]:
         """Seeded inputs, by name; ``sizes`` override the example size of a role.

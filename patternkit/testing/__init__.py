@@ -16,12 +16,26 @@ hypothesis is only imported when a strategy is requested, so importing this pack
 costs nothing beyond patternkit itself.
 """
 
-from .contract import (EXACT, Negative, NegativeResult, RuleCase, RuleProof, Tolerance,
-                       apply_rule, assert_reparses, check_rule)
 from .bisection import BrokenStep, bisect
+from .contract import (
+                       EXACT,
+                       Negative,
+                       NegativeResult,
+                       RuleCase,
+                       RuleProof,
+                       Tolerance,
+                       apply_rule,
+                       assert_reparses,
+                       check_rule,
+)
 from .fuzz import fuzz_pass, fuzz_roundtrip, verify_rules
-from .graphs import (assert_roundtrip, batchnorm_chain, batchnorm_pattern, fusion_patterns,
-                     relax_graphs)
+from .graphs import (
+                       assert_roundtrip,
+                       batchnorm_chain,
+                       batchnorm_pattern,
+                       fusion_patterns,
+                       relax_graphs,
+)
 from .strategies import relax_programs
 
 __all__ = [

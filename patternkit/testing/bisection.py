@@ -86,7 +86,8 @@ class BrokenStep:
 
     def drawing(self, context: int = 2):
         """The step drawn as a diff (:func:`patternkit.viz.viz_diff`), ``context`` hops
-        around what changed."""
+        around what changed.
+        """
         return viz_diff(self.before, self.after, changes=list(self.records) or None,
                         context=context)
 

@@ -108,6 +108,7 @@ class RuleCase:
 
     @property
     def name(self) -> str:
+        """The rule's name."""
         return self.rule.rule_name
 
 
@@ -261,7 +262,7 @@ def prove_sites(case: RuleCase, after: tvm.IRModule) -> None:
     if narrowest_float_dtype(case.before) == WIDE_SKIPPED:
         return
     rewrite_log = RewriteLog()
-    rewrite(case.rule, case.before, log=rewrite_log)
+    rewrite(case.rule, case.before, log=rewrite_log)  # type: ignore[arg-type]  # one Rule type: issue 33.1
     inputs = random_inputs(case.before["main"], positive=case.positive)
     report = validate_sites(case.before, after, rewrite_log, inputs=inputs,
                             rules=[case.rule], tolerance=lambda rule, dtype: case.tolerance)
@@ -303,7 +304,7 @@ def _near_miss(rule: Rule, negative: Negative) -> str:
         if binding is None:
             raise AssertionError(f"{rule.rule_name}, negative '{negative.name}': main has no "
                                  f"binding of '{negative.at}'")
-    return explain(rule.pattern, binding.value, func)
+    return explain(rule.pattern, binding.value, func)  # type: ignore[arg-type]  # one Rule type: issue 33.1
 
 
 @relax.expr_functor.mutator

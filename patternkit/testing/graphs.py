@@ -264,7 +264,8 @@ class _GraphBuilder:
 
     def step_dead(self, bb) -> None:
         """Maybe emit a dead binding: a projection nobody reads, an op of a live value
-        nobody reads, or an op of an earlier dead binding (a dead chain)."""
+        nobody reads, or an op of an earlier dead binding (a dead chain).
+        """
         st, draw = self.st, self.draw
         if draw(st.integers(0, 2)) != 0:
             return

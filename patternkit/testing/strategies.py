@@ -96,6 +96,12 @@ class _ProgramBuilder:
             return candidates[-1]
         return candidates[self.draw(self.st.integers(0, len(candidates) - 1))]
 
+    def pick_any(self) -> _Value:
+        """Any value, as :meth:`pick` draws it: there is always one (the first input)."""
+        value = self.pick()
+        assert value is not None, "a program starts with an input"
+        return value
+
     # -- leaves ----------------------------------------------------------------------------
     def _symbol(self, name: str):
         return tvm.tirx.Var(name, "int64")
@@ -124,7 +130,8 @@ class _ProgramBuilder:
 
     def operand(self, bb, role: str, shape: tuple, positive: bool = False, scale: float = 1.0):
         """A tensor operand: a constant, an input of ``main``, or a value computed from one
-        (:data:`OPERAND_STYLES`: the program's style may fix the choice)."""
+        (:data:`OPERAND_STYLES`: the program's style may fix the choice).
+        """
         kind = {"constants": "constant", "inputs": "input"}.get(self.operand_style) \
             or self.choice(OPERAND_KINDS)
         low, high = (0.5, 1.5) if positive else (-1.0, 1.0)
@@ -156,7 +163,7 @@ class _ProgramBuilder:
         return value
 
     def _activation(self, bb, value: _Value | None = None) -> bool:
-        value = value or self.pick()
+        value = value or self.pick_any()
         name = self.choice(ACTIVATIONS)
         call = (relax.op.clip(value.expr, 0.0, 6.0) if name == "clip"
                 else getattr(relax.op.nn if hasattr(relax.op.nn, name) else relax.op, name)(
@@ -165,8 +172,9 @@ class _ProgramBuilder:
         return True
 
     def _binary(self, bb) -> bool:
-        value = self.pick()
+        value = self.pick_any()
         same = [v for v in self.values if _same(v.shape, value.shape)]
+        read: tuple[_Value, ...]
         if self.flag() and all(isinstance(d, int) for d in value.shape):
             other, read = self._const(value.shape), ()
         else:
@@ -197,6 +205,7 @@ class _ProgramBuilder:
         if value is None:
             return False
         layout, kernel_layout = value.layout, self.choice(KERNEL_LAYOUTS)
+        assert layout is not None  # picked for it
         dims = dict(zip(layout, value.shape))
         k = self.choice((3, 1))
         pad = k // 2 if self.flag() or dims["H"] < k else 0  # an image smaller than k: pad
@@ -266,7 +275,7 @@ class _ProgramBuilder:
 
     def _pool(self, bb) -> bool:
         value = self.pick(lambda v: v.layout is not None)
-        if value is None:
+        if value is None or value.layout is None:
             return False
         dims = dict(zip(value.layout, value.shape))
         op = self.choice((relax.op.nn.max_pool2d, relax.op.nn.avg_pool2d))
@@ -279,7 +288,7 @@ class _ProgramBuilder:
         return True
 
     def _reduce(self, bb) -> bool:
-        value = self.pick()
+        value = self.pick_any()
         if value.layout is not None:  # global average pooling, kept 4-D
             axes = [value.layout.index("H"), value.layout.index("W")]
         else:
@@ -294,6 +303,7 @@ class _ProgramBuilder:
         if value is None:
             return False
         flat = int(np.prod(value.shape[1:]))
+        shape: tuple[Any, ...]
         if len(value.shape) >= 3 or flat % 2:
             shape = (value.shape[0], flat)
         else:
@@ -327,7 +337,7 @@ class _ProgramBuilder:
         return True
 
     def _tuple(self, bb) -> bool:
-        first, second = self.pick(), self.pick()
+        first, second = self.pick_any(), self.pick_any()
         pair = bb.emit(relax.Tuple([first.expr, second.expr]))
         self.used.update((id(first.expr), id(second.expr), id(pair)))
         back = self.draw(self.st.integers(0, 1))
@@ -343,7 +353,7 @@ class _ProgramBuilder:
         return True
 
     def _dead(self, bb) -> bool:
-        value = self.pick()
+        value = self.pick_any()
         self.dead.add(id(bb.emit(relax.op.nn.relu(value.expr))))
         return True
 

@@ -60,6 +60,7 @@ class GradientCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether the loss and every parameter's gradient agree within tolerance."""
         return self.loss_ok and all(p.ok for p in self.parameters)
 
     def __bool__(self) -> bool:

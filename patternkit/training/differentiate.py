@@ -5,9 +5,9 @@ ONNX calls ``nn.batch_norm``, ``nn.layer_norm``, ``nn.gelu``, ``nn.rms_norm`` ..
 then fails with an internal check.  :func:`gradient` expands those ops first: the
 library's expand rules (``patternkit.patterns.EXPANSIONS``: ``batchnorm.expand`` keeps each
 call's own ``training`` flag), then TVM's ``DecomposeOpsForTraining`` for what the rules
-leave (a ``layer_norm`` that ``layernorm.expand`` refuses); it registers gradients for ``erf`` and ``rsqrt``, which the
-expansions use and Relax lacks; and it names every op that remains undifferentiable before
-``Gradient`` runs.
+leave (a ``layer_norm`` that ``layernorm.expand`` refuses); it registers gradients for
+``erf`` and ``rsqrt``, which the expansions use and Relax lacks; and it names every op
+that remains undifferentiable before ``Gradient`` runs.
 
 The returned module holds the user's functions unchanged (the primal ``main`` keeps its
 fused ops) plus ``<func>_adjoint``, which ``Gradient`` builds from the expanded copy.
@@ -97,7 +97,8 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
     _require_one_dataflow_block(expanded, func)
     remaining = ops_without_gradient(expanded, func, wrt=[p.name for p in params])
     if remaining:
-        lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})" for op, sites in sorted(remaining.items())]
+        lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})"
+                 for op, sites in sorted(remaining.items())]
         raise GradientError(f"{func}: no gradient and no expansion for: " + "; ".join(lines))
 
     expanded = rewrite([_TAKE_WITH_FLAT_INDICES], expanded)
@@ -237,7 +238,8 @@ class _TakeWithFlatIndices(RewriteRule):
     """``take(table, ids, axis=0)`` with ``ids`` of rank > 1, as a take of the flattened
     ids reshaped back: TVM 0.27 legalises the gradient of ``take`` (``take_backward``) for
     1-d indices only ("indices in take must be 1-dim Tensor"), and TVM's ONNX importer
-    takes an embedding with the ``(batch, seq)`` ids themselves."""
+    takes an embedding with the ``(batch, seq)`` ids themselves.
+    """
 
     name = "training.take_flat_indices"
 
@@ -270,5 +272,6 @@ def _require_one_dataflow_block(func: relax.Function, name: str) -> None:
     blocks = func.body.blocks
     if len(blocks) == 1 and isinstance(blocks[0], relax.DataflowBlock):
         return
-    raise GradientError(f"{name}: relax.transform.Gradient needs the body as one dataflow block, "
-                        f"found {len(blocks)} block(s); run relax.transform.ConvertToDataflow first")
+    raise GradientError(f"{name}: relax.transform.Gradient needs the body as one dataflow "
+                        f"block, found {len(blocks)} block(s); run "
+                        "relax.transform.ConvertToDataflow first")

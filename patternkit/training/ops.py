@@ -54,7 +54,7 @@ def ops_without_gradient(func: relax.Function, func_name: str = "main",
                 depends.add(binding.var)
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 name = op_name(value)
-                if not has_gradient(name):
+                if name is not None and not has_gradient(name):
                     missing[name].append(describe_binding(func_name, binding))
     return dict(missing)
 
@@ -67,7 +67,7 @@ def _holds_floats(ty) -> bool:
 
 
 def _erf_grad(orig_var, orig_call, output_grad, ctx):
-    """d erf(x) / dx = 2 / sqrt(pi) * exp(-x * x)."""
+    """D erf(x) / dx = 2 / sqrt(pi) * exp(-x * x)."""
     x = orig_call.args[0]
     dtype = x.ty.dtype
     scale = relax.const(2.0 / math.sqrt(math.pi), dtype)
@@ -75,7 +75,7 @@ def _erf_grad(orig_var, orig_call, output_grad, ctx):
 
 
 def _rsqrt_grad(orig_var, orig_call, output_grad, ctx):
-    """d x^(-1/2) / dx = -1/2 * rsqrt(x)^3, reusing the forward value ``orig_var``."""
+    """D x^(-1/2) / dx = -1/2 * rsqrt(x)^3, reusing the forward value ``orig_var``."""
     half = relax.const(-0.5, orig_call.args[0].ty.dtype)
     return [output_grad * half * orig_var * orig_var * orig_var]
 

@@ -145,7 +145,8 @@ def _rebuild_with_dtype(call: relax.Call, args: list, func_name: str, binding: A
 
 def _rebuild_with_out_dtype(call: relax.Call, args: list, func_name: str, binding: Any) -> Any:
     """A matmul or convolution whose ``out_dtype`` names a float type (the torch importer
-    writes ``out_dtype="float32"`` on every conv2d), accumulating in float64 instead."""
+    writes ``out_dtype="float32"`` on every conv2d), accumulating in float64 instead.
+    """
     name = op_name(call)
     if name == "relax.matmul":
         return relax.op.matmul(args[0], args[1], out_dtype=_WIDE)
@@ -209,7 +210,8 @@ def _ndim(bb: relax.BlockBuilder, expr: Any) -> int:
 
 def _assert_float64(func: relax.Function, name: str) -> None:
     """Raise naming the first binding (or parameter) of ``func`` whose floating tensors are
-    narrower than float64: the copy is a reference only if it is float64 throughout."""
+    narrower than float64: the copy is a reference only if it is float64 throughout.
+    """
     def narrow(ty: Any) -> str | None:
         if isinstance(ty, relax.TupleType):
             return next((d for d in map(narrow, ty.fields) if d), None)

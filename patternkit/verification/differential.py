@@ -34,10 +34,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import tvm
 from tvm import relax
-
-import numpy as np
 
 from ..ir import compat as C
 from ..ir.dtypes import coarsest_float
@@ -118,6 +117,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
+        """Whether all is well: no failure of any kind."""
         return self.kind is None
 
 
@@ -235,8 +235,8 @@ def judge_result(before: tvm.IRModule, outcome: Outcome, *, rtol: float, atol: f
         missed = _adversarial_miss(before, after, reference_vm, after_vm, rtol=rtol,
                                    atol=atol, seed=seed, input_options=input_options)
         if missed is not None:
-            kind, error, figures = missed
-            return Outcome(after, kind, error, True, *figures, outcome.seconds)
+            kind, error, (max_abs, max_rel) = missed
+            return Outcome(after, kind, error, True, max_abs, max_rel, outcome.seconds)
     if comparison.inconclusive:
         return _failed(checked, "inconclusive", f"{comparison.reason} (seeds {seed} to "
                                                 f"{seed + DRAWS - 1})")
@@ -255,7 +255,7 @@ def adversarial_inputs(func: relax.Function, seed: int = 0, dtype: str | None = 
     wide = WIDE.get(dtype or "float32", WIDE["float32"])
     draws = []
     for label, low, high in ADVERSARIAL:
-        if low is None:
+        if low is None or high is None:
             if dtype == WIDE_SKIPPED:
                 continue
             label, low, high = f"wide [-{wide:g}, {wide:g}]", -wide, wide
@@ -267,7 +267,8 @@ def adversarial_inputs(func: relax.Function, seed: int = 0, dtype: str | None = 
 
 def _adversarial_miss(before: tvm.IRModule, after: tvm.IRModule, reference_vm: Any,
                       after_vm: Any, *, rtol: float, atol: float, seed: int,
-                      input_options: dict | None) -> tuple[str, str, tuple] | None:
+                      input_options: dict | None,
+                      ) -> tuple[str, str, tuple[float | None, float | None]] | None:
     """The first adversarial draw ``after`` misses: ``(kind, error, (max abs, max rel))``.
 
     A draw ``before`` cannot run, or whose outputs are no evidence (all zero, constant,

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
-import tvm_ffi
 import tvm
+import tvm_ffi
 from tvm import relax
 
-from ..errors import BuildError
 from ..engine.tolerance import ROUNDINGS
+from ..errors import BuildError
 from ..ir import compat as C
 from ..ir.dtypes import machine_epsilon
 from .indices import index_ranges, out_of_bounds
@@ -200,6 +200,7 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
         ty = param.ty
         shape = _concrete_shape(ty, shape_vars, default_dim)
         dtype = C.dtype_of(ty) or "float32"
+        arr: np.ndarray
         if dtype.startswith("float"):
             if any(tag in C.var_name(param) for tag in positive):
                 arr = rng.uniform(0.5, 1.5, size=shape)
@@ -220,7 +221,8 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
 
 def _not_constant(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """``arr`` with its first element moved off the common value when all its elements
-    are equal and ``[lo, hi)`` holds another value (see :func:`random_inputs`)."""
+    are equal and ``[lo, hi)`` holds another value (see :func:`random_inputs`).
+    """
     if arr.size < 2 or hi - lo < 2 or np.any(arr != arr.flat[0]):
         return arr
     arr = arr.copy()
@@ -229,6 +231,7 @@ def _not_constant(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def flatten(result) -> list[np.ndarray]:
+    """The tensors of a VM result (a tensor or nested tuples of them), in order."""
     if isinstance(result, tvm.runtime.Tensor):
         return [result.numpy()]
     out = []
@@ -312,7 +315,8 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
 
 def _built(cache: _BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMachine:
     """``cache.vm(mod)``; a module that does not build raises :class:`BuildError` naming
-    the side, so a caller can tell a model TVM imported unbuildable from a broken pass."""
+    the side, so a caller can tell a model TVM imported unbuildable from a broken pass.
+    """
     try:
         return cache.vm(mod)
     except Exception as err:  # relax.build raises TVM errors as RuntimeError, ValueError, ...
@@ -322,7 +326,8 @@ def _built(cache: _BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMac
 
 def _first_line(err: Exception) -> str:
     """The message of a TVM error without its C++ backtrace: the check that failed, and
-    where (TVM's checks often say only ``Check failed: (...) is false``)."""
+    where (TVM's checks often say only ``Check failed: (...) is false``).
+    """
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     checks = [line for line in lines if "Check failed" in line or "Error" in line]
     message = (checks or lines or [type(err).__name__])[-1].rstrip(": ")
@@ -414,21 +419,25 @@ def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 
             failures.append(f"{where}: relative error as a whole {error:.3g} exceeds "
                             f"{dtype_bound:.3g} ({r.dtype})")
     magnitude = magnitude if math.isfinite(magnitude) else float("nan")
-    figures = dict(magnitude=magnitude, norm_error=norm_error, norm_bound=bound or float("nan"))
+    bound_held_to = bound or float("nan")
     if failures:
         return Comparison(max_abs, max_rel, len(ref), False, status=FAIL,
-                          reason="; ".join(failures), **figures)
+                          reason="; ".join(failures), magnitude=magnitude,
+                          norm_error=norm_error, norm_bound=bound_held_to)
     if weak or not evidence:
         reason = "; ".join(weak or exact) or "no output has an element"
         return Comparison(max_abs, max_rel, len(ref), False, status=INCONCLUSIVE,
-                          reason=f"not evidence: {reason}", **figures)
-    return Comparison(max_abs, max_rel, len(ref), True, status=PASS, **figures)
+                          reason=f"not evidence: {reason}", magnitude=magnitude,
+                          norm_error=norm_error, norm_bound=bound_held_to)
+    return Comparison(max_abs, max_rel, len(ref), True, status=PASS, magnitude=magnitude,
+                      norm_error=norm_error, norm_bound=bound_held_to)
 
 
 def _weak_evidence(values: np.ndarray, size: int, rms: float, rtol: float,
                    atol: float) -> str:
     """Why an output whose finite elements are ``values`` (of ``size``) cannot tell a right
-    result from a wrong one, or ""."""
+    result from a wrong one, or "".
+    """
     if not values.size:
         return "is all NaN or infinite"
     if not np.any(values):
@@ -444,7 +453,8 @@ def _weak_evidence(values: np.ndarray, size: int, rms: float, rtol: float,
 
 def assert_same_numerics(before: tvm.IRModule, after: tvm.IRModule, **options) -> Comparison:
     """:func:`compare`, raising ``AssertionError`` with the error figures unless it passed
-    (an inconclusive comparison is not a pass: see the module docstring)."""
+    (an inconclusive comparison is not a pass: see the module docstring).
+    """
     result = compare(before, after, **options)
     if not result.ok:
         raise AssertionError(f"numeric check failed: {result}")

@@ -136,9 +136,11 @@ class TargetReport:
 
     @property
     def ok(self) -> bool:
+        """Whether something was tried and nothing failed."""
         return self.tried > 0 and not self.failures
 
     def reject(self, reason: str) -> None:
+        """Count one instance the target's rule refused, by reason."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
     def merge(self, other: TargetReport) -> None:
@@ -164,6 +166,7 @@ class TargetReport:
         self.seconds += other.seconds
 
     def summary(self) -> str:
+        """One line: verdict, counts and the largest error seen."""
         verdict = "ok  " if self.ok else "FAIL"
         error = "n/a" if not self.fired else (
             "inf" if math.isinf(self.max_abs_error) else f"{self.max_abs_error:.3g}")
@@ -208,14 +211,17 @@ class CampaignReport:
 
     @property
     def failures(self) -> list[Failure]:
+        """Every target's failures, target by target."""
         return [f for t in self.targets for f in t.failures]
 
     @property
     def ok(self) -> bool:
+        """Whether every target passed (and there was at least one)."""
         return all(t.ok for t in self.targets) and bool(self.targets)
 
     @property
     def tried(self) -> int:
+        """The instances tried over all targets."""
         return sum(t.tried for t in self.targets)
 
     def __getitem__(self, target: str) -> TargetReport:
@@ -226,6 +232,7 @@ class CampaignReport:
                        f"({', '.join(t.target for t in self.targets)})")
 
     def summary(self) -> str:
+        """One line: verdict, what ran, budget, seed, shard and failures."""
         shard = f", shard {self.shard[0]}/{self.shard[1]}" if self.shard else ""
         return (f"{'PASS' if self.ok else 'FAIL'}: {self.what}: {self.tried} instance(s), "
                 f"budget {self.budget} per target, seed {self.seed}{shard}, "

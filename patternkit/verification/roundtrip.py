@@ -26,10 +26,10 @@ the restored module -- get exactly the same three steps before they are compared
    then the block's remaining outputs, then any dead bindings), visiting operands in
    argument order.  Dead bindings are taken in an order of their own, by the positions
    of the variables they read (then by structure), not by where they stood: a fusion
-   that swallows a dead binding into a group puts it back elsewhere.  ``FuseOps`` emits a group where its last binding was, so independent
-   bindings legitimately change places; a dataflow block is pure, so any topological order
-   computes the same values.  Ordinary (non-dataflow) blocks may have side effects and keep
-   their order.
+   that swallows a dead binding into a group puts it back elsewhere.  ``FuseOps`` emits a
+   group where its last binding was, so independent bindings legitimately change places;
+   a dataflow block is pure, so any topological order computes the same values.
+   Ordinary (non-dataflow) blocks may have side effects and keep their order.
 
 Nothing else is normalised: no CSE, no constant folding, since each of those could hide
 a defusion bug (a duplicated or changed binding).
@@ -75,6 +75,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import tvm
 from tvm import relax
@@ -139,12 +140,13 @@ class RoundTripResult:
     fused: tvm.IRModule
     restored: tvm.IRModule
     difference: str | None = None
-    numeric: object | None = None
+    numeric: numerics.Comparison | None = None
     dropped_dead: tuple = field(default=())
     fusion_ill_formed: str | None = None
 
     @property
     def ok(self) -> bool:
+        """Whether the round trip kept the structure and, when checked, the numbers."""
         return self.difference is None and (self.numeric is None or self.numeric.ok)
 
 
@@ -257,7 +259,8 @@ def _order_block(bindings: list, later_uses: list, outer_rank: dict) -> list:
 
 def _dead_key(binding, rank: dict, index: int) -> tuple:
     """Sort key of a dead binding: the positions of its operands (an operand that is
-    itself dead sorts last), its structure, and, for exact twins, where it stood."""
+    itself dead sorts last), its structure, and, for exact twins, where it stood.
+    """
     operands = tuple(rank.get(v, len(rank)) for v in vars_read(binding.value))
     return operands, C.structural_hash(binding.value, map_free_vars=True), index
 
@@ -384,7 +387,7 @@ def first_difference(expected: tvm.IRModule, actual: tvm.IRModule) -> str | None
 
 
 def _function_difference(name, exp_f, act_f) -> str:
-    mapping = {}
+    mapping: dict[Any, Any] = {}
     if len(exp_f.params) == len(act_f.params):
         mapping.update(zip(exp_f.params, act_f.params))
     exp_b, act_b = _flat_bindings(exp_f), _flat_bindings(act_f)
@@ -520,7 +523,8 @@ def _pair_dead(ref_dead: list, res_dead: list, ref_keys: dict, res_keys: dict) -
 
     def extend(res_binding, ref_binding) -> dict | None:
         """The pairs ``(res_binding, ref_binding)`` implies that are not made yet, or
-        ``None`` when they contradict the pairs made."""
+        ``None`` when they contradict the pairs made.
+        """
         new: dict = {}
         stack = [(res_binding, ref_binding)]
         while stack:

@@ -88,7 +88,8 @@ def parse_module_text(text: str) -> tvm.IRModule:
 # -- constants in the order the printer numbers them ----------------------------------------
 def _constants_in_print_order(mod: tvm.IRModule, text: str) -> list:
     """Tensor constants as the printer meets them: functions in printed order, bindings
-    in order, arguments left to right (the printer numbers metadata on first sight)."""
+    in order, arguments left to right (the printer numbers metadata on first sight).
+    """
     by_name = {gv.name_hint: func for gv, func in mod.functions.items()}
     seen: dict[int, Any] = {}
 

@@ -60,7 +60,8 @@ def _fails(still_fails: Callable[[tvm.IRModule], bool], candidate: tvm.IRModule)
 
 def cones(mod: tvm.IRModule) -> list[tvm.IRModule]:
     """One module per binding of ``main``: that binding's cone as the function's result,
-    smallest first (ties in program order)."""
+    smallest first (ties in program order).
+    """
     bindings = _bindings(mod)
     if not bindings:
         return []

@@ -166,6 +166,7 @@ class SiteReport:
 
     @property
     def failures(self) -> list[Site]:
+        """The sites whose numbers did not match."""
         return [s for s in self.sites if s.status == "fail"]
 
     def by_rule(self) -> dict[str, dict[str, int]]:
@@ -191,10 +192,12 @@ class SiteReport:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as plain Python data (what :meth:`to_json` serialises)."""
         return {"ok": self.ok, "builds": self.builds, "by_rule": self.by_rule(),
                 "sites": [asdict(s) for s in self.sites]}
 
     def to_json(self) -> str:
+        """The report as indented JSON."""
         return json.dumps(self.to_dict(), indent=1)
 
     def __str__(self) -> str:
@@ -351,7 +354,8 @@ def _cut_result(record: RewriteRecord, source: _Bindings, cache: dict[int, _Bind
                 ) -> tuple[list, list] | str:
     """``(outputs, bindings)`` of a multi-root rewrite in the function it emitted: the
     replaced Vars still bound there, and every binding they read that the source did not
-    have (the new values), back to Vars the source had."""
+    have (the new values), back to Vars the source had.
+    """
     result = _bindings_of(record.result, cache)
     outputs = [v for v in record.replaced_vars if C.handle(v) in result.by_var]
     if not outputs:
@@ -364,7 +368,8 @@ def _cut_result(record: RewriteRecord, source: _Bindings, cache: dict[int, _Bind
 
 def _slice(source: _Bindings, outputs: list, inputs: list | str) -> list | str:
     """The source's bindings that compute ``outputs`` from ``inputs``, in program order:
-    what a multi-root rule replaced, as the source computed it."""
+    what a multi-root rule replaced, as the source computed it.
+    """
     if isinstance(inputs, str):
         return inputs
     stop = {C.handle(x) for x in inputs} - {C.handle(v) for v in outputs}
@@ -374,7 +379,8 @@ def _slice(source: _Bindings, outputs: list, inputs: list | str) -> list | str:
 def _walk_back(bindings: _Bindings, outputs: list, is_input: Callable[[int], bool]
                ) -> list | str:
     """The bindings ``outputs`` are computed by, back to the Vars ``is_input`` (a handle
-    predicate) names and to parameters, in program order; or why one cannot be cut out."""
+    predicate) names and to parameters, in program order; or why one cannot be cut out.
+    """
     taken: dict[int, tuple[int, Any]] = {}
     stack = list(outputs)
     while stack:
@@ -413,7 +419,8 @@ def _inputs_of(*sides: list) -> list | str:
 
 def _site_function(bindings: list, inputs: list, outputs: list) -> relax.Function:
     """``bindings`` as a function of ``inputs`` returning ``outputs`` (a tuple of them
-    when there are several)."""
+    when there are several).
+    """
     params = [relax.Var(C.var_name(x) if isinstance(x, relax.Var) else f"const{i}", x.ty)
               for i, x in enumerate(inputs)]
     mapping = {C.handle(x): p for x, p in zip(inputs, params)}
@@ -522,8 +529,8 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
                  if isinstance(x, tvm.ir.GenericConst)}
     sizes = _symbolic_sizes(func, real[0][1] if real else None)
     symbolic = {v.name for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
-    dtype = next((C.dtype_of(p.ty) for p in func.params
-                  if (C.dtype_of(p.ty) or "").startswith(("float", "bfloat"))), "float32")
+    dtypes = [C.dtype_of(p.ty) or "" for p in func.params]
+    dtype = next((d for d in dtypes if d.startswith(("float", "bfloat"))), "float32")
     wide = WIDE.get(dtype, 1e4)
     draws = list(real)
     shapes = [("", sizes)]
@@ -554,7 +561,8 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
 
 def _mask_params(func: relax.Function) -> list[int]:
     """Positions of the floating parameters added to something in a region with a softmax:
-    an attention mask, whose rows may be entirely ``-inf`` (a padded sequence)."""
+    an attention mask, whose rows may be entirely ``-inf`` (a padded sequence).
+    """
     params = {C.handle(p): i for i, p in enumerate(func.params)
               if (C.dtype_of(p.ty) or "").startswith(("float", "bfloat"))}
     added: list[int] = []
@@ -571,7 +579,8 @@ def _mask_params(func: relax.Function) -> list[int]:
 
 def _masked(arrays: list[np.ndarray], masks: list[int]) -> list[np.ndarray]:
     """``arrays`` with, in each mask, the first row (last axis) all ``-inf`` and every other
-    element of the last row ``-inf``: a fully padded sequence and a partly padded one."""
+    element of the last row ``-inf``: a fully padded sequence and a partly padded one.
+    """
     out = [np.array(a, copy=True) for a in arrays]
     for i in masks:
         mask = out[i]
@@ -645,7 +654,7 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
     report.builds += built.builds
     real_values: dict[int, np.ndarray] = {}
     capture_note = ""
-    if probe is not None:
+    if probe is not None and inputs is not None:  # a probe is made only for inputs
         real_values, capture_note = _read_values(probe, built.probe_vm, list(inputs))
     for number, regions in enumerate(groups.values()):
         first = regions[0]
@@ -708,7 +717,8 @@ def _module(functions: Mapping[str, relax.Function], base: tvm.IRModule | None =
             without: str | None = None) -> tvm.IRModule:
     """``functions`` as a module; with ``base``, beside its functions (those the probe
     calls) but ``without`` (the entry function: the probe stands in for it, and building
-    the model twice would double the cost)."""
+    the model twice would double the cost).
+    """
     found = ({gv: f for gv, f in base.functions.items() if gv.name_hint != without}
              if base is not None else {})
     found.update({C.typed_global_var(name, f): f for name, f in functions.items()})
@@ -719,14 +729,16 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
                probe: _Probe | None, func_name: str) -> _Built:
     """Build every site pair, and the probe beside the model's functions, as one module;
     where that fails, the probe alone and the sites pair by pair, so that one site TVM
-    cannot build does not cost the others their check."""
+    cannot build does not cost the others their check.
+    """
     built = _Built()
     functions: dict[str, relax.Function] = {}
     for number, regions in enumerate(groups):
         functions.update(_pair(number, regions[0]))
-    with_probe = probe is not None and probe.function is not None
-    if with_probe:
-        functions[PROBE] = probe.function
+    probe_function = probe.function if probe is not None else None
+    with_probe = probe_function is not None
+    if probe_function is not None:
+        functions[PROBE] = probe_function
     if not functions:
         return built
     built.builds += 1
@@ -737,10 +749,10 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
         return built
     except Exception:  # noqa: BLE001 - isolate the failure below
         pass
-    if with_probe:
+    if probe is not None and probe_function is not None:
         built.builds += 1
         try:
-            built.probe_vm = numeric.build(_module({PROBE: probe.function}, before, func_name))
+            built.probe_vm = numeric.build(_module({PROBE: probe_function}, before, func_name))
         except Exception as err:  # noqa: BLE001
             probe.function = None
             probe.note = ("the model's own values could not be read: "
@@ -800,7 +812,8 @@ def _arbitrate(verdict: Judgement, region: _Region, arrays: list[np.ndarray],
                ref: list[np.ndarray], got: list[np.ndarray], tol: Tolerance,
                widen: Callable) -> Judgement:
     """A missed draw measured against the region in float64: the replacement passes when
-    it is at most :data:`SLACK` times as far from it as the region itself (+ atol)."""
+    it is at most :data:`SLACK` times as far from it as the region itself (+ atol).
+    """
     try:
         wide = widen(region.before)
         wide_inputs = [a.astype("float64") if a.dtype.kind == "f" or str(a.dtype) == "bfloat16"

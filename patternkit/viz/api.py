@@ -19,7 +19,8 @@ __all__ = ["viz_expr"]
 def relax_functions(obj: Any) -> list:
     """The Relax functions of ``obj`` (for ``highlight=`` objects that match per function)."""
     if isinstance(obj, tvm.IRModule):
-        return [f for _, f in sorted(obj.functions.items(), key=lambda kv: kv[0].name_hint) if isinstance(f, relax.Function)]
+        return [f for _, f in sorted(obj.functions.items(), key=lambda kv: kv[0].name_hint)
+                if isinstance(f, relax.Function)]
     if isinstance(obj, relax.Function):
         return [obj]
     return []

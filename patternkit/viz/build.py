@@ -28,8 +28,7 @@ from tvm import relax
 
 from ..ir.compat import array_items, handle, op_info, type_of
 from ..ir.kinds import cluster_kind
-from ..ir.walk import (CALL, CONSTANT, FUNCTION, GET_ITEM, GLOBAL_VAR, OP, TUPLE, VAR,
-                       expr_kind)
+from ..ir.walk import CALL, CONSTANT, FUNCTION, GET_ITEM, GLOBAL_VAR, OP, TUPLE, VAR, expr_kind
 from .drawing import Bundle, Drawing, Folded
 from .labels import call_attributes, literal_text, short_op_name
 from .model import GraphModel, Node
@@ -54,7 +53,7 @@ class _Scope:
 
     def get(self, var: Any) -> Any:
         key = handle(var)
-        scope = self
+        scope: _Scope | None = self
         while scope is not None:
             ref = scope.vars.get(key)
             if ref is not None:
@@ -198,7 +197,8 @@ class _Walker:
 
     def _walk_seq(self, body: Any, ctx: _Ctx) -> Any:
         """Draw the bindings of a ``SeqExpr`` (a function's or an If branch's body); the
-        reference of its result."""
+        reference of its result.
+        """
         if isinstance(body, relax.SeqExpr):
             for block in array_items(body.blocks):
                 for binding in array_items(block.bindings):
@@ -268,7 +268,8 @@ class _Walker:
 
     def _if(self, expr: relax.If, ctx: _Ctx, base: str, name: str, var: Any) -> Any:
         """An ``If``: one node reading the condition (input 0) and each branch's result
-        (inputs 1 and 2); each branch's bindings are drawn in a cluster of their own."""
+        (inputs 1 and 2); each branch's bindings are drawn in a cluster of their own.
+        """
         ty = type_of(var) if var is not None else type_of(expr)
         node = self.draw.node(base, "op", "if", ty, name, ctx, op="If")
         self.draw.wire(node, 0, "", self._resolve(expr.cond, ctx, base))

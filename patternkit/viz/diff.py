@@ -47,10 +47,10 @@ def viz_diff(before: Any, after: Any, changes: Any = None, context: int | None =
     before, after : tvm.IRModule, relax.Function or relax.Expr
         The IR before and after a pass (neither is modified).
     changes : RewriteLog or iterable, optional
-        The rewrite log itself (its ``records``), or records with ``.rule`` (str), ``.function`` (str), ``.root`` (str, the var name of
-        the rewritten binding in ``after``) and ``.replaced`` (tuple of var names of
-        ``before`` bindings the rule replaced).  Without it the graphs are aligned
-        structurally.
+        The rewrite log itself (its ``records``), or records with ``.rule`` (str),
+        ``.function`` (str), ``.root`` (str, the var name of the rewritten binding in
+        ``after``) and ``.replaced`` (tuple of var names of ``before`` bindings the rule
+        replaced).  Without it the graphs are aligned structurally.
     context : int, optional
         Show only changed nodes plus this many hops around them.
     layout : {"merged", "side_by_side"}
@@ -229,7 +229,9 @@ def _pair_structurally(mb: GraphModel, ma: GraphModel, alignment: _Alignment,
     for n in mb.nodes.values():
         if n.kind in ("param", "output") or n.id in alignment.blocked_b:
             continue
-        table.setdefault(sig(n, b_ins, None), deque()).append(n.id)
+        key = sig(n, b_ins, None)  # never None without a rename
+        if key is not None:
+            table.setdefault(key, deque()).append(n.id)
     for n in ma.nodes.values():
         if n.id in pairs or n.id in forced_added or n.kind in ("param", "output"):
             continue
@@ -318,7 +320,7 @@ def _merge(mb: GraphModel, ma: GraphModel, pairs: dict, forced_added: dict,
     model.keepalive = ma.keepalive + mb.keepalive
     b_to_a = {b: a for a, b in pairs.items()}
     # Clusters: every after cluster; before clusters matched by (kind, name, function).
-    a_keys = {}
+    a_keys: dict[tuple[str, ...], str] = {}
     for c in ma.clusters.values():
         c2 = replace(c, attrs=dict(c.attrs))
         model.add_cluster(c2)

@@ -52,7 +52,8 @@ def run_dot(source: str, fmt: str, timeout: float) -> bytes:
         raise DotUnavailable("the Graphviz 'dot' executable was not found on PATH. " + HINT)
     try:
         proc = subprocess.run(
-            [exe, f"-T{fmt}"], input=source.encode("utf-8"), capture_output=True, timeout=timeout, check=False
+            [exe, f"-T{fmt}"], input=source.encode("utf-8"), capture_output=True,
+            timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as e:
         raise DotUnavailable(

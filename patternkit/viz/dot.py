@@ -56,7 +56,8 @@ def _attrs(attrs: dict) -> str:
 
 def cluster_color_key(model: GraphModel, cluster: Cluster, color_by: str) -> str | None:
     """The name whose hash colours ``cluster`` (None: no fill)."""
-    if color_by in ("none", "op", "rule") or cluster.kind in ("function", "match", "side", "branch"):
+    if color_by in ("none", "op", "rule") or cluster.kind in ("function", "match", "side",
+                                                                "branch"):
         return None
     if color_by == "compiler":
         for cid in model.cluster_chain(cluster.id):
@@ -67,7 +68,9 @@ def cluster_color_key(model: GraphModel, cluster: Cluster, color_by: str) -> str
             return "codegen:" + cluster.name.split(".", 1)[0]
         return None
     if color_by == "composite":
-        return cluster.kind + ":" + cluster.name if cluster.kind in ("composite", "partition") else None
+        if cluster.kind in ("composite", "partition"):
+            return cluster.kind + ":" + cluster.name
+        return None
     # color_by == "cluster"
     if cluster.kind == "primitive":
         return "primitive:" + cluster.name.rstrip("0123456789")

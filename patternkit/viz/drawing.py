@@ -48,6 +48,7 @@ class IdAllocator:
         return uid
 
     def cluster_id(self) -> str:
+        """A fresh cluster id (``cluster_1``, ``cluster_2``, ...)."""
         self._clusters += 1
         return f"cluster_{self._clusters}"
 
@@ -66,6 +67,7 @@ class Drawing:
 
     def node(self, base: str, kind: str, label: str, ty: Any, name: str, where: Any,
              op: str = "", attrs: dict | None = None) -> Node:
+        """Add a node for a value drawn at ``where`` and return it."""
         attrs = attrs or {}
         return self.model.add_node(Node(
             id=self.ids.uid(base), kind=kind, label=label, type=compact_type(ty), name=name,
@@ -74,6 +76,7 @@ class Drawing:
 
     def cluster(self, kind: str, name: str, label: str, parent: str | None, function: str,
                 attrs: dict) -> str:
+        """Add a cluster under ``parent`` and return its id."""
         cid = self.ids.cluster_id()
         self.model.add_cluster(Cluster(cid, kind, name, label, parent, function, attrs))
         return cid
@@ -102,8 +105,9 @@ class Drawing:
     def drop_functions(self, names: set[str]) -> None:
         """Remove everything drawn under the top-level functions ``names``."""
         m = self.model
-        gone = {k for k, n in m.nodes.items() if n.function in names and n.cluster is None
-                or n.function in names and m.clusters[n.cluster].function in names}
+        gone = {k for k, n in m.nodes.items()
+                if n.function in names
+                and (n.cluster is None or m.clusters[n.cluster].function in names)}
         m.nodes = {k: n for k, n in m.nodes.items() if k not in gone}
         m.edges = [e for e in m.edges if e.src not in gone and e.dst not in gone]
         m.index = {h: [i for i in ids if i not in gone] for h, ids in m.index.items()}

@@ -100,7 +100,8 @@ class VizGraph:
             data["text"] = node_label(n)
             g.add_node(n.id, **data)
         for e in self.model.edges:
-            g.add_edge(e.src, e.dst, key=f"{e.index}{e.port}", index=e.index, port=e.port, kind=e.kind, status=e.status)
+            g.add_edge(e.src, e.dst, key=f"{e.index}{e.port}", index=e.index, port=e.port,
+                       kind=e.kind, status=e.status)
         return g
 
     # ----------------------------------------------------------------- rendering

@@ -16,8 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir.compat import gc_paused  # re-exported: the viz modules pause GC while walking
-from ..ir.compat import handle_or_none
+from ..ir.compat import (
+    gc_paused,  # re-exported: the viz modules pause GC while walking
+    handle_or_none,
+)
 
 __all__ = ["Cluster", "Edge", "GraphModel", "Node", "OFFLOAD_KINDS", "gc_paused"]
 
@@ -78,6 +80,7 @@ class Node:
     size: int = 1
 
     def to_dict(self) -> dict:
+        """The node as plain Python data."""
         return {
             "id": self.id,
             "kind": self.kind,
@@ -115,9 +118,11 @@ class Edge:
     status: str = ""
 
     def key(self) -> tuple:
+        """What identifies the edge: its ends, argument index, port and kind."""
         return (self.src, self.dst, self.index, self.port, self.kind)
 
     def to_dict(self) -> dict:
+        """The edge as plain Python data."""
         return {
             "src": self.src,
             "dst": self.dst,
@@ -132,7 +137,8 @@ class Edge:
 class Cluster:
     """A function drawn as a box: ``codegen``, ``composite``, ``primitive``, ``partition``,
     ``function`` (a plain callee or one of several top-level functions), ``match``
-    (a highlighted match) or ``side`` (the before/after halves of a side-by-side diff)."""
+    (a highlighted match) or ``side`` (the before/after halves of a side-by-side diff).
+    """
 
     id: str
     kind: str
@@ -144,6 +150,7 @@ class Cluster:
     status: str = ""
 
     def to_dict(self) -> dict:
+        """The cluster as plain Python data."""
         return {
             "id": self.id,
             "kind": self.kind,
@@ -175,13 +182,16 @@ class GraphModel:
 
     # ----------------------------------------------------------------- construction
     def add_node(self, node: Node) -> Node:
+        """Add ``node`` and return it."""
         self.nodes[node.id] = node
         return node
 
     def add_edge(self, edge: Edge) -> None:
+        """Add ``edge``."""
         self.edges.append(edge)
 
     def add_cluster(self, cluster: Cluster) -> Cluster:
+        """Add ``cluster`` and return it."""
         self.clusters[cluster.id] = cluster
         return cluster
 
@@ -207,6 +217,7 @@ class GraphModel:
         return [n.id for n in self.nodes.values() if n.cluster in inside]
 
     def descendant_clusters(self, cluster_id: str) -> set[str]:
+        """The ids of every cluster nested (at any depth) inside ``cluster_id``."""
         children: dict[str | None, list[str]] = {}
         for c in self.clusters.values():
             children.setdefault(c.parent, []).append(c.id)
@@ -286,6 +297,7 @@ class GraphModel:
         return parts
 
     def to_dict(self) -> dict:
+        """The model as plain Python data: title, functions, summary, graph."""
         return {
             "title": self.title,
             "functions": list(self.functions),

@@ -62,7 +62,8 @@ def make_options(**kwargs: Any) -> VizOptions:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise VizError(f"option {name}= expects a non-negative int, found {value!r}")
     if not isinstance(opts.timeout, (int, float)) or opts.timeout <= 0:
-        raise VizError(f"option timeout= expects a positive number of seconds, found {opts.timeout!r}")
+        raise VizError("option timeout= expects a positive number of seconds, "
+                       f"found {opts.timeout!r}")
     collapse = opts.collapse
     if collapse is None or collapse is False:
         opts.collapse = "none"
@@ -70,7 +71,8 @@ def make_options(**kwargs: Any) -> VizOptions:
         opts.collapse = "all"
     elif isinstance(collapse, str):
         pass  # "auto" | "all" | "none" | a glob on cluster names
-    elif isinstance(collapse, (list, tuple, set, frozenset)) and all(isinstance(c, str) for c in collapse):
+    elif (isinstance(collapse, (list, tuple, set, frozenset))
+          and all(isinstance(c, str) for c in collapse)):
         opts.collapse = tuple(sorted(collapse))
     else:
         raise VizError(

@@ -7,9 +7,9 @@ structural hash, and *where its arguments come from*, as distances back to the
 bindings that made them, so that two layers match only if they are wired alike) and
 finds the period whose copies cover the most bindings in a row.  An argument matches
 its copy when it comes from the same distance back *or* from the same value, since every
-layer reads some values made once before them (a transformer's attention mask).  :func:`fold_repeats`
-keeps the first copy and what comes before and after, rewiring the bindings after the
-repeats to the first copy's values, and says how many copies there were.
+layer reads some values made once before them (a transformer's attention mask).
+:func:`fold_repeats` keeps the first copy and what comes before and after, rewiring the
+bindings after the repeats to the first copy's values, and says how many copies there were.
 """
 
 from __future__ import annotations

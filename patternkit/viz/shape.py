@@ -69,7 +69,8 @@ def apply_highlight(model: GraphModel, highlight: Any, functions: Any = None) ->
 
     ``highlight`` is a list of ``{role: relax.Var or Expr}`` dicts (the pattern engine's
     match results), one dict, a pattern, a rule (its matches, labelled with its roles), or
-    an object with ``match_bindings(func)`` returning such dicts.  A match whose nodes share one cluster gets a dashed box of its own.
+    an object with ``match_bindings(func)`` returning such dicts.  A match whose nodes
+    share one cluster gets a dashed box of its own.
     """
     matches = _match_list(highlight, functions)
     missing = 0
@@ -101,7 +102,8 @@ def apply_highlight(model: GraphModel, highlight: Any, functions: Any = None) ->
         if len(ids) > 1 and len(parents) == 1 and len(own) == len(ids):
             parent = parents.pop()
             cid = f"cluster_match_{i}"
-            model.add_cluster(Cluster(cid, "match", f"match {i}", f"match {i}", parent, "", {"match": str(i)}))
+            model.add_cluster(Cluster(cid, "match", f"match {i}", f"match {i}", parent, "",
+                                      {"match": str(i)}))
             for n in ids:
                 model.nodes[n].cluster = cid
     if missing:
@@ -224,7 +226,8 @@ def apply_collapse(model: GraphModel, collapse: Any, max_nodes: int) -> None:
         hits = [
             c for c in candidates
             if any(
-                fnmatch.fnmatchcase(c.name, g) or fnmatch.fnmatchcase(c.attrs.get("function", ""), g)
+                fnmatch.fnmatchcase(c.name, g)
+                or fnmatch.fnmatchcase(c.attrs.get("function", ""), g)
                 for g in globs
             )
         ]
@@ -247,7 +250,8 @@ def _members(model: GraphModel) -> dict[str, list[str]]:
     return members
 
 
-def collapse_clusters(model: GraphModel, cluster_ids: list[str], members: dict | None = None) -> None:
+def collapse_clusters(model: GraphModel, cluster_ids: list[str],
+                      members: dict | None = None) -> None:
     """Replace each cluster (none nested in another) and its contents with one node."""
     if not cluster_ids:
         return

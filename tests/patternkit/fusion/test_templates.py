@@ -5,8 +5,13 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import relax
 
-from patternkit.fusion.templates import (CallTemplate, CalleeTemplate, OpaqueTemplate,
-                                         TupleTemplate, VarTemplate)
+from patternkit.fusion.templates import (
+    CalleeTemplate,
+    CallTemplate,
+    OpaqueTemplate,
+    TupleTemplate,
+    VarTemplate,
+)
 
 
 def tensor(name, shape=(2, 3)):

@@ -32,10 +32,12 @@ _DEEPCOPIES = textwrap.dedent("""
     print(twin.one is rule.one, twin.x is not rule.x, twin.pattern.args[0] is twin.x)
 
     library = copy.deepcopy(LIBRARY)
-    print(library.names == LIBRARY.names, library[LIBRARY.names[0]] is not LIBRARY[LIBRARY.names[0]])
+    first = LIBRARY.names[0]
+    print(library.names == LIBRARY.names, library[first] is not LIBRARY[first])
     name = "attention.collapse"
     mod = LIBRARY[name].example()
-    print(tvm_ffi.structural_equal(pk.rewrite([library[name]], mod), pk.rewrite([LIBRARY[name]], mod)))
+    print(tvm_ffi.structural_equal(pk.rewrite([library[name]], mod),
+                                   pk.rewrite([LIBRARY[name]], mod)))
 """)
 
 

@@ -6,8 +6,13 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from patternkit.ir.rebuild import (binding_text, describe_binding, expr_text, make_block,
-                                   rebuild_function)
+from patternkit.ir.rebuild import (
+    binding_text,
+    describe_binding,
+    expr_text,
+    make_block,
+    rebuild_function,
+)
 
 
 def tensor(name, shape=(2, 3)):

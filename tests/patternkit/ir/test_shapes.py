@@ -6,9 +6,17 @@ from __future__ import annotations
 import pytest
 import tvm
 
-from patternkit.ir import (NotPerChannel, NotPerFeature, NotTrailing, dims_equal,
-                           per_channel_axis, per_feature_shape, prove_equal, same_shape,
-                           trailing_axes)
+from patternkit.ir import (
+    NotPerChannel,
+    NotPerFeature,
+    NotTrailing,
+    dims_equal,
+    per_channel_axis,
+    per_feature_shape,
+    prove_equal,
+    same_shape,
+    trailing_axes,
+)
 
 n, c = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("c", "int64")
 

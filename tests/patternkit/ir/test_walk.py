@@ -10,8 +10,15 @@ from tvm import relax
 
 from patternkit.errors import MalformedIRError
 from patternkit.ir.compat import handle
-from patternkit.ir.walk import (KIND_OF, LEAF_KINDS, ExprKind, expr_kind, map_type_dims,
-                                substitute, vars_read)
+from patternkit.ir.walk import (
+    KIND_OF,
+    LEAF_KINDS,
+    ExprKind,
+    expr_kind,
+    map_type_dims,
+    substitute,
+    vars_read,
+)
 
 
 def tensor(name, shape=(2, 3), dtype="float32", cls=relax.Var):

@@ -16,7 +16,11 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from patternkit.models.onnx_fixups import (  # noqa: E402
-    fold_constant_pads, fold_static_shape_gathers, prepare_for_tvm, rewrite_dimension_ranges)
+    fold_constant_pads,
+    fold_static_shape_gathers,
+    prepare_for_tvm,
+    rewrite_dimension_ranges,
+)
 
 
 def _scalar(name: str, value: int) -> onnx.NodeProto:

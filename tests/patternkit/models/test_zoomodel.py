@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from patternkit.models import ZooError
+from patternkit.models import InputSpec, ZooError
 
 pytestmark = pytest.mark.models
 
@@ -44,3 +44,12 @@ def test_only_a_dynamic_dimension_takes_another_size(zoo):
         dynamic.make_inputs(seq=65)  # the position table has 64 rows
     with pytest.raises(ZooError, match="'batch' is not dynamic"):
         zoo("gpt2").make_inputs(batch=3)
+
+
+def test_an_integer_input_without_bounds_is_an_error_naming_it():
+    ids = InputSpec("input_ids", "int64", ("batch", 4))
+    with pytest.raises(ZooError, match="input 'input_ids': an integer input needs low= and high="):
+        ids.draw({"batch": 2}, np.random.default_rng(0))
+    bounded = InputSpec("input_ids", "int64", ("batch", 4), 0, 10)
+    drawn = bounded.draw({"batch": 2}, np.random.default_rng(0))
+    assert drawn.shape == (2, 4) and drawn.min() >= 0 and drawn.max() < 10

@@ -17,8 +17,7 @@ import patternkit as pk  # noqa: E402
 from patternkit.patterns import LIBRARY  # noqa: E402
 from patternkit.testing.fuzz import fuzz_pass, verify_rules  # noqa: E402
 from patternkit.testing.strategies import relax_programs  # noqa: E402
-from patternkit.verification.differential import (adversarial_inputs,  # noqa: E402
-                                                  apply_transform, judge_result)
+from patternkit.verification.differential import adversarial_inputs, apply_transform, judge_result  # noqa: E402
 
 
 def _relu_then(after: str | None) -> tvm.IRModule:

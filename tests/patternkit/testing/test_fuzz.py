@@ -18,8 +18,13 @@ from tvm import relax  # noqa: E402
 import patternkit as pk  # noqa: E402
 from patternkit.patterns import LIBRARY  # noqa: E402
 from patternkit.patterns.batchnorm import BatchnormCollapse, CollapsePlan  # noqa: E402
-from patternkit.testing.fuzz import (example_spaces, fuzz_pass, knob_instances,  # noqa: E402
-                                     nudge_scalars, verify_rules)
+from patternkit.testing.fuzz import (  # noqa: E402
+    example_spaces,
+    fuzz_pass,
+    knob_instances,
+    nudge_scalars,
+    verify_rules,
+)
 from patternkit.testing.strategies import relax_programs  # noqa: E402
 from patternkit.verification import numeric  # noqa: E402
 from patternkit.verification.script import parse_module_text  # noqa: E402
@@ -182,7 +187,8 @@ def test_shards_split_a_campaign_and_add_up_to_it():
                        shard=(k, 3)) for k in (1, 2, 3)]
     assert [p.tried for p in parts] == [3, 3, 3]
     assert sum(p.tried for p in parts) == whole.tried
-    assert sum(p["CanonicalizeBindings"].fired for p in parts) == whole["CanonicalizeBindings"].fired
+    canonicalize = "CanonicalizeBindings"
+    assert sum(p[canonicalize].fired for p in parts) == whole[canonicalize].fired
 
 
 def test_worker_processes_check_the_same_instances_as_one_process():

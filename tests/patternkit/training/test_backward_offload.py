@@ -11,7 +11,6 @@ from patternkit.errors import GradientError
 from patternkit.ir import function_kinds
 from patternkit.training import check_gradients, gradient, offload
 
-
 torch = pytest.importorskip("torch")
 
 
@@ -23,7 +22,8 @@ def torch_batch_norm_loss(data, gamma, beta, mean, var):
             + along_c(beta)).sum()
 
 
-def test_the_seed_batch_norm_backward_runs_as_an_external_function_with_torch_gradients(batch_norm_loss, seed_inputs):
+def test_the_seed_batch_norm_backward_runs_as_an_external_function_with_torch_gradients(
+        batch_norm_loss, seed_inputs):
     mod = batch_norm_loss(False)
     ext = offload(gradient(mod))
     assert relax.analysis.check_well_formed(ext)
@@ -37,7 +37,8 @@ def test_the_seed_batch_norm_backward_runs_as_an_external_function_with_torch_gr
     assert result.ok, result
 
 
-def test_training_batch_norm_matches_torch_autograd_with_batch_statistics(batch_norm_loss, seed_inputs):
+def test_training_batch_norm_matches_torch_autograd_with_batch_statistics(batch_norm_loss,
+                                                                          seed_inputs):
     def torch_loss(data, gamma, beta, mean, var):
         return torch.nn.functional.batch_norm(data, mean.detach().clone(), var.detach().clone(),
                                               gamma, beta, training=True, eps=1e-5).sum()
@@ -65,7 +66,8 @@ def test_a_wrong_gradient_fails_the_check(batch_norm_loss, seed_inputs):
                            torch_fn=torch_batch_norm_loss)
     assert good.ok
     wrong = check_gradients(mod, grad, inputs=inputs, reference="torch",
-                            torch_fn=lambda d, g, b, m, v: torch_batch_norm_loss(d, g * 1.01, b, m, v))
+                            torch_fn=lambda d, g, b, m, v: torch_batch_norm_loss(d, g * 1.01, b,
+                                                                                 m, v))
     assert not wrong.ok
     failed = {p.name for p in wrong.parameters if not p.ok}
     assert "data" in failed and "bn_beta" not in failed

@@ -24,7 +24,8 @@ def ops_of(func: relax.Function) -> set[str]:
 
 
 @pytest.mark.parametrize("training_flag", [False, True])
-def test_batch_norm_differentiates_with_its_own_training_flag(training_flag, batch_norm_loss, seed_inputs):
+def test_batch_norm_differentiates_with_its_own_training_flag(training_flag, batch_norm_loss,
+                                                              seed_inputs):
     mod = batch_norm_loss(training_flag)
     report = GradientReport()
     grad = gradient(mod, report=report)
@@ -122,7 +123,8 @@ class Conv1d:
 
 def test_an_op_without_gradient_or_expansion_is_named_with_its_binding():
     before = Conv1d.script()
-    with pytest.raises(GradientError, match=r"relax\.nn\.conv1d \(1x, e\.g\. main: y = R\.nn\.conv1d"):
+    with pytest.raises(GradientError,
+                       match=r"relax\.nn\.conv1d \(1x, e\.g\. main: y = R\.nn\.conv1d"):
         gradient(Conv1d)
     assert Conv1d.script() == before
 
@@ -147,7 +149,8 @@ def test_gradient_is_importable_from_the_package():
     assert pk.training.gradient is training.gradient
 
 
-def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_norm_loss, seed_inputs):
+def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_norm_loss,
+                                                                        seed_inputs):
     """The collapse rules run on the adjoint; whatever they take, the numbers stay."""
     mod = batch_norm_loss(False)
     report = GradientReport()

@@ -181,9 +181,9 @@ def test_local_functions_from_partition_are_lifted_before_the_build(make_var):
 
 # ---------------------------------------------------------------------- reference builds
 def test_compare_builds_the_reference_once_and_again_after_the_module_changes(monkeypatch):
-    from patternkit.verification import numeric
-
     import tvm
+
+    from patternkit.verification import numeric
 
     mod = tvm.IRModule(dict(Plus.functions))  # our own copies, to change in place below
     after = tvm.IRModule(dict(PlusAnEighth.functions))

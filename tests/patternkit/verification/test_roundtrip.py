@@ -15,9 +15,14 @@ from tvm.script import tirx as T
 from patternkit.ir import var_name
 from patternkit.ir.rebuild import rebuild_function
 from patternkit.testing import assert_roundtrip
-from patternkit.verification.roundtrip import (RoundTripError, canonical_binding_order,
-                                               check_roundtrip, default_fusion, first_difference,
-                                               normalize_for_comparison)
+from patternkit.verification.roundtrip import (
+    RoundTripError,
+    canonical_binding_order,
+    check_roundtrip,
+    default_fusion,
+    first_difference,
+    normalize_for_comparison,
+)
 
 # LegalizeOps + AnnotateTIROpPattern: what check_roundtrip runs before FuseOps
 PREPARE, _ = default_fusion()

@@ -14,10 +14,9 @@ from __future__ import annotations
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+import tvm  # noqa: E402
 from hypothesis import given, reject, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions  # noqa: E402
 

@@ -6,8 +6,14 @@ import re
 
 import pytest
 
-from patternkit.viz.palette import (FILLS, OKABE_ITO, STATUS_COLORS, contrast_ratio,
-                                    fill_color, text_color)
+from patternkit.viz.palette import (
+    FILLS,
+    OKABE_ITO,
+    STATUS_COLORS,
+    contrast_ratio,
+    fill_color,
+    text_color,
+)
 
 
 def test_contrast_ratio_follows_wcag():

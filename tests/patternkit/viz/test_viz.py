@@ -32,7 +32,7 @@ HAS_DOT = shutil.which("dot") is not None
 needs_dot = pytest.mark.skipif(not HAS_DOT, reason="the Graphviz 'dot' binary is not installed")
 
 
-# --------------------------------------------------------------------------- IR under test
+# ---------------------------------------------------------------- IR under test
 @I.ir_module
 class ConvBiasReluSoftmax:
     @R.function
@@ -61,7 +61,8 @@ class Symbolic:
 class BatchNormRelu:
     @R.function
     def main(x: R.Tensor((1, 4, 8, 8), "float32"), g: R.Tensor((4,), "float32"),
-             b: R.Tensor((4,), "float32"), mu: R.Tensor((4,), "float32"), var: R.Tensor((4,), "float32")):
+             b: R.Tensor((4,), "float32"), mu: R.Tensor((4,), "float32"),
+             var: R.Tensor((4,), "float32")):
         with R.dataflow():
             bn = R.nn.batch_norm(x, g, b, mu, var, axis=1)
             y = bn[0]
@@ -71,12 +72,14 @@ class BatchNormRelu:
         return out
 
 
-CONV_BIAS_RELU = is_op("relax.nn.relu")(is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), is_const()))
+CONV_BIAS_RELU = is_op("relax.nn.relu")(
+    is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), is_const()))
 SOFTMAX = is_op("relax.nn.softmax")(wildcard())
 
 
 def composite_module():
-    return FuseOpsByPattern([FusionPattern("mybackend.conv2d_bias_relu", CONV_BIAS_RELU)])(ConvBiasReluSoftmax)
+    fuse = FuseOpsByPattern([FusionPattern("mybackend.conv2d_bias_relu", CONV_BIAS_RELU)])
+    return fuse(ConvBiasReluSoftmax)
 
 
 def codegen_module():
@@ -103,14 +106,16 @@ def partitioned_module():
     """patternkit ``partition()`` output: a local function bound in the dataflow block."""
     a, m, v = relax.Var("a", _t((1, 4))), relax.Var("m", _t((4,))), relax.Var("v", _t((4,)))
     bbf = relax.BlockBuilder()
-    with bbf.function("lv_f", [a, m, v], attrs={"PartitionedFromPattern": "subtract_sqrt_divide_"}, private=True):
+    with bbf.function("lv_f", [a, m, v], attrs={"PartitionedFromPattern": "subtract_sqrt_divide_"},
+                      private=True):
         with bbf.dataflow():
             s = bbf.emit(subtract(a, m))
             q = bbf.emit(sqrt(v))
             d = bbf.emit_output(divide(s, q))
         bbf.emit_func_output(d)
     local = bbf.get()["lv_f"]
-    x, mean, var = relax.Var("x", _t((1, 4))), relax.Var("mean", _t((4,))), relax.Var("var", _t((4,)))
+    x, mean, var = (relax.Var("x", _t((1, 4))), relax.Var("mean", _t((4,))),
+                    relax.Var("var", _t((4,))))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, mean, var]):
         with bb.dataflow():
@@ -133,12 +138,13 @@ def edge_pairs(graph: VizGraph):
     return {(e.src, e.dst) for e in graph.model.edges}
 
 
-# --------------------------------------------------------------------------- labels
+# ---------------------------------------------------------------- labels
 def test_compact_type_writes_dtype_and_dims_tersely():
     assert compact_type(_t((1, 64, 56, 56))) == "f32[1,64,56,56]"
     assert compact_type(relax.TensorType((), "int64")) == "i64[]"
     assert compact_type(relax.TensorType(ndim=2, dtype="float16")) == "f16[?x?]"
-    assert compact_type(relax.TupleType([_t((4,)), relax.TensorType((2,), "int32")])) == "(f32[4], i32[2])"
+    pair = relax.TupleType([_t((4,)), relax.TensorType((2,), "int32")])
+    assert compact_type(pair) == "(f32[4], i32[2])"
     n = tvm.tirx.Var("n", "int64")
     assert compact_type(relax.TensorType((n, n * 2), "bfloat16")) == "bf16[n,n*2]"
 
@@ -149,7 +155,7 @@ def test_short_op_names_follow_the_selected_style():
     assert short_op_name("relax.nn.conv2d", "full") == "relax.nn.conv2d"
 
 
-# --------------------------------------------------------------------------- plain graphs
+# ---------------------------------------------------------------- plain graphs
 def test_plain_function_draws_params_ops_output_and_argument_indices():
     g = viz_expr(ConvBiasReluSoftmax)
     kinds = {n.id: n.kind for n in g.model.nodes.values()}
@@ -175,8 +181,11 @@ def test_constants_can_be_drawn_as_nodes():
 
 
 def test_op_name_style_option():
-    assert viz_expr(ConvBiasReluSoftmax, op_names="relax").model.nodes["main/c"].label == "R.nn.conv2d"
-    assert viz_expr(ConvBiasReluSoftmax, op_names="full").model.nodes["main/c"].label == "relax.nn.conv2d"
+    def conv_label(op_names):
+        return viz_expr(ConvBiasReluSoftmax, op_names=op_names).model.nodes["main/c"].label
+
+    assert conv_label("relax") == "R.nn.conv2d"
+    assert conv_label("full") == "relax.nn.conv2d"
 
 
 def test_symbolic_dims_are_shown_by_name():
@@ -188,7 +197,8 @@ def test_symbolic_dims_are_shown_by_name():
 
 def test_tuples_and_tuple_get_item_become_edge_ports_not_nodes():
     g = viz_expr(BatchNormRelu)
-    assert set(g.model.nodes) == {"main/x", "main/g", "main/b", "main/mu", "main/var", "main/bn", "main/r", "main/return"}
+    assert set(g.model.nodes) == {"main/x", "main/g", "main/b", "main/mu", "main/var", "main/bn",
+                                  "main/r", "main/return"}
     ports = {(e.src, e.dst): e.port for e in g.model.edges}
     assert ports[("main/bn", "main/r")] == "[0]"
     # the returned tuple (r, bn[1]) is a bundle of two edges into the output
@@ -207,7 +217,7 @@ def test_bare_expression_draws_free_vars_as_params():
     assert {"add", "nn.relu", "x", "y"} == labels
 
 
-# --------------------------------------------------------------------------- clusters
+# ---------------------------------------------------------------- clusters
 def test_composite_function_is_drawn_inline_as_a_cluster():
     g = viz_expr(composite_module())
     (comp,) = cluster_by_kind(g, "composite")
@@ -291,7 +301,7 @@ def test_module_with_two_root_functions_boxes_each():
     assert all(n.function == "other" for n in only.model.nodes.values())
 
 
-# --------------------------------------------------------------------------- determinism and snapshot
+# ---------------------------------------------------------------- determinism and snapshot
 def test_dot_output_is_deterministic_and_colours_are_stable():
     a = viz_expr(codegen_module()).source
     b = viz_expr(codegen_module()).source
@@ -308,7 +318,8 @@ def test_composite_dot_matches_snapshot():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
     assert path.exists(), f"missing {path}; run with PATTERNKIT_UPDATE_SNAPSHOTS=1 to create it"
-    assert source == path.read_text(), "DOT changed; review and rerun with PATTERNKIT_UPDATE_SNAPSHOTS=1"
+    assert source == path.read_text(), \
+        "DOT changed; review and rerun with PATTERNKIT_UPDATE_SNAPSHOTS=1"
 
 
 def test_user_ir_is_not_modified():
@@ -319,7 +330,7 @@ def test_user_ir_is_not_modified():
     assert mod.script() == text
 
 
-# --------------------------------------------------------------------------- collapse / focus / highlight
+# ---------------------------------------------------------------- collapse / focus / highlight
 def test_collapse_all_replaces_clusters_with_single_nodes():
     g = viz_expr(codegen_module(), collapse="all")
     assert not cluster_by_kind(g, "composite") and not cluster_by_kind(g, "codegen")
@@ -390,7 +401,7 @@ def test_highlight_reports_values_not_in_the_graph_and_rejects_garbage():
         viz_expr(ConvBiasReluSoftmax, highlight=3.5)
 
 
-# --------------------------------------------------------------------------- exports
+# ---------------------------------------------------------------- exports
 def test_networkx_and_json_exports_hold_the_same_graph():
     g = viz_expr(codegen_module())
     nxg = g.to_networkx()
@@ -400,11 +411,12 @@ def test_networkx_and_json_exports_hold_the_same_graph():
     assert any(c["kind"] == "codegen" for c in nxg.graph["clusters"].values())
     data = json.loads(g.to_json())
     assert [n["id"] for n in data["nodes"]] == list(g.model.nodes)
-    assert data["summary"]["composites"] == {"mybackend.conv2d_bias_relu": 1, "mybackend.softmax": 1}
+    assert data["summary"]["composites"] == {"mybackend.conv2d_bias_relu": 1,
+                                             "mybackend.softmax": 1}
     assert g.to_json() == viz_expr(codegen_module()).to_json()
 
 
-# --------------------------------------------------------------------------- bad input
+# ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize("bad", [42, "main", np.zeros(3), None])
 def test_objects_that_are_not_relax_ir_are_rejected(bad):
     with pytest.raises(VizError, match="expects a tvm.IRModule"):
@@ -412,7 +424,8 @@ def test_objects_that_are_not_relax_ir_are_rejected(bad):
 
 
 def test_primfunc_is_rejected_with_a_hint():
-    prim = next(f for _, f in fuseops_module().functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+    prim = next(f for _, f in fuseops_module().functions.items()
+                if isinstance(f, tvm.tirx.PrimFunc))
     with pytest.raises(VizError, match="PrimFunc"):
         viz_expr(prim)
 
@@ -449,7 +462,7 @@ def test_bad_options_are_named():
         viz_expr(ConvBiasReluSoftmax, functions=["nope"])
 
 
-# --------------------------------------------------------------------------- display
+# ---------------------------------------------------------------- display
 def test_display_without_dot_shows_summary_and_source(monkeypatch):
     monkeypatch.setattr(viz_display, "dot_binary", lambda: None)
     g = viz_expr(composite_module())
@@ -508,7 +521,7 @@ def test_real_svg_of_a_diff_marks_removed_and_added(tmp_path):
     assert "nn.gelu" in svg and "nn.relu" in svg
 
 
-# --------------------------------------------------------------------------- diff
+# ---------------------------------------------------------------- diff
 def _relu_to_gelu(mod):
     pat = is_op("relax.nn.relu")(wildcard())
     new_main = rewrite_call(pat, lambda orig, m: relax.op.nn.gelu(orig.args[0]), mod["main"])
@@ -575,7 +588,7 @@ def test_diff_rejects_non_ir():
     assert tvm_ffi.structural_equal(ConvBiasReluSoftmax, ConvBiasReluSoftmax)
 
 
-# --------------------------------------------------------------------------- less common IR
+# ---------------------------------------------------------------- less common IR
 @I.ir_module
 class Unusual:
     @R.function
@@ -600,7 +613,8 @@ class Unusual:
 def test_match_cast_if_packed_calls_and_recursion_are_drawn():
     g = viz_expr(Unusual)
     labels = {n.label for n in g.model.nodes.values()}
-    assert {"match_cast", "if", "call_dps_packed extern my_packed", "shape(n)", "call rec"} <= labels
+    expected = {"match_cast", "if", "call_dps_packed extern my_packed", "shape(n)", "call rec"}
+    assert expected <= labels
     assert g.model.nodes["main/y"].type == "f32[n]"
     assert g.model.functions == ["main", "rec"]
     json.loads(g.to_json())
