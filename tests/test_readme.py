@@ -64,6 +64,36 @@ def test_ci_runs_the_readme_test_command(tmp_path):
     assert f"+ {test_command}" in proc.stdout
 
 
+def test_ci_lints_and_type_checks_before_the_tests():
+    test_command = _setup_commands(README)[1]
+    steps = [step.strip() for step in test_command.split("&&")]
+    assert steps.index("ruff check .") < steps.index("mypy") < steps.index(
+        "python -m pytest -q -n auto")
+    # the tools come from the venv the command creates, at the versions the config is for
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    test_extra = re.search(r"^test = \[(.*?)\]", pyproject, flags=re.S | re.M).group(1)
+    assert re.search(r'"ruff==[\d.]+"', test_extra) and re.search(r'"mypy==[\d.]+"', test_extra)
+    assert "'.[test," in test_command
+
+
+def _checkout_with_setup(tmp_path: Path, second_command: str) -> Path:
+    """A copy of ``.ci/run`` beside a README whose second set-up command is given."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", checkout / ".ci" / "run")
+    (checkout / "README.md").write_text(
+        f"# demo\n\n```bash\n# 1. install\npip install -e .\n# 2. test\n{second_command}\n```\n")
+    return checkout
+
+
+def test_ci_refuses_a_readme_whose_tests_run_without_lint_and_types(tmp_path):
+    checkout = _checkout_with_setup(tmp_path, "pip install -e . && python -m pytest -q")
+    proc, args = _run_ci(checkout, tmp_path)
+    assert proc.returncode == 1
+    assert "should run ruff check and mypy before pytest" in proc.stderr
+    assert args is None
+
+
 def test_ci_refuses_a_readme_whose_second_command_does_not_run_pytest(tmp_path):
     checkout = tmp_path / "checkout"
     (checkout / ".ci").mkdir(parents=True)
