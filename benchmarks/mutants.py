@@ -364,15 +364,15 @@ def make_mutant(rule: Any, kind: str, journal: Journal) -> Any:
     """A rule with ``rule``'s pattern, check and name whose rewrite is mutated by ``kind``.
 
     A shallow copy of the library rule whose class is a subclass overriding
-    ``rewrite_match``: every engine hook (roles, check, ``rewrite_once``, tolerance) stays
+    ``rewrite``: everything else the engine reads (roles, check, ``rewrite_once``, tolerance) stays
     the library rule's, so the job treats the mutant exactly as it would the rule.  A site
     where the mutation does not apply gets the library's replacement unchanged.
     """
     base = type(rule)
 
-    def rewrite_match(self: Any, match: Any) -> Any:
+    def rewrite(self: Any, match: Any) -> Any:
         """The library rule's replacement, mutated; recorded in the journal."""
-        result = base.rewrite_match(self, match)
+        result = base.rewrite(self, match)
         if kind == UNMUTATED or result is None:
             return result
         roots = result if isinstance(result, dict) else {None: result}
@@ -390,7 +390,7 @@ def make_mutant(rule: Any, kind: str, journal: Journal) -> Any:
         return changed if isinstance(result, dict) else changed[None]
 
     mutant_class = type(f"{base.__name__}_{kind.replace('.', '_')}", (base,),
-                        {"rewrite_match": rewrite_match,
+                        {"rewrite": rewrite,
                          "__doc__": f"{rule.rule_name} with its rewrite mutated: {kind}."})
     mutant = object.__new__(mutant_class)
     mutant.__dict__.update(rule.__dict__)

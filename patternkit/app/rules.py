@@ -18,7 +18,7 @@ import runpy
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..engine.rule import Rule
+from ..engine.rule import Rule, is_rule
 from ..engine.ruleset import RuleSet
 from ..errors import PatternError
 from .loading import JobError
@@ -37,7 +37,7 @@ def resolve_rules(patterns: Any) -> RuleSet:
 
     if patterns is None:
         return LIBRARY
-    if isinstance(patterns, (Rule, RuleSet, str)) or isinstance(patterns, type):
+    if is_rule(patterns) or isinstance(patterns, (RuleSet, str, type)):
         patterns = [patterns]
     rules: list[Rule] = []
     for item in patterns:
@@ -49,7 +49,7 @@ def resolve_rules(patterns: Any) -> RuleSet:
 
 
 def _rules_of(item: Any, library: RuleSet) -> Iterable[Rule]:
-    if isinstance(item, Rule):
+    if is_rule(item):
         return [item]
     if isinstance(item, RuleSet):
         return list(item)
@@ -86,7 +86,7 @@ def _rules_named(text: str, library: RuleSet) -> Sequence[Rule]:
         if isinstance(value, (list, tuple)):
             return [r for v in value for r in _rules_of(v, library)]
         return list(_rules_of(value, library))
-    found = [v for k, v in namespace.items() if isinstance(v, Rule) and not k.startswith("_")]
+    found = [v for k, v in namespace.items() if is_rule(v) and not k.startswith("_")]
     if not found:
         raise JobError(f"{path} defines no rule instances (define them at the top level, "
                        f"or name one with {path}:NAME)")

@@ -34,7 +34,13 @@ in the next round.  The fixed point is the one Relay's rule-by-rule passes reach
 one index per function and round instead of one per rule and round; a rewrite may
 happen a round later than it would have.
 
-Rounds repeat until a round changes nothing (callbacks with ``rewrite_once`` take part
+Rules match in one of two ways, the two strategies of the pattern language: a rule with
+a ``pattern`` (one root) as above, a rule with a ``context`` (several roots, a
+``PatternContext``) over whole blocks (:func:`~patternkit.engine.multi.rewrite_function_bindings`),
+after the round's single-root rules and sharing their function indexes.  Both kinds
+are the same protocol to the driver: ``check(match)``, then ``rewrite(match)``.
+
+Rounds repeat until a round changes nothing (rules with ``rewrite_once`` take part
 in the first round only).  Two guards stop a rule set that never settles, instead of
 looping as ``rewrite_call`` does, both with :class:`RewriteDidNotConverge`: after
 ``max_passes`` rounds, naming the rules still firing; and as soon as a round leaves a
@@ -69,9 +75,9 @@ from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
 from .emit import Emitted, emit_rewrites
 from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
-from .multi import BindingsRewriteRule, rewrite_function_bindings
+from .multi import rewrite_function_bindings
 from .proposal import Group, SkipKind, find_groups, group_check
-from .rule import MatchCheck, Reject, RewriteRule, RuleMatch, require_instance
+from .rule import MatchCheck, Reject, RewriteRule, Rule, RuleMatch, as_rule, check_of, require_instance
 from .ruleset import RuleSet
 from .wellformed import assert_well_formed, check_input, check_shape, debug_mode
 
@@ -162,19 +168,19 @@ class RewriteLog:
         return [s.reason for s in self.skipped if rule is None or s.rule == rule]
 
 
-def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: Any, *,
+def rewrite(rules: Any = None, target: Any = None, *,
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
             log: RewriteLog | None = None, max_growth: float | None = DEFAULT_MAX_GROWTH,
-            debug: bool | None = None) -> Any:
+            debug: bool | None = None, callbacks: Any = None) -> Any:
     """Apply rewrite rules until nothing changes; Relay's ``rewrite``.
 
     Parameters
     ----------
-    callbacks : RewriteRule (or DFPatternCallback), a sequence of them, or a RuleSet
+    rules : RewriteRule (or DFPatternCallback), a sequence of them, or a RuleSet
         Applied in order, each once per round (see the module docstring for what rules
         of one round see of each other).  Of a :class:`RuleSet`, the rewrite rules are
         applied (its composites are for ``MergeComposite``).  Pass instances, not
-        classes.
+        classes.  ``callbacks=`` is accepted for it too (Relay's name).
     target : tvm.IRModule, relax.Function or Relax expression
         Returned as the same kind; never modified.  In a module, every Relax function
         is rewritten except those created by fusion or partitioning (``Primitive``,
@@ -218,7 +224,9 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: An
     round's rewrites leave without live readers are removed at the end of that round;
     non-dataflow (user-visible) bindings are never removed.
     """
-    rules = _as_rule_list(callbacks)
+    rules = _as_rule_list(_rules_argument(rules, callbacks, "rewrite"))
+    if target is None:
+        raise TypeError("rewrite() needs a target: rewrite(rules, mod)")
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
     if max_growth is not None and not max_growth >= 1:
@@ -234,13 +242,13 @@ def rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, target: An
     return apply_to_target(target, transform)
 
 
-def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,  # noqa: N802
+def Rewrite(rules: Any = None, *,  # noqa: N802
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
             max_growth: float | None = DEFAULT_MAX_GROWTH, debug: bool | None = None,
-            name: str | None = None) -> tvm.transform.Pass:
+            name: str | None = None, callbacks: Any = None) -> tvm.transform.Pass:
     """:func:`rewrite` as a ``tvm.transform.Pass`` for ``tvm.transform.Sequential``."""
-    rules = _as_rule_list(callbacks)
-    pass_name = name or "patternkit.Rewrite(" + ",".join(r.rule_name for r in rules) + ")"
+    rules = _as_rule_list(_rules_argument(rules, callbacks, "Rewrite"))
+    pass_name = name or "patternkit.Rewrite(" + ",".join(r.name for r in rules) + ")"
 
     def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         return rewrite(rules, mod, max_passes=max_passes,
@@ -251,39 +259,47 @@ def Rewrite(callbacks: RewriteRule | Sequence[RewriteRule] | RuleSet, *,  # noqa
 
 
 # -- rules ---------------------------------------------------------------------------------
-def _as_rule_list(callbacks: Any) -> list[RewriteRule]:
-    require_instance(callbacks, PASS_NAME)
-    if isinstance(callbacks, RuleSet):
-        rules = list(callbacks.rewrite_rules())
-        if not rules:
-            raise PatternError(f"rewrite needs at least one rule; {callbacks!r} has no "
+def _rules_argument(rules: Any, callbacks: Any, where: str) -> Any:
+    """The rules given positionally or as ``rules=``, or by Relay's name ``callbacks=``."""
+    if callbacks is None:
+        if rules is None:
+            raise TypeError(f"{where}() needs rules: {where}(rules, ...)")
+        return rules
+    if rules is not None:
+        raise TypeError(f"{where}() got rules twice (rules and callbacks=); pass one")
+    return callbacks
+
+
+def _as_rule_list(given: Any) -> list[RewriteRule]:
+    """The rewrite rules ``given`` (a rule, a callback, a sequence or a RuleSet), each on
+    the rule protocol and checked to have what it matches."""
+    require_instance(given, PASS_NAME)
+    if isinstance(given, RuleSet):
+        items = list(given.rewrite_rules())
+        if not items:
+            raise PatternError(f"rewrite needs at least one rule; {given!r} has no "
                                f"rewrite rules (its composites are for MergeComposite)")
-        return _as_rule_list(rules)
-    if isinstance(callbacks, RewriteRule):
-        rules = [callbacks]
+    elif isinstance(given, Rule) or callable(getattr(given, "as_rule", None)):
+        items = [given]
     else:
         try:
-            rules = list(callbacks)
+            items = list(given)
         except TypeError:
-            raise PatternError(f"rewrite expects a DFPatternCallback (a rewrite rule), a "
-                               f"list of them or a RuleSet, found {type(callbacks).__name__}: "
-                               f"{callbacks!r:.80}") from None
-    if not rules:
-        raise PatternError("rewrite needs at least one rule (a DFPatternCallback)")
-    for i, rule in enumerate(rules):
-        require_instance(rule, f"{PASS_NAME}: rule {i}")
+            raise PatternError(f"rewrite expects a rewrite rule (a RewriteRule or a "
+                               f"DFPatternCallback), a list of them or a RuleSet, found "
+                               f"{type(given).__name__}: {given!r:.80}") from None
+    if not items:
+        raise PatternError("rewrite needs at least one rule (a RewriteRule or a "
+                           "DFPatternCallback)")
+    rules = []
+    for i, item in enumerate(items):
+        rule = as_rule(item, f"{PASS_NAME}: rule {i}")
         if not isinstance(rule, RewriteRule):
-            raise PatternError(f"expected a DFPatternCallback (a rewrite rule), found "
-                               f"{type(rule).__name__}: "
-                               f"{rule!r}")
-        if isinstance(rule, BindingsRewriteRule):  # several roots: a context, no pattern
-            rule.validate()
-            continue
-        if not isinstance(rule.pattern, DFPattern):
-            found = "None (set self.pattern in __init__)" if rule.pattern is None \
-                else f"a {type(rule.pattern).__module__}.{type(rule.pattern).__name__}"
-            raise PatternError(f"{rule.rule_name}.pattern must be a patternkit pattern "
-                               f"(wildcard(), is_op(...), ...); found {found}")
+            raise PatternError(f"{PASS_NAME}: rule {i} ({rule.name}) is a "
+                               f"{type(rule).__name__}, not a rewrite rule (a composite is "
+                               f"for MergeComposite)")
+        rule.validate()
+        rules.append(rule)
     return rules
 
 
@@ -304,10 +320,10 @@ class _Prepared:
         roles = rule.roles()
         unknown = [name for name in rule.escapable_roles if name not in roles]
         if unknown:
-            raise PatternError(f"{rule.rule_name}: escapable_roles names {unknown}, which "
+            raise PatternError(f"{rule.name}: escapable_roles names {unknown}, which "
                                f"are not roles of the rule (its roles: {sorted(roles)})")
-        return cls(rule, rule.rule_name, roles, root_op_names(rule.pattern),
-                   required_op_names(rule.pattern), rule.match_check(),
+        return cls(rule, rule.name, roles, root_op_names(rule.pattern),
+                   required_op_names(rule.pattern), check_of(rule),
                    tuple(roles[name] for name in rule.escapable_roles))
 
 
@@ -322,9 +338,14 @@ class _Options:
 
 # -- rounds ------------------------------------------------------------------------------
 def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) -> tvm.IRModule:
-    """Apply ``rules`` in rounds until a round changes nothing."""
-    active = [_Prepared.of(rule) for rule in rules if not isinstance(rule, BindingsRewriteRule)]
-    multi = [rule for rule in rules if isinstance(rule, BindingsRewriteRule)]
+    """Apply ``rules`` in rounds until a round changes nothing.
+
+    Each rule matches by its strategy: single-root rules (a ``pattern``) in the round's
+    shared walk (:func:`_run_round`), multi-root rules (a ``context``) block by block
+    after them (:func:`_run_multi_round`).
+    """
+    active = [_Prepared.of(rule) for rule in rules if not rule.multi_root]
+    multi = [rule for rule in rules if rule.multi_root]
     if options.debug:
         assert_well_formed(mod, PASS_NAME, "input")
     sizes = _InputSizes(mod)
@@ -445,7 +466,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                 continue
             check = None if rule.checker is None else group_check(
                 rule.checker, rule.roles,
-                lambda group, err, fn=fn, rule=rule: _callback_error(rule, "check", fn.name,
+                lambda group, err, fn=fn, rule=rule: _rule_error(rule, "check", fn.name,
                                                                      group, err))
             try:
                 groups, skipped = find_groups(fn.index, rule.rule.pattern, check,
@@ -501,11 +522,11 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
     return C.copy_module(mod, functions_after), fired, unchanged
 
 
-def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_index: int,
+def _run_multi_round(rules: list[RewriteRule], mod: tvm.IRModule, round_index: int,
                      log: RewriteLog | None, indexes: dict[str, FunctionIndex],
                      settled: dict[int, dict[int, relax.Function]],
                      ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
-    """One round of the multi-root rules (engine/multi.py), one rule after the other.
+    """One round of the multi-root rules (:mod:`~patternkit.engine.multi`), one after the other.
 
     They match a :class:`~patternkit.dpl.PatternContext` graph over a whole block rather
     than one root, so they take their own walk; the function index is the round's
@@ -531,15 +552,15 @@ def _run_multi_round(rules: list[BindingsRewriteRule], mod: tvm.IRModule, round_
                 rule, roles, gv.name_hint, func, collect=log is not None,
                 index=index if index is not None and index.func.same_as(func) else None)
             if log is not None:
-                log.records.extend(RewriteRecord(rule.rule_name, gv.name_hint, root, replaced,
+                log.records.extend(RewriteRecord(rule.name, gv.name_hint, root, replaced,
                                                  round_index, None, func, done.function)
                                    for root, replaced in done.rewritten)
-                log.skipped.extend(SkippedMatch(rule.rule_name, gv.name_hint, root, reason,
+                log.skipped.extend(SkippedMatch(rule.name, gv.name_hint, root, reason,
                                                 refusal)
                                    for root, reason, refusal in done.refused)
             if done.last is not None:
                 updates[gv] = done.function
-                fired.append((rule.rule_name, gv.name_hint, done.last))
+                fired.append((rule.name, gv.name_hint, done.last))
             else:
                 seen[C.handle(func)] = func
         if updates:
@@ -574,14 +595,14 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]
     """``(replacement, "")``, or ``(None, why)`` to leave this binding as it is."""
     pre = group.match.root  # the binding's value, as the matcher saw it
     try:
-        result = rule.rule.rewrite_match(RuleMatch(group.match, rule.roles, group.plan))
+        result = rule.rule.rewrite(RuleMatch(group.match, rule.roles, group.plan))
     except Exception as err:
-        raise _callback_error(rule, "callback", func_name, group, err) from err
+        raise _rule_error(rule, "rewrite", func_name, group, err) from err
     if result is None:
         return None, "the rewrite returned None: binding left as it is"
     if not isinstance(result, tvm.ir.Expr) or isinstance(result, (tvm.ir.Op, relax.Function)):
         raise CallbackError(
-            f"rule {rule.name}: callback returned {type(result).__name__} ({result!r:.80}) "
+            f"rule {rule.name}: rewrite returned {type(result).__name__} ({result!r:.80}) "
             f"where a Relax expression was expected, at binding "
             f"'{describe_binding(func_name, group.binding)}'",
             rule.name, describe_binding(func_name, group.binding))
@@ -593,7 +614,7 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]
     return result, ""
 
 
-def _callback_error(rule: _Prepared, what: str, func_name: str, group: Group,
+def _rule_error(rule: _Prepared, what: str, func_name: str, group: Group,
                     err: Exception) -> CallbackError:
     where = describe_binding(func_name, group.binding)
     return CallbackError(f"rule {rule.name}: {what} raised {type(err).__name__}: {err} "

@@ -4,9 +4,11 @@
 a :class:`~patternkit.dpl.context.PatternContext` describes several bindings at once,
 ``rewriter(matchings, bindings)`` receives, as TVM gives them, the Var each node of the
 graph matched and the block's bindings (Var -> value), and returns ``{Var: replacement}``
-for the matched bindings it rewrites.  :class:`BindingsRewriteRule` is the same thing as
-a library rule (a rule with several roots: named roles, a check that can refuse with a
-reason, ``rewrite(match)``), applied by :func:`patternkit.rewrite` like any other rule.
+for the matched bindings it rewrites.  A rule whose ``context`` is a ``PatternContext``
+(a multi-root rule; :class:`BindingsRewriteRule` is its old name) is the same thing on
+the rule protocol: named roles read from a :class:`BindingsMatch`, a check that can
+refuse with a reason, ``rewrite(match)``; :func:`patternkit.rewrite` applies it like any
+other rule, through :func:`rewrite_function_bindings`.
 
 Which match is found, and which Var each pattern takes, is TVM's ``MatchGraph``; the
 graph matcher is the pattern language's (:mod:`patternkit.dpl.graph_matcher`), this
@@ -58,7 +60,7 @@ from ..ir.targets import apply_to_target, rewritable_functions
 from ..ir.walk import vars_read
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding
-from .rule import Reject, RewriteRule, judge, role_pattern
+from .rule import Reject, RewriteRule, RoleMatch, check_of, judge
 
 __all__ = ["BindingsMatch", "BindingsPass", "BindingsRewriteRule", "BlockBindings",
            "dpl_rewriter", "rewrite_bindings", "rewrite_function_bindings"]
@@ -332,6 +334,7 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
     :class:`~patternkit.errors.CallbackError` (naming the binding) when the rewriter
     raises, replaces a Var its match does not own, or returns a replacement that is not
     an expression or whose type does not fit the binding; the input is left unchanged.
+    The error names the rewriter (its ``__name__``, or its class's).
     """
     if not isinstance(context, PatternContext):
         raise PatternError(f"rewrite_bindings needs a patternkit PatternContext, found "
@@ -339,9 +342,10 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
     if not callable(rewriter):
         raise PatternError(f"the rewriter must be callable, found {type(rewriter).__name__}")
     context.validate()
+    name = getattr(rewriter, "__name__", None) or type(rewriter).__name__
 
     def on_function(func_name: str, func: relax.Function) -> relax.Function | None:
-        work = _FunctionRewrite("rewrite_bindings", func_name, func)
+        work = _FunctionRewrite(name, func_name, func)
         for graph in work.graphs(context):
             view = None
 
@@ -354,9 +358,9 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
                     result = rewriter(matchings(state, graph), view)
                 except Exception as err:
                     where = work.where(graph, owned)
-                    raise CallbackError(f"rule rewrite_bindings: the rewriter raised "
+                    raise CallbackError(f"rule {name}: the rewriter raised "
                                         f"{type(err).__name__}: {err} (at '{where}')",
-                                        "rewrite_bindings", where) from err
+                                        name, where) from err
                 return work.accept(graph, owned, result)
 
             each_match(context, graph, on_match)
@@ -396,8 +400,8 @@ def dpl_rewriter(nodes: Mapping, rewriter: Rewriter) -> Rewriter:
 
 
 # -- the class form: a rule with several roots -------------------------------------------------
-class BindingsMatch:
-    """One match of a :class:`BindingsRewriteRule`, read by role.
+class BindingsMatch(RoleMatch):
+    """One match of a multi-root rule (a rule with a ``context``), read by role.
 
     ``match.x`` / ``match["x"]`` is the Var the role ``x`` matched (a tuple of Vars for a
     ``used_by_all`` consumer), :meth:`value` the value bound to it, :attr:`bindings` the
@@ -408,35 +412,20 @@ class BindingsMatch:
 
     def __init__(self, state: GraphMatch, graph: BlockGraph, roles: Mapping[str, DFPattern],
                  bindings: BlockBindings, index: FunctionIndex):
+        super().__init__(roles)
         self._state = state
         self._graph = graph
         self._index = index
-        self._roles = roles
         self._bindings = bindings
         self.owned_keys = _owned(state, graph)
-        self.plan: Any = None
 
-    def _pattern(self, key: str | DFPattern) -> DFPattern:
-        return role_pattern(self._roles, key)
-
-    def __getitem__(self, key: str | DFPattern) -> Any:
-        found = self._state.p2r.get(self._pattern(key))
-        if found is None:
-            raise KeyError(f"role {key!r} is not a node of the rule's PatternContext")
+    def _matched(self, pattern: DFPattern) -> Any:
+        found = self._state.p2r[pattern]
         var = self._graph.var
         return tuple(var[k] for k in found) if isinstance(found, tuple) else var[found]
 
-    def __getattr__(self, role: str) -> Any:
-        if role.startswith("__"):
-            raise AttributeError(role)
-        try:
-            return self[role]
-        except KeyError as err:
-            raise AttributeError(err.args[0]) from None
-
-    def __contains__(self, key: object) -> bool:
-        pattern = key if isinstance(key, DFPattern) else self._roles.get(key)  # type: ignore[arg-type]
-        return pattern is not None and pattern in self._state.p2r
+    def _has(self, pattern: DFPattern) -> bool:
+        return pattern in self._state.p2r
 
     def tag(self, tag: str) -> str | None:
         """The name of the alternative of ``alt(..., tag=tag)`` that matched (``None``:
@@ -513,38 +502,22 @@ class BindingsMatch:
         owned = self.owned
         return owned[0] if owned else None
 
-    def __repr__(self) -> str:
-        return f"<BindingsMatch {', '.join(r for r in self._roles if r in self)}>"
 
 
 class BindingsRewriteRule(RewriteRule):
-    """A rule with several roots: a :class:`PatternContext` graph instead of one pattern.
+    """A :class:`~patternkit.engine.rule.RewriteRule` with several roots, by its old name.
 
-    Subclasses build ``self.context`` in ``__init__`` (patterns kept as attributes are
-    the roles, as for any rule), and implement :meth:`rewrite` returning
-    ``{Var: replacement}`` for the bindings of the match (``match.owned``).  A
-    :meth:`check` may return a plan or :func:`patternkit.reject` as for single-root rules.
-    ``pk.rewrite`` applies it like any rule, in rounds until nothing changes.
+    Any rule whose ``__init__`` sets ``self.context`` (a :class:`PatternContext`) instead
+    of ``self.pattern`` is multi-root; this class only says so up front, so that a
+    subclass that forgets its context is told about the context, not the pattern.  Its
+    ``check`` and ``rewrite`` are the protocol's: they receive a :class:`BindingsMatch`,
+    and ``rewrite`` returns ``{Var: replacement}`` for the bindings of the match
+    (``match.owned``).
     """
 
-    def __init__(self, rewrite_once: bool = False):
-        super().__init__(rewrite_once=rewrite_once)
-        self.context: PatternContext | None = None
-
-    def check(self, match: BindingsMatch) -> Any:  # type: ignore[override]
+    @property
+    def multi_root(self) -> bool:
         return True
-
-    def rewrite(self, match: BindingsMatch) -> Mapping:  # type: ignore[override]
-        raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
-
-    def validate(self) -> None:
-        """Raise :class:`PatternError` unless the rule has a matchable context."""
-        if not isinstance(self.context, PatternContext):
-            found = "None (set self.context in __init__)" if self.context is None \
-                else type(self.context).__name__
-            raise PatternError(f"{self.rule_name}.context must be a patternkit "
-                               f"PatternContext; found {found}")
-        self.context.validate()
 
 
 @dataclass
@@ -563,11 +536,11 @@ class BindingsPass:
     refused: list = field(default_factory=list)
 
 
-def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFPattern],
+def rewrite_function_bindings(rule: RewriteRule, roles: Mapping[str, DFPattern],
                               func_name: str, func: relax.Function,
                               collect: bool = False,
                               index: FunctionIndex | None = None) -> BindingsPass:
-    """One pass of a :class:`BindingsRewriteRule` over one function (the driver's hook).
+    """One pass of a multi-root rule over one function: the driver's multi-root strategy.
 
     ``index``: the function's index if the caller has one (the driver's round shares
     its own), else it is built here; it is only read.
@@ -575,9 +548,11 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
     done = BindingsPass(func)
     if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
         return done
-    work = _FunctionRewrite(rule.rule_name, func_name, func, index)
-    checker = rule.match_check()
-    for graph in work.graphs(rule.context):
+    context = rule.context
+    assert context is not None, "rewrite_function_bindings takes multi-root rules"
+    work = _FunctionRewrite(rule.name, func_name, func, index)
+    checker = check_of(rule)
+    for graph in work.graphs(context):
         view: BlockBindings | None = None
 
         def on_match(state: GraphMatch) -> list[int]:
@@ -590,13 +565,13 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
                 refusal = None
                 if checker is not None:
                     refusal, match.plan = judge(checker, match)
-                result = None if refusal is not None else rule.rewrite_match(match)
+                result = None if refusal is not None else rule.rewrite(match)
             except Reject as raised:  # a rewrite may refuse too
                 refusal, result = raised, None
             except Exception as err:
-                raise CallbackError(f"rule {rule.rule_name}: {type(err).__name__} in the rule: "
+                raise CallbackError(f"rule {rule.name}: {type(err).__name__} in the rule: "
                                     f"{err} (while rewriting binding '{where}')",
-                                    rule.rule_name, where) from err
+                                    rule.name, where) from err
             if refusal is not None:
                 if collect:
                     done.refused.append((C.var_name(match.root), refusal.reason, refusal))
@@ -608,7 +583,7 @@ def rewrite_function_bindings(rule: BindingsRewriteRule, roles: Mapping[str, DFP
                     done.rewritten.append((match.root, tuple(graph.var[k] for k in taken)))
             return taken
 
-        each_match(rule.context, graph, on_match)
+        each_match(context, graph, on_match)
     if work.replacements:
         done.function = work.emit()
     return done

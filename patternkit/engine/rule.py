@@ -1,14 +1,23 @@
 """The rule model: one base for rewrite rules and composite rules, and what they receive.
 
-A rule is a ``pattern`` with a dotted ``name`` (``"batchnorm.collapse"``) and an optional
-``check``; it comes in two kinds:
+One protocol for every rule: a dotted ``name`` (``"batchnorm.collapse"``), what it
+matches, ``check(match) -> plan | Reject`` and, for a rewrite, ``rewrite(match)``.  What
+it matches is either a ``pattern`` (one root: the binding the rewrite replaces) or a
+``context``, a :class:`~patternkit.dpl.context.PatternContext` (several roots: the
+bindings a multi-output rewrite replaces); the two are two matching strategies of the
+pattern language, and the rule's ``check`` and ``rewrite`` read either match the same way,
+by role.  A rule comes in two kinds:
 
 * :class:`RewriteRule`: ``rewrite(match)`` returns the replacement for the matched
-  binding (:class:`patternkit.DFPatternCallback` is the same rule written the Relay
-  way, with ``callback(pre, post, node_map)``);
+  binding (a single-root rule), or ``{Var: replacement}`` for the bindings of the match
+  (a multi-root rule);
 * :class:`CompositeRule`: a subgraph an external compiler takes; it replaces nothing
   itself, ``MergeComposite`` wraps each accepted match in a ``Composite`` function named
   ``"<compiler>.<pattern_name>"``.
+
+Relay's ``DFPatternCallback`` (``callback(pre, post, node_map)``) is not a third kind: it
+is an adapter onto this protocol (:mod:`patternkit.engine.callback`); every entry point
+that takes rules turns it into a rule with :func:`as_rule`.
 
 ``check(match)`` decides whether a match is taken.  It returns ``True`` to accept, or a
 *plan* object (what the check computed, e.g. an axis) which then reaches ``rewrite`` as
@@ -16,9 +25,11 @@ A rule is a ``pattern`` with a dotted ``name`` (``"batchnorm.collapse"``) and an
 rule between the two calls.  To refuse, it returns :func:`reject` with a reason, or a
 helper deep inside it raises one (a :class:`Reject` is an exception).
 
-What ``check`` and ``rewrite`` receive is a :class:`RuleMatch`: the matched expressions by
+What ``check`` and ``rewrite`` receive is a :class:`RoleMatch`: the matched expressions by
 *role*, the rule's named sub-patterns (``match.x``, ``match["gamma"]``, ``"bias" in
-match``), next to Relay's :class:`NodeMap` (``match.node_map[p][0]``).
+match``).  A single-root match (:class:`RuleMatch`) also has Relay's :class:`NodeMap`
+(``match.node_map[p][0]``); a multi-root match
+(:class:`~patternkit.engine.multi.BindingsMatch`) the block's bindings.
 
 What an expression of a match is (Relax is in A-normal form, Relay was not):
 
@@ -41,14 +52,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..dpl.context import PatternContext
 from ..dpl.matcher import Match
 from ..dpl.pattern import DFPattern, pattern_to_text
 from ..errors import PatternError
 from ..ir.copying import deepcopy_sharing_tvm_objects
 from .tolerance import EXACT, Tolerance, default_tolerance
 
-#: The check as the engines call it: one :class:`RuleMatch` in, a check result out.
-MatchCheck = Callable[["RuleMatch"], Any]
+#: The check as the engines call it: one match in, a check result out.
+MatchCheck = Callable[[Any], Any]
 
 
 # -- refusing a match ----------------------------------------------------------------------
@@ -182,15 +194,76 @@ def role_pattern(roles: Mapping[str, DFPattern], key: str | DFPattern) -> DFPatt
                        f"{', '.join(roles) or 'none'})") from None
 
 
-class RuleMatch:
-    """One match of a rule's pattern, read by role.
+class RoleMatch:
+    """A match read by role: what every rule's ``check`` and ``rewrite`` receive.
 
-    ``match.gamma`` / ``match["gamma"]`` is the expression the role ``gamma`` matched
-    (``AttributeError`` / ``KeyError`` when it is an alternative that did not match;
-    ``"gamma" in match`` tells), ``match.var_of("conv")`` the Var a call role's value is
-    bound to.  The other attributes are :attr:`root`, :attr:`plan`, :attr:`node_map`,
-    :attr:`roles` and :meth:`var_of`; a role with one of those names is read with
-    ``match[name]``.
+    ``match.gamma`` / ``match["gamma"]`` is what the role ``gamma`` matched
+    (``AttributeError`` / ``KeyError`` when it is not part of the match; ``"gamma" in
+    match`` tells), :attr:`plan` what the rule's check returned, :attr:`root` where the
+    match is (the root binding's value, or a multi-root match's first binding).  The two
+    matching strategies give the two subclasses, :class:`RuleMatch` (one root) and
+    :class:`~patternkit.engine.multi.BindingsMatch` (several); they say what a role
+    matched (:meth:`_matched`), this class reads it by name.
+    """
+
+    __slots__ = ("_roles", "plan")
+
+    def __init__(self, roles: Mapping[str, DFPattern], plan: Any = None):
+        self._roles = roles
+        self.plan = plan
+
+    def _matched(self, pattern: DFPattern) -> Any:
+        """What ``pattern`` matched; ``KeyError`` when it is not part of the match."""
+        raise NotImplementedError
+
+    def _has(self, pattern: DFPattern) -> bool:
+        raise NotImplementedError
+
+    @property
+    def root(self) -> Any:
+        raise NotImplementedError
+
+    def _pattern(self, key: str | DFPattern) -> DFPattern:
+        return role_pattern(self._roles, key)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The names of the roles that matched."""
+        return tuple(r for r, p in self._roles.items() if self._has(p))
+
+    def __getitem__(self, key: str | DFPattern) -> Any:
+        pattern = self._pattern(key)
+        try:
+            return self._matched(pattern)
+        except KeyError:
+            raise KeyError(f"role {key!r} is not part of this match (an alternative that "
+                           f"did not match; test with `{key!r} in match`)") from None
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            pattern = self._roles.get(key)
+        else:
+            pattern = key if isinstance(key, DFPattern) else None
+        return pattern is not None and self._has(pattern)
+
+    def __getattr__(self, role: str) -> Any:
+        if role.startswith("__"):  # copy, pickle and friends probe for dunders
+            raise AttributeError(role)
+        try:
+            return self[role]
+        except KeyError as err:
+            raise AttributeError(err.args[0]) from None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {', '.join(self.roles)}>"
+
+
+class RuleMatch(RoleMatch):
+    """One match of a single-root rule's pattern, read by role.
+
+    Besides what a :class:`RoleMatch` reads, ``match.var_of("conv")`` is the Var a call
+    role's value is bound to and :attr:`node_map` Relay's pattern-keyed view.  A role
+    whose name is one of the attributes is read with ``match[name]``.
 
     Parameters
     ----------
@@ -202,12 +275,11 @@ class RuleMatch:
         What the rule's check returned (``None`` for ``True``).
     """
 
-    __slots__ = ("_match", "_roles", "plan", "_node_map")
+    __slots__ = ("_match", "_node_map")
 
     def __init__(self, match: Match, roles: Mapping[str, DFPattern], plan: Any = None):
+        super().__init__(roles, plan)
         self._match = match
-        self._roles = roles
-        self.plan = plan
         self._node_map: NodeMap | None = None
 
     @property
@@ -222,51 +294,33 @@ class RuleMatch:
             self._node_map = NodeMap(self._match, self.plan)
         return self._node_map
 
-    @property
-    def roles(self) -> tuple[str, ...]:
-        """The names of the roles that matched."""
-        captures = self._match.captures
-        return tuple(r for r, p in self._roles.items() if p in captures)
+    def _matched(self, pattern: DFPattern) -> Any:
+        repeated = self._match.repeated.get(pattern)
+        if repeated is not None:  # a dominator's path: the list of its path nodes
+            return list(repeated)
+        return self._match.captures[pattern]
 
-    def _pattern(self, key: str | DFPattern) -> DFPattern:
-        return role_pattern(self._roles, key)
+    def _has(self, pattern: DFPattern) -> bool:
+        return pattern in self._match.captures or pattern in self._match.repeated
 
     def __getitem__(self, key: str | DFPattern) -> Any:
-        if type(key) is str:  # a role that matched one node: two dict look-ups
+        if type(key) is str:  # the common case, a role that matched one node: two look-ups
             pattern = self._roles.get(key)
             match = self._match
             if pattern is not None and not match.repeated and pattern in match.captures:
                 return match.captures[pattern]
-        pattern = self._pattern(key)
-        repeated = self._match.repeated.get(pattern)
-        if repeated is not None:  # a dominator's path: the list of its path nodes
-            return list(repeated)
-        try:
-            return self._match.captures[pattern]
-        except KeyError:
-            raise KeyError(f"role {key!r} is not part of this match (an alternative that "
-                           f"did not match; test with `{key!r} in match`)") from None
-
-    def __contains__(self, key: object) -> bool:
-        # A role name is the usual key (and the cheap test: DFPattern's isinstance is not).
-        pattern = self._roles.get(key) if type(key) is str else (  # type: ignore[arg-type]
-            key if isinstance(key, DFPattern) else self._roles.get(key))  # type: ignore[arg-type]
-        return pattern is not None and (pattern in self._match.captures
-                                        or pattern in self._match.repeated)
+        return super().__getitem__(key)
 
     def __getattr__(self, role: str) -> Any:
-        # The checks read roles this way several times per match: the common case (a
-        # role that matched one node) is two dict look-ups, the rest goes by __getitem__.
-        if role.startswith("__"):  # copy, pickle and friends probe for dunders
+        # Checks read roles this way several times per match: the common case is two
+        # dict look-ups here, the rest goes by RoleMatch.
+        if role.startswith("__"):
             raise AttributeError(role)
         pattern = self._roles.get(role)
         match = self._match
         if pattern is not None and not match.repeated and pattern in match.captures:
             return match.captures[pattern]
-        try:
-            return self[role]
-        except KeyError as err:
-            raise AttributeError(err.args[0]) from None
+        return super().__getattr__(role)
 
     def tag(self, tag: str) -> str | None:
         """The name of the alternative of ``alt(..., tag=tag)`` that matched (``None``:
@@ -277,9 +331,6 @@ class RuleMatch:
         """The Var bound to the value a role matched (the expression itself for leaves)."""
         pattern = self._pattern(key)
         return self._match.bound_vars.get(pattern, self[key])
-
-    def __repr__(self) -> str:
-        return f"<RuleMatch {', '.join(self.roles)}>"
 
 
 # -- methods of rule variants ---------------------------------------------------------------
@@ -310,18 +361,20 @@ class variant_method:  # noqa: N801  (a decorator, named like staticmethod and c
 
 # -- the rules -----------------------------------------------------------------------------
 class Rule:
-    """A pattern with a dotted name and an optional check; the base of both rule kinds.
+    """The rule protocol: a dotted name, a pattern or a context, a check; the base of both kinds.
 
-    Subclasses set :attr:`pattern` in ``__init__`` (sub-patterns kept as attributes are
-    its roles) and override :meth:`check` to refuse matches, :meth:`example` to give the
-    library's verification a module to run on.
+    Subclasses set :attr:`pattern` (one root) or :attr:`context` (several roots, a
+    :class:`~patternkit.dpl.context.PatternContext`) in ``__init__``; sub-patterns kept as
+    attributes are the roles.  They override :meth:`check` to refuse matches (it
+    receives a :class:`RoleMatch` and returns ``True``, a plan, or :func:`reject`), and
+    :meth:`example` to give the library's verification a module to run on.  The name is
+    a class attribute (``name = "batchnorm.collapse"``) or set in ``__init__`` for rules
+    whose variants have names of their own; it defaults to the class name.
     """
 
     # TVM objects a rule holds (constants) are shared: TVM 0.27 crashes copying them.
     __deepcopy__ = deepcopy_sharing_tvm_objects
 
-    #: Dotted rule name (``"<family>.<rule>"``); defaults to the class name.
-    name: str = ""
     #: Roles whose binding may also be read outside the match.  A match is normally
     #: skipped when one of its interior results has another reader (the replacement would
     #: leave that computation duplicated); a role named here does not count, and its
@@ -331,26 +384,54 @@ class Rule:
 
     def __init__(self) -> None:
         self.pattern: DFPattern | None = None
+        self.context: PatternContext | None = None
+
+    @property
+    def name(self) -> str:
+        """Dotted rule name (``"<family>.<rule>"``); defaults to the class name."""
+        return self.__dict__.get("_name") or type(self).__name__
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.__dict__["_name"] = value
 
     @property
     def rule_name(self) -> str:
-        return self.name or type(self).__name__
+        """:attr:`name` (the name it had when rules kept their name in two attributes)."""
+        return self.name
+
+    @property
+    def multi_root(self) -> bool:
+        """Does the rule match a context of several roots rather than one pattern?"""
+        return getattr(self, "context", None) is not None
 
     def roles(self) -> dict[str, DFPattern]:
         """Named sub-patterns (``x``, ``gamma``...): by default the pattern attributes."""
         return {name: value for name, value in vars(self).items()
                 if isinstance(value, DFPattern) and name != "pattern"}
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """``True`` or a plan to accept the match, :func:`reject` (returned or raised) to refuse."""
         return True
 
-    def match_check(self) -> MatchCheck | None:
-        """The check as the engines call it, or ``None`` when every match is accepted."""
-        return None if type(self).check is Rule.check else self.check
+    def validate(self) -> None:
+        """Raise :class:`PatternError` unless the rule has what it matches: a patternkit
+        pattern, or a valid context."""
+        if self.multi_root:
+            if not isinstance(self.context, PatternContext):
+                raise PatternError(f"{self.name}.context must be a patternkit PatternContext; "
+                                   f"found {type(self.context).__name__}")
+            self.context.validate()
+            return
+        pattern = getattr(self, "pattern", None)
+        if not isinstance(pattern, DFPattern):
+            found = ("None (set self.pattern, or self.context for several roots, in "
+                     "__init__)" if pattern is None
+                     else f"a {type(pattern).__module__}.{type(pattern).__name__}")
+            raise PatternError(f"{self.name}.pattern must be a patternkit pattern "
+                               f"(wildcard(), is_op(...), ...); found {found}")
 
-    @staticmethod
-    def example() -> Any:
+    def example(self, **knobs: Any) -> Any:
         """A small ``tvm.IRModule`` the rule fires on, for ``patternkit verify``; ``None``: none.
 
         Keyword arguments (all with defaults) may vary the instance: dtype, layout, rank,
@@ -360,8 +441,7 @@ class Rule:
         """
         return None
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]] | list[dict[str, Sequence[Any]]]:
         """The degrees of freedom of :meth:`example`: keyword -> the values it may take.
 
         Each value list starts with the default and should reach the guard's edges (a
@@ -381,7 +461,7 @@ class Rule:
         return default_tolerance(dtype)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.rule_name}>"
+        return f"<{type(self).__name__} {self.name}>"
 
 
 class RewriteRule(Rule):
@@ -393,29 +473,23 @@ class RewriteRule(Rule):
         Apply the rule in the first round only instead of until nothing changes.
 
     ``rewrite`` returns a Relax expression whose type fits the root binding, or ``None``
-    (or the root itself) to leave the binding as it is.
+    (or the root itself) to leave the binding as it is.  A rule with a :attr:`context`
+    (several roots) returns ``{Var: replacement}`` for bindings of the match
+    (``match.owned``; an empty dict or ``None`` leaves the match alone).
     """
 
     def __init__(self, rewrite_once: bool = False):
         super().__init__()
         self.rewrite_once = rewrite_once
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
         """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned.
 
         ``None`` (or ``match.root`` itself) leaves the binding as it is; the driver
         records it as a declined match (:class:`~patternkit.engine.driver.SkippedMatch`)
         and logs it.
         """
-        raise NotImplementedError(f"{self.rule_name} must implement rewrite(match)")
-
-    def rewrite_match(self, match: RuleMatch) -> Any:
-        """The rewrite as the driver calls it (the Relay face calls ``callback`` instead).
-
-        Engine hooks on the rule classes have names no Relay-era subclass is likely to
-        use for a method of its own (``rewrite_match``, ``match_check``).
-        """
-        return self.rewrite(match)
+        raise NotImplementedError(f"{self.name} must implement rewrite(match)")
 
 
 class CompositeRule(Rule):
@@ -443,8 +517,14 @@ class CompositeRule(Rule):
         self.compiler = _compiler_name(type(self).__name__, compiler)
 
     @property
-    def name(self) -> str:  # type: ignore[override]  (derived, not a class attribute)
+    def name(self) -> str:
+        """``"<compiler>.<pattern_name>"``: derived, so :meth:`for_compiler` renames it."""
         return f"{self.compiler}.{self.pattern_name or type(self).__name__}"
+
+    @name.setter
+    def name(self, value: str) -> None:
+        raise AttributeError(f"{type(self).__name__}: a composite is named "
+                             f"'<compiler>.<pattern_name>'; set pattern_name, not name")
 
     def for_compiler(self, compiler: str) -> CompositeRule:
         """The same rule named for ``compiler`` (patterns are shared; they are immutable)."""
@@ -460,7 +540,7 @@ class CompositeRule(Rule):
         ``check`` is Relay's ``check(pre, node_map)``; it runs this rule's check on the
         match.  Passing the rule itself to a table is equivalent.
         """
-        check = self.match_check()
+        check = check_of(self)
         if check is None:
             return (self.name, self.pattern, None)
         roles = self.roles()
@@ -471,13 +551,44 @@ class CompositeRule(Rule):
         return (self.name, self.pattern, relay_check)
 
 
+def check_of(rule: Rule) -> MatchCheck | None:
+    """``rule.check``, or ``None`` when the rule accepts every match (it does not override
+    :meth:`Rule.check`): the engines then skip the call."""
+    return None if type(rule).check is Rule.check else rule.check
+
+
+def as_rule(candidate: Any, where: str = "rule") -> Rule:
+    """``candidate`` as a :class:`Rule`: a rule as it is, an adapter's rule (an object with
+    ``as_rule()``, such as a ``DFPatternCallback``) as it converts itself.
+
+    Every entry point that takes rules goes through here, so the engines see one protocol.
+    """
+    require_instance(candidate, where)
+    if isinstance(candidate, Rule):
+        return candidate
+    convert = getattr(candidate, "as_rule", None)
+    rule = convert() if callable(convert) else None
+    if not isinstance(rule, Rule):
+        raise PatternError(f"{where}: expected a rule (a RewriteRule, CompositeRule or "
+                           f"DFPatternCallback), found {type(candidate).__name__}: "
+                           f"{candidate!r:.80}")
+    return rule
+
+
+def is_rule(candidate: Any) -> bool:
+    """Is ``candidate`` a rule, or an adapter onto one (a ``DFPatternCallback``)?"""
+    return isinstance(candidate, Rule) or (not isinstance(candidate, type)
+                                           and callable(getattr(candidate, "as_rule", None)))
+
+
 def require_instance(candidate: Any, where: str) -> None:
     """Refuse a rule *class* where a rule is expected, saying how to make the instance.
 
     ``pk.rewrite(BatchnormCollapse, mod)`` would otherwise fail deep inside with
     ``'type' object is not iterable``: every entry point that takes rules calls this.
     """
-    if isinstance(candidate, type) and issubclass(candidate, Rule):
+    if isinstance(candidate, type) and (issubclass(candidate, Rule)
+                                        or callable(getattr(candidate, "as_rule", None))):
         name = candidate.__name__
         raise PatternError(f"{where}: {name} is a rule class, not a rule; pass an instance: "
                            f"{name}()")

@@ -15,7 +15,7 @@ import difflib
 from typing import Any, Iterable, Iterator
 
 from ..errors import PatternError
-from .rule import CompositeRule, RewriteRule, Rule, require_instance
+from .rule import CompositeRule, Rule, is_rule, require_instance
 
 
 class RuleSet:
@@ -26,7 +26,8 @@ class RuleSet:
     rules : iterable of Rule
         In priority order.  The same rule object twice is kept once; two different rules
         with one name are an error (names are how logs, reports and ``--patterns`` refer
-        to rules).
+        to rules).  A ``DFPatternCallback`` is kept as it was given (``find`` returns it);
+        the passes that apply it make it a rule (:func:`~patternkit.engine.rule.as_rule`).
 
     Examples
     --------
@@ -39,24 +40,24 @@ class RuleSet:
 
     def __init__(self, rules: Iterable[Rule] = ()):
         require_instance(rules, "RuleSet")
-        if isinstance(rules, Rule):
+        if is_rule(rules):
             rules = (rules,)
         kept: list[Rule] = []
         by_name: dict[str, Rule] = {}
         for i, rule in enumerate(rules):
             require_instance(rule, f"RuleSet item {i}")
-            if not isinstance(rule, Rule):
+            if not is_rule(rule):
                 raise PatternError(f"a RuleSet holds rules (RewriteRule, DFPatternCallback, "
                                    f"CompositeRule); item {i} is a {type(rule).__name__}: "
                                    f"{rule!r:.80}")
-            other = by_name.get(rule.rule_name)
+            other = by_name.get(rule.name)
             if other is rule:
                 continue
             if other is not None:
-                raise PatternError(f"two different rules are named '{rule.rule_name}' "
+                raise PatternError(f"two different rules are named '{rule.name}' "
                                    f"({other!r} and {rule!r}); rule names must be unique "
                                    f"in a RuleSet")
-            by_name[rule.rule_name] = rule
+            by_name[rule.name] = rule
             kept.append(rule)
         self._rules: tuple[Rule, ...] = tuple(kept)
 
@@ -81,7 +82,7 @@ class RuleSet:
     def __or__(self, other: Any) -> RuleSet:
         """The rules of both, this set's first (``a | b`` gives ``a`` priority)."""
         require_instance(other, "RuleSet | ...")
-        if isinstance(other, Rule):
+        if is_rule(other):
             other = (other,)
         if not isinstance(other, (RuleSet, list, tuple)):
             return NotImplemented
@@ -89,7 +90,7 @@ class RuleSet:
 
     def __ror__(self, other: Any) -> RuleSet:
         require_instance(other, "... | RuleSet")
-        if isinstance(other, Rule):
+        if is_rule(other):
             other = (other,)
         if not isinstance(other, (list, tuple)):
             return NotImplemented
@@ -110,16 +111,16 @@ class RuleSet:
     # -- queries -------------------------------------------------------------------------------
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(rule.rule_name for rule in self._rules)
+        return tuple(rule.name for rule in self._rules)
 
     def by_prefix(self, prefix: str) -> RuleSet:
         """The rules whose names start with ``prefix`` (``"batchnorm."``), as TVM's registry."""
-        return RuleSet(rule for rule in self._rules if rule.rule_name.startswith(prefix))
+        return RuleSet(rule for rule in self._rules if rule.name.startswith(prefix))
 
     def find(self, name: str) -> Rule:
         """The rule called ``name``; the ``KeyError`` suggests the closest names."""
         for rule in self._rules:
-            if rule.rule_name == name:
+            if rule.name == name:
                 return rule
         close = difflib.get_close_matches(name, list(self.names), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -130,8 +131,9 @@ class RuleSet:
         return RuleSet(self.find(name) for name in names)
 
     def rewrite_rules(self) -> RuleSet:
-        """The :class:`RewriteRule` members (what :func:`patternkit.rewrite` applies)."""
-        return RuleSet(rule for rule in self._rules if isinstance(rule, RewriteRule))
+        """The rewrite rules (what :func:`patternkit.rewrite` applies): every member that is
+        not a :class:`CompositeRule` (a ``DFPatternCallback`` is one, as it was given)."""
+        return RuleSet(rule for rule in self._rules if not isinstance(rule, CompositeRule))
 
     def composites(self) -> RuleSet:
         """The :class:`CompositeRule` members (what ``MergeComposite`` forms)."""

@@ -27,18 +27,18 @@ import tvm
 from tvm import relax
 
 from ..engine import (
-    BindingsRewriteRule,
     RewriteLog,
     RewriteRecord,
     RewriteRule,
     Rule,
     RuleSet,
     Tolerance,
+    as_rule,
     default_tolerance,
     reject,
     rewrite,
 )
-from ..engine.rule import Reject
+from ..engine.rule import Reject, check_of, is_rule
 from ..ir import compat as C
 from ..ir.rebuild import binding_text
 from ..ir.walk import vars_read
@@ -182,8 +182,8 @@ def _groups(steps: Any) -> list:
         steps = [steps]
     groups: list = []
     for step in steps:
-        rules = list(step.rewrite_rules()) if isinstance(step, RuleSet) else \
-            [step] if isinstance(step, RewriteRule) else None
+        rules = [as_rule(r) for r in step.rewrite_rules()] if isinstance(step, RuleSet) else \
+            [as_rule(step)] if is_rule(step) and isinstance(as_rule(step), RewriteRule) else None
         if rules is None:
             groups.append(step)
         elif groups and isinstance(groups[-1], list):
@@ -201,7 +201,7 @@ def _replay_rules(rules: list, state: dict, judge) -> BrokenStep | None:
             while True:
                 log = RewriteLog()
                 # A multi-root rule takes all its roots at once: its one pass is the step.
-                step = _one_pass(rule) if isinstance(rule, BindingsRewriteRule) \
+                step = _one_pass(rule) if rule.multi_root \
                     else _OneApplication(rule)
                 after = rewrite(step, state["mod"], max_passes=1, log=log)
                 if not log.records:
@@ -215,7 +215,7 @@ def _replay_rules(rules: list, state: dict, judge) -> BrokenStep | None:
     return None
 
 
-def _one_pass(rule: BindingsRewriteRule) -> BindingsRewriteRule:
+def _one_pass(rule: RewriteRule) -> RewriteRule:
     """A copy of ``rule`` that stops after one pass (``rewrite_once``)."""
     once = copy.copy(rule)
     once.rewrite_once = True
@@ -232,27 +232,27 @@ class _OneApplication(RewriteRule):
         self.taken = False
 
     @property
-    def rule_name(self) -> str:
-        return self.inner.rule_name
+    def name(self) -> str:
+        return self.inner.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.inner.name = value
 
     def roles(self) -> dict:
         return self.inner.roles()
 
-    def match_check(self):
-        inner = self.inner.match_check()
+    def check(self, match):
+        if self.taken:
+            return reject("bisect: one application per step")
+        inner = check_of(self.inner)
+        verdict = True if inner is None else inner(match)
+        if verdict is not None and verdict is not False and not isinstance(verdict, Reject):
+            self.taken = True
+        return verdict
 
-        def check(match):
-            if self.taken:
-                return reject("bisect: one application per step")
-            verdict = True if inner is None else inner(match)
-            if verdict is not None and verdict is not False and not isinstance(verdict, Reject):
-                self.taken = True
-            return verdict
-
-        return check
-
-    def rewrite_match(self, match):
-        return self.inner.rewrite_match(match)
+    def rewrite(self, match):
+        return self.inner.rewrite(match)
 
 
 def _broken(name: str, index: int, before: tvm.IRModule, after: tvm.IRModule,

@@ -41,6 +41,7 @@ from tvm import relax
 from ..byoc.merge import CompositeLog, merge_composite
 from ..dpl import explain
 from ..engine import EXACT, CompositeRule, RewriteLog, RewriteRule, Rule, Tolerance, rewrite
+from ..engine.rule import as_rule
 from ..ir import compat as C
 from ..verification.differential import WIDE_SKIPPED, narrowest_float_dtype
 from ..verification.numeric import assert_same_numerics, random_inputs
@@ -142,7 +143,8 @@ class Applied:
 
 def apply_rule(rule: Rule, mod: tvm.IRModule) -> Applied:
     """``rewrite`` a rewrite rule, ``merge_composite`` a composite rule, and log it."""
-    name = rule.rule_name
+    rule = as_rule(rule, "apply_rule")  # a DFPatternCallback: the rule it stands for
+    name = rule.name
     if isinstance(rule, CompositeRule):
         log = CompositeLog()
         out = merge_composite(mod, [rule], log=log)

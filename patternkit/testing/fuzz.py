@@ -77,6 +77,7 @@ from ..engine import (
     default_tolerance,
     rewrite,
 )
+from ..engine.rule import is_rule
 from ..ir import compat as C
 from ..ir.dtypes import machine_epsilon
 from ..ir.rebuild import make_block, rebuild_function
@@ -137,8 +138,9 @@ def as_transform(target: Any) -> Callable[[tvm.IRModule], Any]:
     """
     if isinstance(target, str):
         return as_transform(resolve_target(target))
-    if isinstance(target, (RuleSet, RewriteRule)):
-        return lambda mod: rewrite(target, mod)
+    if isinstance(target, (RuleSet, RewriteRule)) or (is_rule(target)
+                                                       and not isinstance(target, Rule)):
+        return lambda mod: rewrite(target, mod)  # a rewrite rule, or a DFPatternCallback
     if isinstance(target, CompositeRule):
         return lambda mod: _compose(target, mod, None)
     if isinstance(target, tvm.transform.Pass) or callable(target):
@@ -149,7 +151,7 @@ def as_transform(target: Any) -> Callable[[tvm.IRModule], Any]:
 
 def transform_name(target: Any) -> str:
     """How a report names a target: the rule's name, the pass's name, the function's."""
-    if isinstance(target, Rule):
+    if is_rule(target):
         return target.rule_name
     if isinstance(target, RuleSet):
         return "RuleSet(" + ",".join(r.rule_name for r in target) + ")"
@@ -230,7 +232,7 @@ def _portable(target: Any) -> Any:
     """``target`` in a form a worker process can rebuild, or ``None``."""
     from patternkit.patterns import LIBRARY  # the default targets; imported lazily
 
-    if isinstance(target, Rule) and target.rule_name in LIBRARY.names and \
+    if is_rule(target) and target.rule_name in LIBRARY.names and \
             type(LIBRARY[target.rule_name]) is type(target):
         return ("library", target.rule_name)
     if isinstance(target, str):  # a name (resolve_target) is rebuilt in the worker
@@ -384,9 +386,10 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
     if rules is None:
         from patternkit.patterns import LIBRARY
         rules = LIBRARY
-    targets = [rules] if isinstance(rules, Rule) else list(rules)
+    # a rule, or a DFPatternCallback (an adapter onto one)
+    targets: list[Any] = [rules] if is_rule(rules) else list(rules)  # type: ignore[arg-type]
     for rule in targets:
-        if not isinstance(rule, Rule):
+        if not is_rule(rule):
             raise TypeError(f"verify takes rules, found a {type(rule).__name__}")
     say = progress or (lambda message: None)
     budget = default_budget("verify") if budget is None else budget
@@ -732,7 +735,7 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
             return dtype, tolerance
         if callable(tolerance):
             return dtype, tolerance(dtype)
-        if isinstance(target, Rule):
+        if is_rule(target):
             return dtype, target.tolerance(dtype)
         return dtype, default_tolerance(dtype)
 

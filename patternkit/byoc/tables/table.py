@@ -29,7 +29,7 @@ from ...dpl.from_tvm import FromDplError
 from ...dpl.matcher import Matcher
 from ...dpl.pattern import DFPattern
 from ...engine.proposal import adapt_check
-from ...engine.rule import MatchCheck, Rule, RuleMatch, judge, require_instance
+from ...engine.rule import MatchCheck, Rule, RuleMatch, check_of, judge, require_instance
 from ...engine.ruleset import RuleSet
 from ...errors import CallbackError, PatternkitError
 from ...ir import compat as C
@@ -96,7 +96,7 @@ class CompositeEntry:
 
     def __post_init__(self) -> None:
         if self.rule is not None:
-            accept, roles = self.rule.match_check(), self.rule.roles()
+            accept, roles = check_of(self.rule), self.rule.roles()
         else:
             accept = adapt_check(self.check) if self.check is not None else None
             roles = dict(self.annotations)
@@ -297,7 +297,7 @@ def _as_entry(raw: Any, i: int) -> CompositeEntry:
         name, pattern, check = raw.name, raw.pattern, raw.check
     elif isinstance(raw, Rule):
         name, pattern, rule = raw.rule_name, raw.pattern, raw
-        check = raw.check if raw.match_check() is not None else None
+        check = raw.check if check_of(raw) is not None else None
     elif isinstance(raw, (tuple, list)):
         if len(raw) not in (2, 3):
             raise PatternTableError(f"pattern table entry {i} must be (name, pattern) or "

@@ -278,7 +278,7 @@ def test_rules_without_a_patternkit_pattern_are_rejected():
         pk.rewrite(NoPattern(), exp_chain(1))
     with pytest.raises(pk.PatternError, match="tvm.relax.dpl"):
         pk.rewrite(TvmPattern(), exp_chain(1))
-    with pytest.raises(pk.PatternError, match="expected a DFPatternCallback"):
+    with pytest.raises(pk.PatternError, match=r"rule 0: expected a rule \(a RewriteRule, "):
         pk.rewrite([object()], exp_chain(1))
 
 

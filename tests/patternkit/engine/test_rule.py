@@ -186,9 +186,11 @@ def test_a_rule_match_reads_roles_by_name_and_says_which_matched():
 
 
 def test_a_rule_without_a_check_is_not_asked_and_has_no_example():
+    from patternkit.engine.rule import check_of
+
     rule = Roles()
-    assert rule.match_check() is None and rule.example() is None
-    assert pk.DFPatternCallback().match_check() is None
+    assert check_of(rule) is None and rule.example() is None
+    assert check_of(pk.DFPatternCallback().as_rule()) is None
 
 
 def test_a_composite_rule_is_named_for_its_compiler():
