@@ -18,13 +18,14 @@ from ..ir import compat as C
 from .numeric import build, flatten
 
 
-def run_split(modules: Sequence[tvm.IRModule], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run the pieces of :func:`~patternkit.engine.splitting.graph_split` in order on the original inputs.
+def run_split(modules: Sequence[tvm.IRModule],
+              inputs: Sequence[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run the pieces of :func:`~patternkit.engine.splitting.graph_split` in order.
 
     ``inputs`` are the original function's arguments, in its parameter order (or a dict
-    by parameter name), handed to every piece that reads them.  Returns the last piece's outputs as numpy arrays.
+    by parameter name), handed to every piece that reads them.  Returns the last piece's
+    outputs as numpy arrays.
     """
-
     if isinstance(inputs, dict):
         env: dict[str, Any] = dict(inputs)
     else:
