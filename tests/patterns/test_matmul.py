@@ -1,4 +1,4 @@
-"""patterns/matmul.py: matmul [+ bias] [-> activation] composites under TVM's table names, and
+"""patterns/matmul/: matmul [+ bias] [-> activation] composites under TVM's table names, and
 parallel matmuls sharing their left operand combined into one matmul and a split."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from patternkit.byoc import CompositeLog, PatternTable, composite_functions, mer
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.matmul import (ACTIVATIONS, COMPOSITES, RULES, CombineParallelMatmul,
                                         MatmulComposite, matmul_table)
+from patternkit.patterns.matmul.examples import parallel_projections
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 
 #: TVMScript spelling of each activation call on ``a``.
@@ -496,7 +497,7 @@ def test_combine_parallel_meets_the_rule_contract():
 
 
 def test_constant_weights_and_biases_fold_into_one_constant_each():
-    before = CombineParallelMatmul.example(branches=4, bias=True)
+    before = parallel_projections(branches=4, bias=True)
     after = pk.rewrite(CombineParallelMatmul(), before)
     assert _ops(after) == ["relax.matmul", "relax.add", "relax.split", "relax.concat"]
     matmul = next(b.value for b in after["main"].body.blocks[0].bindings
@@ -507,7 +508,7 @@ def test_constant_weights_and_biases_fold_into_one_constant_each():
 
 
 def test_float16_branches_keep_their_dtype():
-    before = CombineParallelMatmul.example(dtype="float16")
+    before = parallel_projections(dtype="float16")
     after = pk.rewrite(CombineParallelMatmul(), before)
     assert _ops(after).count("relax.matmul") == 1
     assert C.dtype_of(C.type_of(after["main"].body.body)) == "float16"

@@ -1,0 +1,185 @@
+"""Parallel matmuls that share their left operand, combined into one matmul and a split.
+
+:class:`CombineParallelMatmul` (``matmul.combine_parallel``) is a multi-root rule: a
+``PatternContext`` whose ``x.used_by_all(matmul, 0, at_least=2)`` takes every matmul
+reading ``x`` at once (the family's docstring lists what it recognises and its guards).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.dpl import PatternContext, is_op, wildcard
+from patternkit.engine import BindingsMatch, BindingsRewriteRule, reject
+from patternkit.ir import const_value, dtype_of, is_tensor_constant, static_shape, type_of
+
+from .examples import parallel_projections
+
+
+@dataclass(frozen=True)
+class CombinePlan:
+    """The branches to combine (binding order) and how.
+
+    ``matmuls`` are the matched matmul Vars, ``weights`` their right operands,
+    ``widths`` each ``N_i``; ``outputs`` the Var each branch's result replaces (the bias
+    add when ``biases`` are folded, else the matmul); ``out_dtype`` the common
+    ``out_dtype`` attribute (``""``: the operands' dtype).
+    """
+
+    matmuls: tuple
+    weights: tuple
+    widths: tuple[int, ...]
+    outputs: tuple
+    biases: tuple | None
+    out_dtype: str
+
+
+def _out_dtype(call: relax.Call) -> str:
+    dtype = call.attrs.out_dtype
+    text = "" if dtype is None else str(dtype)
+    return "" if text in ("void", "None") else text
+
+
+class CombineParallelMatmul(BindingsRewriteRule):
+    """Matmuls sharing their left operand: one matmul on concatenated weights and a split."""
+
+    rule_name = "matmul.combine_parallel"
+
+    def __init__(self) -> None:
+        super().__init__()
+        with PatternContext() as context:
+            self.x = wildcard()
+            self.matmul = is_op("relax.matmul")(wildcard(), wildcard(), add_constraint=False)
+            self.x.used_by_all(self.matmul, index=0, at_least=2)
+        self.context = context
+
+    # -- check ---------------------------------------------------------------------------
+    def check(self, match: BindingsMatch) -> Any:
+        x = match.x
+        x_shape = _shape(x)
+        if x_shape is not None and len(x_shape) < 2:
+            return reject(f"the shared operand '{x.name}' is rank 1: matmul would "
+                          f"contract it away, there is no axis to split", at=x)
+        first_key, branches, refusals = None, [], []
+        for var in match.matmul:
+            call = match.value(var)
+            weight = call.args[1]
+            why = self._weight_problem(match, weight)
+            if why is not None:
+                refusals.append(f"'{var.name}': {why}")
+                continue
+            key = (_dtype(weight), _dtype(call.args[0]), _out_dtype(call))
+            if first_key is None:
+                first_key = key
+            if key != first_key:
+                refusals.append(f"'{var.name}': weight dtype {key[0]} / out_dtype "
+                                f"{key[2] or 'default'} differ from the first branch's "
+                                f"{first_key[0]} / {first_key[2] or 'default'}")
+                continue
+            branches.append((var, weight, int(_shape(weight)[1])))
+        if len(branches) < 2:
+            return reject(f"fewer than two matmuls of '{x.name}' can be combined: "
+                          f"{'; '.join(refusals)}", at=x)
+        matmuls = tuple(v for v, _, _ in branches)
+        biases = self._biases(match, matmuls, [n for _, _, n in branches])
+        outputs = matmuls if biases is None else tuple(add for add, _ in biases)
+        for out in outputs:
+            if out is not None and out not in matmuls:
+                match.claim(out)
+        return CombinePlan(matmuls, tuple(w for _, w, _ in branches),
+                           tuple(n for _, _, n in branches), outputs,
+                           None if biases is None else tuple(b for _, b in biases),
+                           first_key[2])
+
+    @staticmethod
+    def _weight_problem(match: BindingsMatch, weight: Any) -> str | None:
+        if not (_is_given(match, weight) or _is_transposed_given(match, weight)):
+            return ("its weight is computed in the function, not a constant or a parameter "
+                    "(or its permute_dims)")
+        shape = _shape(weight)
+        if shape is None:
+            return "its weight has no static shape"
+        if len(shape) != 2:
+            return f"its weight has rank {len(shape)}, not 2"
+        if not isinstance(shape[1], int):
+            return f"its weight's width {shape[1]} is symbolic: the split needs static widths"
+        return None
+
+    @staticmethod
+    def _biases(match: BindingsMatch, matmuls: tuple, widths: list):
+        """``[(add Var, bias)]`` per branch when every branch's only reader adds a bias."""
+        found = []
+        for var, width in zip(matmuls, widths):
+            readers = match.readers(var)
+            if len(readers) != 1 or match.escapes(var):
+                return None
+            add = match.value(readers[0])
+            if not (isinstance(add, relax.Call) and isinstance(add.op, tvm.ir.Op)
+                    and add.op.name == "relax.add" and len(add.args) == 2):
+                return None
+            args = list(add.args)
+            bias = args[1] if args[0].same_as(var) else args[0]
+            if bias.same_as(var) or not (is_tensor_constant(bias) or match.is_parameter(bias)):
+                return None
+            if _shape(bias) != (width,) or _dtype(bias) != _dtype(var):
+                return None
+            found.append((readers[0], bias))
+        return found
+
+    # -- rewrite -------------------------------------------------------------------------
+    def rewrite(self, match: BindingsMatch) -> dict:
+        plan: CombinePlan = match.plan
+        merged = relax.op.matmul(match.x, _concat(plan.weights),
+                                 out_dtype=plan.out_dtype or None)
+        if plan.biases is not None:
+            merged = relax.op.add(merged, _concat(plan.biases, axis=0))
+        cuts = np.cumsum(plan.widths)[:-1].tolist()
+        parts = relax.op.split(merged, cuts, axis=-1)
+        return {out: relax.TupleGetItem(parts, i) for i, out in enumerate(plan.outputs)}
+
+    # -- example -------------------------------------------------------------------------
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A q/k/v-style projection: :func:`~.examples.parallel_projections` with ``knobs``."""
+        return parallel_projections(**knobs)
+
+    def example_space(self) -> dict:
+        return {"branches": (3, 2, 4), "bias": (False, True), "dtype": ("float32", "float16")}
+
+
+def _is_given(match: BindingsMatch, expr: Any) -> bool:
+    """A constant or a parameter: known before the function runs, never computed."""
+    return is_tensor_constant(expr) or match.is_parameter(expr)
+
+
+def _is_transposed_given(match: BindingsMatch, expr: Any) -> bool:
+    """``permute_dims`` of a rank-2 constant or parameter, bound in the block: how the
+    torch importer writes ``nn.Linear``'s weight."""
+    if not isinstance(expr, relax.Var) or expr not in match.bindings:
+        return False
+    value = match.value(expr)
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.permute_dims"):
+        return False
+    axes = value.attrs.axes
+    return (_is_given(match, value.args[0]) and len(_shape(value.args[0]) or ()) == 2
+            and (axes is None or [int(a) for a in axes] == [1, 0]))
+
+
+def _shape(expr: Any) -> tuple | None:
+    return static_shape(type_of(expr))
+
+
+def _dtype(expr: Any) -> str | None:
+    return dtype_of(type_of(expr))
+
+
+def _concat(values: tuple, axis: int = -1) -> Any:
+    """The values concatenated along ``axis``: one constant when all are constants."""
+    if all(is_tensor_constant(v) for v in values):
+        return relax.const(np.concatenate([const_value(v) for v in values], axis=axis))
+    return relax.op.concat(list(values), axis=axis)

@@ -1,0 +1,131 @@
+"""The matmul family's example modules: what its rules' ``example()`` build, and the tests reuse.
+
+:func:`mlp` is a two-layer MLP in a composite variant's form (as the torch importer
+writes ``nn.Linear``, or one batched matmul), :func:`parallel_projections` a q/k/v-style
+projection of one input (``matmul.combine_parallel``'s).  Their knobs reach the checks'
+edges: bias shapes that are no per-feature bias, a matmul cast back from float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.engine import NoSuchExample
+from patternkit.ir import dtype_of, static_shape, type_of
+
+_RELAX_ACTIVATIONS = {"relu": relax.op.nn.relu, "gelu": relax.op.nn.gelu,
+                      "gelu_tanh": relax.op.nn.gelu_tanh, "silu": relax.op.nn.silu}
+
+
+class _Layer(NamedTuple):
+    """How each layer of :func:`mlp` is written."""
+
+    transposed: bool
+    bias: bool
+    activation: str | None
+    frontend: str
+    bias_shape: str
+    accumulate: str | None
+
+
+def mlp(transposed: bool = False, bias: bool = False, activation: str | None = None,
+        dtype: str = "float32", shape: str = "batch_seq", frontend: str = "torch",
+        bias_shape: str = "feature", accumulate: str | None = None,
+        seed: int = 0) -> tvm.IRModule:
+    """A two-layer MLP: ``layer2(layer1(x))``, each layer ``x @ W [+ b] [-> activation]``
+    with seeded constant weights (variance 1/fan_in).
+
+    ``transposed``: ``W`` is stored ``(out, in)`` and reaches the matmul through
+    ``permute_dims``; ``bias``: a bias is added; ``activation``: one of ``relu``,
+    ``gelu``, ``gelu_tanh``, ``silu`` follows, or none.  ``shape``: ``x`` is
+    ``(batch, seq, 16)`` with symbolic ``batch`` and ``seq`` (``"batch_seq"``),
+    ``(2, 8, 16)`` (``"static"``) or ``(8, 16)`` (``"matrix"``).
+    ``frontend="torch"``: a layer on a 3-D ``x`` is ``reshape`` to 2-D, matmul, add,
+    ``reshape`` back, then the activation (how the torch importer writes
+    ``nn.Linear``); ``"direct"``: one batched matmul.  ``bias_shape``: ``"feature"``
+    ``(N,)``, ``"row"`` ``(1, N)``, or edges the check refuses: ``"scalar"`` ``(1,)``
+    (one value, not one per feature) and ``"residual"`` (the layer's input added back,
+    a tensor of the output's shape).  ``accumulate="cast_back"``: each matmul
+    accumulates in float32 and is cast straight back to ``dtype`` (float16), as TVM's
+    ``ToMixedPrecision`` and patternkit's float16 torch import write it.
+    """
+    if accumulate == "cast_back" and dtype == "float32":
+        raise NoSuchExample("accumulate='cast_back' accumulates a float16 matmul")
+    rng = np.random.default_rng(seed)
+    x = _input(dtype, shape)
+    form = _Layer(transposed, bias, activation, frontend, bias_shape, accumulate)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = _layer(bb, rng, x, 16, form)
+            out = bb.emit_output(_layer(bb, rng, h, 16, form))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _layer(bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr, features: int,
+           form: _Layer) -> relax.Expr:
+    dtype = dtype_of(type_of(x))
+    dims = static_shape(type_of(x))
+    inner = dims[-1]
+    weight_shape = (features, inner) if form.transposed else (inner, features)
+    weight = relax.const((rng.standard_normal(weight_shape) / np.sqrt(inner)).astype(dtype))
+    rhs = bb.emit(relax.op.permute_dims(weight, [1, 0])) if form.transposed else weight
+    flat = len(dims) > 2 and form.frontend == "torch"
+    lhs = bb.emit(relax.op.reshape(x, (_product(dims[:-1]), inner))) if flat else x
+    if form.accumulate == "cast_back":
+        y = bb.emit(relax.op.astype(bb.emit(relax.op.matmul(lhs, rhs, out_dtype="float32")),
+                                    dtype))
+    else:
+        y = bb.emit(relax.op.matmul(lhs, rhs))
+    if form.bias:
+        if form.bias_shape == "residual":  # the layer's input: a tensor of the output's shape
+            bias = lhs
+        else:
+            b_shape = {"feature": (features,), "row": (1, features),
+                       "scalar": (1,)}[form.bias_shape]
+            bias = relax.const((rng.standard_normal(b_shape) * 0.5 + 0.25).astype(dtype))
+        y = bb.emit(relax.op.add(bias, y))  # the torch importer's operand order
+    if flat:
+        y = bb.emit(relax.op.reshape(y, (*dims[:-1], features)))
+    if form.activation is not None:
+        y = bb.emit(_RELAX_ACTIVATIONS[form.activation](y))
+    return y
+
+
+def _input(dtype: str, shape: str) -> relax.Var:
+    dims = {"batch_seq": (tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"), 16),
+            "static": (2, 8, 16), "matrix": (8, 16)}[shape]
+    return relax.Var("x", relax.TensorType(dims, dtype))
+
+
+def _product(dims: Sequence[Any]) -> Any:
+    out = dims[0]
+    for d in dims[1:]:
+        out = out * d
+    return out
+
+
+def parallel_projections(branches: int = 3, bias: bool = False, dtype: str = "float32",
+                         seed: int = 0) -> tvm.IRModule:
+    """A q/k/v-style projection: ``branches`` matmuls of one input, seeded constants."""
+    rng = np.random.default_rng(seed)
+    x = relax.Var("x", relax.TensorType((2, 4, 8), dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            outs = []
+            for i in range(branches):
+                w = relax.const(rng.standard_normal((8, 4 + i)).astype(dtype))
+                y = bb.emit(relax.op.matmul(x, w))
+                if bias:
+                    y = bb.emit(relax.op.add(y, relax.const(
+                        rng.standard_normal((4 + i,)).astype(dtype))))
+                outs.append(y)
+            out = bb.emit_output(relax.op.concat(outs, axis=-1))
+        bb.emit_func_output(out)
+    return bb.get()
