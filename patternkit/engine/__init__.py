@@ -24,13 +24,14 @@ from .proposal import match_bindings
 from .rule import (CompositeRule, NodeMap, NoSuchExample, Reject, RewriteRule, RoleMatch, Rule,
                    RuleMatch, as_rule, reject, variant_method)
 from .ruleset import RuleSet
+from .skip import Skip, SkipKind
 from .splitting import GraphSplitError, graph_split
 from .tolerance import EXACT, Tolerance, default_tolerance
 from .wellformed import assert_well_formed
 
 __all__ = [
     "Rule", "RewriteRule", "CompositeRule", "RuleSet", "RuleMatch", "RoleMatch", "Reject",
-    "as_rule", "CallbackRule",
+    "as_rule", "CallbackRule", "Skip", "SkipKind",
     "DFPatternCallback", "NodeMap", "reject", "rewrite", "Rewrite", "RewriteLog",
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
     "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",

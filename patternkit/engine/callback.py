@@ -77,7 +77,7 @@ class DFPatternCallback:
 
         Relay gave ``None`` no meaning (its rewriter put a null node in the graph); here
         it declines the match, as returning ``post`` does, and the decline is recorded as
-        a :class:`~patternkit.engine.driver.SkippedMatch` of kind ``"declined"`` and
+        a :class:`~patternkit.engine.skip.Skip` of kind ``"declined"`` and
         logged, so a callback that forgets its ``return`` shows up in the log.
         """
         raise NotImplementedError(f"{self.name} must implement callback()")

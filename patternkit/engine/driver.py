@@ -76,9 +76,10 @@ from ..ir.targets import apply_to_target, rewritable_functions
 from .emit import Emitted, emit_rewrites
 from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
 from .multi import rewrite_function_bindings
-from .proposal import Group, SkipKind, find_groups, group_check
-from .rule import MatchCheck, Reject, RewriteRule, Rule, RuleMatch, as_rule, check_of, require_instance
+from .proposal import Group, find_groups, group_check
+from .rule import MatchCheck, RewriteRule, Rule, RuleMatch, as_rule, check_of, require_instance
 from .ruleset import RuleSet
+from .skip import Skip, SkipKind
 from .wellformed import assert_well_formed, check_input, check_shape, debug_mode
 
 _LOG = logging.getLogger(__name__)
@@ -129,22 +130,10 @@ class RewriteRecord:
         return tuple(C.var_name(v) for v in self.replaced_vars)
 
 
-@dataclass(frozen=True)
-class SkippedMatch:
-    """A match a rule found but did not rewrite, and why.
-
-    ``kind`` says which guard left it (:class:`~patternkit.engine.proposal.SkipKind`:
-    ``"overlap"``, ``"escape"``, ``"check"``, or ``"declined"`` when the rewrite itself
-    returned ``None``).  ``rejection`` is the :class:`~patternkit.engine.rule.Reject` the
-    rule's check gave (``None`` otherwise); its ``site`` names the guard that refused.
-    """
-
-    rule: str
-    function: str
-    root: str
-    reason: str
-    rejection: Reject | None = field(default=None, compare=False, repr=False)
-    kind: SkipKind = SkipKind.CHECK
+#: A match a rule found but did not rewrite, and why: the engine's one skip record, by
+#: the name the driver's log has always used (``kind`` is ``"declined"`` when the rewrite
+#: itself returned ``None``).
+SkippedMatch = Skip
 
 
 @dataclass
@@ -152,7 +141,7 @@ class RewriteLog:
     """Collects what a :func:`rewrite` call did; pass one in with ``log=``."""
 
     records: list[RewriteRecord] = field(default_factory=list)
-    skipped: list[SkippedMatch] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
     rounds: int = 0
 
     def count(self, rule: str | None = None) -> int:
@@ -473,12 +462,12 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                                               options.allow_escaping, taken=fn.taken,
                                               escapable=rule.escapable,
                                               extra_readers=fn.extra_readers,
-                                              report_claimed=log is not None)
+                                              report_claimed=log is not None,
+                                              rule=rule.name, function=fn.name)
             except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
                 raise err.in_rule(rule.name, fn.name) from err
             if log is not None:
-                log.skipped.extend(SkippedMatch(rule.name, fn.name, s.root, s.reason,
-                                                s.rejection, s.kind) for s in skipped)
+                log.skipped.extend(skipped)
             last = None
             declines = 0
             for group in groups:
@@ -486,9 +475,10 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                 if new_value is None:
                     declines += 1
                     if log is not None:
-                        log.skipped.append(SkippedMatch(rule.name, fn.name,
-                                                        C.var_name(group.root_var), declined,
-                                                        kind=SkipKind.DECLINED))
+                        log.skipped.append(Skip(rule.name, fn.name, C.var_name(group.root_var),
+                                                declined, kind=SkipKind.DECLINED,
+                                                position=group.position,
+                                                covered=tuple(group.interior)))
                     continue
                 fn.replace(rule, group, new_value, later_rules)
                 last = group.binding
@@ -555,8 +545,7 @@ def _run_multi_round(rules: list[RewriteRule], mod: tvm.IRModule, round_index: i
                 log.records.extend(RewriteRecord(rule.name, gv.name_hint, root, replaced,
                                                  round_index, None, func, done.function)
                                    for root, replaced in done.rewritten)
-                log.skipped.extend(SkippedMatch(rule.name, gv.name_hint, root, reason,
-                                                refusal)
+                log.skipped.extend(Skip(rule.name, gv.name_hint, root, reason, refusal)
                                    for root, reason, refusal in done.refused)
             if done.last is not None:
                 updates[gv] = done.function

@@ -169,7 +169,7 @@ def _normalize_replacements(replaced: list, is_dataflow: bool,
                 raise CallbackError(
                     f"rule {rule_name}: the replacement has type {actual} but binding "
                     f"'{where}' has type {expected}; a rewrite must keep the binding's type "
-                    f"(did the callback forget a reshape or a [0] on a tuple?)", rule_name, where)
+                    f"(did the rewrite forget a reshape or a [0] on a tuple?)", rule_name, where)
             bb.emit_normalized(relax.VarBinding(var, normalized))
     if len(out) == len(targets):  # no nested calls: one binding per replacement, in order
         return {key: [new_binding] for key, new_binding in zip(targets, out)}

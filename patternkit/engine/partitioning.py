@@ -62,7 +62,7 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
         :func:`patternkit.reject` (returned or raised) vetoes the match.  ``pre`` is the
         root binding's value (a Call whose arguments are Vars).
     skipped : list, optional
-        Receives a :class:`~patternkit.engine.proposal.Skipped` for every match left alone.
+        Receives a :class:`~patternkit.engine.skip.Skip` for every match left alone.
     debug : bool, optional
         Run TVM's ``relax.analysis.well_formed`` on the input and the output (default:
         the ``PATTERNKIT_DEBUG`` environment variable).  The cheap checks of
@@ -116,7 +116,8 @@ def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function
 
     accept = None if check is None else group_check(check, {}, check_error)
     try:
-        groups, skips = find_groups(index, pattern, accept, report_claimed=skipped is not None)
+        groups, skips = find_groups(index, pattern, accept, report_claimed=skipped is not None,
+                                    rule="partition", function=func_name)
     except AmbiguousDominator as err:  # the pattern cannot say where a diamond ends
         raise err.in_rule("partition", func_name) from err
     if skipped is not None:

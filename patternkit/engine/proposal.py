@@ -7,12 +7,11 @@ skipped when one of its interior results is read outside the match (rewriting it
 leave that reader without a value); dead code reading it does not count (see
 :mod:`~patternkit.engine.index`).  This module reproduces those rules on Relax
 bindings, with the reason for every skipped match recorded for reports and tests
-(:class:`Skipped`: its kind, the bindings the match covered, and why).
+(:class:`~patternkit.engine.skip.Skip`: its kind, the bindings the match covered, and why).
 """
 
 from __future__ import annotations
 
-import enum
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from ..dpl.pattern import DFPattern, root_op_names
 from ..ir import compat as C
 from .index import FunctionIndex
 from .rule import MatchCheck, Reject, RuleMatch, judge
+from .skip import Skip, SkipKind
 
 
 @dataclass
@@ -57,36 +57,8 @@ class Group:
         return [*self.match.internal, self.binding.var]
 
 
-class SkipKind(str, enum.Enum):
-    """Why a match was found but not used (compares equal to its value, ``"overlap"``...)."""
-
-    #: One of its bindings (its root, or an interior one) was already taken by another
-    #: match: an earlier group of the same pattern, or a rule earlier in the round.
-    OVERLAP = "overlap"
-    #: An interior result is also read outside the match (by live code).
-    ESCAPE = "escape"
-    #: The rule's (or the table entry's) check refused it.
-    CHECK = "check"
-    #: The rule's rewrite returned ``None`` (or the root unchanged): binding left as it is.
-    DECLINED = "declined"
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A match that was found but not used, and why.
-
-    ``covered`` holds the Vars of the bindings the match would have replaced (interior
-    first, root last), so reports can say which ops it concerned without matching again.
-    ``rejection`` is the check's :class:`~patternkit.engine.rule.Reject` when the check
-    refused the match (``None`` for overlaps and escaping intermediates).
-    """
-
-    root: str
-    reason: str
-    position: tuple[int, int] | None = None  # of the root binding, in the function index
-    rejection: Reject | None = field(default=None, compare=False, repr=False)
-    kind: SkipKind = SkipKind.CHECK
-    covered: tuple = field(default=(), compare=False, repr=False)
+#: The old name of :class:`~patternkit.engine.skip.Skip` here (one record for every pass).
+Skipped = Skip
 
 
 def adapt_check(check: Callable) -> MatchCheck:
@@ -126,7 +98,8 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 taken: Mapping[int, tuple] | None = None,
                 extra_readers: Mapping[int, list] | None = None,
                 report_claimed: bool = True, escapable: Sequence[DFPattern] = (),
-                ) -> tuple[list[Group], list[Skipped]]:
+                rule: str = "", function: str = "",
+                ) -> tuple[list[Group], list[Skip]]:
     """Accepted groups (in program order) and the matches that were skipped.
 
     Dead code is never a root: as in Relay, where it was unreachable from the result,
@@ -146,6 +119,8 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
         Handles of bindings that earlier rules of the same round replaced or absorbed,
         each with ``(rule name, root Var)`` of the match that took it; a match touching
         one is skipped as an overlap.
+    rule, function : str
+        The names each :class:`~patternkit.engine.skip.Skip` records.
     extra_readers : mapping, optional
         Handle -> ``(rule name, root Var)`` of each earlier replacement of the round that
         reads it: reads the function index does not know of, which make an
@@ -158,7 +133,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
     """
     claimed: dict[int, Any] = {}  # handle -> root Var of the accepted group that claimed it
     groups: list[Group] = []
-    skipped: list[Skipped] = []
+    skipped: list[Skip] = []
     uses = Uses(index.readers, index.escaping)  # what a dominator's reconvergence reads
     matchers = [Matcher(call_args=index.call_args, table=table, uses=uses,
                         call_ops=index.call_ops)
@@ -183,31 +158,33 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                    next((v for v, k in zip(found.internal, found.internal_keys) if k in claimed),
                         None))
         if overlap is not None:
-            skipped.append(Skipped(C.var_name(var), f"overlaps a match that already claimed "
-                                                   f"'{C.var_name(overlap)}'", position,
-                                   kind=SkipKind.OVERLAP, covered=covered))
+            skipped.append(Skip(rule, function, C.var_name(var),
+                                f"overlaps a match that already claimed "
+                                f"'{C.var_name(overlap)}'", position=position,
+                                kind=SkipKind.OVERLAP, covered=covered))
             continue
         if taken:
             by = next(((v, taken[k]) for v, k in zip(covered, (*found.internal_keys, root_key))
                        if k in taken), None)
             if by is not None:
-                skipped.append(Skipped(
-                    C.var_name(var), f"overlaps the match of {_taker(by[1])} (earlier in this "
-                                     f"round), which already took '{C.var_name(by[0])}'",
-                    position, kind=SkipKind.OVERLAP, covered=covered))
+                skipped.append(Skip(
+                    rule, function, C.var_name(var),
+                    f"overlaps the match of {_taker(by[1])} (earlier in this round), which "
+                    f"already took '{C.var_name(by[0])}'",
+                    position=position, kind=SkipKind.OVERLAP, covered=covered))
                 continue
         group = Group(position, binding, found, gid=len(groups), _root_var=var)
         if not allow_escaping_intermediates:
             escape = _escaping_use(index, group, extra_readers, escapable)
             if escape is not None:
-                skipped.append(Skipped(C.var_name(var), escape, position, kind=SkipKind.ESCAPE,
-                                       covered=covered))
+                skipped.append(Skip(rule, function, C.var_name(var), escape,
+                                    position=position, kind=SkipKind.ESCAPE, covered=covered))
                 continue
         if check is not None:
             refusal, group.plan = judge(check, group)
             if refusal is not None:
-                skipped.append(Skipped(C.var_name(var), refusal.reason, position, refusal,
-                                       kind=SkipKind.CHECK, covered=covered))
+                skipped.append(Skip(rule, function, C.var_name(var), refusal.reason, refusal,
+                                    kind=SkipKind.CHECK, position=position, covered=covered))
                 continue
         claimed[root_key] = var
         for key in found.internal_keys:

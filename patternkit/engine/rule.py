@@ -486,7 +486,7 @@ class RewriteRule(Rule):
         """The replacement for ``match.root``; ``match.plan`` is what :meth:`check` returned.
 
         ``None`` (or ``match.root`` itself) leaves the binding as it is; the driver
-        records it as a declined match (:class:`~patternkit.engine.driver.SkippedMatch`)
+        records it as a declined match (:class:`~patternkit.engine.skip.Skip`)
         and logs it.
         """
         raise NotImplementedError(f"{self.name} must implement rewrite(match)")

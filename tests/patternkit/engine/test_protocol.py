@@ -192,3 +192,31 @@ def test_a_rule_set_keeps_a_callback_as_it_was_given():
 def test_rules_and_callbacks_cannot_both_be_given():
     with pytest.raises(TypeError, match="got rules twice"):
         pk.rewrite(ExpToSigmoid(), _exp_module(), callbacks=[ExpToSigmoid()])
+
+
+# -- one skip record ------------------------------------------------------------------------------
+def test_every_skip_is_one_record_naming_the_rule_function_and_kind():
+    class Declines(pk.RewriteRule):
+        name = "test.declines"
+
+        def __init__(self):
+            super().__init__()
+            self.pattern = pk.is_op("relax.exp")(pk.wildcard())
+
+        def rewrite(self, match):
+            return None
+
+    log = pk.RewriteLog()
+    pk.rewrite([ExpToSigmoid(refuse=True), Declines()], _exp_module(), log=log)
+    refused, declined = log.skipped
+    assert all(isinstance(s, pk.engine.Skip) for s in log.skipped)
+    assert (refused.rule, refused.function, refused.kind) == ("test.exp_to_sigmoid", "main",
+                                                             pk.engine.SkipKind.CHECK)
+    assert refused.rejection is not None and refused.rejection.reason == refused.reason
+    assert (declined.rule, declined.kind, declined.position) == ("test.declines",
+                                                                "declined", (0, 0))
+    skipped: list = []
+    pk.partition(pk.is_op("relax.exp")(pk.wildcard()), _exp_module(),
+                 check=lambda pre: pk.reject("not here"), skipped=skipped)
+    assert [(s.rule, s.function, s.reason) for s in skipped] == [("partition", "main",
+                                                                 "not here")]
