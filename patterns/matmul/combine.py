@@ -48,7 +48,7 @@ def _out_dtype(call: relax.Call) -> str:
 class CombineParallelMatmul(BindingsRewriteRule):
     """Matmuls sharing their left operand: one matmul on concatenated weights and a split."""
 
-    rule_name = "matmul.combine_parallel"
+    name = "matmul.combine_parallel"
 
     def __init__(self) -> None:
         super().__init__()
