@@ -110,7 +110,7 @@ _HOME = {
     "assert_same_numerics": "verification", "Comparison": "verification",
     "validate_sites": "verification", "SiteReport": "verification",
     # app.job
-    "run": "app.job", "verify": "app.job", "JobReport": "app.job",
+    "run": "app.job", "verify": "app.verify", "JobReport": "app.report",
     # testing
     "fuzz_pass": "testing", "bisect": "testing",
     # ir
@@ -146,7 +146,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and IDEs
-    from .app.job import JobReport, run, verify
+    from .app.job import run
+    from .app.report import JobReport
+    from .app.verify import verify
     from .testing import bisect, fuzz_pass
     from .byoc import (AnnotateTarget, CompositeLog, GraphSplitError, HostOp, MergeComposite,
                        OffloadReport, PartitionGraph, PatternTable, PatternTableError,

@@ -1,8 +1,10 @@
 """The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``, ``fuzz``, ``bisect``.
 
-Each command is a thin shell over :mod:`patternkit.app.job` (or the visualiser), so
-everything is also one Python call away.  Exit codes: 0 success, 1 a check failed,
-2 bad input (a one-line error; ``--debug`` shows the traceback).
+Each command is a thin shell over :mod:`patternkit.app.job` (``run``, which returns a
+typed :class:`~patternkit.app.report.JobReport`), :mod:`patternkit.app.coverage`,
+:mod:`patternkit.app.verify` or the visualiser, so everything is also one Python call
+away.  Exit codes: 0 success, 1 a check failed, 2 bad input (a one-line error;
+``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 from ..errors import PatternkitError
+
+if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a command runs
+    from .report import RoundTripEntry
 
 
 def _progress(args: argparse.Namespace):
@@ -48,25 +54,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  input_ranges=dict(args.input_range or ()), train=args.train,
                  full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
     if not args.quiet:
-        composites = sum(report.composites.values())
+        composites = sum(report.offload.composites.values())
         numeric_ = report.numeric
+        wide = numeric_.float64
         print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
               f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
-              f"{len(report.host_ops)} op(s) on the host; numeric max abs error "
-              f"{numeric_.get('max_abs_error', float('nan')):.3g}"
-              + (f" ({numeric_['dtype']}: from float64, imported "
-                 f"{numeric_['float64'].get('imported', float('nan')):.3g}, rewritten "
-                 f"{numeric_['float64'].get('rewritten', float('nan')):.3g})"
-                 if numeric_.get("float64") else "")
-              + f"{' (REFUSED: inputs out of bounds)' if numeric_.get('refused') else ''}; "
+              f"{len(report.offload.host_ops)} op(s) on the host; numeric max abs error "
+              f"{_figure(numeric_.max_abs_error):.3g}"
+              + (f" ({numeric_.dtype}: from float64, imported "
+                 f"{wide.get('imported', float('nan')):.3g}, rewritten "
+                 f"{wide.get('rewritten', float('nan')):.3g})"
+                 if wide else "")
+              + f"{' (REFUSED: inputs out of bounds)' if numeric_.refused else ''}; "
               f"evidence: {report.evidence}; "
               f"round trips {_roundtrip_summary(report.roundtrip)}; "
               + (f"gradients {_training_summary(report.training)}; " if args.train else "")
               + f"report in {args.out}/report.md")
-        for site in report.sites.get("sites", []):
-            if site["status"] == "fail":
-                print(f"FAIL {site['rule']} in {site['function']} at {site['binding']}: "
-                      f"{site['reason']}")
+        for site in report.sites.report.sites if report.sites.report is not None else ():
+            if site.status == "fail":
+                print(f"FAIL {site.rule} in {site.function} at {site.binding}: "
+                      f"{site.reason}")
     return 0 if report.ok else 1
 
 
@@ -78,16 +85,20 @@ def _training_summary(training: dict) -> str:
     return "ok" if training["ok"] else "FAILED"
 
 
-def _roundtrip_summary(roundtrip: dict) -> str:
+def _figure(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _roundtrip_summary(roundtrip: Mapping[str, RoundTripEntry]) -> str:
     """``ok``, or which round trips failed, and where the fusion itself was at fault."""
     failed = [name + (" (the fusion's own output is not well formed)"
-                      if entry.get("fusion_ill_formed") else "")
-              for name, entry in roundtrip.items() if not entry["ok"]]
+                      if entry.fusion_ill_formed else "")
+              for name, entry in roundtrip.items() if not entry.ok]
     return f"FAILED: {', '.join(failed)}" if failed else "ok"
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
-    from .job import table_coverage
+    from .coverage import table_coverage
 
     tables = [t.strip() for t in args.table.split(",") if t.strip()]
     rows = table_coverage(args.models, tables, args.out, progress=_progress(args))
@@ -186,7 +197,7 @@ def _print_campaign(report, quiet: bool) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .job import verify
+    from .verify import verify
 
     rules = None
     if args.rules:
@@ -214,7 +225,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
 def _cmd_bisect(args: argparse.Namespace) -> int:
     from ..testing.bisection import bisect
-    from .job import load_model
+    from .loading import load_model
 
     mod, _ = load_model(args.model)
     steps = [resolve_transform(name) for name in args.steps.split(",")] if args.steps else None

@@ -56,11 +56,11 @@ def test_a_wrong_rule_fails_the_run_on_a_model_with_tiny_outputs(tmp_path):
     report = run(mod, patterns=[ScaledSoftmax()], out_dir=tmp_path, draw=False)
     assert report.rewrites == {"demo.scaled_softmax": 1}
     assert not report.ok
-    (failed,) = [s for s in report.sites["sites"] if s["status"] == "fail"]
-    assert (failed["rule"], failed["function"]) == ("demo.scaled_softmax", "main")
+    (failed,) = [s for s in report.sites.report.sites if s.status == "fail"]
+    assert (failed.rule, failed.function) == ("demo.scaled_softmax", "main")
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.startswith("# patternkit run: FAIL")
-    assert f"FAIL `demo.scaled_softmax` in `main` at `{failed['binding']}`" in markdown
+    assert f"FAIL `demo.scaled_softmax` in `main` at `{failed.binding}`" in markdown
     assert "`demo.scaled_softmax`: 1 site(s), 0 validated, 1 failed" in markdown
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["ok"] is False and saved["sites"]["by_rule"]["demo.scaled_softmax"]["failed"] == 1
@@ -102,8 +102,8 @@ def test_outputs_that_are_all_zero_are_no_evidence_and_the_sites_decide(tmp_path
     mod = _module(_zero_outputs)
     report = run(mod, patterns=["gelu.collapse"], out_dir=tmp_path, draw=False)
     assert report.rewrites == {"gelu.collapse": 1}
-    assert report.numeric["status"] == "inconclusive"
-    assert report.sites["by_rule"]["gelu.collapse"] == {"sites": 1, "validated": 1,
+    assert report.numeric.status == "inconclusive"
+    assert report.sites.by_rule["gelu.collapse"] == {"sites": 1, "validated": 1,
                                                          "failed": 0, "not_run": 0}
     assert report.ok
     markdown = (tmp_path / "report.md").read_text()

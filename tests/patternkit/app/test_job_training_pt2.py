@@ -149,7 +149,7 @@ def test_a_gemma3_pt2_passes_its_round_trips(tmp_path):
         torch.export.save(torch.export.export(model, example), str(path))
 
     report = run(path, out_dir=tmp_path / "out", draw=False)
-    assert report.roundtrip["FuseOps"]["ok"], report.roundtrip["FuseOps"]["difference"]
-    assert report.roundtrip["FuseOps"]["dropped_dead"]  # the twin FuseOps dropped, listed
-    assert all(r["ok"] for r in report.roundtrip.values())
-    assert report.numeric["ok"] and report.ok
+    assert report.roundtrip["FuseOps"].ok, report.roundtrip["FuseOps"].difference
+    assert report.roundtrip["FuseOps"].dropped_dead  # the twin FuseOps dropped, listed
+    assert all(r.ok for r in report.roundtrip.values())
+    assert report.numeric.ok and report.ok

@@ -66,9 +66,9 @@ def test_the_job_judges_a_float16_model_against_float64_and_says_so():
     report = run(before, patterns=["layernorm.collapse"], out_dir=None, draw=False)
     assert report.rewrites == {"layernorm.collapse": 1}
     numeric = report.numeric
-    assert numeric["max_abs_error"] > numeric["atol"]
-    assert numeric["dtype"] == "float16" and numeric["ok"] and report.ok
-    assert numeric["float64"]["rewritten"] <= 2 * numeric["float64"]["imported"] + 1e-4
+    assert numeric.max_abs_error > numeric.atol
+    assert numeric.dtype == "float16" and numeric.ok and report.ok
+    assert numeric.float64["rewritten"] <= 2 * numeric.float64["imported"] + 1e-4
 
 
 def test_a_wrong_rewrite_of_tiny_outputs_is_never_passed_by_the_float64_check():
@@ -166,5 +166,5 @@ def test_a_gelu_to_relu_rule_on_bert_ends_in_a_failed_report_not_a_traceback(zoo
     zoo("bert")  # skips without the extras
     report = run("zoo:bert?layers=1&hidden=32&heads=2", patterns=[GeluToRelu()], out_dir=None, draw=False)
     assert report.rewrites.get("user.gelu_to_relu", 0) >= 1
-    assert not report.ok and not report.numeric["ok"]
-    assert report.numeric["float64"]["status"] == "fail", report.numeric["float64"]
+    assert not report.ok and not report.numeric.ok
+    assert report.numeric.float64["status"] == "fail", report.numeric.float64

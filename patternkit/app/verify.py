@@ -1,0 +1,34 @@
+"""``patternkit verify``: fuzz the guard of every library rule on llvm.
+
+A thin face over :func:`patternkit.testing.fuzz.verify_rules` with the job's policy for
+low-precision sites: a float16 site that misses its tolerance is measured against
+itself recomputed in float64 before it counts as a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["verify"]
+
+
+def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs: int = 1,
+           shard: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+           **options: Any) -> Any:
+    """Fuzz the guard of every library rule (or of ``rules``); a ``CampaignReport``.
+
+    Each rule is checked on its own example and on instances drawn from its
+    ``example_space()``: see :func:`patternkit.testing.fuzz.verify_rules` for the
+    parameters.
+    Rewrites are held to ``rule.tolerance(dtype)``; composites, which only wrap bindings
+    in functions, must give bit-identical results.
+    """
+    from functools import partial
+
+    from ..testing.fuzz import verify_rules
+    from ..training.precision import as_float64
+
+    # a float16 site that misses is measured against itself in float64 (picklable: jobs)
+    options.setdefault("widen", partial(as_float64, name="site"))
+    return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
+                       progress=progress, **options)

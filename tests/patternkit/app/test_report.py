@@ -1,0 +1,59 @@
+"""The job's report: typed sections, written to report.json as the keys users read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from patternkit.app.report import (JobReport, NumericResult, RoundTripEntry, SiteValidation,
+                                   report_markdown)
+from patternkit.verification.sites import Site, SiteReport
+
+
+def test_a_model_that_does_not_build_writes_only_what_happened():
+    numeric = NumericResult.not_built_by("before", "the before module does not build", 7)
+    assert numeric.to_dict() == {"ok": False, "not_built": "before",
+                                 "build_error": "the before module does not build", "seed": 7}
+    report = JobReport("m", "ccompiler", numeric=numeric)
+    assert not report.ok
+    assert report.evidence.startswith("whole-model comparison NOT RUN")
+    assert "NOT RUN: the model as imported does not build" in report_markdown(report)
+
+
+def test_report_json_keeps_the_flat_offload_keys_and_the_verdict():
+    report = JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass"),
+                       roundtrip={"FuseOps": RoundTripEntry(True)})
+    saved = json.loads(json.dumps(report.to_dict()))
+    assert list(saved)[5:9] == ["rewrites", "composites", "offloaded_ops", "host_ops"]
+    assert saved["ok"] is True and saved["sites"] == {}
+    assert saved["roundtrip"] == {"FuseOps": {"ok": True, "difference": None,
+                                              "fusion_ill_formed": None, "dropped_dead": []}}
+
+
+def test_a_failed_site_fails_the_report_and_is_named_in_the_markdown():
+    site = Site("demo.rule", "main", "lv1", "fail", "max abs error 1 > 0.1", tolerance="1e-4")
+    report = JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass"),
+                       sites=SiteValidation(SiteReport([site], builds=2)))
+    assert not report.ok
+    assert report.to_dict()["sites"]["by_rule"] == {
+        "demo.rule": {"sites": 1, "validated": 0, "failed": 1, "not_run": 0}}
+    assert "* FAIL `demo.rule` in `main` at `lv1`: max abs error 1 > 0.1" in report_markdown(report)
+
+
+def test_a_site_validation_that_could_not_run_is_not_a_failure():
+    sites = SiteValidation(not_run="BuildError: no llvm")
+    report = JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass"),
+                       sites=sites)
+    assert report.ok and sites.to_dict() == {"ok": True, "not_run": "BuildError: no llvm"}
+    assert "rewrite sites NOT RUN (BuildError: no llvm)" in report.evidence
+
+
+def test_reading_a_section_by_its_old_keys_still_works_with_a_warning():
+    numeric = NumericResult(ok=True, status="pass", max_abs_error=1e-6)
+    with pytest.warns(DeprecationWarning, match="NumericResult's attributes"):
+        assert numeric["status"] == "pass"
+    with pytest.warns(DeprecationWarning):
+        assert numeric.get("not_built") is None and numeric.get("max_abs_error") == 1e-6
+    with pytest.warns(DeprecationWarning):
+        assert "sizes" not in numeric
