@@ -48,13 +48,14 @@ __all__ = ["BlockGraph", "GraphMatch", "GraphMatcher", "PatternGraph", "each_mat
 class PatternGraph(Protocol):
     """What the matcher reads of a :class:`~patternkit.dpl.context.PatternContext`."""
 
-    patterns: Any
+    @property
+    def patterns(self) -> Any: ...
 
     def validate(self) -> None: ...
 
     def roots(self) -> list[DFPattern]: ...
 
-    def consumers(self, pattern: DFPattern) -> list: ...
+    def consumers(self, pattern: DFPattern) -> list[Any]: ...
 
 
 # -- the block, indexed for graph matching ----------------------------------------------------
@@ -85,7 +86,7 @@ class BlockGraph:
     """
 
     def __init__(self, bindings: Sequence[Any], table: dict[int, Any], uses: Uses,
-                 call_args: dict[int, list] | None = None,
+                 call_args: dict[int, list[Any]] | None = None,
                  call_ops: dict[int, int] | None = None,
                  calls_of: Callable[[str], Iterable[int]] | None = None):
         self.table = table
@@ -166,7 +167,8 @@ class GraphMatch:
 
     __slots__ = ("p2r", "r2p")
 
-    def __init__(self, p2r: dict | None = None, r2p: dict | None = None):
+    def __init__(self, p2r: dict[DFPattern, Any] | None = None,
+                 r2p: dict[int, DFPattern] | None = None):
         self.p2r: dict[DFPattern, Any] = {} if p2r is None else p2r
         self.r2p: dict[int, DFPattern] = {} if r2p is None else r2p
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..dpl.pattern import DFPattern
-from .tolerance import Tolerance, default_tolerance
 from ..ir.copying import deepcopy_sharing_tvm_objects
 from .driver import rewrite
 from .rule import NodeMap, RewriteRule, RoleMatch, RuleMatch
+from .tolerance import Tolerance, default_tolerance
 
 __all__ = ["CallbackRule", "DFPatternCallback"]
 

@@ -63,13 +63,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import DFPattern, required_op_names, root_op_names
+from ..dpl.pattern import required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions

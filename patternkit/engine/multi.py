@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import tvm
 from tvm import relax
@@ -57,7 +57,6 @@ from ..errors import CallbackError, PatternError
 from ..ir import compat as C
 from ..ir.rebuild import rebuild_function
 from ..ir.targets import apply_to_target, rewritable_functions
-from ..ir.walk import vars_read
 from .emit import emit_function
 from .index import FunctionIndex, describe_binding
 from .rule import Reject, RewriteRule, RoleMatch, check_of, judge

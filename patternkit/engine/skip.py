@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from .rule import Reject
 
@@ -64,4 +65,4 @@ class Skip:
     rejection: Reject | None = field(default=None, compare=False, repr=False)
     kind: SkipKind = SkipKind.CHECK
     position: tuple[int, int] | None = field(default=None, compare=False)
-    covered: tuple = field(default=(), compare=False, repr=False)
+    covered: tuple[Any, ...] = field(default=(), compare=False, repr=False)
