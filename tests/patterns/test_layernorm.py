@@ -15,6 +15,7 @@ from patternkit.byoc import composite_functions, merge_composite
 from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.layernorm import (LayerNormCollapse, LayerNormComposite,
                                            LayerNormExpand)
+from patternkit.patterns.layernorm.examples import layer_norm_graph
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import random_inputs, run
 
@@ -66,7 +67,8 @@ class Collapsed:
 
 def written_out(x_ty=None, mean_axes=(-1,), var_axes=None, keepdims=True, eps=None,
                 gamma_ty=None, beta=True) -> tvm.IRModule:
-    """``(x - mean) / sqrt(mean((x - mean)^2) + eps) * gamma [+ beta]``, parts replaceable.
+    """``(x - mean) / sqrt(mean((x - mean)^2) + eps) * gamma [+ beta]``, parts replaceable
+    by ones no knob of the rule's example makes (:func:`layer_norm_graph` builds it).
 
     Defaults: ``x: (2, 5, 16)`` float32, means over the last axis, ``eps = 1e-5``, a
     ``(16,)`` gamma and beta.
@@ -74,21 +76,10 @@ def written_out(x_ty=None, mean_axes=(-1,), var_axes=None, keepdims=True, eps=No
     x = relax.Var("x", x_ty or relax.TensorType((2, 5, 16), "float32"))
     dtype = x.ty.dtype
     g = relax.Var("gamma", gamma_ty or relax.TensorType((16,), dtype))
-    b = relax.Var("beta", relax.TensorType((16,), dtype))
+    b = relax.Var("beta", relax.TensorType((16,), dtype)) if beta else None
     eps = relax.const(1e-5, dtype) if eps is None else eps
-    params = [x, g] + ([b] if beta else []) + ([eps] if isinstance(eps, relax.Var) else [])
-    bb = relax.BlockBuilder()
-    with bb.function("main", params):
-        with bb.dataflow():
-            mean = bb.emit(relax.op.mean(x, list(mean_axes), keepdims=keepdims))
-            d = bb.emit(relax.op.subtract(x, mean))
-            var = bb.emit(relax.op.mean(relax.op.multiply(d, d), list(var_axes or mean_axes),
-                                        keepdims=keepdims))
-            y = bb.emit(relax.op.divide(d, relax.op.sqrt(relax.op.add(var, eps))))
-            y = bb.emit(relax.op.multiply(y, g))
-            out = bb.emit_output(relax.op.add(y, b) if beta else y)
-        bb.emit_func_output(out)
-    return bb.get()
+    return layer_norm_graph(x, g, b, eps, mean_axes, var_axes, keepdims=keepdims,
+                            square="multiply")
 
 
 D, E = tvm.tirx.Var("d", "int64"), tvm.tirx.Var("e", "int64")

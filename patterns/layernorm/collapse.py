@@ -1,0 +1,96 @@
+"""``layernorm.collapse``: a written-out layer norm collapsed into ``R.nn.layer_norm``.
+
+The pattern reads as the formula (mean, centred input, variance, epsilon, optional gamma
+and beta); the check runs the shared guards (:mod:`.guards`) and returns a
+:class:`LayerNormPlan` that the rewrite reads.  The family's docstring lists the forms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import tvm
+from tvm import relax
+
+from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
+from patternkit.engine import RewriteRule, RuleMatch, reject
+
+from .examples import written_out
+from .guards import (LAYER_NORM_DTYPES, as_feature_tensor, per_feature, reduced_trailing_axes,
+                     scalar_epsilon, shape_and_dtype)
+
+
+@dataclass(frozen=True)
+class LayerNormPlan:
+    """What the check found: the normalised axes (``-k .. -1``), epsilon, their dims."""
+
+    axes: tuple[int, ...]
+    epsilon: float
+    features: tuple
+    dtype: str
+    reshape: frozenset = frozenset()  # roles with leading unit dims to reshape away
+
+
+class LayerNormCollapse(RewriteRule):
+    """Collapse a written-out layer norm (mean, variance, eps, [gamma], [beta]) into one op."""
+
+    name = "layernorm.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.mean = is_op("mean")(self.x)
+        # Two patterns for x - mean: the same binding read twice matches both, and so
+        # does x - mean computed once for the variance and once for the numerator.
+        centered = self.x - self.mean
+        self.variance_mean = is_op("mean")(square(centered))
+        self.variance_op = is_op("variance")(self.x)
+        self.eps = wildcard()
+        normalised = divide_by_sqrt(self.x - self.mean,
+                                    (self.variance_mean | self.variance_op) + self.eps)
+        self.gamma, self.beta = wildcard(), wildcard()
+        self.scaled = normalised * self.gamma
+        scaled = self.scaled | normalised
+        self.shifted = scaled + self.beta
+        self.pattern: DFPattern = self.shifted | scaled
+
+    def check(self, match: RuleMatch) -> Any:
+        """A :class:`LayerNormPlan` when the match normalises trailing axes of ``x``."""
+        shape, dtype = shape_and_dtype(match.x)
+        if dtype not in LAYER_NORM_DTYPES:
+            return reject(f"x has dtype {dtype}: TVM's layer_norm computes "
+                          f"{' and '.join(LAYER_NORM_DTYPES)} only", at=match.x)
+        ndim = len(shape)
+        k = reduced_trailing_axes(match.mean, ndim, "the mean")
+        variance = match.variance_mean if "variance_mean" in match else match.variance_op
+        k_var = reduced_trailing_axes(variance, ndim, "the variance")
+        if k_var != k:
+            return reject(f"the mean reduces the last {k} axes of x but the variance the "
+                          f"last {k_var}", at=variance)
+        epsilon = scalar_epsilon(match.eps, ndim)
+        reshape = frozenset(role for role in ("gamma", "beta")
+                            if role in match and per_feature(match[role], shape, k, dtype, role))
+        return LayerNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], dtype, reshape)
+
+    def rewrite(self, match: RuleMatch) -> Any:
+        plan: LayerNormPlan = match.plan
+        gamma = (as_feature_tensor(match["gamma"], plan.features, "gamma" in plan.reshape)
+                 if "gamma" in match else relax.op.ones(plan.features, plan.dtype))
+        beta = (as_feature_tensor(match["beta"], plan.features, "beta" in plan.reshape)
+                if "beta" in match else relax.op.zeros(plan.features, plan.dtype))
+        return relax.op.nn.layer_norm(match.x, gamma, beta, axes=list(plan.axes),
+                                      epsilon=plan.epsilon)
+
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A written-out layer norm: :func:`~.examples.written_out` with ``knobs``."""
+        return written_out(**knobs)
+
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2),
+                "symbolic": (False, True), "affine": ("both", "gamma", "beta", "none"),
+                "root": ("sqrt", "rsqrt", "reciprocal"),
+                "square": ("power", "multiply", "square", "variance"),
+                "centered": ("reused", "recomputed"), "mean_axes": ("trailing", "leading"),
+                "eps": ("scalar", "vector", "variable"),
+                "gamma": ("per_feature", "scalar", "full")}

@@ -1,0 +1,123 @@
+"""The layer norm family's example modules: what its rules' ``example()`` build, and the
+tests reuse.
+
+:func:`written_out` is a layer norm as ONNX, torch modules and TVM's own decompositions
+write it (``layernorm.collapse``'s example), :func:`layer_norm_call` one fused
+``layer_norm`` (the expansion's and the composites').  Knobs the rules must refuse reach
+every guard.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.ir import from_expr, static_shape
+
+
+def example_shape(rank: int, symbolic: bool) -> tuple:
+    """``x``'s shape in the examples: ``(batch, [seq, [heads,]] 16)``, symbolic if asked."""
+    static = {2: (4, 16), 3: (2, 5, 16), 4: (2, 3, 5, 16)}[rank]
+    if not symbolic:
+        return static
+    names = ("n", "s", "h")[:rank - 1]
+    return (*(tvm.tirx.Var(name, "int64") for name in names), static[-1])
+
+
+def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: bool = False,
+                affine: str = "both", root: str = "sqrt", square: str = "power",
+                centered: str = "reused", mean_axes: str = "trailing", eps: str = "scalar",
+                gamma: str = "per_feature") -> tvm.IRModule:
+    """A written-out layer norm over the last ``axes`` axes of a rank-``rank`` ``x``.
+
+    ``symbolic`` makes the leading dims of ``x`` symbolic (``n``, ``s``); ``affine``
+    is ``"both"``, ``"gamma"``, ``"beta"`` or ``"none"``; ``root`` ``"sqrt"`` (divide)
+    ``"rsqrt"`` (multiply) or ``"reciprocal"`` (times ``1 / sqrt``); ``square``
+    ``"power"``, ``"multiply"``, ``"square"`` or ``"variance"`` (the ``variance`` op instead of the second mean); ``centered``
+    ``"reused"`` or ``"recomputed"``.  Knobs the rule must refuse: ``mean_axes=
+    "leading"`` (the means reduce the first axes), ``eps="vector"`` or
+    ``"variable"``, ``gamma="scalar"`` or ``"full"`` (not per-feature).
+    """
+    x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
+    shape = static_shape(x.ty)
+    reduce = list(range(-axes, 0)) if mean_axes == "trailing" else list(range(axes))
+    features = shape[rank - axes:]
+    gamma_shape = {"per_feature": features, "scalar": (), "full": shape}[gamma]
+    g = relax.Var("gamma", relax.TensorType(gamma_shape, dtype))
+    b = relax.Var("beta", relax.TensorType(features, dtype))
+    eps_value = {"scalar": relax.const(1e-5, dtype),
+                 "vector": relax.const(np.full(int(shape[-1]), 1e-5, dtype), dtype),
+                 "variable": relax.Var("eps", relax.TensorType((), dtype))}[eps]
+    return layer_norm_graph(x, g if affine in ("gamma", "both") else None,
+                            b if affine in ("beta", "both") else None, eps_value, reduce,
+                            square=square, root=root, centered=centered)
+
+
+def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | None,
+                     eps: relax.Expr, reduce: Sequence[int],
+                     variance_reduce: Sequence[int] | None = None, keepdims: bool = True,
+                     square: str = "power", root: str = "sqrt",
+                     centered: str = "reused") -> tvm.IRModule:
+    """``main(x, [gamma], [beta], [eps])``: the layer norm of ``x`` written out, one binding
+    per op, from the given parts (:func:`written_out` chooses them; a test may pass parts
+    no knob makes, such as an ``x`` of unknown rank).
+
+    ``reduce`` / ``variance_reduce`` are the axes of the two means (the same by default),
+    ``eps`` a constant or a parameter; ``square``, ``root`` and ``centered`` as in
+    :func:`written_out`.
+    """
+    dtype = x.ty.dtype
+    reduce = list(reduce)
+    variance_reduce = reduce if variance_reduce is None else list(variance_reduce)
+    params = [x, *(p for p in (gamma, beta) if p is not None)]
+    params += [eps] if isinstance(eps, relax.Var) else []
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            mean = bb.emit(relax.op.mean(x, reduce, keepdims=keepdims))
+            d = bb.emit(relax.op.subtract(x, mean))
+            if square == "variance":
+                var = bb.emit(relax.op.variance(x, variance_reduce, keepdims=keepdims))
+            else:
+                sq = bb.emit({"power": lambda: relax.op.power(d, relax.const(2.0, dtype)),
+                              "multiply": lambda: relax.op.multiply(d, d),
+                              "square": lambda: relax.op.square(d)}[square]())
+                var = bb.emit(relax.op.mean(sq, variance_reduce, keepdims=keepdims))
+            radicand = bb.emit(relax.op.add(var, eps))
+            if centered == "recomputed":
+                d = bb.emit(relax.op.subtract(x, mean))
+            if root == "sqrt":
+                y = bb.emit(relax.op.divide(d, bb.emit(relax.op.sqrt(radicand))))
+            elif root == "reciprocal":  # torch.rsqrt exported to ONNX
+                inverse = relax.op.divide(relax.const(1.0, dtype),
+                                          bb.emit(relax.op.sqrt(radicand)))
+                y = bb.emit(relax.op.multiply(d, bb.emit(inverse)))
+            else:
+                y = bb.emit(relax.op.multiply(d, bb.emit(relax.op.rsqrt(radicand))))
+            if gamma is not None:
+                y = bb.emit(relax.op.multiply(y, gamma))
+            if beta is not None:
+                y = bb.emit(relax.op.add(y, beta))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def layer_norm_call(dtype: str = "float32", rank: int = 3, axes: int = 1,
+                    symbolic: bool = False, known_rank: bool = True,
+                    residual: bool = False) -> tvm.IRModule:
+    """``layer_norm(x, gamma, beta)`` over the last ``axes`` axes of a rank-``rank`` ``x``
+    (shaped by :func:`example_shape`); ``known_rank=False``: an ``x`` of unknown rank;
+    ``residual``: the norm of ``x + r``, ``r`` of ``x``'s shape (a skip connection)."""
+    shape = example_shape(rank, symbolic)
+    features = shape[rank - axes:]
+    x_ty = (relax.TensorType(shape, dtype) if known_rank
+            else relax.TensorType(ndim=-1, dtype=dtype))
+    x = relax.Var("x", x_ty)
+    r = relax.Var("r", relax.TensorType(shape, dtype))
+    g, b = (relax.Var(n, relax.TensorType(features, dtype)) for n in ("gamma", "beta"))
+    data = x + r if residual else x
+    return from_expr(relax.op.nn.layer_norm(data, g, b, axes=list(range(-axes, 0))))

@@ -1,0 +1,97 @@
+"""Guards of the normalisation rules: the shape, axes, epsilon and parameters of a norm.
+
+Each guard returns what it found or raises :func:`~patternkit.engine.reject` with the
+reason and the expression it is about.  ``layernorm.collapse`` and the RMS norm's rules
+(``patterns/rmsnorm.py``) share them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+
+from patternkit.engine import reject
+from patternkit.ir import (NotPerFeature, NotTrailing, const_value, dims_equal, dtype_of,
+                           int_list, is_constant, per_feature_shape, static_shape,
+                           trailing_axes, type_of, var_name)
+
+#: The dtypes TVM 0.27's ``layer_norm`` legalises (its TOPI kernel checks them).
+LAYER_NORM_DTYPES = ("float32", "float16")
+
+
+def shape_and_dtype(x: Any) -> tuple[tuple, str]:
+    """``(shape, dtype)`` of ``x``, refusing when the shape is unknown."""
+    ty = type_of(x)
+    if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
+        raise reject("x has an unknown rank: cannot tell which axes the means reduce",
+                     at=x)
+    shape = static_shape(ty)
+    if shape is None:
+        raise reject(f"x has rank {ty.ndim} but no known shape: cannot compare gamma and "
+                     f"beta with the normalised dims", at=x)
+    return shape, dtype_of(ty)
+
+
+def reduced_trailing_axes(call: Any, ndim: int, what: str) -> int:
+    """How many trailing axes the reduction ``call`` reduces, with ``keepdims=True``."""
+    attrs = call.attrs
+    found = int_list(attrs.axis)
+    if not bool(attrs.keepdims):
+        raise reject(f"{what} over axes {found} drops the reduced axes (keepdims=False): "
+                     f"it does not broadcast back against x", at=call)
+    try:
+        return trailing_axes(found, ndim, what=what)
+    except NotTrailing as why:
+        raise reject(f"{why}: a layer norm normalises trailing axes", at=call) from None
+
+
+def scalar_epsilon(eps: Any, ndim: int) -> float:
+    """The value of ``eps``, which must be a one-element constant of rank at most ``ndim``."""
+    if not is_constant(eps):
+        what = f"'{var_name(eps)}'" if isinstance(eps, relax.Var) else type(eps).__name__
+        raise reject(f"eps is {what}, not a constant: epsilon is an attribute of the fused "
+                     f"op, so it must be known at compile time", at=eps)
+    value = const_value(eps)
+    if value.size != 1:
+        raise reject(f"eps has shape {value.shape}: epsilon must be a scalar constant",
+                     at=eps)
+    if value.ndim > ndim:
+        raise reject(f"eps has rank {value.ndim}, more than x's {ndim}: adding it "
+                     f"broadcasts the result to a higher rank", at=eps)
+    return float(value.reshape(()))
+
+
+def per_feature(value: Any, x_shape: tuple, k: int, dtype: str, role: str) -> bool:
+    """Whether ``value`` (gamma, beta, a weight), a per-feature parameter, needs a reshape.
+
+    It needs one when it has leading unit dims: the fused ops take the normalised shape.
+    """
+    ty = type_of(value)
+    if dtype_of(ty) != dtype:
+        raise reject(f"{role} has dtype {dtype_of(ty)}, x has {dtype}", at=value)
+    # A constant's shape is its data's (one FFI read, where the type's shape is several).
+    shape = (tuple(value.value.shape) if type(value) is tvm.ir.GenericConst
+             else static_shape(ty))
+    try:
+        per_feature_shape(shape, x_shape, k, name=role)
+    except NotPerFeature as why:
+        raise reject(str(why), at=value) from None
+    return len(shape) != k
+
+
+def as_feature_tensor(value: Any, features: tuple, reshape: bool) -> Any:
+    """``value``, reshaped to ``features`` (the fused op's parameter shape) if ``reshape``."""
+    if not reshape:
+        return value
+    if is_constant(value):
+        return relax.const(const_value(value).reshape([int(d) for d in features]))
+    return relax.op.reshape(value, features)
+
+
+def same_shape(a: tuple | None, b: tuple | None) -> bool:
+    """Two shapes proved equal (an undecidable symbolic comparison is not)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(dims_equal(p, q) is True for p, q in zip(a, b))
