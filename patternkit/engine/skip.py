@@ -31,6 +31,8 @@ class SkipKind(str, enum.Enum):
     CHECK = "check"
     #: The rule's rewrite returned ``None`` (or the root unchanged): binding left as it is.
     DECLINED = "declined"
+    #: Fusing the match would make the composite depend on itself (TVM's merge semantics).
+    CYCLE = "cycle"
 
 
 @dataclass(frozen=True)
