@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tvm
@@ -94,4 +96,6 @@ def test_merge_composite_takes_a_rule_set_and_logs_its_rules_reasons():
     assert composite_counts(out) == {}
     (skip, *_) = log.skipped
     assert skip.kind == "check" and "is not a per-channel bias" in skip.reason
-    assert skip.rejection is not None and skip.rejection.site[0].endswith("conv.py")
+    # the refusal points into the conv family (a module, or a file of its package)
+    assert skip.rejection is not None
+    assert "conv" in Path(skip.rejection.site[0]).with_suffix("").parts
