@@ -1,5 +1,9 @@
 """attention: softmax(q @ k^T * scale [+ mask]) @ v, as the torch and ONNX importers write it,
-collapses into R.nn.attention on BSNH tensors; grouped-query repeats are kept."""
+collapses into R.nn.attention on BSNH tensors; grouped-query repeats are kept.
+
+The modules come from the family's own builders (one per model form, one per refusal:
+``patternkit.patterns.attention.examples``); the tests walk the forms' example space
+instead of listing knob combinations again."""
 
 from __future__ import annotations
 
@@ -13,8 +17,12 @@ from tvm.script import tirx as T
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.attention import (FLOAT16, FLOAT32, AttentionCollapse, AttentionComposite,
-                                           AttentionExpand)
+from patternkit.patterns.attention.collapse import AttentionCollapse
+from patternkit.patterns.attention.composite import AttentionComposite
+from patternkit.patterns.attention.examples import (FORMS, REFUSALS, SPACE, multi_query, sdpa,
+                                                    torch_eager)
+from patternkit.patterns.attention.expand import AttentionExpand
+from patternkit.patterns.attention.plan import FLOAT16, FLOAT32
 from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
 from patternkit.verification import numeric
 from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
@@ -98,95 +106,58 @@ def _onnx_form(q_ty=None, also_return_probabilities: bool = False,
     return pk.from_expr(relax.Tuple([out, p]) if also_return_probabilities else out)
 
 
-def _key_grouped_by_batch_and_heads() -> tvm.IRModule:
-    """The torch form with a key given as (B*N, 1, T, H): merged, the batched matmul takes
-    it, but its 4-D view is not split into the query's batch and heads."""
-    q = relax.Var("q", relax.TensorType((2, 2, 8, 16), "float32"))
-    k = relax.Var("k", relax.TensorType((4, 1, 8, 16), "float32"))
-    v = relax.Var("v", relax.TensorType((2, 2, 8, 16), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [q, k, v]):
-        with bb.dataflow():
-            def merged(x, shape):
-                return bb.emit(relax.op.reshape(bb.emit(relax.op.broadcast_to(x, x.ty.shape)),
-                                                shape))
-
-            k_t = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
-            scores = bb.emit(relax.op.matmul(merged(q, (4, 8, 16)), merged(k_t, (4, 16, 8))))
-            scaled = bb.emit(relax.op.reshape(scores, (2, 2, 8, 8)) * relax.const(0.25))
-            p = bb.emit(relax.op.nn.softmax(scaled))
-            out = bb.emit(relax.op.matmul(merged(p, (4, 8, 8)), merged(v, (4, 8, 16))))
-            heads = bb.emit(relax.op.reshape(out, (2, 2, 8, 16)))
-            result = bb.emit_output(relax.op.permute_dims(heads, [0, 2, 1, 3]))
-        bb.emit_func_output(result)
-    return bb.get()
-
-
-def _example(**knobs) -> tvm.IRModule:
-    return AttentionCollapse().example(**knobs)
-
+#: The reason each refusal builder of the family is refused with (one per builder).
+REFUSED = {
+    "scale_not_a_scalar": "the scores' scale is not a scalar constant (a constant of shape "
+                          "(1, 2, 1, 1))",
+    "softmax_over_the_query_axis": "the softmax normalises axis 2, attention the key axis (-1)",
+    "mask_of_one_key": "does not broadcast as attention's bias: its last axis is 1, the key "
+                       "length 8",
+    "mask_broadcasting_the_query_rows": "the mask (2, 1, 8, 8) does not broadcast as "
+                                        "attention's bias (2, 2, 1, 8)",
+    "mask_of_rank_5": "the mask has shape (1, 2, 1, 1, 8): attention's bias has at most 4 axes",
+    "k_not_transposed": "k is not transposed: the score matmul contracts axis 1 of the key",
+    "v_from_a_different_head_split": "the matmul's right operand has shape (4, 8, 16), "
+                                     "neither (2, 4, 8, 8)",
+    "key_grouped_by_batch_and_heads": "the key (transposed) has batch 4 on axis 0 where the "
+                                      "query has 2",
+    "single_key_head_broadcast_after_a_reshape": "the key (2, 1, 16, 8) is broadcast to the "
+                                                 "query's (2, 2) after a reshape",
+    "scores_split_into_sequence_first": "the softmax's input has shape (2, 8, 2, 8), the "
+                                        "scores (2, 2, 8, 8)",
+    "result_split_into_sequence_first": "the attention's result has shape (2, 8, 2, 16), not "
+                                        "(2, 2, 8, 16)",
+    "float16_scores_accumulated_in_float32": "the scores are float32, the query float16",
+    "masked_fill_with_a_finite_value": "the masked scores are filled with -10000.0, not -inf",
+    "safe_softmax_over_the_query_axis": "the safe softmax zeroes the probabilities where "
+                                        "max(axis=[2], keepdims=True) finds no score above "
+                                        "-inf, not on the fully masked rows",
+    "scores_regrouped_into_sequence_first": "the scaled scores are reshaped to (2, 8, 2, 8), "
+                                            "not a view of the scores (2, 2, 8, 8)",
+    "second_term_of_one_key": "the second additive term (2, 1, 8, 1) does not broadcast as "
+                              "attention's bias: its last axis is 1",
+    "float16_softmax_run_in_float32": "the softmax runs in float32 between casts of the "
+                                      "float16 scores",
+    "merged_bias_over_the_queries": "the bias added to the merged scores (4, 8, 8) has shape "
+                                    "(4, 8, 1), which does not broadcast as attention's bias",
+    "bias_before_the_scale_over_the_queries": "the bias added to the scores before the scale "
+                                              "(2, 2, 8, 1) does not broadcast as attention's "
+                                              "bias: its last axis is 1, the key length 8",
+    "merged_bias_of_unknown_shape": "the bias added to the merged scores has no known shape",
+    "heads_folded_into_the_sequence": "the key is reshaped to (2, 16, 16) and permuted with "
+                                      "axes [0, 2, 1], not merged from (2, 2, 8, 16) into "
+                                      "batch * heads",
+    "query_of_unknown_shape": "the query has no known shape",
+}
 
 COLLAPSE_CASE = RuleCase(
     AttentionCollapse(), TorchAttention, TorchAttentionCollapsed,
-    negatives=[
-        Negative("scale_not_a_scalar", _example(scale="tensor"),
-                 "the scores' scale is not a scalar constant (a constant of shape "
-                 "(1, 2, 1, 1))"),
-        Negative("softmax_over_the_query_axis", _example(softmax_axis=2),
-                 "the softmax normalises axis 2, attention the key axis (-1)"),
-        Negative("mask_of_one_key", _example(mask="last_axis_one"),
-                 "does not broadcast as attention's bias: its last axis is 1, the key length 8"),
-        Negative("mask_broadcasting_the_query_rows", _example(shape="decode", mask="square",
-                                                              frontend="onnx"),
-                 "the mask (2, 1, 8, 8) does not broadcast as attention's bias (2, 2, 1, 8)"),
-        Negative("mask_of_rank_5", _example(mask="rank5"),
-                 "the mask has shape (1, 2, 1, 1, 8): attention's bias has at most 4 axes"),
-        Negative("k_not_transposed", _example(key="untransposed"),
-                 "k is not transposed: the score matmul contracts axis 1 of the key"),
-        Negative("v_from_a_different_head_split", _example(value_heads=4),
-                 "the matmul's right operand has shape (4, 8, 16), neither (2, 4, 8, 8)"),
-        Negative("key_grouped_by_batch_and_heads", _key_grouped_by_batch_and_heads(),
-                 "the key (transposed) has batch 4 on axis 0 where the query has 2"),
-        Negative("single_key_head_broadcast_after_a_reshape",
-                 _example(frontend="onnx", kv_heads=1, repeat="misplaced"),
-                 "the key (2, 1, 16, 8) is broadcast to the query's (2, 2) after a reshape"),
-        Negative("scores_split_into_sequence_first", _example(split="scores"),
-                 "the softmax's input has shape (2, 8, 2, 8), the scores (2, 2, 8, 8)"),
-        Negative("result_split_into_sequence_first", _example(split="output"),
-                 "the attention's result has shape (2, 8, 2, 16), not (2, 2, 8, 16)"),
-        Negative("float16_scores_accumulated_in_float32",
-                 _example(dtype="float16", accumulate="float32"),
-                 "the scores are float32, the query float16"),
-        Negative("masked_fill_with_a_finite_value", _example(mask="masked_fill_finite"),
-                 "the masked scores are filled with -10000.0, not -inf"),
-        Negative("safe_softmax_over_the_query_axis", _example(safe_softmax="queries"),
-                 "the safe softmax zeroes the probabilities where max(axis=[2], keepdims=True) "
-                 "finds no score above -inf, not on the fully masked rows"),
-        Negative("scores_regrouped_into_sequence_first", _example(regroup="scrambled"),
-                 "the scaled scores are reshaped to (2, 8, 2, 8), not a view of the scores "
-                 "(2, 2, 8, 8)"),
-        Negative("second_term_of_one_key", _example(position_bias=True, mask="last_axis_one"),
-                 "the second additive term (2, 1, 8, 1) does not broadcast as attention's "
-                 "bias: its last axis is 1"),
-        Negative("float16_softmax_run_in_float32",
-                 _example(dtype="float16", softmax_dtype="float32"),
-                 "the softmax runs in float32 between casts of the float16 scores"),
-        Negative("merged_bias_over_the_queries", _example(key="merged", alibi="per_query"),
-                 "the bias added to the merged scores (4, 8, 8) has shape (4, 8, 1), which "
-                 "does not broadcast as attention's bias"),
-        Negative("bias_before_the_scale_over_the_queries",
-                 _example(alibi="before_scale_per_query"),
-                 "the bias added to the scores before the scale (2, 2, 8, 1) does not "
-                 "broadcast as attention's bias: its last axis is 1, the key length 8"),
-        Negative("merged_bias_of_unknown_shape", _example(key="merged", alibi="unknown"),
-                 "the bias added to the merged scores has no known shape"),
-        Negative("heads_folded_into_the_sequence", _example(key="folded", mask="none"),
-                 "the key is reshaped to (2, 16, 16) and permuted with axes [0, 2, 1], not "
-                 "merged from (2, 2, 8, 16) into batch * heads"),
-        Negative("query_of_unknown_shape", _onnx_form(relax.TensorType(ndim=4, dtype="float32")),
-                 "the query has no known shape"),
-    ],
+    negatives=[Negative(name, REFUSALS[name](), reason) for name, reason in REFUSED.items()],
     tolerance=FLOAT32)
+
+
+def test_every_refusal_builder_has_its_reason_asserted():
+    assert set(REFUSED) == set(REFUSALS)
 
 
 def attentions(mod: tvm.IRModule, func: str = "main") -> list:
@@ -202,44 +173,32 @@ def test_attention_collapse_meets_the_rule_contract():
     check_rule(COLLAPSE_CASE)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("knobs", [
-    {}, {"frontend": "onnx"}, {"shape": "symbolic"}, {"shape": "symbolic", "frontend": "onnx"},
-    {"shape": "cross"}, {"shape": "decode"}, {"scale": "divide"}, {"scale": "query"},
-    {"scale": "key"}, {"scale": "none"}, {"mask": "none"}, {"mask": "causal"},
-    {"mask": "full"}, {"mask": "masked_fill"}, {"mask": "masked_keep", "frontend": "onnx"},
-    {"kv_heads": 1}, {"kv_heads": 1, "frontend": "onnx", "shape": "symbolic"},
-    # multi-query: the matmuls broadcast the single key/value head (Falcon, ONNX exports)
-    {"kv_heads": 1, "repeat": "broadcast"}, {"kv_heads": 1, "repeat": "broadcast",
-                                             "shape": "symbolic"},
-    {"kv_heads": 1, "repeat": "broadcast", "mask": "causal", "scale": "key"},
-    {"kv_heads": 1, "repeat": "broadcast", "frontend": "onnx"},
-    {"kv_heads": 1, "repeat": "broadcast", "frontend": "onnx", "shape": "symbolic"},
-    {"safe_softmax": "keys"}, {"safe_softmax": "keys", "mask": "boolean"},
-    {"safe_softmax": "keys", "mask": "none"}, {"safe_softmax": "keys", "mask": "masked_fill"},
-    {"safe_softmax": "keys", "mask": "boolean", "shape": "symbolic"},
-    {"safe_softmax": "keys", "mask": "boolean", "kv_heads": 1},
-    {"regroup": "round_trip"}, {"regroup": "round_trip", "shape": "symbolic"},
-    {"recast": True, "frontend": "onnx"}, {"recast": True},
-    {"position_bias": True}, {"position_bias": True, "mask": "none"},
-    {"key": "merged"}, {"key": "merged", "alibi": "heads"},  # Bloom
-    {"key": "merged", "alibi": "heads", "shape": "symbolic"},
-    {"key": "merged", "alibi": "heads", "mask": "none", "kv_heads": 1},
-    {"position_bias": True, "frontend": "onnx", "mask": "causal"},
-    # Falcon's ALiBi, added to the 4-D scores before the scale
-    {"alibi": "before_scale"}, {"alibi": "before_scale", "scale": "divide"},
-    {"alibi": "before_scale", "shape": "symbolic"}, {"alibi": "before_scale", "mask": "none"},
-    {"alibi": "before_scale", "frontend": "onnx", "mask": "causal"},
-    {"alibi": "before_scale", "kv_heads": 1, "repeat": "broadcast"},
-    {"alibi": "before_scale", "safe_softmax": "keys", "mask": "boolean"},
-    # both matmuls accumulated in float32 and cast back (ToMixedPrecision, float16 import)
-    {"accumulate": "cast_back"}, {"accumulate": "cast_back", "frontend": "onnx"},
-    {"accumulate": "cast_back", "shape": "symbolic"}, {"accumulate": "cast_back",
-                                                       "mask": "causal"},
-    {"accumulate": "cast_back", "kv_heads": 1, "repeat": "broadcast"},
-], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "torch_padding_mask")
-def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs, dtype):
-    before = _example(dtype=dtype, **knobs)
+def _form_instances() -> list[tuple[str, str, dict]]:
+    """Every model form of the example space, its default and each knob moved alone
+    (``(form, dtype, knobs)``): float32 everywhere, float16 at each product's default."""
+    found: dict[tuple, tuple[str, str, dict]] = {}
+    for product in SPACE:
+        form = product["form"][0]
+        if form not in FORMS:
+            continue
+        knobs = {k: v for k, v in product.items() if k not in ("form", "dtype")}
+        default = {k: values[0] for k, values in knobs.items()}
+        points = [default] + [{**default, k: value} for k, values in knobs.items()
+                              for value in values[1:]]
+        for dtype, chosen in [("float16", default)] + [("float32", p) for p in points]:
+            found.setdefault((form, dtype, *sorted(chosen.items(), key=str)),
+                             (form, dtype, chosen))
+    return list(found.values())
+
+
+FORM_INSTANCES = _form_instances()
+
+
+@pytest.mark.parametrize("form, dtype, knobs", FORM_INSTANCES,
+                         ids=[f"{f}-{d}-" + "-".join(f"{k}={v}" for k, v in kn.items())
+                              for f, d, kn in FORM_INSTANCES])
+def test_every_form_collapses_into_one_attention_with_the_numbers_kept(form, dtype, knobs):
+    before = FORMS[form](dtype=dtype, **knobs)
     applied = apply_rule(AttentionCollapse(), before)
     assert applied.fired == 1
     (fused,) = attentions(applied.module)
@@ -254,7 +213,7 @@ def test_every_spelling_collapses_into_one_attention_with_the_numbers_kept(knobs
 def test_a_grouped_query_collapse_keeps_the_key_value_repeat():
     # TVM 0.27's llvm attention computes wrongly with fewer key/value heads than query
     # heads: the repeat must stay, and the fused op must see the full head count.
-    before = _example(kv_heads=1)
+    before = torch_eager(kv_heads=1)
     after = pk.rewrite(AttentionCollapse(), before)
     (fused,) = attentions(after)
     assert op_names(after).count("relax.broadcast_to") == 2  # repeat_kv of k and v
@@ -268,7 +227,7 @@ def test_a_multi_query_collapse_repeats_the_single_key_value_head(frontend):
     # The matmuls broadcast one key/value head to the query's two; the fused op must be
     # given both heads (TVM 0.27's llvm attention is wrong with fewer), so the rewrite
     # broadcasts k and v itself.
-    before = _example(kv_heads=1, repeat="broadcast", frontend=frontend)
+    before = multi_query(frontend=frontend)
     after = pk.rewrite(AttentionCollapse(), before)
     (fused,) = attentions(after)
     for operand in fused.args[1:3]:
@@ -300,7 +259,7 @@ def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:
 def test_torch_sdpa_keeps_a_fully_masked_row_at_zero_where_attention_alone_gives_nan(dtype):
     # torch's SDPA gives a row with no allowed key probabilities 0 (its _safe_softmax);
     # R.nn.attention gives NaN there, so the collapse zeroes the rows the bias masks whole.
-    before = _example(safe_softmax="keys", mask="boolean", dtype=dtype)
+    before = sdpa(dtype=dtype, mask="boolean")
     after = pk.rewrite(AttentionCollapse(), before)
     assert len(attentions(after)) == 1
     rng = np.random.default_rng(0)
@@ -313,14 +272,14 @@ def test_torch_sdpa_keeps_a_fully_masked_row_at_zero_where_attention_alone_gives
     np.testing.assert_array_equal(got[0], want[0])
     tol = TOLERANCE[dtype]
     np.testing.assert_allclose(got[1], want[1], rtol=tol.rtol, atol=tol.atol)
-    plain = _example(mask="boolean", dtype=dtype)  # softmax without SDPA's guard: NaN rows
+    plain = torch_eager(mask="boolean", dtype=dtype)  # softmax without SDPA's guard: NaN rows
     assert np.isnan(_run(pk.rewrite(AttentionCollapse(), plain), xq, xk, xv, allowed)[0]).all()
 
 
 def test_a_float16_collapse_builds_with_a_bias_after_it_and_stays_float16():
     # TVM 0.27 legalises a float16 R.nn.attention to float32 (docs/tvm-bugs.md): without
     # the rule's cast, the bias add after it would not build
-    before = _example(dtype="float16")
+    before = torch_eager(dtype="float16")
     bias = relax.const(np.random.default_rng(1).uniform(-1, 1, 32).astype("float16"))
     func = before["main"]
     body = relax.SeqExpr(func.body.blocks, relax.op.add(func.body.body, bias))
@@ -339,12 +298,12 @@ def test_a_float16_collapse_builds_with_a_bias_after_it_and_stays_float16():
 
 def test_torch_sdpa_without_a_mask_collapses_to_attention_alone():
     # no bias: with q and k finite no score is -inf, so no row needs the guard
-    after = pk.rewrite(AttentionCollapse(), _example(safe_softmax="keys", mask="none"))
+    after = pk.rewrite(AttentionCollapse(), sdpa(mask="none"))
     assert attentions(after) and "relax.where" not in op_names(after)
 
 
 def test_a_rank_2_mask_becomes_a_4_d_bias():
-    after = pk.rewrite(AttentionCollapse(), _example(mask="causal"))
+    after = pk.rewrite(AttentionCollapse(), torch_eager(mask="causal"))
     (fused,) = attentions(after)
     assert fused.args[3].ty.ndim == 4
 
@@ -359,7 +318,7 @@ def test_attention_whose_probabilities_are_read_elsewhere_is_left_alone():
 
 
 def test_the_library_collapses_the_softmax_and_then_the_attention():
-    written = _example()
+    written = torch_eager()
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY.rewrite_rules(), written, log=log)
     assert log.count(RULE) == 1 and len(attentions(after)) == 1

@@ -1,0 +1,285 @@
+"""The guards of ``attention.collapse``: each reads the match and returns what it proved,
+or raises the refusal (``reject(reason, at=expr)``).
+
+They prove that the matched tensors are attention's: each operand a 4-D view split into
+the query's batch and heads (:func:`operand_view`, :func:`kv_broadcast`), the scale one
+number (:func:`scale_factor`), each additive term a bias that broadcasts over the scores
+(:func:`bias_term`, :func:`merged_bias_term`), the softmax over the keys, one dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from patternkit.engine import RuleMatch, reject
+from patternkit.ir import (call_args, const_value, dims_equal, dtype_of, int_list,
+                           is_tensor_constant, prove_equal, static_shape, type_of)
+
+from .forms import AttentionForms, OperandForms
+from .layout import IDENTITY, axes_of, compose, is_view, shape_text
+from .plan import BiasTerm, MaskFill
+
+#: What each operand is called in a refusal, by its name in the pattern.
+WHAT = {"q": "the query", "k": "the key", "v": "the value"}
+#: Whose scale a scale refusal is about, by the tag of its site.
+SCALE_OWNER = {"q_scale": "the query's", "k_scale": "the key's",
+               "scores_scale": "the scores'"}
+AXIS_NAMES = ("batch", "heads", "sequence", "head size")
+
+
+def not_widened(match: RuleMatch, forms: AttentionForms) -> None:
+    """Refuse, by name, a softmax the model runs in a wider dtype than its scores."""
+    if match.tag("softmax_input") != "widened":
+        return
+    widened = match[forms.widened]
+    scores = dtype_of(type_of(call_args(widened)[0]))
+    wide = str(widened.attrs.dtype)
+    if wide != scores:
+        raise reject(f"the softmax runs in {wide} between casts of the {scores} scores "
+                     f"(softmax(..., dtype={wide})): R.nn.attention would compute it in "
+                     f"{scores}, a precision the model did not ask for; deliberately not "
+                     f"collapsed", at=widened)
+
+
+def one_dtype(match: RuleMatch, forms: AttentionForms) -> None:
+    """Every tensor of the match has the query's dtype: the fused op has one dtype.
+
+    Relax's binary ops already refuse mixed operands; what gets here is a matmul's
+    ``out_dtype`` (float16 scores accumulated in float32) or a cast after the softmax.
+    A matmul accumulated in float32 and cast straight back passes: its result, the
+    cast's, has the operands' dtype; a cast to any other dtype reaches the softmax or
+    the result and is refused here.
+    """
+    q, v, softmax = match[forms.q.source], match[forms.v.source], match[forms.softmax]
+    dtype = dtype_of(type_of(q))
+    scores = dtype_of(type_of(call_args(softmax)[0]))
+    casts = {"recast": (forms.cast, forms.recast), "cast": (forms.cast,)}.get(
+        match.tag("probabilities"), ())
+    found_dtypes = (("values", dtype_of(type_of(v)), v), ("scores", scores, softmax),
+                    *(("probabilities", str(match[c].attrs.dtype), match[c]) for c in casts),
+                    ("results", dtype_of(type_of(match.root)), match.root))
+    for what, found, at in found_dtypes:
+        if found != dtype:
+            raise reject(f"the {what} are {found}, the query {dtype}: R.nn.attention "
+                         f"computes in one dtype", at=at)
+
+
+def operand_view(match: RuleMatch, operand: OperandForms) -> tuple[tuple[int, ...], tuple]:
+    """The permutation from the operand's source to its 4-D view, and the view's shape."""
+    source = match[operand.source]
+    shape = static_shape(type_of(source))
+    if shape is None:
+        raise reject(f"{WHAT[operand.name]} has no known shape: cannot tell its batch, "
+                     f"heads, sequence and head sizes apart", at=source)
+    axes = IDENTITY
+    if match.tag(f"{operand.name}_layout") == "split":
+        axes = compose(axes, axes_of(match[operand.split], 4))
+    if operand.transpose is None:
+        return axes, tuple(shape[a] for a in axes)
+    if match.tag("key_form") == "merged":
+        axes = compose(axes, merged_transpose(match, operand, tuple(shape[a] for a in axes)))
+    else:
+        axes = compose(axes, axes_of(match[operand.transpose], 4))
+    return axes, tuple(shape[a] for a in axes)
+
+
+def merged_transpose(match: RuleMatch, key: OperandForms, view: tuple) -> tuple[int, ...]:
+    """The 4-D permutation that the key's ``permute_dims(reshape(k), [0, 2, 1])`` is:
+    ``(0, 1, 3, 2)`` when the reshape merges batch and heads of the 4-D ``view`` (Bloom);
+    refused otherwise."""
+    merged, transpose = match[key.merged], match[key.merged_transpose]
+    shape = static_shape(type_of(merged))
+    axes = axes_of(transpose, 3) if shape is not None and len(shape) == 3 else None
+    if axes != (0, 2, 1) or not is_view(shape, view):
+        raise reject(f"the key is reshaped to {shape_text(shape)} and permuted with axes "
+                     f"{None if axes is None else list(axes)}, not merged from "
+                     f"{shape_text(view)} into batch * heads and transposed ([0, 2, 1])",
+                     at=merged)
+    return (0, 1, 3, 2)
+
+
+def key_transposed(match: RuleMatch, forms: AttentionForms, k_axes: tuple[int, ...]) -> None:
+    """The score matmul contracts the key's last axis, the head axis it was split into."""
+    if k_axes[2] != 3:
+        key = forms.k
+        at = match[key.merged_transpose if match.tag("key_form") == "merged"
+                   else key.transpose]
+        raise reject(f"k is not transposed: the score matmul contracts axis {k_axes[2]} "
+                     f"of the key, not its head axis (3); permute_dims axes "
+                     f"{list(k_axes)} from the key", at=at)
+
+
+def agree(source: Any, what: str, shape: tuple, expected: tuple) -> None:
+    """``shape`` has the query's batch, heads, sequence and head size where ``expected``
+    names one (``None``: any)."""
+    for axis, (got, want) in enumerate(zip(shape, expected)):
+        if want is not None and not prove_equal(got, want):
+            raise reject(f"{what} has {AXIS_NAMES[axis]} {got} on axis {axis} where the "
+                         f"query has {want}: {shape_text(shape)} is not split into the "
+                         f"query's heads", at=source)
+
+
+def kv_broadcast(match: RuleMatch, operand: OperandForms, view: tuple, lead: tuple,
+                 matmul: Any) -> tuple[tuple, tuple]:
+    """``(full, operand)``: the key's or value's 4-D view with a batch or heads axis of
+    1 broadcast to the query's ``lead`` (B, N), where the model broadcasts it, and the
+    view the matmul's right operand must be (:func:`plumbing`).  Both are ``view``
+    itself (the same object) where it agrees, or where an axis is neither 1 nor the
+    query's (:func:`agree` refuses it).
+
+    Proven: the 4-D matmul takes the view as it is (its batch axes broadcast, as the
+    ONNX form's do; the operand is ``view``), or the view is ``broadcast_to`` the full
+    shape (the tag ``<name>_repeat``: Falcon's multi-query key and value through the
+    torch importer; the operand is ``full``, maybe merged).  A broadcast found anywhere
+    else in the plumbing (after a reshape) may pair a query head with another batch's
+    key: it is refused.
+    """
+    agrees = [prove_equal(got, want) for got, want in zip(view[:2], lead)]
+    ones = [dims_equal(got, 1) for got in view[:2]]
+    if all(agrees) or not all(a or one for a, one in zip(agrees, ones)):
+        return view, view
+    full = (*(want if one else got for got, want, one in zip(view[:2], lead, ones)),
+            *view[2:])
+    if is_view(static_shape(type_of(call_args(matmul)[1])), view, merged=False):
+        return full, view  # a 4-D matmul broadcasting its batch axes
+    if match.tag(f"{operand.name}_repeat") in ("merged", "as_is") and is_view(
+            static_shape(type_of(match[operand.repeat])), full, merged=False):
+        return full, full
+    raise reject(f"{WHAT[operand.name]} {shape_text(view)} is broadcast to the query's "
+                 f"{shape_text(lead)} after a reshape, not as the 4-D tensor: cannot "
+                 f"tell that its heads pair with the query's", at=matmul)
+
+
+def plumbing(matmul: Any, lhs: tuple, rhs: tuple) -> None:
+    """The matmul's operands and result are the 4-D views, or with batch * heads merged.
+
+    Any chain of ``reshape`` and ``broadcast_to`` that ends in one of these shapes
+    keeps the elements in order (a broadcast cannot shrink, so it is the identity when
+    the element count is kept): the batched matmul pairs the views' heads.
+    """
+    lhs_expr, rhs_expr = call_args(matmul)[:2]
+    for what, expr, view in (("left operand", lhs_expr, lhs), ("right operand", rhs_expr, rhs)):
+        shape = static_shape(type_of(expr))
+        if not is_view(shape, view):
+            raise reject(f"the matmul's {what} has shape {shape_text(shape)}, neither "
+                         f"{shape_text(view)} nor batch and heads merged", at=matmul)
+
+
+def bias_term(mask: Any, what: str, scores: tuple, **term: Any) -> BiasTerm:
+    """``mask`` as a term of the bias, when it broadcasts as ``R.nn.attention``'s bias."""
+    shape = static_shape(type_of(mask))
+    if shape is None or len(shape) > 4:
+        raise reject(f"{what} has shape {shape_text(shape)}: attention's bias has at "
+                     f"most 4 axes", at=mask)
+    padded = (1,) * (4 - len(shape)) + tuple(shape)
+    if not prove_equal(padded[3], scores[3]):
+        raise reject(f"{what} {shape_text(shape)} does not broadcast as attention's "
+                     f"bias: its last axis is {padded[3]}, the key length {scores[3]}",
+                     at=mask)
+    for axis in range(3):
+        if not (dims_equal(padded[axis], 1) or prove_equal(padded[axis], scores[axis])):
+            raise reject(f"{what} {shape_text(shape)} does not broadcast as attention's "
+                         f"bias {shape_text(scores)} (axis {axis}: {padded[axis]})", at=mask)
+    return BiasTerm(mask, rank=len(shape), **term)
+
+
+def merged_bias_term(match: RuleMatch, forms: AttentionForms, scores: tuple) -> BiasTerm:
+    """The bias added before the scores are split into heads, as a 4-D term: as it is
+    when the scores are 4-D there already, reshaped when they are ``(B*N, S, T)``."""
+    bias, where = match[forms.merged_bias], match[forms.pre_biased]
+    at = static_shape(type_of(where))
+    if at is not None and len(at) == 4:
+        return bias_term(bias, "the bias added to the scores", scores)
+    batch, heads, seq, kv_len = scores
+    shape = static_shape(type_of(bias))
+    what = ("the bias added to the merged scores" if at is None
+            else f"the bias added to the merged scores {shape_text(at)}")
+    if shape is None:  # a 4-D bias would have made the scores 4-D
+        raise reject(f"{what} has no known shape: cannot tell whether it broadcasts as "
+                     f"attention's bias", at=bias)
+    padded = (1,) * (3 - len(shape)) + tuple(shape)
+    rows_ok = dims_equal(padded[1], 1) or prove_equal(padded[1], seq)
+    merged_ok = dims_equal(padded[0], 1) or prove_equal(padded[0], batch * heads)
+    if not (prove_equal(padded[2], kv_len) and rows_ok and merged_ok):
+        raise reject(f"{what} has shape {shape_text(shape)}, which does not broadcast "
+                     f"as attention's bias on ({shape_text((batch * heads, seq, kv_len))})",
+                     at=bias)
+    rows = 1 if dims_equal(padded[1], 1) else seq
+    return BiasTerm(bias, shape=((1, 1, rows, kv_len) if dims_equal(padded[0], 1)
+                                 else (batch, heads, rows, kv_len)))
+
+
+def regrouped(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
+    """Reshapes after the scale only regroup the scores: both ends of the chain are
+    views of them (4-D, or batch and heads merged), so the elements keep their order
+    and their meaning."""
+    chain_end = match[forms.regrouped]
+    scaled = match[forms.pre_biased if match.tag("merged_bias") == "added" else forms.scaled]
+    if chain_end.same_as(scaled):
+        return
+    for what, expr, merged in (("from", scaled, True), ("to", chain_end, False)):
+        shape = static_shape(type_of(expr))
+        if not is_view(shape, scores, merged=merged):
+            raise reject(f"the scaled scores are reshaped {what} {shape_text(shape)}, not a "
+                         f"view of the scores {shape_text(scores)}: the reshape regroups "
+                         f"their elements", at=chain_end)
+
+
+def softmax_over_keys(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
+    """The softmax normalises the key axis of the 4-D scores (and so does the safe
+    softmax's test of fully masked rows)."""
+    softmax = match[forms.softmax]
+    axis = int(softmax.attrs.axis)
+    if axis not in (-1, 3):
+        raise reject(f"the softmax normalises axis {axis}, attention the key axis (-1)",
+                     at=softmax)
+    shape = static_shape(type_of(call_args(softmax)[0]))
+    if not is_view(shape, scores, merged=False):
+        raise reject(f"the softmax's input has shape {shape_text(shape)}, the scores "
+                     f"{shape_text(scores)}: the batched matmul's result is not split "
+                     f"back into the query's heads", at=softmax)
+    if match.tag("probabilities") == "safe":
+        test = match[forms.row_test]
+        axes, keepdims = int_list(test.attrs.axis), bool(test.attrs.keepdims)
+        if axes not in ([-1], [3]) or not keepdims:
+            raise reject(f"the safe softmax zeroes the probabilities where max(axis="
+                         f"{axes}, keepdims={keepdims}) finds no score "
+                         f"above -inf, not on the fully masked rows (axis -1, kept): "
+                         f"not what attention's rows are", at=test)
+
+
+def scale_factor(match: RuleMatch, tag: str, constant: Any) -> float:
+    """The factor of the scale site ``tag`` (1.0 when the match has none there)."""
+    site = match.tag(tag)
+    if site in (None, "none"):
+        return 1.0
+    value = match[constant]
+    if not is_tensor_constant(value) or const_value(value).size != 1:
+        shape = static_shape(type_of(value))
+        raise reject(f"{SCALE_OWNER[tag]} scale is not a scalar constant (a "
+                     f"{'constant' if is_tensor_constant(value) else 'tensor'} "
+                     f"of shape {shape_text(shape)}): R.nn.attention takes one "
+                     f"number", at=value)
+    factor = float(const_value(value).reshape(()))
+    if site == "quotient":
+        return float(np.float64(1.0) / factor) if factor else float("inf")
+    return factor
+
+
+def mask_fill(match: RuleMatch, forms: AttentionForms) -> MaskFill:
+    """The masked_fill's value, -inf, and whether it fills where the condition holds.
+
+    ``scores + where(c, -inf, 0)`` equals ``where(c, -inf, scores)`` everywhere; with
+    a finite fill it does not on a fully masked row (the fill gives it uniform
+    weights, the added bias keeps the scores' own softmax).
+    """
+    fill = match[forms.fill]
+    values = const_value(fill)
+    value = float(values.reshape(())) if values.size == 1 else None
+    if value != float("-inf"):
+        raise reject(f"the masked scores are filled with "
+                     f"{'a tensor' if value is None else value}, not -inf: as a bias it "
+                     f"would change fully masked rows", at=fill)
+    return MaskFill(value, match.tag("mask_form") == "fill")
