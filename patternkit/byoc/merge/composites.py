@@ -95,11 +95,12 @@ class FormedComposite:
 class SkippedComposite:
     """A match that did not become a composite.
 
-    ``kind`` is ``"check"`` (the entry's check vetoed it, ``rejection`` is its
-    :class:`~patternkit.engine.rule.Reject`), ``"overlap"`` (a binding was already
-    taken, ``by`` names the entry that took it), ``"escape"`` (an intermediate
-    result is read outside the match; Relay's semantics only) or ``"cycle"`` (fusing it
-    would make the composite depend on itself; TVM's semantics only).  ``bound`` holds
+    ``kind`` is the engine's :class:`~patternkit.engine.skip.SkipKind` (a ``str`` enum:
+    ``kind == "check"`` holds): ``CHECK`` (the entry's check vetoed it, ``rejection`` is
+    its :class:`~patternkit.engine.rule.Reject`), ``OVERLAP`` (a binding was already
+    taken, ``by`` names the entry that took it), ``ESCAPE`` (an intermediate result is
+    read outside the match; Relay's semantics only) or ``CYCLE`` (fusing it would make
+    the composite depend on itself; TVM's semantics only).  ``bound`` holds
     the Vars named in ``vars``: names need not be unique (a rewrite's new bindings may
     reuse ``lv8``), the Vars are.
     """
@@ -108,7 +109,7 @@ class SkippedComposite:
     function: str
     root: str
     vars: tuple[str, ...]
-    kind: str
+    kind: SkipKind
     reason: str
     by: str | None = None
     rejection: Reject | None = field(default=None, compare=False, repr=False)
@@ -323,7 +324,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                 if log is not None:  # names cross the FFI: only for a log that shows them
                     vetoes.append(SkippedComposite(
                         entry.name, func_name, C.var_name(group.root_var),
-                        _names(group.interior), "overlap", reason, by,
+                        _names(group.interior), SkipKind.OVERLAP, reason, by,
                         bound=tuple(group.interior)))
                 return reject(reason)
             if entry_check is None:
@@ -334,7 +335,8 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
             if log is not None:
                 vetoes.append(SkippedComposite(
                     entry.name, func_name, C.var_name(group.root_var), _names(group.interior),
-                    "check", refusal.reason, rejection=refusal, bound=tuple(group.interior)))
+                    SkipKind.CHECK, refusal.reason, rejection=refusal,
+                    bound=tuple(group.interior)))
             return refusal
 
         groups, skips = find_groups(index, entry.pattern, veto, report_claimed=log is not None,
@@ -472,10 +474,9 @@ def _check_error(entry: CompositeEntry, func_name: str, group: Group,
 
 def _classify_skip(entry: CompositeEntry, func_name: str, skipped: Skipped) -> SkippedComposite:
     """A grouping skip (escape or same-entry overlap) with the bindings it covered."""
-    kind = skipped.kind.value
     by = entry.name if skipped.kind is SkipKind.OVERLAP else None
-    return SkippedComposite(entry.name, func_name, skipped.root, _names(skipped.covered), kind,
-                            skipped.reason, by, bound=skipped.covered)
+    return SkippedComposite(entry.name, func_name, skipped.root, _names(skipped.covered),
+                            skipped.kind, skipped.reason, by, bound=skipped.covered)
 
 
 def composite_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:

@@ -47,6 +47,7 @@ from ...dpl.matcher import Match, Matcher
 from ...dpl.pattern import CallPattern, TupleGetItemPattern, root_op_names
 from ...engine.index import FunctionIndex
 from ...engine.rule import Reject, RuleMatch, judge, reject
+from ...engine.skip import SkipKind
 from ...ir import compat as C
 from ..tables.check_context import CheckSite
 from ..tables.table import CompositeEntry, PatternTable
@@ -91,17 +92,17 @@ class PlannedComposite:
 class PlanSkip:
     """A match the plan did not turn into a composite.
 
-    ``kind``: ``"check"`` (the entry's check refused it), ``"overlap"`` (a binding was
-    taken: by a higher-priority entry, ``by``, or by an earlier match of the same entry
-    that it only partly covers), ``"cycle"`` (fusing it would make the composite depend
-    on itself).  ``members`` are the binding indices the match covered.
+    ``kind`` (the engine's :class:`~patternkit.engine.skip.SkipKind`): ``CHECK`` (the
+    entry's check refused it), ``OVERLAP`` (a binding was taken: by a higher-priority
+    entry, ``by``, or by an earlier match of the same entry that it only partly covers),
+    ``CYCLE`` (fusing it would make the composite depend on itself).  ``members`` are the binding indices the match covered.
     """
 
     entry: CompositeEntry
     block: int
     root: int
     members: tuple[int, ...]
-    kind: str
+    kind: SkipKind
     reason: str
     by: str | None = None
     rejection: Reject | None = None
@@ -240,7 +241,7 @@ class _Planner:
             member_set = set(members)
             partial = next((g for g in touched if not member_set.issuperset(g.members)), None)
             if partial is not None:
-                self._skip(entry, state, j, members, "overlap",
+                self._skip(entry, state, j, members, SkipKind.OVERLAP,
                            f"an earlier match of '{entry.name}' at "
                            f"'{C.var_name(state.bindings[partial.root].var)}' already took "
                            f"some of its bindings", by=entry.name)
@@ -248,11 +249,11 @@ class _Planner:
             cycle = _cycle_through(index, state, member_set, group_of, formed.values(),
                                    last_member)
             if cycle is not None:
-                self._skip(entry, state, j, members, "cycle", cycle)
+                self._skip(entry, state, j, members, SkipKind.CYCLE, cycle)
                 continue
             refusal = self._check(entry, state, j, found)
             if refusal is not None:
-                self._skip(entry, state, j, members, "check", refusal.reason,
+                self._skip(entry, state, j, members, SkipKind.CHECK, refusal.reason,
                            rejection=refusal)
                 continue
             group = PlannedComposite(entry, state.bi, members, j, found)
@@ -318,7 +319,7 @@ class _Planner:
             return
         by = state.taken[taken].entry.name
         members = sorted({*interior, j})
-        self._skip(entry, state, j, members, "overlap",
+        self._skip(entry, state, j, members, SkipKind.OVERLAP,
                    f"'{by}' (higher priority) already took "
                    f"'{C.var_name(state.bindings[taken].var)}'", by=by)
 

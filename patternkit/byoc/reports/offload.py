@@ -31,13 +31,16 @@ from typing import Any, Mapping
 import tvm
 
 from ...ir import compat as C
+from ...engine.skip import SkipKind
 from ...ir.targets import rewritable_functions
 from ..merge.composites import CompositeLog, composite_counts, merge_composite
 from ..partition.external import annotation_table
 from ..tables.table import PatternTable
 
 _KIND_ORDER = {"vetoed": 0, "overlap": 1, "escape": 2, "cycle": 3}
-_LOG_KIND = {"check": "vetoed", "overlap": "overlap", "escape": "escape", "cycle": "cycle"}
+#: A merge's skip kind -> the host-op kind the report gives it (a vetoed op, not a "check").
+_LOG_KIND = {SkipKind.CHECK: "vetoed", SkipKind.OVERLAP: "overlap", SkipKind.ESCAPE: "escape",
+             SkipKind.CYCLE: "cycle"}
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def explain_offload(merged: tvm.IRModule, log: CompositeLog, table: Any) -> Offl
     # reuse 'lv8'), and a name key would pin one binding's skip on another.
     reasons: dict[tuple[str, Any], list] = {}
     for s in log.skipped:
-        why = (_LOG_KIND[s.kind], s.reason, s.entry, _priority(table, s.entry))
+        why = (_LOG_KIND[SkipKind(s.kind)], s.reason, s.entry, _priority(table, s.entry))
         keys = [C.handle(v) for v in s.bound] if s.bound else s.vars
         for key in keys:
             reasons.setdefault((s.function, key), []).append(why)
