@@ -59,7 +59,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject, variant_method
+from patternkit.engine import CompositeRule, RuleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     const_value,
@@ -212,44 +212,10 @@ class NormGradComposite(CompositeRule):
                     f"to show the channel axis this is a layer norm's gradient")
         return None
 
-    # -- self-check example (used by tests and `patternkit verify`) ---------------------------
-    @variant_method
-    def example(self, dtype: str = "float32", batch: int | str = 2,
-                seed: int = 0) -> tvm.IRModule:
-        """The gradient of ``sum(norm(x) * w)`` as ``Gradient`` emits it, as ``main``.
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """This variant's gradient as ``Gradient`` emits it: :func:`norm_gradient`."""
+        return norm_gradient(self.kind, self.scaled, **knobs)
 
-        The norm is written out as the library's expansions write it (batch norm of
-        ``(batch, 6, 4, 3)`` over axis 1, layer norm of ``(batch, 5, 16)`` over the last
-        axis), ``gamma`` and ``beta`` parameters (the unscaled variant: neither), ``w`` a
-        seeded constant so the upstream gradient is no broadcast of ones.  ``batch`` is
-        a size or a symbolic dimension's name (layer norm only: see the module notes).
-        """
-        rng = np.random.default_rng(seed)
-        dims = (6, 4, 3) if self.kind == "batch_norm" else (5, 16)
-        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
-        shape = (n, *dims)
-        axes = [0, 2, 3] if self.kind == "batch_norm" else [2]
-        x = relax.Var("x", relax.TensorType(shape, dtype))
-        feature = (1, 6, 1, 1) if self.kind == "batch_norm" else (16,)
-        params = [relax.Var(name, relax.TensorType(feature, dtype))
-                  for name in ("gamma", "beta")] if self.scaled else []
-        weight = relax.const(rng.uniform(-1, 1, (1, *dims)).astype(dtype))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x, *params]):
-            with bb.dataflow():
-                mean = bb.emit(relax.op.mean(x, axis=axes, keepdims=True))
-                xc = bb.emit(relax.op.subtract(x, mean))
-                var = bb.emit(relax.op.mean(relax.op.multiply(xc, xc), axis=axes,
-                                            keepdims=True))
-                std = bb.emit(relax.op.sqrt(relax.op.add(var, relax.const(1e-5, dtype))))
-                y = bb.emit(relax.op.divide(xc, std))
-                if self.scaled:
-                    y = bb.emit(relax.op.add(relax.op.multiply(y, params[0]), params[1]))
-                loss = bb.emit_output(relax.op.sum(relax.op.multiply(y, weight)))
-            bb.emit_func_output(loss)
-        return _adjoint_as_main(bb.get())
-
-    @variant_method
     def example_space(self) -> dict[str, Sequence[Any]]:
         # without gamma a batch norm over a batch of one is a layer norm's gradient
         batches: tuple = ((2, "n") if self.kind == "layer_norm"
@@ -301,39 +267,12 @@ class FrozenBatchNormGradComposite(CompositeRule):
                           f"batch", at=match.std)
         return True
 
-    @variant_method
-    def example(self, dtype: str = "float32", batch: int | str = 2,
-                seed: int = 0) -> tvm.IRModule:
-        """The gradient of ``sum(batch_norm(x, running statistics) * w)`` w.r.t. ``x``,
-        ``gamma`` and ``beta`` (statistics constant), as ``Gradient`` emits it."""
-        rng = np.random.default_rng(seed)
-        n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
-        x = relax.Var("x", relax.TensorType((n, 6, 4, 3), dtype))
-        gamma, beta = (relax.Var(name, relax.TensorType((1, 6, 1, 1), dtype))
-                       for name in ("gamma", "beta"))
-        mean = relax.const(rng.uniform(-1, 1, (1, 6, 1, 1)).astype(dtype))
-        var = relax.const(rng.uniform(0.5, 1.5, (1, 6, 1, 1)).astype(dtype))
-        weight = relax.const(rng.uniform(-1, 1, (1, 6, 4, 3)).astype(dtype))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x, gamma, beta]):
-            with bb.dataflow():
-                std = bb.emit(relax.op.sqrt(relax.op.add(var, relax.const(1e-5, dtype))))
-                y = bb.emit(relax.op.divide(relax.op.subtract(x, mean), std))
-                y = bb.emit(relax.op.add(relax.op.multiply(y, gamma), beta))
-                loss = bb.emit_output(relax.op.sum(relax.op.multiply(y, weight)))
-            bb.emit_func_output(loss)
-        return _adjoint_as_main(bb.get())
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """The gradient of a frozen batch norm: :func:`frozen_batch_norm_gradient`."""
+        return frozen_batch_norm_gradient(**knobs)
 
-    @variant_method
     def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "batch": (2, "n")}
-
-
-def _adjoint_as_main(forward: tvm.IRModule) -> tvm.IRModule:
-    """``Gradient``'s adjoint of ``forward["main"]``, bindings canonicalised, as ``main``."""
-    adjoint = relax.transform.Gradient("main")(forward)["main_adjoint"]
-    module = tvm.IRModule({"main": adjoint.with_attr("global_symbol", "main")})
-    return relax.transform.CanonicalizeBindings()(module)
 
 
 #: The rewrite rules of this file: none (composites only).
@@ -346,3 +285,70 @@ RULES: tuple = ()
 COMPOSITES = (NormGradComposite(kind="batch_norm"), NormGradComposite(kind="layer_norm"),
               NormGradComposite(kind="batch_norm", scale=False),
               NormGradComposite(kind="layer_norm", scale=False), FrozenBatchNormGradComposite)
+
+
+# -- examples (the rules' example(), the tests and `patternkit verify`) --------------------
+def norm_gradient(kind: str = "batch_norm", scaled: bool = True, dtype: str = "float32",
+                  batch: int | str = 2, seed: int = 0) -> tvm.IRModule:
+    """The gradient of ``sum(norm(x) * w)`` as ``Gradient`` emits it, as ``main``.
+
+    The norm (``kind``) is written out as the library's expansions write it (batch norm of
+    ``(batch, 6, 4, 3)`` over axis 1, layer norm of ``(batch, 5, 16)`` over the last
+    axis), ``gamma`` and ``beta`` parameters (not ``scaled``: neither), ``w`` a
+    seeded constant so the upstream gradient is no broadcast of ones.  ``batch`` is
+    a size or a symbolic dimension's name (layer norm only: see the module notes).
+    """
+    rng = np.random.default_rng(seed)
+    dims = (6, 4, 3) if kind == "batch_norm" else (5, 16)
+    n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+    shape = (n, *dims)
+    axes = [0, 2, 3] if kind == "batch_norm" else [2]
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    feature = (1, 6, 1, 1) if kind == "batch_norm" else (16,)
+    params = [relax.Var(name, relax.TensorType(feature, dtype))
+              for name in ("gamma", "beta")] if scaled else []
+    weight = relax.const(rng.uniform(-1, 1, (1, *dims)).astype(dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, *params]):
+        with bb.dataflow():
+            mean = bb.emit(relax.op.mean(x, axis=axes, keepdims=True))
+            xc = bb.emit(relax.op.subtract(x, mean))
+            var = bb.emit(relax.op.mean(relax.op.multiply(xc, xc), axis=axes,
+                                        keepdims=True))
+            std = bb.emit(relax.op.sqrt(relax.op.add(var, relax.const(1e-5, dtype))))
+            y = bb.emit(relax.op.divide(xc, std))
+            if scaled:
+                y = bb.emit(relax.op.add(relax.op.multiply(y, params[0]), params[1]))
+            loss = bb.emit_output(relax.op.sum(relax.op.multiply(y, weight)))
+        bb.emit_func_output(loss)
+    return _adjoint_as_main(bb.get())
+
+
+def frozen_batch_norm_gradient(dtype: str = "float32", batch: int | str = 2,
+                               seed: int = 0) -> tvm.IRModule:
+    """The gradient of ``sum(batch_norm(x, running statistics) * w)`` w.r.t. ``x``,
+    ``gamma`` and ``beta`` (statistics constant), as ``Gradient`` emits it."""
+    rng = np.random.default_rng(seed)
+    n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+    x = relax.Var("x", relax.TensorType((n, 6, 4, 3), dtype))
+    gamma, beta = (relax.Var(name, relax.TensorType((1, 6, 1, 1), dtype))
+                   for name in ("gamma", "beta"))
+    mean = relax.const(rng.uniform(-1, 1, (1, 6, 1, 1)).astype(dtype))
+    var = relax.const(rng.uniform(0.5, 1.5, (1, 6, 1, 1)).astype(dtype))
+    weight = relax.const(rng.uniform(-1, 1, (1, 6, 4, 3)).astype(dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, gamma, beta]):
+        with bb.dataflow():
+            std = bb.emit(relax.op.sqrt(relax.op.add(var, relax.const(1e-5, dtype))))
+            y = bb.emit(relax.op.divide(relax.op.subtract(x, mean), std))
+            y = bb.emit(relax.op.add(relax.op.multiply(y, gamma), beta))
+            loss = bb.emit_output(relax.op.sum(relax.op.multiply(y, weight)))
+        bb.emit_func_output(loss)
+    return _adjoint_as_main(bb.get())
+
+
+def _adjoint_as_main(forward: tvm.IRModule) -> tvm.IRModule:
+    """``Gradient``'s adjoint of ``forward["main"]``, bindings canonicalised, as ``main``."""
+    adjoint = relax.transform.Gradient("main")(forward)["main_adjoint"]
+    module = tvm.IRModule({"main": adjoint.with_attr("global_symbol", "main")})
+    return relax.transform.CanonicalizeBindings()(module)

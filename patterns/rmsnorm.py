@@ -167,61 +167,11 @@ class RmsNormCollapse(RewriteRule):
             out = relax.op.astype(out, plan.out_dtype)
         return out
 
-    # -- self-check example (used by tests and `patternkit verify`) ---------------------------
-    @staticmethod
-    def example(dtype: str = "float32", spelling: str = "llama", rank: int = 3, axes: int = 1,
-                symbolic: bool = False, weight: str = "per_feature", root: str = "rsqrt",
-                square: str = "power", eps: str = "scalar",
-                mean_axes: str = "trailing") -> tvm.IRModule:
-        """An RMS norm over the last ``axes`` axes of a rank-``rank`` ``x`` of ``dtype``.
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A written-out RMS norm: :func:`written_out` with ``knobs``."""
+        return written_out(**knobs)
 
-        ``spelling``: ``"llama"`` (``LlamaRMSNorm``: cast to float32 once for a float16
-        ``x``, weight after the cast back), ``"t5"`` (``T5LayerNorm``: the variance and
-        the numerator each from their own cast) or ``"plain"`` (no casts, computed in
-        ``dtype``).  ``weight``: ``"per_feature"``, ``"none"``, or ``"full"`` (a weight of
-        ``x``'s whole shape: refused).  ``root``: ``"rsqrt"``, ``"sqrt"`` (divide) or
-        ``"reciprocal"`` (``h * (1 / sqrt)``, ONNX's spelling of ``rsqrt``);
-        ``square``: ``"power"``, ``"multiply"`` or ``"square"``; ``eps``: ``"scalar"`` or
-        ``"vector"`` (refused); ``mean_axes``: ``"trailing"`` or ``"leading"`` (the mean
-        over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too.
-        """
-        x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
-        shape = static_shape(x.ty)
-        features = shape[rank - axes:]
-        w = relax.Var("w", relax.TensorType(shape if weight == "full" else features, dtype))
-        compute = "float32" if spelling != "plain" else dtype
-        eps_value = (relax.const(1e-6, compute) if eps == "scalar" else
-                     relax.const(np.full(int(shape[-1]), 1e-6, compute), compute))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x] + ([] if weight == "none" else [w])):
-            with bb.dataflow():
-                h = bb.emit(relax.op.astype(x, compute)) if compute != dtype else x
-                sq = bb.emit({"power": lambda: relax.op.power(h, relax.const(2.0, compute)),
-                              "multiply": lambda: relax.op.multiply(h, h),
-                              "square": lambda: relax.op.square(h)}[square]())
-                reduce = range(-axes, 0) if mean_axes == "trailing" else range(axes)
-                var = bb.emit(relax.op.mean(sq, list(reduce), keepdims=True))
-                radicand = bb.emit(relax.op.add(var, eps_value))
-                if spelling == "t5" and compute != dtype:
-                    h = bb.emit(relax.op.astype(x, compute))
-                if root == "rsqrt":
-                    y = bb.emit(relax.op.multiply(h, bb.emit(relax.op.rsqrt(radicand))))
-                elif root == "reciprocal":
-                    inverse = relax.op.divide(relax.const(1.0, compute),
-                                              bb.emit(relax.op.sqrt(radicand)))
-                    y = bb.emit(relax.op.multiply(h, bb.emit(inverse)))
-                else:
-                    y = bb.emit(relax.op.divide(h, bb.emit(relax.op.sqrt(radicand))))
-                if compute != dtype:
-                    y = bb.emit(relax.op.astype(y, dtype))
-                if weight != "none":
-                    y = bb.emit(relax.op.multiply(w, y))
-                out = bb.emit_output(y)
-            bb.emit_func_output(out)
-        return bb.get()
-
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16", "float64"),
                 "spelling": ("llama", "t5", "plain"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "weight": ("per_feature", "none", "full"),
@@ -267,27 +217,15 @@ class RmsNormExpand(RewriteRule):
             y = relax.op.astype(y, dtype)
         return relax.op.multiply(y, match.weight)
 
-    @staticmethod
-    def example(dtype: str = "float32", rank: int = 3, axes: int = 1,
-                symbolic: bool = False) -> tvm.IRModule:
-        """``rms_norm(x, w)`` over the last ``axes`` axes (``axes=0``: the first axis, and
-        ``dtype="float64"``: refused)."""
-        return from_expr(_rms_norm(dtype, rank, axes, symbolic))
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """One ``rms_norm`` call: :func:`rms_norm_call` with ``knobs`` (``axes=0``: the
+        first axis, and ``dtype="float64"``: refused)."""
+        return rms_norm_call(**knobs)
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16", "float64"), "rank": (3, 2, 4),
                 "axes": (1, 2, 0),
                 "symbolic": (False, True)}
-
-
-def _rms_norm(dtype: str, rank: int, axes: int, symbolic: bool) -> Any:
-    """``rms_norm(x, w)`` over the last ``axes`` axes, or over axis 0 when ``axes == 0``."""
-    shape = example_shape(rank, symbolic)
-    reduce = list(range(-axes, 0)) if axes else [0]
-    x = relax.Var("x", relax.TensorType(shape, dtype))
-    w = relax.Var("w", relax.TensorType([shape[a] for a in reduce], dtype))
-    return relax.op.nn.rms_norm(x, w, axes=reduce, epsilon=1e-6)
 
 
 # -- the composite -----------------------------------------------------------------------------
@@ -311,14 +249,12 @@ class RmsNormComposite(CompositeRule):
                           f"the backends' kernels take the last axis only", at=match.norm)
         return True
 
-    @staticmethod
-    def example(dtype: str = "float32", rank: int = 3, axes: int = 1,
-                symbolic: bool = False) -> tvm.IRModule:
-        """``rms_norm(x, w)`` over the last ``axes`` axes (``axes=2`` or ``0``: refused)."""
-        return from_expr(_rms_norm(dtype, rank, axes, symbolic))
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """One ``rms_norm`` call: :func:`rms_norm_call` with ``knobs`` (``axes=2`` or ``0``:
+        refused)."""
+        return rms_norm_call(**knobs)
 
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2, 0),
                 "symbolic": (False, True)}
 
@@ -331,3 +267,66 @@ EXPANSIONS = (RmsNormExpand,)
 
 #: Pattern-table entries of this file.
 COMPOSITES = (RmsNormComposite,)
+
+
+# -- examples (the rules' example(), the tests and `patternkit verify`) --------------------
+def written_out(dtype: str = "float32", spelling: str = "llama", rank: int = 3, axes: int = 1,
+                symbolic: bool = False, weight: str = "per_feature", root: str = "rsqrt",
+                square: str = "power", eps: str = "scalar",
+                mean_axes: str = "trailing") -> tvm.IRModule:
+    """An RMS norm over the last ``axes`` axes of a rank-``rank`` ``x`` of ``dtype``.
+
+    ``spelling``: ``"llama"`` (``LlamaRMSNorm``: cast to float32 once for a float16
+    ``x``, weight after the cast back), ``"t5"`` (``T5LayerNorm``: the variance and
+    the numerator each from their own cast) or ``"plain"`` (no casts, computed in
+    ``dtype``).  ``weight``: ``"per_feature"``, ``"none"``, or ``"full"`` (a weight of
+    ``x``'s whole shape: refused).  ``root``: ``"rsqrt"``, ``"sqrt"`` (divide) or
+    ``"reciprocal"`` (``h * (1 / sqrt)``, ONNX's spelling of ``rsqrt``);
+    ``square``: ``"power"``, ``"multiply"`` or ``"square"``; ``eps``: ``"scalar"`` or
+    ``"vector"`` (refused); ``mean_axes``: ``"trailing"`` or ``"leading"`` (the mean
+    over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too.
+    """
+    x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
+    shape = static_shape(x.ty)
+    features = shape[rank - axes:]
+    w = relax.Var("w", relax.TensorType(shape if weight == "full" else features, dtype))
+    compute = "float32" if spelling != "plain" else dtype
+    eps_value = (relax.const(1e-6, compute) if eps == "scalar" else
+                 relax.const(np.full(int(shape[-1]), 1e-6, compute), compute))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x] + ([] if weight == "none" else [w])):
+        with bb.dataflow():
+            h = bb.emit(relax.op.astype(x, compute)) if compute != dtype else x
+            sq = bb.emit({"power": lambda: relax.op.power(h, relax.const(2.0, compute)),
+                          "multiply": lambda: relax.op.multiply(h, h),
+                          "square": lambda: relax.op.square(h)}[square]())
+            reduce = range(-axes, 0) if mean_axes == "trailing" else range(axes)
+            var = bb.emit(relax.op.mean(sq, list(reduce), keepdims=True))
+            radicand = bb.emit(relax.op.add(var, eps_value))
+            if spelling == "t5" and compute != dtype:
+                h = bb.emit(relax.op.astype(x, compute))
+            if root == "rsqrt":
+                y = bb.emit(relax.op.multiply(h, bb.emit(relax.op.rsqrt(radicand))))
+            elif root == "reciprocal":
+                inverse = relax.op.divide(relax.const(1.0, compute),
+                                          bb.emit(relax.op.sqrt(radicand)))
+                y = bb.emit(relax.op.multiply(h, bb.emit(inverse)))
+            else:
+                y = bb.emit(relax.op.divide(h, bb.emit(relax.op.sqrt(radicand))))
+            if compute != dtype:
+                y = bb.emit(relax.op.astype(y, dtype))
+            if weight != "none":
+                y = bb.emit(relax.op.multiply(w, y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def rms_norm_call(dtype: str = "float32", rank: int = 3, axes: int = 1,
+                  symbolic: bool = False) -> tvm.IRModule:
+    """``rms_norm(x, w)`` over the last ``axes`` axes, or over axis 0 when ``axes == 0``."""
+    shape = example_shape(rank, symbolic)
+    reduce = list(range(-axes, 0)) if axes else [0]
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    w = relax.Var("w", relax.TensorType([shape[a] for a in reduce], dtype))
+    return from_expr(relax.op.nn.rms_norm(x, w, axes=reduce, epsilon=1e-6))

@@ -116,44 +116,48 @@ class SoftmaxCollapse(RewriteRule):
     def rewrite(self, match: RuleMatch) -> Any:
         return relax.op.nn.softmax(match.x, axis=match.plan.axis)
 
-    # -- self-check example (used by tests and `patternkit verify`) ---------------------------
-    def example(self, dtype: str = "float32", rank: int = 3, axis: int = -1,
-                symbolic: bool = False, max_axis: int | None = None,
-                exps: str = "reused") -> tvm.IRModule:
-        """A written-out softmax of ``x: (2, 5, 16)`` (rank 2: ``(4, 16)``) along ``axis``.
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A written-out softmax, shifted by the max or not as this variant expects:
+        :func:`written_out` with ``knobs``."""
+        return written_out(self.shifted, **knobs)
 
-        Shifted by the max or not as this rule's variant expects.  ``symbolic`` makes the
-        leading dims symbolic; ``exps="recomputed"`` computes ``exp(x - max)`` twice.  The
-        rule must refuse ``max_axis`` other than ``axis``.
-        """
-        shifted = self.shifted
-        shape = {2: (4, 16), 3: (2, 5, 16), 4: (2, 3, 5, 16)}[rank]
-        if symbolic:
-            shape = (*(tvm.tirx.Var(n, "int64") for n in ("n", "s", "h")[:rank - 1]),
-                     shape[-1])
-        x = relax.Var("x", relax.TensorType(shape, dtype))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                if shifted:
-                    m = bb.emit(relax.op.max(x, [axis if max_axis is None else max_axis],
-                                             keepdims=True))
-                    shifted_x = bb.emit(relax.op.subtract(x, m))
-                else:
-                    shifted_x = x
-                e = bb.emit(relax.op.exp(shifted_x))
-                s = bb.emit(relax.op.sum(e, [axis], keepdims=True))
-                if exps == "recomputed":
-                    e = bb.emit(relax.op.exp(shifted_x))
-                out = bb.emit_output(relax.op.divide(e, s))
-            bb.emit_func_output(out)
-        return bb.get()
-
-    @classmethod
-    def example_space(cls) -> dict[str, Sequence[Any]]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axis": (-1, 1, 0),
                 "symbolic": (False, True), "max_axis": (None, 0), "exps": ("reused", "recomputed")}
 
 
 #: The rewrite rules of this file (the unshifted variant is opt-in, see the docstring).
 RULES = (SoftmaxCollapse,)
+
+
+# -- examples (the rule's example(), the tests and `patternkit verify`) --------------------
+def written_out(shifted: bool = True, dtype: str = "float32", rank: int = 3, axis: int = -1,
+                symbolic: bool = False, max_axis: int | None = None,
+                exps: str = "reused") -> tvm.IRModule:
+    """A written-out softmax of ``x: (2, 5, 16)`` (rank 2: ``(4, 16)``) along ``axis``.
+
+    Shifted by the max if ``shifted`` (the stable form).  ``symbolic`` makes the
+    leading dims symbolic; ``exps="recomputed"`` computes ``exp(x - max)`` twice.  The
+    rule must refuse ``max_axis`` other than ``axis``.
+    """
+    shape = {2: (4, 16), 3: (2, 5, 16), 4: (2, 3, 5, 16)}[rank]
+    if symbolic:
+        shape = (*(tvm.tirx.Var(n, "int64") for n in ("n", "s", "h")[:rank - 1]),
+                 shape[-1])
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if shifted:
+                m = bb.emit(relax.op.max(x, [axis if max_axis is None else max_axis],
+                                         keepdims=True))
+                shifted_x = bb.emit(relax.op.subtract(x, m))
+            else:
+                shifted_x = x
+            e = bb.emit(relax.op.exp(shifted_x))
+            s = bb.emit(relax.op.sum(e, [axis], keepdims=True))
+            if exps == "recomputed":
+                e = bb.emit(relax.op.exp(shifted_x))
+            out = bb.emit_output(relax.op.divide(e, s))
+        bb.emit_func_output(out)
+    return bb.get()

@@ -13,7 +13,8 @@ from tvm.script import tirx as T
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.rmsnorm import RmsNormCollapse, RmsNormComposite, RmsNormExpand
+from patternkit.patterns.rmsnorm import (RmsNormCollapse, RmsNormComposite, RmsNormExpand,
+                                         written_out)
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 
 EPS = float(np.float32(1e-6))  # the float32 constant's value, as the fused op's attribute
@@ -84,7 +85,7 @@ def eps_outside_the_root() -> tvm.IRModule:
     return pk.from_expr(x / (rms + relax.const(1e-6, "float32")))
 
 
-example = RmsNormCollapse.example
+example = written_out
 COLLAPSE_CASE = RuleCase(
     RmsNormCollapse(), LlamaRmsNorm, Collapsed,
     negatives=[
