@@ -83,12 +83,16 @@ class BlockGraph:
     calls_of : callable, optional
         ``calls_of(op_name)``: the handles of the bindings calling ``op_name``; by
         default found by a walk of the block on first use.
+    keys : sequence of int, optional
+        The handles of the bindings' Vars, in order, when the caller has them (reading
+        them again costs a call into TVM per binding).
     """
 
     def __init__(self, bindings: Sequence[Any], table: dict[int, Any], uses: Uses,
                  call_args: dict[int, list[Any]] | None = None,
                  call_ops: dict[int, int] | None = None,
-                 calls_of: Callable[[str], Iterable[int]] | None = None):
+                 calls_of: Callable[[str], Iterable[int]] | None = None,
+                 keys: Sequence[int] | None = None):
         self.table = table
         self.uses = uses
         self.call_args = {} if call_args is None else call_args
@@ -100,9 +104,10 @@ class BlockGraph:
         self.operands: dict[int, list[int]] = {}
         self.bound: dict[int, Any] = {}  # handle -> its binding
         self.removed: set[int] = set()
-        for binding in bindings:
-            key = C.handle(binding.var)
-            self.var[key] = binding.var
+        for i, binding in enumerate(bindings):
+            var = binding.var
+            key = C.handle(var) if keys is None else keys[i]
+            self.var[key] = var
             self.bound[key] = binding
             if type(binding) is not relax.VarBinding:
                 continue
@@ -111,14 +116,14 @@ class BlockGraph:
             read_vars = ([a for a in args if type(a) in C.VAR_TYPES]
                          if args is not None and type(value.op) is tvm.ir.Op
                          else vars_read(value))
-            keys = [C.handle(v) for v in read_vars]
-            self.operands[key] = keys
-            for var, read in zip(read_vars, keys):
+            reads = [C.handle(v) for v in read_vars]
+            self.operands[key] = reads
+            for read_var, read in zip(read_vars, reads):
                 readers = self.readers.get(read)
                 if readers is None:
                     readers = self.readers[read] = {}
                     self.order.append(read)
-                    self.var.setdefault(read, var)
+                    self.var.setdefault(read, read_var)
                 readers[key] = None
 
     @classmethod

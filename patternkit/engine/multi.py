@@ -119,7 +119,7 @@ class _FunctionRewrite:
             return [keys[j][0] for b, j in index.by_key.get(op, ()) if b == bi]
 
         return BlockGraph(index.blocks[bi], dict(index.values[bi]), self.uses,
-                          index.call_args, index.call_ops, calls_of)
+                          index.call_args, index.call_ops, calls_of, [k for k, _ in keys])
 
     def accept(self, graph: BlockGraph, owned: set[int], result: Any) -> list[int]:
         """Check a rewriter's result and keep it; returns the handles it replaces."""

@@ -278,7 +278,9 @@ class RuleMatch(RoleMatch):
     __slots__ = ("_match", "_node_map")
 
     def __init__(self, match: Match, roles: Mapping[str, DFPattern], plan: Any = None):
-        super().__init__(roles, plan)
+        # RoleMatch's two slots set here: one per match, on the driver's hot path.
+        self._roles = roles
+        self.plan = plan
         self._match = match
         self._node_map: NodeMap | None = None
 
