@@ -5,9 +5,11 @@ One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``
 lines) is a subpackage instead (``conv/``: its rules, guards and ``examples.py``).  Each
 family documents what it recognises and produces, defines one class per rule and exports a
 ``RULES`` tuple (rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite
-rules for external compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).  A tuple holds rule
-classes (built with their defaults) or rule instances (a variant, built with its
-constructor arguments).  Importing a module registers nothing anywhere.
+rules for external compilers) and an ``EXPANSIONS`` tuple (fused op -> written-out form).
+A tuple holds rule classes (built with their defaults) or rule instances (a variant, built
+with its constructor arguments).  Importing a module registers nothing anywhere.  A rule's
+``example(**knobs)`` is an instance method that calls the family's example builders (at
+the end of a one-file family, in ``examples.py`` of a package), which the tests reuse.
 
 :data:`LIBRARY` is the whole library as one :class:`patternkit.RuleSet`, in application
 order: ``pk.rewrite(LIBRARY, mod)`` applies its rewrite rules,
@@ -28,8 +30,7 @@ from typing import Any
 
 from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import (activation, attention, backward, batchnorm, conv, layernorm, matmul, rmsnorm,
-               softmax)
+from . import activation, attention, backward, batchnorm, conv, layernorm, matmul, rmsnorm, softmax
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"

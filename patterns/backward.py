@@ -213,7 +213,7 @@ class NormGradComposite(CompositeRule):
         return None
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """This variant's gradient as ``Gradient`` emits it: :func:`norm_gradient`."""
+        """The gradient of this variant's norm as ``Gradient`` emits it: :func:`norm_gradient`."""
         return norm_gradient(self.kind, self.scaled, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:

@@ -32,8 +32,17 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
 from patternkit.engine import NoSuchExample, RewriteRule, RuleMatch, reject
-from patternkit.ir import (NotPerChannel, const_value, dtype_of, from_expr, is_tensor_constant,
-                           per_channel_axis, same_shape, static_shape, type_of)
+from patternkit.ir import (
+    NotPerChannel,
+    const_value,
+    dtype_of,
+    from_expr,
+    is_tensor_constant,
+    per_channel_axis,
+    same_shape,
+    static_shape,
+    type_of,
+)
 
 _ROLES = ("gamma", "beta", "mean", "var")
 
@@ -335,7 +344,8 @@ def _decomposed(x: Any, params: list, rank: int, layout: str, eps: Any) -> tvm.I
 
 
 def batch_norm_call(training: bool = False, axis: int = 1, dtype: str = "float32") -> tvm.IRModule:
-    """One ``batch_norm`` of ``x: (2, 3, 4, 4)`` (``axis=3``: ``(2, 4, 4, 3)``), all outputs read."""
+    """One ``batch_norm`` of ``x: (2, 3, 4, 4)`` (``axis=3``: ``(2, 4, 4, 3)``), all outputs
+    read."""
     shape = (2, 3, 4, 4) if axis == 1 else (2, 4, 4, 3)
     x = relax.Var("x", relax.TensorType(shape, dtype))
     params = [relax.Var(n, relax.TensorType((3,), dtype)) for n in _ROLES]

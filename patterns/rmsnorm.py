@@ -70,12 +70,16 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import CompositeRule, RewriteRule, RuleMatch, reject
-from patternkit.ir import (NotTrailing, dtype_of, from_expr, static_shape, trailing_axes,
-                           type_of)
+from patternkit.ir import NotTrailing, dtype_of, from_expr, static_shape, trailing_axes, type_of
 
 from .layernorm.examples import example_shape
-from .layernorm.guards import (as_feature_tensor, per_feature, reduced_trailing_axes,
-                               scalar_epsilon, shape_and_dtype)
+from .layernorm.guards import (
+    as_feature_tensor,
+    per_feature,
+    reduced_trailing_axes,
+    scalar_epsilon,
+    shape_and_dtype,
+)
 
 #: The dtypes the rules of this file are verified for (numerically, on llvm).
 RMS_NORM_DTYPES = ("float32", "float16")

@@ -39,8 +39,9 @@ clip, and batch norms in training mode (they normalise with batch statistics, so
 folding would change the numbers).
 """
 
-from .composite import CONV_ACTIVATIONS, ConvAddReluComposite, Presence, conv2d_add_relu
-from .fold import BatchnormFoldIntoConv, FoldPlan
+from .composite import ConvAddReluComposite, Presence
+from .composite import conv2d_add_relu as conv2d_add_relu  # Relay's pattern, imported from here
+from .fold import BatchnormFoldIntoConv
 
 __all__ = ["RULES", "COMPOSITES"]
 

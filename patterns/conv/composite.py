@@ -15,7 +15,14 @@ import tvm
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
 from patternkit.engine import CompositeRule, RuleMatch, reject
-from patternkit.ir import NotPerChannel, dtype_of, per_channel_axis, prove_equal, static_shape, type_of
+from patternkit.ir import (
+    NotPerChannel,
+    dtype_of,
+    per_channel_axis,
+    prove_equal,
+    static_shape,
+    type_of,
+)
 
 from .examples import EXAMPLE_ACTIVATIONS, resnet_block
 

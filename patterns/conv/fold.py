@@ -17,8 +17,16 @@ from tvm import relax
 
 from patternkit.dpl import is_constant, is_op, is_tuple_get_item, wildcard
 from patternkit.engine import RewriteRule, RuleMatch, reject
-from patternkit.ir import (NotPerChannel, call_args, const_value, dtype_of, machine_epsilon,
-                           per_channel_axis, static_shape, type_of)
+from patternkit.ir import (
+    NotPerChannel,
+    call_args,
+    const_value,
+    dtype_of,
+    machine_epsilon,
+    per_channel_axis,
+    static_shape,
+    type_of,
+)
 
 from .composite import single_value
 from .examples import conv_batch_norm

@@ -59,7 +59,7 @@ unbiased (Bessel-corrected) variance, and bfloat16 or float64 models (no ``layer
 kernel in TVM 0.27).
 """
 
-from .collapse import LayerNormCollapse, LayerNormPlan
+from .collapse import LayerNormCollapse
 from .composite import LayerNormComposite
 from .expand import LayerNormExpand
 

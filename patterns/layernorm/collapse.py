@@ -17,8 +17,14 @@ from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import RewriteRule, RuleMatch, reject
 
 from .examples import written_out
-from .guards import (LAYER_NORM_DTYPES, as_feature_tensor, per_feature, reduced_trailing_axes,
-                     scalar_epsilon, shape_and_dtype)
+from .guards import (
+    LAYER_NORM_DTYPES,
+    as_feature_tensor,
+    per_feature,
+    reduced_trailing_axes,
+    scalar_epsilon,
+    shape_and_dtype,
+)
 
 
 @dataclass(frozen=True)

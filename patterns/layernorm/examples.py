@@ -36,10 +36,11 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
     ``symbolic`` makes the leading dims of ``x`` symbolic (``n``, ``s``); ``affine``
     is ``"both"``, ``"gamma"``, ``"beta"`` or ``"none"``; ``root`` ``"sqrt"`` (divide)
     ``"rsqrt"`` (multiply) or ``"reciprocal"`` (times ``1 / sqrt``); ``square``
-    ``"power"``, ``"multiply"``, ``"square"`` or ``"variance"`` (the ``variance`` op instead of the second mean); ``centered``
-    ``"reused"`` or ``"recomputed"``.  Knobs the rule must refuse: ``mean_axes=
-    "leading"`` (the means reduce the first axes), ``eps="vector"`` or
-    ``"variable"``, ``gamma="scalar"`` or ``"full"`` (not per-feature).
+    ``"power"``, ``"multiply"``, ``"square"`` or ``"variance"`` (the ``variance`` op
+    instead of the second mean); ``centered`` ``"reused"`` or ``"recomputed"``.  Knobs
+    the rule must refuse: ``mean_axes="leading"`` (the means reduce the first axes),
+    ``eps="vector"`` or ``"variable"``, ``gamma="scalar"`` or ``"full"`` (not
+    per-feature).
     """
     x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
     shape = static_shape(x.ty)

@@ -13,9 +13,20 @@ import tvm
 from tvm import relax
 
 from patternkit.engine import reject
-from patternkit.ir import (NotPerFeature, NotTrailing, const_value, dims_equal, dtype_of,
-                           int_list, is_constant, per_feature_shape, static_shape,
-                           trailing_axes, type_of, var_name)
+from patternkit.ir import (
+    NotPerFeature,
+    NotTrailing,
+    const_value,
+    dims_equal,
+    dtype_of,
+    int_list,
+    is_constant,
+    per_feature_shape,
+    static_shape,
+    trailing_axes,
+    type_of,
+    var_name,
+)
 
 #: The dtypes TVM 0.27's ``layer_norm`` legalises (its TOPI kernel checks them).
 LAYER_NORM_DTYPES = ("float32", "float16")

@@ -47,8 +47,9 @@ width ``N_i``.
 
 :class:`CombineParallelMatmul` (``matmul.combine_parallel``) produces
 ``R.matmul(x, W)`` on the weights concatenated along their last axis (folded into one
-constant when every ``w_i`` is a constant, an ``R.concat`` of the ``w_i`` otherwise) and an ``R.split``
-of the result along its last axis; each matched binding becomes its part of the split.
+constant when every ``w_i`` is a constant, an ``R.concat`` of the ``w_i`` otherwise) and
+an ``R.split`` of the result along its last axis; each matched binding becomes its part
+of the split.
 When every branch is read only by an ``R.add`` of a rank-1 bias ``b_i`` of shape
 ``(N_i,)`` (constant or parameter), the adds are folded along: one add of the
 concatenated biases before the split, and each add binding becomes its part.
@@ -75,8 +76,11 @@ makes it one.  It builds on :class:`patternkit.engine.BindingsRewriteRule`: a
 reading ``x`` at once.
 """
 
-from .combine import CombineParallelMatmul, CombinePlan
-from .composite import ACTIVATIONS, TABLE_PARTS, MatmulComposite, matmul_table
+# The family's rule classes and constants are imported from here (tests, users): re-exported.
+from .combine import CombineParallelMatmul
+from .composite import ACTIVATIONS as ACTIVATIONS
+from .composite import MatmulComposite as MatmulComposite
+from .composite import matmul_table
 
 __all__ = ["RULES", "COMPOSITES"]
 
