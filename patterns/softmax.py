@@ -145,17 +145,29 @@ def written_out(shifted: bool = True, dtype: str = "float32", rank: int = 3, axi
         shape = (*(tvm.tirx.Var(n, "int64") for n in ("n", "s", "h")[:rank - 1]),
                  shape[-1])
     x = relax.Var("x", relax.TensorType(shape, dtype))
+    max_axes = [axis if max_axis is None else max_axis] if shifted else None
+    return softmax_graph(x, max_axes, [axis], exps=exps)
+
+
+def softmax_graph(x: relax.Var, max_axes: Sequence[int] | None, sum_axes: Sequence[int],
+                  keepdims: bool = True, exps: str = "reused") -> tvm.IRModule:
+    """``main(x)``: ``exp(x - max(x)) / sum(exp(x - max(x)))`` written out, one binding per
+    op, from the given parts (:func:`written_out` chooses them; a test may pass parts no
+    knob makes, such as an ``x`` of unknown rank or a sum without ``keepdims``).
+
+    ``max_axes=None`` leaves the shift out; ``keepdims`` is the sum's (the max keeps its
+    dims); ``exps="recomputed"`` computes the exponentials twice.
+    """
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            if shifted:
-                m = bb.emit(relax.op.max(x, [axis if max_axis is None else max_axis],
-                                         keepdims=True))
+            if max_axes is not None:
+                m = bb.emit(relax.op.max(x, list(max_axes), keepdims=True))
                 shifted_x = bb.emit(relax.op.subtract(x, m))
             else:
                 shifted_x = x
             e = bb.emit(relax.op.exp(shifted_x))
-            s = bb.emit(relax.op.sum(e, [axis], keepdims=True))
+            s = bb.emit(relax.op.sum(e, list(sum_axes), keepdims=keepdims))
             if exps == "recomputed":
                 e = bb.emit(relax.op.exp(shifted_x))
             out = bb.emit_output(relax.op.divide(e, s))

@@ -12,7 +12,7 @@ from tvm.script import relax as R
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.softmax import SoftmaxCollapse
+from patternkit.patterns.softmax import SoftmaxCollapse, softmax_graph
 from patternkit.testing import Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import run
 
@@ -53,8 +53,7 @@ class Collapsed:
 def written_out(x_ty=None, max_axes=(-1,), sum_axes=(-1,), keepdims=True) -> tvm.IRModule:
     """``exp(x - max(x)) / sum(exp(x - max(x)))`` with the reductions replaceable."""
     x = relax.Var("x", x_ty or relax.TensorType((2, 5, 16), "float32"))
-    e = relax.op.exp(x - relax.op.max(x, list(max_axes), keepdims=True))
-    return pk.from_expr(e / relax.op.sum(e, list(sum_axes), keepdims=keepdims))
+    return softmax_graph(x, max_axes, sum_axes, keepdims=keepdims)
 
 
 COLLAPSE_CASE = RuleCase(
