@@ -74,9 +74,7 @@ def table() -> PatternTable:
 
 def layernorm_table() -> PatternTable:
     """The written-out layer norm as one TVM ``FusionPattern``, as a TVM user writes it."""
-    from tvm.relax.dpl import is_const
-    from tvm.relax.dpl import is_op as tvm_op
-    from tvm.relax.dpl import wildcard as tvm_wildcard
+    from tvm.relax.dpl import is_const, is_op as tvm_op, wildcard as tvm_wildcard
 
     x = tvm_wildcard()
     d = tvm_op("relax.subtract")(x, tvm_op("relax.mean")(x))

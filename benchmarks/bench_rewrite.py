@@ -24,10 +24,12 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_const as tvm_is_const
-from tvm.relax.dpl import is_op as tvm_is_op
-from tvm.relax.dpl import rewrite_call
-from tvm.relax.dpl import wildcard as tvm_wildcard
+from tvm.relax.dpl import (
+    is_const as tvm_is_const,
+    is_op as tvm_is_op,
+    rewrite_call,
+    wildcard as tvm_wildcard,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bn_chain import batch_norm_replacement, bn_chain  # noqa: E402

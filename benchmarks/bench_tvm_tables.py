@@ -91,7 +91,7 @@ def measure(model: str, mod, prefix: str, repeat: int) -> dict:
             "tvm_cpu_s": round(tvm_cpu, 4), "patternkit_cpu_s": round(pk_cpu, 4),
             "patternkit_us_per_binding": round(1e6 * pk_time / bindings, 1),
             "tvm_us_per_binding": round(1e6 * tvm_time / bindings, 1),
-            "composites": sum(pk.composite_counts(ours).values()),
+            "composites": sum(pk.byoc.composite_counts(ours).values()),
             "identical": bool(tvm_ffi.structural_equal(canon(theirs), canon(ours),
                                                        map_free_vars=True))}
 

@@ -85,7 +85,7 @@ def main() -> None:
         mod, inputs = MODELS[name]()
         for prefix in tables:
             start = time.perf_counter()
-            report = pk.verify_table(pk.PatternTable.from_tvm(prefix), mod, inputs=inputs)
+            report = pk.byoc.verify_table(pk.PatternTable.from_tvm(prefix), mod, inputs=inputs)
             print(json.dumps({
                 "model": name, "table": prefix, "seconds": round(time.perf_counter() - start, 1),
                 "fired": {e: [n, report.errors[e]] for e, n in report.fired.items()},

@@ -14,9 +14,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 from patternkit.verification import numeric
 

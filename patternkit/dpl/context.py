@@ -8,7 +8,7 @@ projection), a value and two of its consumers.  As in ``tvm.relax.dpl``::
         x = pk.wildcard()
         q = pk.is_op("matmul")(x, pk.wildcard())   # inside a context, a call pattern
         k = pk.is_op("matmul")(x, pk.wildcard())   # records that it uses its arguments
-    pk.rewrite_bindings(ctx, rewriter, mod)        # rewriter(matchings, bindings)
+    pk.engine.rewrite_bindings(ctx, rewriter, mod)        # rewriter(matchings, bindings)
 
 Every pattern that takes part in a constraint is a *node* of the graph, and a match maps
 each node to one Var of the block (a bound Var or a parameter), distinct nodes to

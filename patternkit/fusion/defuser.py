@@ -64,8 +64,7 @@ import tvm
 from tvm import relax
 
 from ..ir import compat as C
-from ..ir.kinds import FunctionKind
-from ..ir.kinds import function_kinds as _attr_kinds
+from ..ir.kinds import FunctionKind, function_kinds as _attr_kinds
 from .inliner import Inliner
 
 __all__ = ["DEFUSE_KINDS", "DefuseOps", "defuse", "function_kinds"]

@@ -12,6 +12,7 @@ own layers only, as are the IR plumbing modules the other layers share:
 
 from .compat import (
                      call_args,
+                     const_to_numpy as const_value,
                      dtype_of,
                      int_list,
                      is_constant,
@@ -21,7 +22,6 @@ from .compat import (
                      type_of,
                      var_name,
 )
-from .compat import const_to_numpy as const_value
 from .dtypes import machine_epsilon
 from .kinds import FunctionKind, function_kinds
 from .opnames import relax_op_name, relay_short_name

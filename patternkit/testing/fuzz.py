@@ -175,8 +175,7 @@ def draw_instances(strategy: Any, budget: int, seed: int) -> list:
 
     Fewer when the strategy has fewer distinct values (hypothesis does not repeat itself).
     """
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as seeded
+    from hypothesis import HealthCheck, Phase, given, seed as seeded, settings
 
     drawn: list = []
 

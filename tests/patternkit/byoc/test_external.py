@@ -133,9 +133,9 @@ def test_partition_graph_into_a_compiler_no_composite_carries_warns_naming_the_o
 def test_partition_graph_strict_raises_when_there_is_nothing_to_partition(resnet_block):
     merged = MergeComposite(TABLE)(resnet_block)
     text = merged.script()
-    with pytest.raises(pk.NothingToPartition, match="no composite carries 'nosuch'"):
+    with pytest.raises(pk.errors.NothingToPartition, match="no composite carries 'nosuch'"):
         PartitionGraph("nosuch", strict=True)(merged)  # keeps its type through the pass
-    with pytest.raises(pk.NothingToPartition, match="run MergeComposite or AnnotateTarget"):
+    with pytest.raises(pk.errors.NothingToPartition, match="run MergeComposite or AnnotateTarget"):
         partition_graph(resnet_block, "ccompiler", strict=True)
     assert merged.script() == text
     assert external_functions(PartitionGraph("ccompiler", strict=True)(merged))

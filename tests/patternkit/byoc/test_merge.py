@@ -206,6 +206,6 @@ def test_merge_composite_refuses_a_function_that_is_not_normalised():
     call = relax.op.nn.relu(relax.op.nn.conv2d(x, w))
     mod = tvm.IRModule({"main": relax.Function([x, w], call, relax.TensorType((1, 4, 6, 6),
                                                                              "float32"))})
-    with pytest.raises(pk.MalformedIRError, match=r"MergeComposite: function 'main' is not "
+    with pytest.raises(pk.errors.MalformedIRError, match=r"MergeComposite: function 'main' is not "
                                                   r"normalised: it returns a call"):
         merge_composite(mod, [("ccompiler.conv_add_relu", conv2d_add_relu())])

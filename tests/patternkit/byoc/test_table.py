@@ -66,7 +66,7 @@ def test_a_check_that_raises_under_fuse_ops_by_pattern_names_the_entry():
 
     table = PatternTable([("c.conv", pk.is_op("nn.conv2d")(pk.wildcard(), pk.wildcard()),
                            broken)])
-    with pytest.raises(pk.CallbackError, match=r"entry 'c.conv' raised ValueError: boom"):
+    with pytest.raises(pk.errors.CallbackError, match=r"entry 'c.conv' raised ValueError: boom"):
         _fuse(table, _conv_add_relu((1, 4, 1, 1)))
 
 
@@ -92,7 +92,7 @@ def test_a_rule_set_is_a_table_of_its_composites():
 def test_merge_composite_takes_a_rule_set_and_logs_its_rules_reasons():
     rules = pk.RuleSet([ConvAddReluComposite("ccompiler", bias="required")])
     log = CompositeLog()
-    out = pk.merge_composite(_conv_add_relu((1, 4, 8, 8)), rules, log=log)
+    out = pk.byoc.merge_composite(_conv_add_relu((1, 4, 8, 8)), rules, log=log)
     assert composite_counts(out) == {}
     (skip, *_) = log.skipped
     assert skip.kind == "check" and "is not a per-channel bias" in skip.reason

@@ -20,7 +20,7 @@ def resnet():
 
 
 def test_every_op_call_has_a_composite_or_a_reason(resnet):
-    report = pk.coverage(resnet, pk.PatternTable.from_tvm("cutlass"))
+    report = pk.byoc.coverage(resnet, pk.PatternTable.from_tvm("cutlass"))
     assert 0.0 < report.share < 0.1
     assert all((r.composite is None) != (r.reason is None) for r in report.ops)
     vetoed = [r for r in report.ops if r.kind == "vetoed"]
@@ -30,15 +30,15 @@ def test_every_op_call_has_a_composite_or_a_reason(resnet):
 
 
 def test_a_table_that_takes_everything_makes_one_region_of_every_op(resnet):
-    report = pk.coverage(resnet, pk.PatternTable.from_tvm("tensorrt"))
+    report = pk.byoc.coverage(resnet, pk.PatternTable.from_tvm("tensorrt"))
     assert report.share == 1.0
     assert report.regions == 1 and report.largest_region == len(report.ops)
 
 
 def test_the_librarys_rewrites_raise_the_share_of_a_fused_op_table(resnet):
     table = pk.PatternTable.from_tvm("cutlass")
-    before = pk.coverage(resnet, table)
-    after = pk.coverage(pk.rewrite(LIBRARY.rewrite_rules(), resnet), table)
+    before = pk.byoc.coverage(resnet, table)
+    after = pk.byoc.coverage(pk.rewrite(LIBRARY.rewrite_rules(), resnet), table)
     assert after.share > before.share
     data = json.loads(after.to_json())
     assert data["share"] == after.share and len(data["ops"]) == len(after.ops)
@@ -72,7 +72,7 @@ def _table(semantics):
 
 @pytest.mark.parametrize("semantics", ["tvm", "relay"])
 def test_an_op_region_merging_splits_off_to_avoid_a_cycle_says_so(semantics):
-    report = pk.coverage(_relu_then_add(add_reads_exp=True), _table(semantics))
+    report = pk.byoc.coverage(_relu_then_add(add_reads_exp=True), _table(semantics))
     relu, exp, add = report.ops
     assert (relu.composite, exp.composite, add.composite) == ("t.relu", None, "t.add")
     assert report.regions == 2 and relu.region != add.region
@@ -85,6 +85,6 @@ def test_an_op_region_merging_splits_off_to_avoid_a_cycle_says_so(semantics):
 
 @pytest.mark.parametrize("semantics", ["tvm", "relay"])
 def test_adjacent_composites_without_a_path_around_them_share_a_region(semantics):
-    report = pk.coverage(_relu_then_add(add_reads_exp=False), _table(semantics))
+    report = pk.byoc.coverage(_relu_then_add(add_reads_exp=False), _table(semantics))
     assert report.regions == 1 and report.split == 0
     assert len({r.region for r in report.ops}) == 1 and report.ops[0].region is not None

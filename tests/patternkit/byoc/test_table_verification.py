@@ -26,7 +26,7 @@ def _conv_relu_dense():
 
 def test_each_entry_that_fires_is_partitioned_alone_and_keeps_the_numbers():
     mod = _conv_relu_dense()
-    report = pk.verify_table(pk.PatternTable.from_tvm("example_npu"), mod)
+    report = pk.byoc.verify_table(pk.PatternTable.from_tvm("example_npu"), mod)
     assert report.ok and report.failures == []
     assert set(report.fired) >= {"example_npu.conv2d_relu_fused", "example_npu.matmul"}
     assert all(n >= 1 for n in report.fired.values())
@@ -36,5 +36,5 @@ def test_each_entry_that_fires_is_partitioned_alone_and_keeps_the_numbers():
 
 def test_entries_that_do_not_fire_are_not_reported():
     # no hipblas entry fires on this model
-    report = pk.verify_table(pk.PatternTable.from_tvm("hipblas"), _conv_relu_dense())
+    report = pk.byoc.verify_table(pk.PatternTable.from_tvm("hipblas"), _conv_relu_dense())
     assert report.fired == {} and report.ok

@@ -96,14 +96,14 @@ def test_several_prefixes_and_fusion_pattern_lists_are_accepted():
 
 
 def test_a_prefix_that_matches_no_table_lists_the_registered_ones():
-    with pytest.raises(pk.PatternTableError, match="registered prefixes: .*cutlass.*tensorrt"):
+    with pytest.raises(pk.byoc.PatternTableError, match="registered prefixes: .*cutlass.*tensorrt"):
         pk.PatternTable.from_tvm("cutlas")
 
 
 def test_a_fusion_pattern_patternkit_cannot_express_is_named():
     bad = FusionPattern("t.unordered", dpl.is_op("relax.nn.relu")(
         dpl.is_tuple([dpl.wildcard(), dpl.wildcard()], unordered=True)))
-    with pytest.raises(pk.PatternTableError, match=r"entry 1 \('t.unordered'\).*Unordered"):
+    with pytest.raises(pk.byoc.PatternTableError, match=r"entry 1 \('t.unordered'\).*Unordered"):
         pk.PatternTable.from_tvm([MATMUL_ADD, bad])
 
 
@@ -142,7 +142,7 @@ def test_a_tuple_written_in_an_argument_gives_its_fields_as_parameters_as_tvm_do
     ours = pk.MergeComposite(pk.PatternTable.from_tvm([concat]))(mod)
     assert_well_formed(ours, "MergeComposite")  # a parameter read but never defined
     _assert_same_module(ours, FuseOpsByPattern([concat])(mod))
-    report = pk.verify_table(pk.PatternTable.from_tvm([concat]), mod)
+    report = pk.byoc.verify_table(pk.PatternTable.from_tvm([concat]), mod)
     assert report.fired == {"t.concat": 2} and not report.failures
 
 def test_composites_over_a_symbolic_batch_define_their_own_symbolic_variables():
@@ -214,7 +214,7 @@ def test_a_check_that_raises_names_the_entry_and_leaves_the_module_alone():
     mod = _matmul_module(relu_reads_matmul=False)
     before = _snapshot(mod)
     fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
-    with pytest.raises(pk.CallbackError, match="'t.matmul_add' raised RuntimeError: boom"):
+    with pytest.raises(pk.errors.CallbackError, match="'t.matmul_add' raised RuntimeError: boom"):
         pk.MergeComposite(pk.PatternTable.from_tvm([fp]))(mod)
     _assert_untouched(mod, before)
 
@@ -223,7 +223,7 @@ def test_a_check_that_raises_names_the_entry_and_leaves_the_module_alone():
 def test_errors_raised_inside_a_pipeline_keep_their_patternkit_class(resnet):
     pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm("tensorrt")),
                                          pk.PartitionGraph(merge=False)])
-    with pytest.raises(pk.PatternTableError, match=r"PartitionGraph\(merge=False\)"):
+    with pytest.raises(pk.byoc.PatternTableError, match=r"PartitionGraph\(merge=False\)"):
         pipeline(resnet)
 
     def check(_context):
@@ -231,7 +231,7 @@ def test_errors_raised_inside_a_pipeline_keep_their_patternkit_class(resnet):
 
     fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
     pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm([fp]))])
-    with pytest.raises(pk.CallbackError, match="'t.matmul_add' raised RuntimeError") as raised:
+    with pytest.raises(pk.errors.CallbackError, match="'t.matmul_add' raised RuntimeError") as raised:
         pipeline(_matmul_module(relu_reads_matmul=False))
     assert raised.value.binding.startswith("main:")
 
@@ -244,8 +244,8 @@ def test_tvm_semantics_export_an_escaping_intermediate_relay_semantics_skip_the_
     composite = next(f for gv, f in ours.functions.items() if gv.name_hint != "main")
     assert isinstance(composite.ret_ty, relax.TupleType)  # (add, matmul): matmul is exported
     pk.assert_same_numerics(mod, ours, rtol=0, atol=0)
-    log = pk.CompositeLog()
-    assert pk.composite_counts(pk.merge_composite(mod, table, semantics="relay", log=log)) == {}
+    log = pk.byoc.CompositeLog()
+    assert pk.byoc.composite_counts(pk.byoc.merge_composite(mod, table, semantics="relay", log=log)) == {}
     assert [s.kind for s in log.skipped] == ["escape"]
 
 
@@ -255,9 +255,9 @@ def test_a_match_that_would_depend_on_itself_is_skipped_where_tvm_crashes():
     mod = _matmul_module(relu_reads_matmul=True)
     with pytest.raises(tvm.error.InternalError, match="cyclic dependency"):
         FuseOpsByPattern([MATMUL_ADD])(mod)
-    log = pk.CompositeLog()
-    out = pk.merge_composite(mod, pk.PatternTable.from_tvm([MATMUL_ADD]), log=log)
-    assert pk.composite_counts(out) == {}
+    log = pk.byoc.CompositeLog()
+    out = pk.byoc.merge_composite(mod, pk.PatternTable.from_tvm([MATMUL_ADD]), log=log)
+    assert pk.byoc.composite_counts(out) == {}
     assert [s.kind for s in log.skipped] == ["cycle"]
     assert "cycle" in pk.offload_report(mod, pk.PatternTable.from_tvm([MATMUL_ADD])
                                         ).host_ops[0].kind
@@ -281,15 +281,15 @@ def test_a_later_match_sharing_part_of_an_earlier_one_is_skipped_where_tvm_crash
         dpl.is_op("relax.nn.relu")(dpl.wildcard()), dpl.wildcard()))
     with pytest.raises(tvm.error.InternalError, match="cyclic dependency"):
         FuseOpsByPattern([fp])(mod)
-    log = pk.CompositeLog()
-    fused = pk.merge_composite(mod, pk.PatternTable.from_tvm([fp]), log=log)
+    log = pk.byoc.CompositeLog()
+    fused = pk.byoc.merge_composite(mod, pk.PatternTable.from_tvm([fp]), log=log)
     assert [(f.root, f.vars) for f in log.formed] == [("lv1", ("lv", "lv1"))]
     assert [(s.root, s.kind) for s in log.skipped] == [("gv", "overlap")]
     pk.assert_same_numerics(mod, fused, rtol=0, atol=0)
 
 
 def test_an_unknown_semantics_is_refused():
-    with pytest.raises(pk.PatternTableError, match="semantics"):
+    with pytest.raises(pk.byoc.PatternTableError, match="semantics"):
         pk.MergeComposite(pk.PatternTable.from_tvm([MATMUL_ADD]), semantics="onnx")
 
 
@@ -305,8 +305,8 @@ def test_partition_graph_of_tvm_composites_is_merge_composite_functions(resnet, 
 
 def test_partition_graph_refuses_to_leave_another_compilers_tvm_composites_behind(resnet):
     fused = pk.MergeComposite(pk.PatternTable.from_tvm("cublas,tensorrt"))(resnet)
-    with pytest.raises(pk.PatternTableError, match="also has composites of tensorrt"):
-        pk.partition_graph(fused, "cublas")
+    with pytest.raises(pk.byoc.PatternTableError, match="also has composites of tensorrt"):
+        pk.byoc.partition_graph(fused, "cublas")
 
 
 def test_partition_graph_of_tvm_composites_takes_host_code_that_reads_a_symbolic_batch():
@@ -327,6 +327,6 @@ def test_partition_graph_of_tvm_composites_takes_host_code_that_reads_a_symbolic
         "t.matmul", dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard()))])
     out = pk.PartitionGraph("t")(pk.MergeComposite(table)(mod))
     assert_well_formed(out, "PartitionGraph")
-    assert len(pk.external_functions(out, "t")) == 1
-    inlined = pk.inline_external(out)
+    assert len(pk.byoc.external_functions(out, "t")) == 1
+    inlined = pk.byoc.inline_external(out)
     pk.assert_same_numerics(mod, inlined, rtol=0, atol=0, shape_vars={"n": 3})

@@ -15,7 +15,7 @@ def test_a_converted_call_pattern_matches_what_tvms_matches(make_var):
     x, w = make_var("x", (1, 3, 8, 8)), make_var("w", (4, 3, 3, 3))
     tvm_pattern = dpl.is_op("relax.nn.relu")(dpl.is_op("relax.nn.conv2d")(dpl.wildcard(),
                                                                           dpl.wildcard()))
-    pattern = pk.from_dpl(tvm_pattern)
+    pattern = pk.dpl.from_dpl(tvm_pattern)
     assert pattern_to_text(pattern) == "nn.relu(nn.conv2d(*, *))"
     conv = relax.op.nn.conv2d(x, w)
     assert pk.match(pattern, relax.op.nn.relu(conv))
@@ -27,8 +27,8 @@ def test_every_kind_the_backend_tables_use_converts_and_keeps_its_meaning(make_v
     lhs = dpl.wildcard().has_dtype("float32").has_shape([2, 3])
     sub = dpl.is_op("relax.subtract")(lhs, dpl.is_var("y") | dpl.is_const())
     guarded = sub & ~dpl.is_op("relax.subtract")(dpl.is_var("z"), dpl.wildcard())
-    pattern = pk.from_dpl(guarded)
-    assert isinstance(pattern, pk.AndPattern) and isinstance(pattern.right, pk.NotPattern)
+    pattern = pk.dpl.from_dpl(guarded)
+    assert isinstance(pattern, pk.dpl.AndPattern) and isinstance(pattern.right, pk.dpl.NotPattern)
     cases = {
         "x - y": relax.op.subtract(x, y),  # matches
         "z - y": relax.op.subtract(z, y),  # the Not side matches
@@ -41,22 +41,22 @@ def test_every_kind_the_backend_tables_use_converts_and_keeps_its_meaning(make_v
 
 
 def test_tuple_get_item_any_index_becomes_none():
-    item = pk.from_dpl(dpl.is_tuple_get_item(dpl.wildcard()))
-    assert isinstance(item, pk.TupleGetItemPattern) and item.index is None
-    assert pk.from_dpl(dpl.is_tuple_get_item(dpl.wildcard(), 1)).index == 1
+    item = pk.dpl.from_dpl(dpl.is_tuple_get_item(dpl.wildcard()))
+    assert isinstance(item, pk.dpl.TupleGetItemPattern) and item.index is None
+    assert pk.dpl.from_dpl(dpl.is_tuple_get_item(dpl.wildcard(), 1)).index == 1
 
 
 def test_varargs_and_call_tir_callees_survive_conversion():
-    varargs = pk.from_dpl(dpl.is_op("relax.concat")(dpl.wildcard(), varg_default_wildcard=True))
+    varargs = pk.dpl.from_dpl(dpl.is_op("relax.concat")(dpl.wildcard(), varg_default_wildcard=True))
     assert varargs.varg_default_wildcard
-    call_tir = pk.from_dpl(dpl.is_call_tir("rms_norm", [dpl.wildcard(), dpl.wildcard()]))
+    call_tir = pk.dpl.from_dpl(dpl.is_call_tir("rms_norm", [dpl.wildcard(), dpl.wildcard()]))
     callee = call_tir.args[0]
-    assert isinstance(callee, pk.GlobalVarPattern) and callee.name == "rms_norm"
+    assert isinstance(callee, pk.dpl.GlobalVarPattern) and callee.name == "rms_norm"
 
 
 def test_shared_sub_patterns_stay_shared():
     x = dpl.wildcard()
-    pattern = pk.from_dpl(dpl.is_op("relax.multiply")(x, dpl.is_op("relax.nn.relu")(x)))
+    pattern = pk.dpl.from_dpl(dpl.is_op("relax.multiply")(x, dpl.is_op("relax.nn.relu")(x)))
     assert pattern.args[0] is pattern.args[1].args[0]
 
 
@@ -66,19 +66,19 @@ def test_shared_sub_patterns_stay_shared():
     ("PrimArrPattern", lambda: dpl.is_shape([1, 2])),
 ])
 def test_a_kind_patternkit_cannot_express_is_named_in_the_error(kind, tvm_pattern):
-    with pytest.raises(pk.FromDplError, match=kind) as info:
-        pk.from_dpl(dpl.is_op("relax.nn.relu")(tvm_pattern()))
+    with pytest.raises(pk.dpl.FromDplError, match=kind) as info:
+        pk.dpl.from_dpl(dpl.is_op("relax.nn.relu")(tvm_pattern()))
     assert info.value.kind == kind
 
 
 def test_something_that_is_not_a_dpl_pattern_is_refused():
     with pytest.raises(pk.PatternError, match="expects a tvm.relax.dpl pattern"):
-        pk.from_dpl(pk.wildcard())
+        pk.dpl.from_dpl(pk.wildcard())
 
 
 def test_every_registered_backend_pattern_round_trips_through_to_dpl():
     patterns = tvm_tables.registered_patterns("")
     assert len(patterns) > 250  # 301 in 0.27.0.post1, from nine backends
     for fusion_pattern in patterns:
-        back = pk.from_dpl(fusion_pattern.pattern).to_dpl()
+        back = pk.dpl.from_dpl(fusion_pattern.pattern).to_dpl()
         assert str(back) == str(fusion_pattern.pattern), fusion_pattern.name

@@ -68,7 +68,7 @@ def test_an_if_matches_through_each_branchs_own_bindings():
     z = _bound(SameOnBothSides, "z")
     cond, y = pk.wildcard(), pk.wildcard()
     pattern = pk.is_if(cond, pk.is_op("nn.relu")(y), pk.is_op("nn.relu")(y))
-    found = pk.find_match(pattern, z.value, SameOnBothSides["main"])
+    found = pk.dpl.find_match(pattern, z.value, SameOnBothSides["main"])
     assert found is not None
     assert found.captures[cond].name == "flag" and found.captures[y].name == "y"
     # the branch bindings live inside the If: no interior binding of the match

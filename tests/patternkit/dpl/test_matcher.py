@@ -37,13 +37,13 @@ def test_only_add_and_multiply_match_with_swapped_operands_capturing_accordingly
     w, v = pk.wildcard(), pk.wildcard()
     for op, pattern_op in ((relax.op.add, "add"), (relax.op.multiply, "multiply")):
         pattern = pk.is_op(pattern_op)(pk.is_op("exp")(w), v)
-        found = pk.find_match(pattern, op(y, relax.op.exp(x)))
+        found = pk.dpl.find_match(pattern, op(y, relax.op.exp(x)))
         assert found is not None, pattern_op
         assert found.captures[w].same_as(x) and found.captures[v].same_as(y)
     # maximum commutes too, but Relay's matcher only swaps the operands of add and multiply
     for name in ("subtract", "divide", "maximum"):
         pattern = pk.is_op(name)(pk.is_op("exp")(w), v)
-        assert pk.find_match(pattern, getattr(relax.op, name)(y, relax.op.exp(x))) is None, name
+        assert pk.dpl.find_match(pattern, getattr(relax.op, name)(y, relax.op.exp(x))) is None, name
 
 
 def test_a_failed_operand_order_leaves_no_trace_in_the_match():
@@ -59,7 +59,7 @@ def test_a_failed_operand_order_leaves_no_trace_in_the_match():
     # as written, exp|sigmoid takes e and then exp(...) fails on s; swapped, both fit
     pattern = pk.is_op("add")((pk.is_op("exp") | pk.is_op("sigmoid"))(first),
                               pk.is_op("exp")(second))
-    found = pk.find_match(pattern, v["out"], func)
+    found = pk.dpl.find_match(pattern, v["out"], func)
     assert found.captures[first].same_as(v["y"]) and found.captures[second].same_as(v["x"])
     assert _names(found.internal) == ["out", "s", "e"]  # first-visit order of the swap
     assert _names(found.inputs) == ["y", "x"]
@@ -75,11 +75,11 @@ def test_divide_of_multiply_matches_every_associated_form_with_the_same_captures
              "(g / q) * s": relax.op.multiply(relax.op.divide(g, q), s),
              "(s / q) * g": relax.op.multiply(relax.op.divide(s, q), g)}
     for form, expr in forms.items():
-        found = pk.find_match(pattern, expr)
+        found = pk.dpl.find_match(pattern, expr)
         assert found is not None, form
         captured = {found.captures[p].name for p in (a, b)}
         assert captured == {"g", "s"} and found.captures[c].same_as(q), form
-    assert pk.find_match(pattern, relax.op.divide(g, relax.op.multiply(s, q))) is None
+    assert pk.dpl.find_match(pattern, relax.op.divide(g, relax.op.multiply(s, q))) is None
 
 
 def test_multiply_of_divide_matches_divide_of_multiply_through_bindings():
@@ -91,7 +91,7 @@ def test_multiply_of_divide_matches_divide_of_multiply_through_bindings():
 
     func, v = _function(build, "g", "s", "q")
     a, b, c = pk.wildcard(), pk.wildcard(), pk.wildcard()
-    found = pk.find_match(a * (b / c), v["out"], func)
+    found = pk.dpl.find_match(a * (b / c), v["out"], func)
     assert found is not None
     # a * (b / c) == (b * a) / c: multiply commutes, so a and b may take g and s either way
     assert {found.captures[a].name, found.captures[b].name} == {"g", "s"}
@@ -112,10 +112,10 @@ def test_a_shared_sub_pattern_must_meet_the_same_binding_twice():
     func, v = _function(build, "x")
     shared = pk.is_op("exp")(pk.wildcard())
     pattern = pk.is_op("add")(shared, shared)
-    found = pk.find_match(pattern, v["same"], func)
+    found = pk.dpl.find_match(pattern, v["same"], func)
     assert found is not None and _names(found.internal) == ["same", "e"]
     # two bindings of equal values are two expressions, as in Relay's graphs
-    assert pk.find_match(pattern, v["equal"], func) is None
+    assert pk.dpl.find_match(pattern, v["equal"], func) is None
 
 
 def test_a_wildcard_used_twice_binds_one_expression(make_var):
@@ -124,7 +124,7 @@ def test_a_wildcard_used_twice_binds_one_expression(make_var):
     pattern = pk.is_op("add")(w, pk.is_op("exp")(w))
     assert pk.match(pattern, relax.op.add(x, relax.op.exp(x)))
     assert not pk.match(pattern, relax.op.add(y, relax.op.exp(x)))
-    found = pk.find_match(pattern, relax.op.add(relax.op.exp(x), x))  # swapped operands
+    found = pk.dpl.find_match(pattern, relax.op.add(relax.op.exp(x), x))  # swapped operands
     assert found is not None and _names(found.inputs) == ["x"]
 
 
@@ -141,7 +141,7 @@ def test_a_failed_alternative_leaves_no_trace():
     # the left branch looks through e and s before failing on sigmoid
     pattern = pk.is_op("nn.relu")(pk.is_op("exp")(pk.is_op("exp")(deep))) \
         | pk.is_op("nn.relu")(w)
-    found = pk.find_match(pattern, func.body.blocks[0].bindings[2].value, func)
+    found = pk.dpl.find_match(pattern, func.body.blocks[0].bindings[2].value, func)
     assert found.internal == [] and _names(found.inputs) == ["e"]
     assert found.captures[w].same_as(v["e"]) and deep not in found.captures
 
@@ -157,8 +157,8 @@ def test_wildcards_capture_the_var_and_call_patterns_capture_the_value_behind_it
     func, v = _function(build, "x")
     w = pk.wildcard()
     inner = pk.is_op("exp")(w)
-    assert pk.find_match(pk.is_op("nn.relu")(w), v["out"], func).captures[w].same_as(v["e"])
-    found = pk.find_match(pk.is_op("nn.relu")(inner), v["out"], func)
+    assert pk.dpl.find_match(pk.is_op("nn.relu")(w), v["out"], func).captures[w].same_as(v["e"])
+    found = pk.dpl.find_match(pk.is_op("nn.relu")(inner), v["out"], func)
     assert isinstance(found.captures[inner], relax.Call)
     assert found.bound_vars[inner].same_as(v["e"]) and found.captures[w].same_as(v["x"])
 
@@ -172,7 +172,7 @@ def test_a_constant_pattern_looks_through_a_var_bound_to_a_constant():
 
     func, v = _function(build, "x")
     pattern = pk.wildcard() + pk.is_constant()
-    found = pk.find_match(pattern, v["out"], func)
+    found = pk.dpl.find_match(pattern, v["out"], func)
     assert found is not None and _names(found.internal) == ["out", "c"]
     # without the function the binding is unknown, and a Var is not a constant
     assert not pk.match(pattern, func.body.blocks[0].bindings[1].value)

@@ -51,13 +51,13 @@ def test_dtype_and_shape_mismatches_name_the_constraint_and_the_call_it_met(conv
 def test_a_type_mismatch_names_the_wanted_type(conv_relu):
     expr, _ = conv_relu
     wanted = relax.TensorType(ndim=3, dtype="float32")
-    why = pk.explain(pk.is_op("nn.relu")(pk.has_type(wanted)), expr)
+    why = pk.explain(pk.is_op("nn.relu")(pk.dpl.has_type(wanted)), expr)
     assert why.startswith("no match: *.has_type(") and "ndim=3" in why
 
 
 def test_a_type_mismatch_points_at_the_expression_of_the_wrong_type(conv_relu):
     expr, _ = conv_relu
-    why = pk.explain(pk.is_op("nn.relu")(pk.has_type(relax.TensorType(ndim=3, dtype="float32"))),
+    why = pk.explain(pk.is_op("nn.relu")(pk.dpl.has_type(relax.TensorType(ndim=3, dtype="float32"))),
                      expr)
     assert why.startswith("no match: *.has_type(") and "(depth 2) vs R.nn.conv2d(x, w" in why
 

@@ -29,7 +29,7 @@ def test_positional_alternatives_are_named_by_position():
     x = pk.wildcard()
     pattern = alt(pk.is_op("exp")(x), pk.is_op("log")(x), pk.is_op("sqrt")(x), tag="unary")
     for op, name in ((relax.op.exp, "0"), (relax.op.log, "1"), (relax.op.sqrt, "2")):
-        assert pk.find_match(pattern, op(_var("a"))).tag("unary") == name
+        assert pk.dpl.find_match(pattern, op(_var("a"))).tag("unary") == name
 
 
 def test_keyword_alternatives_are_named_by_keyword_and_tried_in_the_order_given():
@@ -37,15 +37,15 @@ def test_keyword_alternatives_are_named_by_keyword_and_tried_in_the_order_given(
     specific_first = alt(tag="form", exp=pk.is_op("exp")(x), anything=pk.wildcard())
     anything_first = alt(tag="form", anything=pk.wildcard(), exp=pk.is_op("exp")(x))
     expr = relax.op.exp(_var("a"))
-    assert pk.find_match(specific_first, expr).tag("form") == "exp"
-    assert pk.find_match(anything_first, expr).tag("form") == "anything"
-    assert pk.find_match(specific_first, relax.op.log(_var("a"))).tag("form") == "anything"
+    assert pk.dpl.find_match(specific_first, expr).tag("form") == "exp"
+    assert pk.dpl.find_match(anything_first, expr).tag("form") == "anything"
+    assert pk.dpl.find_match(specific_first, relax.op.log(_var("a"))).tag("form") == "anything"
 
 
 def test_a_tag_that_is_not_part_of_the_match_answers_none():
     x = pk.wildcard()
     pattern = pk.is_op("exp")(x) | alt(tag="other", log=pk.is_op("log")(x))
-    found = pk.find_match(pattern, relax.op.exp(_var("a")))
+    found = pk.dpl.find_match(pattern, relax.op.exp(_var("a")))
     assert found.tag("other") is None and found.tag("never_used") is None
 
 
@@ -53,9 +53,9 @@ def test_nested_tags_name_each_level():
     x = pk.wildcard()
     inner = alt(tag="inner", exp=pk.is_op("exp")(x), log=pk.is_op("log")(x))
     pattern = alt(tag="outer", unary=inner, negated=pk.is_op("negative")(x))
-    found = pk.find_match(pattern, relax.op.log(_var("a")))
+    found = pk.dpl.find_match(pattern, relax.op.log(_var("a")))
     assert (found.tag("outer"), found.tag("inner")) == ("unary", "log")
-    found = pk.find_match(pattern, relax.op.negative(_var("a")))
+    found = pk.dpl.find_match(pattern, relax.op.negative(_var("a")))
     assert (found.tag("outer"), found.tag("inner")) == ("negated", None)
 
 
@@ -66,7 +66,7 @@ def test_a_tag_inside_a_failed_outer_alternative_is_not_reported():
     second = pk.is_op("add")(x, y)
     pattern = alt(tag="outer", first=first, second=second)
     expr = relax.op.add(relax.op.exp(_var("a")), relax.op.log(_var("b")))
-    found = pk.find_match(pattern, expr)
+    found = pk.dpl.find_match(pattern, expr)
     assert found.tag("outer") == "second"
     assert found.tag("inner") is None
 
@@ -76,7 +76,7 @@ def test_one_tag_matched_in_two_places_with_different_names_is_an_error():
     left = alt(tag="form", exp=pk.is_op("exp")(x), log=pk.is_op("log")(x))
     right = alt(tag="form", exp=pk.is_op("exp")(x), log=pk.is_op("log")(x))
     a = _var("a")
-    found = pk.find_match(pk.is_op("add")(left, right),
+    found = pk.dpl.find_match(pk.is_op("add")(left, right),
                           relax.op.add(relax.op.exp(a), relax.op.log(a)))
     with pytest.raises(pk.PatternError, match="'form' names two alternatives"):
         found.tag("form")
@@ -151,7 +151,7 @@ def test_the_engine_records_the_same_tags_as_the_plain_matcher():
     mod = _module(lambda bb, a, b: relax.op.negative(bb.emit(relax.op.add(
         bb.emit(relax.op.exp(a)), bb.emit(relax.op.log(b))))))
     func = mod["main"]
-    plain = pk.find_match(pattern, func.body.blocks[0].bindings[-1].value, func)
+    plain = pk.dpl.find_match(pattern, func.body.blocks[0].bindings[-1].value, func)
     expected = {"site": "plain", "which": "1", "inner": "exp"}
     assert {t: plain.tag(t) for t in expected} == expected
     rule = _ReadsTheForm()
@@ -182,7 +182,7 @@ def test_to_dpl_drops_the_tags_and_keeps_the_alternatives():
     assert not converted.match(relax.op.sqrt(a))
 
 
-class _TwoReadersOfX(pk.BindingsRewriteRule):
+class _TwoReadersOfX(pk.engine.BindingsRewriteRule):
     """``exp(x)`` and ``log(x)`` or ``sqrt(x)`` of one ``x``: a rule with two roots that
     reads which second reader matched, and refuses (it only reads the tag)."""
 

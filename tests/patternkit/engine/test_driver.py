@@ -128,7 +128,7 @@ def test_no_match_returns_an_equal_module():
 def test_non_converging_rules_stop_with_an_error_naming_them():
     x = relax.Var("x", relax.TensorType((4,), "float32"))
     mod = pk.from_expr(relax.op.nn.relu(x))
-    with pytest.raises(pk.RewriteDidNotConverge, match=r"after 7 passes.*test\.relu_grows"):
+    with pytest.raises(pk.errors.RewriteDidNotConverge, match=r"after 7 passes.*test\.relu_grows"):
         pk.rewrite(ReluGrows(), mod, max_passes=7)
 
 
@@ -240,7 +240,7 @@ def test_callback_that_raises_names_the_rule_and_the_binding():
             raise ValueError("boom")
 
     mod = exp_chain(2)
-    with pytest.raises(pk.CallbackError, match=r"test\.exp_exp.*ValueError: boom.*main: gv = R.exp") as info:
+    with pytest.raises(pk.errors.CallbackError, match=r"test\.exp_exp.*ValueError: boom.*main: gv = R.exp") as info:
         pk.rewrite(Broken(), mod)
     assert info.value.callback == "test.exp_exp"
     assert isinstance(info.value.__cause__, ValueError)
@@ -251,7 +251,7 @@ def test_callback_returning_a_non_expression_is_an_error():
         def callback(self, pre, post, node_map):
             return 3
 
-    with pytest.raises(pk.CallbackError, match="returned int"):
+    with pytest.raises(pk.errors.CallbackError, match="returned int"):
         pk.rewrite(ReturnsNumber(), exp_chain(2))
 
 
@@ -261,7 +261,7 @@ def test_callback_returning_the_wrong_type_is_an_error():
             return relax.op.sum(node_map[self.w][0], axis=[1])
 
     mod = exp_chain(2)
-    with pytest.raises(pk.CallbackError, match=r"keep the binding's type"):
+    with pytest.raises(pk.errors.CallbackError, match=r"keep the binding's type"):
         pk.rewrite(WrongShape(), mod)
 
 
@@ -429,7 +429,7 @@ def test_a_rule_that_grows_the_graph_every_round_stops_early_naming_it():
     # it used to run for minutes and exhaust memory
     x = relax.Var("x", relax.TensorType((4,), "float32"))
     mod = pk.from_expr(relax.op.nn.relu(x))
-    with pytest.raises(pk.RewriteDidNotConverge,
+    with pytest.raises(pk.errors.RewriteDidNotConverge,
                        match=r"after 7 passes function 'main' has grown from 1 to 128 bindings, "
                              r"past the bound of 66 .*rule test\.relu_grows replaced 64 "
                              r"binding\(s\) with 128"):
@@ -442,12 +442,12 @@ def test_the_growth_bound_scales_with_the_input_and_can_be_raised_or_lifted():
     for _ in range(100):
         expr = relax.op.nn.relu(expr)
     mod = pk.from_expr(expr)  # 100 bindings: bound 2 x 100 + 64
-    with pytest.raises(pk.RewriteDidNotConverge, match=r"from 100 to 400 bindings.*bound of 264"):
+    with pytest.raises(pk.errors.RewriteDidNotConverge, match=r"from 100 to 400 bindings.*bound of 264"):
         pk.rewrite(ReluGrows(), mod)
-    with pytest.raises(pk.RewriteDidNotConverge, match=r"from 100 to 800 bindings.*bound of 464"):
+    with pytest.raises(pk.errors.RewriteDidNotConverge, match=r"from 100 to 800 bindings.*bound of 464"):
         pk.rewrite(ReluGrows(), mod, max_growth=4)
     # no bound: only the pass limit stops it
-    with pytest.raises(pk.RewriteDidNotConverge, match=r"after 3 passes; rules still changing"):
+    with pytest.raises(pk.errors.RewriteDidNotConverge, match=r"after 3 passes; rules still changing"):
         pk.rewrite(ReluGrows(), mod, max_growth=None, max_passes=3)
     with pytest.raises(ValueError, match="max_growth must be at least 1"):
         pk.rewrite(ReluGrows(), mod, max_growth=0.5)

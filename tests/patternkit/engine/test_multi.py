@@ -68,7 +68,7 @@ def tvm_rewrite(ctx, rewriter, func):
 def test_three_matmuls_of_one_input_become_one_matmul_and_a_split_as_tvm_does():
     mod = _function(qkv_block, QKV_PARAMS)
     ctx, inp, weights, matmuls = qkv_context()
-    out = pk.rewrite_bindings(ctx, combine(inp, weights, matmuls), mod)
+    out = pk.engine.rewrite_bindings(ctx, combine(inp, weights, matmuls), mod)
     ops = [b.value.op.name for b in out["main"].body.blocks[0].bindings
            if isinstance(b.value, relax.Call)]
     assert ops.count("relax.matmul") == 1 and "relax.split" in ops
@@ -87,7 +87,7 @@ def test_the_rewriter_gets_the_matched_vars_and_the_blocks_bindings_in_binding_o
                      [v.name for v in bindings]))
         return {}
 
-    out = pk.rewrite_bindings(ctx, rewriter, mod)
+    out = pk.engine.rewrite_bindings(ctx, rewriter, mod)
     assert out.same_as(mod)  # nothing replaced: the input itself
     (matched, bound), = seen
     # symmetric patterns take the readers of x in binding order, as TVM assigns them
@@ -101,7 +101,7 @@ def test_a_function_target_gives_a_function_and_the_input_is_untouched():
     mod = _function(qkv_block, QKV_PARAMS)
     before = mod.script()
     ctx, inp, weights, matmuls = qkv_context()
-    out = pk.rewrite_bindings(ctx, combine(inp, weights, matmuls), mod["main"])
+    out = pk.engine.rewrite_bindings(ctx, combine(inp, weights, matmuls), mod["main"])
     assert isinstance(out, relax.Function)
     assert mod.script() == before
 
@@ -127,7 +127,7 @@ def test_used_by_and_only_used_by_constrain_the_consumers_as_in_tvm():
             found.append(matchings[mm].name)
             return {matchings[relu]: relax.op.nn.gelu(matchings[mm])}
 
-        out = pk.rewrite_bindings(ctx, rewriter, mod)
+        out = pk.engine.rewrite_bindings(ctx, rewriter, mod)
         assert found == (["a"] if only else ["a", "b"])
         expected = tvm_rewrite(ctx, rewriter, mod["main"])
         assert tvm_ffi.structural_equal(out["main"], expected), only
@@ -159,8 +159,8 @@ def test_a_replacement_for_a_var_the_match_does_not_own_is_an_error_naming_the_b
     def rewriter(matchings, bindings):
         return {out_var: matchings[inp]}
 
-    with pytest.raises(pk.CallbackError, match=r"main: qk = .*does not own") as caught:
-        pk.rewrite_bindings(ctx, rewriter, mod)
+    with pytest.raises(pk.errors.CallbackError, match=r"main: qk = .*does not own") as caught:
+        pk.engine.rewrite_bindings(ctx, rewriter, mod)
     assert caught.value.callback == "rewriter"  # the rewriter's own name
     assert caught.value.binding.startswith("main: qk = R.multiply(q, k)")
     assert mod.script() == before
@@ -174,8 +174,8 @@ def test_a_replacement_whose_type_does_not_fit_is_an_error_and_the_input_is_unch
     def rewriter(matchings, bindings):
         return {matchings[matmuls[0]]: relax.op.sum(matchings[inp])}  # a scalar for a matrix
 
-    with pytest.raises(pk.CallbackError, match=r"rule rewriter: .*type"):
-        pk.rewrite_bindings(ctx, rewriter, mod)
+    with pytest.raises(pk.errors.CallbackError, match=r"rule rewriter: .*type"):
+        pk.engine.rewrite_bindings(ctx, rewriter, mod)
     assert mod.script() == before
 
 
@@ -186,18 +186,18 @@ def test_a_rewriter_that_raises_is_reported_with_the_binding():
     def rewriter(matchings, bindings):
         raise ValueError("boom")
 
-    with pytest.raises(pk.CallbackError, match=r"ValueError: boom \(at 'main: q = "):
-        pk.rewrite_bindings(ctx, rewriter, mod)
+    with pytest.raises(pk.errors.CallbackError, match=r"ValueError: boom \(at 'main: q = "):
+        pk.engine.rewrite_bindings(ctx, rewriter, mod)
 
 
 def test_an_empty_context_is_a_pattern_error():
     with pytest.raises(pk.PatternError, match="holds no constraint"):
-        pk.rewrite_bindings(pk.PatternContext(), lambda m, b: {}, _function(qkv_block,
+        pk.engine.rewrite_bindings(pk.PatternContext(), lambda m, b: {}, _function(qkv_block,
                                                                              QKV_PARAMS))
 
 
 # ---------------------------------------------------------------------- the class form
-class CombineQKV(pk.BindingsRewriteRule):
+class CombineQKV(pk.engine.BindingsRewriteRule):
     """Three matmuls of one input as one rule with several roots."""
 
     def __init__(self):

@@ -73,7 +73,7 @@ def test_check_that_raises_is_reported_with_the_binding(bn_vars, make_bn):
     def broken(pre):
         raise RuntimeError("no")
 
-    with pytest.raises(pk.CallbackError, match="RuntimeError: no.*main: gv = R.add"):
+    with pytest.raises(pk.errors.CallbackError, match="RuntimeError: no.*main: gv = R.add"):
         pk.partition(bn_pattern(), mod, check=broken)
 
 

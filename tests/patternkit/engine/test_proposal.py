@@ -286,7 +286,7 @@ def test_groups_on_random_graphs_are_disjoint_self_contained_and_account_for_eve
         assert all(s.reason for s in skipped)
         matched = {b.var.name for block in func.body.blocks for b in block.bindings
                    if isinstance(b.value, relax.Call)
-                   and pk.find_match(CHAIN, b.value, func) is not None}
+                   and pk.dpl.find_match(CHAIN, b.value, func) is not None}
         # every binding whose value matches is a group, inside one, or skipped with a reason
         assert matched <= set(taken) | {s.root for s in skipped}
         grouped.append(bool(groups))

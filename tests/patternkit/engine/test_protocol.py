@@ -97,7 +97,7 @@ def test_a_multi_root_rules_refusal_is_logged_under_its_name():
     ("foreign", r"rule test\.swap_matmuls: the rewriter returned a replacement for 'x'"),
 ])
 def test_every_error_of_a_multi_root_rule_names_the_rule(fail, message):
-    with pytest.raises(pk.CallbackError, match=message) as caught:
+    with pytest.raises(pk.errors.CallbackError, match=message) as caught:
         pk.rewrite(SwapMatmuls(fail=fail), _module(_two_matmuls, TWO))
     assert caught.value.callback == "test.swap_matmuls"
 

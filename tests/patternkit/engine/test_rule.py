@@ -155,7 +155,7 @@ class Roles(pk.RewriteRule):
 
 
 def _match(rule, expr, func):
-    found = pk.find_match(rule.pattern, expr, func)
+    found = pk.dpl.find_match(rule.pattern, expr, func)
     assert found is not None
     return pk.RuleMatch(found, rule.roles())
 

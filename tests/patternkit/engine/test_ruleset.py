@@ -82,8 +82,8 @@ def test_external_compiler_passes_take_the_composites_of_a_set():
     block = ConvAddReluComposite().example()
     ruleset = LIBRARY.for_compiler("ccompiler")
     out = pk.MergeComposite(ruleset)(block)
-    assert pk.composite_counts(out) == {"ccompiler.conv2d_add_relu": 3}
-    tvm.ir.assert_structural_equal(out, pk.merge_composite(
+    assert pk.byoc.composite_counts(out) == {"ccompiler.conv2d_add_relu": 3}
+    tvm.ir.assert_structural_equal(out, pk.byoc.merge_composite(
         block, [ConvAddReluComposite("ccompiler")]))
     report = pk.offload_report(block, ruleset, compiler="ccompiler")
     assert report.composites == {"ccompiler.conv2d_add_relu": 3}

@@ -9,9 +9,7 @@ import tvm_ffi
 from tvm import relax, te, topi
 from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.byoc import PartitionGraph, merge_composite

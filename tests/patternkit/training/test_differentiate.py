@@ -7,8 +7,7 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import training
@@ -164,9 +163,7 @@ def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_no
 
 
 def test_a_gradient_tvm_cannot_take_is_a_gradient_error_naming_the_cure():
-    from tvm.script import ir as I
-    from tvm.script import relax as R
-    from tvm.script import tirx as T
+    from tvm.script import ir as I, relax as R, tirx as T
 
     @I.ir_module
     class Flattened:
@@ -188,8 +185,7 @@ def test_an_embedding_taken_with_batched_ids_differentiates():
     # TVM's ONNX importer takes an embedding with the (batch, seq) ids themselves, and
     # TVM 0.27 legalises take's gradient for 1-d indices only; the ids are flattened in
     # the differentiated copy, and the integer ops of the index wrap need no gradient
-    from tvm.script import ir as I
-    from tvm.script import relax as R
+    from tvm.script import ir as I, relax as R
 
     @I.ir_module
     class Embedded:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.verification.numeric import random_inputs
@@ -167,7 +165,7 @@ def test_assert_same_numerics_raises_with_the_figures_or_returns_the_comparison(
                                              r"max abs error 0\.125"):
         pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0, atol=0.1)
     result = pk.assert_same_numerics(Plus, PlusAnEighth, inputs=INPUTS, rtol=0.03, atol=0.125)
-    assert isinstance(result, pk.Comparison) and result.ok
+    assert isinstance(result, pk.verification.Comparison) and result.ok
 
 
 def test_local_functions_from_partition_are_lifted_before_the_build(make_var):
@@ -245,7 +243,7 @@ class CumsumOfInts:
 @pytest.mark.parametrize("before, after, side", [(CumsumOfBools, CumsumOfInts, "before"),
                                                  (CumsumOfInts, CumsumOfBools, "after")])
 def test_a_module_that_does_not_build_is_a_build_error_naming_the_side(before, after, side):
-    with pytest.raises(pk.BuildError, match=f"the {side} module does not build for llvm: "
+    with pytest.raises(pk.errors.BuildError, match=f"the {side} module does not build for llvm: "
                                             r"Check failed.*\(in .*CodeGenLLVM") as caught:
         pk.compare(before, after)
     assert caught.value.side == side

@@ -8,9 +8,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 from patternkit.ir import var_name
 from patternkit.ir.rebuild import rebuild_function

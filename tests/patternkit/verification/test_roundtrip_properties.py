@@ -15,8 +15,12 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 import tvm  # noqa: E402
-from hypothesis import given, reject, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    reject,
+    settings,
+    strategies as st,  # noqa: E402
+)
 from tvm import relax  # noqa: E402
 from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions  # noqa: E402
 

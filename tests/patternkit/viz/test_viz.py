@@ -18,12 +18,16 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 from tvm.relax.op import add, divide, nn, sqrt, subtract
 from tvm.relax.transform import FuseOpsByPattern, FusionPattern, MergeCompositeFunctions
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
-from patternkit.viz import DotUnavailable, VizError, VizGraph, viz_diff, viz_expr
-from patternkit.viz import display as viz_display
+from patternkit.viz import (
+    DotUnavailable,
+    VizError,
+    VizGraph,
+    display as viz_display,
+    viz_diff,
+    viz_expr,
+)
 from patternkit.viz.labels import compact_type, short_op_name
 from patternkit.viz.palette import fill_color
 
