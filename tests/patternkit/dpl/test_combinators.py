@@ -1,4 +1,5 @@
-"""through() and up_to_cast(): a pattern that looks past frontend plumbing and casts."""
+"""through(), up_to_cast() and products(): patterns that look past plumbing and casts, or
+take a product in every grouping."""
 
 from __future__ import annotations
 
