@@ -150,7 +150,8 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
     shares, left = {}, {}
     fused_ops = {op for ops in FUSED_OPS.values() for op in ops}
     for name, table in (tables or {}).items():
-        before_report, after_report = pk.byoc.coverage(model.mod, table), pk.byoc.coverage(after, table)
+        before_report = pk.byoc.coverage(model.mod, table)
+        after_report = pk.byoc.coverage(after, table)
         shares[name] = (before_report.share, after_report.share)
         # the fused ops the rewrites made that this table leaves on the host
         left[name] = dict(Counter(r.op for r in after_report.ops
