@@ -39,8 +39,10 @@ clip, and batch norms in training mode (they normalise with batch statistics, so
 folding would change the numbers).
 """
 
-from .composite import ConvAddReluComposite, Presence
-from .composite import conv2d_add_relu as conv2d_add_relu  # Relay's pattern, imported from here
+# The family's rule classes and Relay's pattern are imported from here (tests, users): re-exported.
+from .composite import ConvAddReluComposite as ConvAddReluComposite
+from .composite import Presence as Presence
+from .composite import conv2d_add_relu as conv2d_add_relu
 from .fold import BatchnormFoldIntoConv
 
 __all__ = ["RULES", "COMPOSITES"]

@@ -122,10 +122,11 @@ class ConvAddReluComposite(CompositeRule):
         out_ty, bias_ty = type_of(match.var_of("conv")), type_of(match.bias)
         out_shape, bias_shape = static_shape(out_ty), static_shape(bias_ty)
         if out_shape is None or bias_shape is None:
-            return reject("the conv output or the bias has no static shape")
+            return reject("the conv output or the bias has no static shape",
+                          at=match.bias if bias_shape is None else match.conv)
         if dtype_of(bias_ty) != dtype_of(out_ty):
             return reject(f"bias dtype {dtype_of(bias_ty)} differs from the conv output "
-                          f"dtype {dtype_of(out_ty)}")
+                          f"dtype {dtype_of(out_ty)}", at=match.bias)
         if single_value(bias_shape):
             return True
         not_a_bias = (f"the added tensor of shape {tuple(bias_shape)} is not a per-channel "
@@ -133,11 +134,11 @@ class ConvAddReluComposite(CompositeRule):
         try:
             axis = per_channel_axis(bias_shape, out_shape, name="it", of="the conv output")
         except NotPerChannel as why:
-            return reject(f"{not_a_bias}: {why}")
+            return reject(f"{not_a_bias}: {why}", at=match.bias)
         channel_axis = str(match.conv.attrs.out_layout).index("C")
         if axis != channel_axis:
             return reject(f"{not_a_bias}: it varies along axis {axis}, the channel axis is "
-                          f"{channel_axis}")
+                          f"{channel_axis}", at=match.bias)
         return True
 
     def example(self, **knobs: Any) -> tvm.IRModule:
