@@ -16,17 +16,60 @@ from .from_tvm import DplConverter, FromDplError, from_dpl
 from .graph_matcher import match_dfb
 from .matcher import Match, find_match, match
 from .near_miss import explain
-from .opkinds import (K_BROADCAST, K_COMM_REDUCE, K_ELEMWISE, K_INJECTIVE, K_OPAQUE,
-                      K_OUT_EWISE_FUSABLE, K_TUPLE, op_kind)
-from .pattern import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
-                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
-                      ExternFuncPattern, GlobalVarPattern, NotPattern, ScalarPattern,
-                      ShapePattern, TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
-                      WildcardPattern, as_pattern, has_attr, has_dtype, has_shape, has_type,
-                      is_const, is_constant, is_dfv, is_expr, is_extern, is_gv, is_op, is_scalar,
-                      is_tuple, is_tuple_get_item, is_var, wildcard)
-from .pattern import DominatorPattern, IfPattern, dominates, is_if
-from .pattern import TagPattern, alt
+from .opkinds import (
+    K_BROADCAST,
+    K_COMM_REDUCE,
+    K_ELEMWISE,
+    K_INJECTIVE,
+    K_OPAQUE,
+    K_OUT_EWISE_FUSABLE,
+    K_TUPLE,
+    op_kind,
+)
+from .pattern import (
+    AltPattern,
+    AndPattern,
+    AttrPattern,
+    CallPattern,
+    ConstantPattern,
+    DataflowVarPattern,
+    DataTypePattern,
+    DFPattern,
+    DominatorPattern,
+    ExprPattern,
+    ExternFuncPattern,
+    GlobalVarPattern,
+    IfPattern,
+    NotPattern,
+    ScalarPattern,
+    ShapePattern,
+    TagPattern,
+    TupleGetItemPattern,
+    TuplePattern,
+    TypePattern,
+    VarPattern,
+    WildcardPattern,
+    alt,
+    as_pattern,
+    dominates,
+    has_attr,
+    has_dtype,
+    has_shape,
+    has_type,
+    is_const,
+    is_constant,
+    is_dfv,
+    is_expr,
+    is_extern,
+    is_gv,
+    is_if,
+    is_op,
+    is_scalar,
+    is_tuple,
+    is_tuple_get_item,
+    is_var,
+    wildcard,
+)
 
 __all__ = [
     "DFPattern", "WildcardPattern", "ExprPattern", "ConstantPattern", "ScalarPattern",

@@ -19,8 +19,14 @@ from tvm import relax
 
 from ..ir import compat as C
 from .opkinds import TOP_PATTERN, op_kind
-from .pattern import (AttrPattern, DataTypePattern, DFPattern, ScalarPattern, ShapePattern,
-                      TypePattern)
+from .pattern import (
+    AttrPattern,
+    DataTypePattern,
+    DFPattern,
+    ScalarPattern,
+    ShapePattern,
+    TypePattern,
+)
 
 __all__ = ["attrs_match", "check_constraint", "scalar_matches", "shape_matches", "to_python",
            "type_matches"]

@@ -172,6 +172,7 @@ class PatternContext:
         return [(c, tuple(u)) for c, u in self._consumers.get(producer, ())]
 
     def producers(self, consumer: DFPattern) -> list[DFPattern]:
+        """The nodes with an edge into ``consumer``, in the order they were joined."""
         return list(self._producers.get(consumer, ()))
 
     def roots(self) -> list[DFPattern]:
@@ -236,9 +237,11 @@ class PatternSeq:
         return len(self.patterns)
 
     def used_by(self, other: Any, index: int = -1) -> "PatternSeq":
+        """The chain joined to ``other`` (``^``): the last pattern is read by its first."""
         return _chain(self, other, Use(index=index))
 
     def only_used_by(self, other: Any, index: int = -1) -> "PatternSeq":
+        """The chain joined to ``other`` (``>>``): as :meth:`used_by`, and read by nothing else."""
         return _chain(self, other, Use(only=True, index=index))
 
     def __xor__(self, other: Any) -> "PatternSeq":
@@ -248,6 +251,7 @@ class PatternSeq:
         return self.only_used_by(other)
 
     def fork_to(self, *others: Any) -> None:
+        """Join the chain's last pattern to each of ``others`` (``used_by``), a fan-out."""
         for other in others:
             self.used_by(other)
 

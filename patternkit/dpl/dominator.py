@@ -1,4 +1,4 @@
-"""Relay's dominator patterns on Relax: the walk from a root back to its parent.
+r"""Relay's dominator patterns on Relax: the walk from a root back to its parent.
 
 ``dominates(parent, path, child)`` describes a *diamond*: a node matching ``child``
 (the root) whose inputs lead back, through nodes matching ``path``, to one node matching
@@ -6,7 +6,7 @@
 a convolution followed by elementwise branches that meet again in an ``add``::
 
     conv2d -> relu -> relu --.
-        \\                     add        dominates(is_conv2d, is_unary_elemwise, is_add)
+        \                      add        dominates(is_conv2d, is_unary_elemwise, is_add)
          `-> leaky_relu -----'
 
 The rules, as :func:`walk_diamond` applies them:
@@ -107,6 +107,7 @@ class Uses:
     escaping: Container[int] = field(default_factory=frozenset)
 
     def count(self, key: int) -> int:
+        """The reads of the node with handle ``key``; a nested expression (no key) once."""
         return self.counts.get(key, 1)
 
 
@@ -160,7 +161,8 @@ def uses_of_expression(expr: Any) -> Uses:
 
 def data_inputs(value: Any) -> list:
     """The inputs of a dataflow node: a call's arguments, a tuple's fields, a projection's
-    tuple; literals (constants, shapes, operators, functions by name) are left out."""
+    tuple; literals (constants, shapes, operators, functions by name) are left out.
+    """
     kind = KIND_OF.get(type(value)) or expr_kind(value)
     if kind is CALL:
         candidates = C.array_items(value.args)

@@ -40,11 +40,26 @@ from tvm.relax import dpl
 
 from ..errors import PatternError
 from ..ir import compat as C
-from .pattern import (AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
-                      DataflowVarPattern, DataTypePattern, DFPattern, ExprPattern,
-                      ExternFuncPattern, GlobalVarPattern, NotPattern, ShapePattern,
-                      TupleGetItemPattern, TuplePattern, TypePattern, VarPattern,
-                      WildcardPattern)
+from .pattern import (
+    AltPattern,
+    AndPattern,
+    AttrPattern,
+    CallPattern,
+    ConstantPattern,
+    DataflowVarPattern,
+    DataTypePattern,
+    DFPattern,
+    ExprPattern,
+    ExternFuncPattern,
+    GlobalVarPattern,
+    NotPattern,
+    ShapePattern,
+    TupleGetItemPattern,
+    TuplePattern,
+    TypePattern,
+    VarPattern,
+    WildcardPattern,
+)
 
 __all__ = ["from_dpl", "DplConverter", "FromDplError", "INEXPRESSIBLE_KINDS"]
 

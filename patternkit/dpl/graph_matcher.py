@@ -49,13 +49,17 @@ class PatternGraph(Protocol):
     """What the matcher reads of a :class:`~patternkit.dpl.context.PatternContext`."""
 
     @property
-    def patterns(self) -> Any: ...
+    def patterns(self) -> Any:
+        """Every node of the graph."""
 
-    def validate(self) -> None: ...
+    def validate(self) -> None:
+        """Raise :class:`~patternkit.errors.PatternError` if the graph cannot be matched."""
 
-    def roots(self) -> list[DFPattern]: ...
+    def roots(self) -> list[DFPattern]:
+        """The nodes that consume nothing, where the search starts."""
 
-    def consumers(self, pattern: DFPattern) -> list[Any]: ...
+    def consumers(self, pattern: DFPattern) -> list[Any]:
+        """``(consumer, constraints)`` of each edge leaving ``pattern``."""
 
 
 # -- the block, indexed for graph matching ----------------------------------------------------
@@ -152,6 +156,7 @@ class BlockGraph:
         return self._calls_of(op)
 
     def readers_of(self, key: int) -> dict[int, None]:
+        """The bindings reading the Var with handle ``key``, in binding order (a key set)."""
         return self.readers.get(key, {})
 
     def remove(self, keys: Sequence[int]) -> None:
@@ -163,6 +168,7 @@ class BlockGraph:
                 self.readers.get(read, {}).pop(key, None)
 
     def binding(self, key: int) -> Any:
+        """The binding whose Var has handle ``key``."""
         return self.bound[key]
 
 
@@ -178,14 +184,17 @@ class GraphMatch:
         self.r2p: dict[int, DFPattern] = {} if r2p is None else r2p
 
     def copy(self) -> "GraphMatch":
+        """An independent copy, for a branch of the search to extend."""
         return GraphMatch(dict(self.p2r), dict(self.r2p))
 
     def add(self, pattern: DFPattern, key: Any) -> None:
+        """Map ``pattern`` to ``key`` (a handle, or a tuple of them) and each handle back."""
         self.p2r[pattern] = key
         for k in (key if isinstance(key, tuple) else (key,)):
             self.r2p[k] = pattern
 
     def merge(self, other: "GraphMatch") -> None:
+        """Add ``other``'s pairs whose pattern this match does not map yet."""
         for pattern, key in other.p2r.items():
             if pattern not in self.p2r:
                 self.add(pattern, key)
@@ -295,7 +304,8 @@ class GraphMatcher:
 
     def _candidates(self, root: DFPattern, current: GraphMatch) -> list[int]:
         """Where ``root`` can match: the operands of a consumer matched already (in TVM's
-        first-read order), else every Var the block reads."""
+        first-read order), else every Var the block reads.
+        """
         for consumer, _ in self.consumers[root]:
             key = current.p2r.get(consumer)
             if key is not None and not isinstance(key, tuple):

@@ -39,15 +39,42 @@ from ..ir import compat as C
 from ..ir.compat import VAR_TYPES, handle
 from .association import reassociations
 from .constraints import check_constraint, scalar_matches
-from .dominator import (DiamondTests, Uses, is_anything, uses_of_expression, uses_of_function,
-                        uses_of_table, walk_diamond)
+from .dominator import (
+    DiamondTests,
+    Uses,
+    is_anything,
+    uses_of_expression,
+    uses_of_function,
+    uses_of_table,
+    walk_diamond,
+)
 from .pattern import (
-    COMMUTATIVE_OPS, AltPattern, AndPattern, AttrPattern, CallPattern, ConstantPattern,
-    DataflowVarPattern, DataTypePattern, DFPattern, DominatorPattern, ExprPattern,
-    ExternFuncPattern, GlobalVarPattern, IfPattern, NotPattern, ScalarPattern, ShapePattern,
-    TagPattern, TupleGetItemPattern, TuplePattern, TypePattern, VarPattern, WildcardPattern,
+    COMMUTATIVE_OPS,
+    AltPattern,
+    AndPattern,
+    AttrPattern,
+    CallPattern,
+    ConstantPattern,
+    DataflowVarPattern,
+    DataTypePattern,
+    DFPattern,
+    DominatorPattern,
+    ExprPattern,
+    ExternFuncPattern,
+    GlobalVarPattern,
+    IfPattern,
+    NotPattern,
+    ScalarPattern,
+    ShapePattern,
+    TagPattern,
+    TupleGetItemPattern,
+    TuplePattern,
+    TypePattern,
+    VarPattern,
+    WildcardPattern,
     as_pattern,
-    provide_sugar, pattern_to_text,
+    pattern_to_text,
+    provide_sugar,
 )
 
 Lookup = Callable[[Any], Any]
@@ -537,7 +564,8 @@ class Matcher(_MatchRecord):
 
     def _forget_branch_locals(self, mark: int, local: dict) -> None:
         """Drop the branch's Vars from the interior bindings and the inputs recorded since
-        ``mark`` (a later rollback past ``mark`` still finds a consistent trail)."""
+        ``mark`` (a later rollback past ``mark`` still finds a consistent trail).
+        """
         kept = self._trail[:mark]
         for kind, key in self._trail[mark:]:
             if kind == "internal" and key in local:
@@ -579,7 +607,8 @@ class Matcher(_MatchRecord):
     def _may_reassociate(self, pattern: CallPattern, call: relax.Call) -> bool:
         """Can :func:`reassociations` propose a form of ``pattern`` for ``call``: is one a
         divide and the other a multiply?  Asked on every failed call pattern, so it
-        compares handles only."""
+        compares handles only.
+        """
         op = pattern.op
         if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
                 or op.handle not in _REASSOCIATED_OPS):
@@ -745,7 +774,8 @@ def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: C
                     call_ops: dict[int, int]) -> bool:
     """Does each argument named in ``needs`` hold (through the table) a call of one of its
     operators?  ``True`` where the argument list is too short to tell (the call's own
-    match decides)."""
+    match decides).
+    """
     for i, ops in needs:
         if i >= len(args):
             return True

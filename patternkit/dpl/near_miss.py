@@ -18,7 +18,6 @@ from ..ir.rebuild import constant_text, expr_text
 from .matcher import Matcher, function_lookup
 from .pattern import DFPattern, TagPattern, as_pattern, pattern_to_text
 
-
 #: Levels of the failed sub-pattern a near miss shows: enough to recognise it, while a
 #: large pattern (``attention.collapse``'s, with its ``through`` alternatives) would
 #: otherwise print to megabytes.

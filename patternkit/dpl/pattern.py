@@ -96,6 +96,7 @@ class DFPattern:
 
     def __call__(self, *args: Any, varg_default_wildcard: bool = False,
                  add_constraint: bool = True) -> "CallPattern":
+        """A call of this pattern (an operator, usually) with ``args``; see :class:`CallPattern`."""
         if len(args) == 1 and args[0] is None:  # Relay's "any arguments": wildcard()(None)
             return CallPattern(self, None)
         return CallPattern(self, [as_pattern(a) for a in args], varg_default_wildcard,
@@ -140,14 +141,17 @@ class DFPattern:
         return AttrPattern(self, attrs)
 
     def has_type(self, ty: Any) -> "TypePattern":
+        """Require a Relax type that fits ``ty`` (unknown shape, dtype or ndim match any)."""
         return TypePattern(self, ty)
 
     has_ty = has_type
 
     def has_dtype(self, dtype: str) -> "DataTypePattern":
+        """Require the element type ``dtype`` (``"float16"``)."""
         return DataTypePattern(self, dtype)
 
     def has_shape(self, shape: Sequence[Any]) -> "ShapePattern":
+        """Require the shape ``shape`` (integers or symbolic dimensions)."""
         return ShapePattern(self, shape)
 
     def optional(self, option_constructor: Callable[["DFPattern"], "DFPattern"]) -> "AltPattern":
@@ -164,7 +168,7 @@ class DFPattern:
 
     # -- graph constraints (inside a patternkit.PatternContext) ------------------------------
     def used_by(self, other: Any, index: int = -1):
-        """This pattern's var is used by ``other``'s (as argument ``index``; -1: any).
+        """Record that this pattern's var is used by ``other``'s (as argument ``index``; -1: any).
 
         Recorded in the current :class:`patternkit.PatternContext`; returns the
         :class:`~patternkit.dpl.context.PatternSeq` ``[self, other]`` for chaining.
@@ -228,6 +232,7 @@ class DFPattern:
 
     # -- structure -----------------------------------------------------------------------
     def children(self) -> tuple["DFPattern", ...]:
+        """The patterns this one is built from, in the order the matcher visits them."""
         return ()
 
     def __repr__(self) -> str:
@@ -333,6 +338,7 @@ class CallPattern(DFPattern):
                 CONTEXT_STACK[-1].add_constraint(arg, self, index=i)
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.op, *(self.args or ()))
 
 
@@ -343,6 +349,7 @@ class TuplePattern(DFPattern):
         self.fields = None if fields is None else [as_pattern(f) for f in fields]
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return tuple(self.fields or ())
 
 
@@ -354,6 +361,7 @@ class TupleGetItemPattern(DFPattern):
         self.index = index
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.tuple,)
 
 
@@ -365,6 +373,7 @@ class AltPattern(DFPattern):
         self.right = right
 
     def children(self):
+        """The two alternatives, in matching order."""
         return (self.left, self.right)
 
 
@@ -376,6 +385,7 @@ class AndPattern(DFPattern):
         self.right = right
 
     def children(self):
+        """The two patterns, in matching order."""
         return (self.left, self.right)
 
 
@@ -386,6 +396,7 @@ class NotPattern(DFPattern):
         self.reject = as_pattern(reject)
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.reject,)
 
 
@@ -394,6 +405,7 @@ class _Constraint(DFPattern):
         self.pattern = as_pattern(pattern)
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.pattern,)
 
 
@@ -416,12 +428,16 @@ class TypePattern(_Constraint):
 
 
 class DataTypePattern(_Constraint):
+    """``pattern`` whose element type is ``dtype``."""
+
     def __init__(self, pattern: DFPattern, dtype: Any):
         super().__init__(pattern)
         self.dtype = str(dtype)
 
 
 class ShapePattern(_Constraint):
+    """``pattern`` of shape ``shape``: same rank, ints by value, symbolic dims by their text."""
+
     def __init__(self, pattern: DFPattern, shape: Sequence[Any]):
         super().__init__(pattern)
         self.shape = list(shape)
@@ -491,6 +507,7 @@ class DominatorPattern(DFPattern):
         self.child = as_pattern(child)
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.parent, self.path, self.child)
 
 
@@ -509,6 +526,7 @@ class IfPattern(DFPattern):
         self.false_branch = as_pattern(false_branch)
 
     def children(self):
+        """The patterns this one is built from, in matching order."""
         return (self.cond, self.true_branch, self.false_branch)
 
 
@@ -529,6 +547,7 @@ def is_if(cond: Any, true_branch: Any, false_branch: Any) -> IfPattern:
 
 
 def wildcard() -> WildcardPattern:
+    """A pattern that matches any expression."""
     return WildcardPattern()
 
 
@@ -538,6 +557,7 @@ def is_op(name: str) -> ExprPattern:
 
 
 def is_constant() -> ConstantPattern:
+    """A pattern that matches any constant; see :class:`ConstantPattern`."""
     return ConstantPattern()
 
 
@@ -550,6 +570,7 @@ is_const = is_constant
 
 
 def is_var(name: str = "") -> VarPattern:
+    """A free variable (a function parameter), optionally by name."""
     return VarPattern(name)
 
 
@@ -569,30 +590,37 @@ def is_extern(global_symbol: str = "") -> ExternFuncPattern:
 
 
 def is_expr(expr: Any) -> ExprPattern:
+    """A pattern that matches ``expr`` itself (structurally equal)."""
     return ExprPattern(expr)
 
 
 def is_tuple(fields: Sequence[Any] | None) -> TuplePattern:
+    """A tuple of ``fields`` (any arity if ``None``)."""
     return TuplePattern(fields)
 
 
 def is_tuple_get_item(tuple_value: Any, index: int | None = None) -> TupleGetItemPattern:
+    """Item ``index`` of ``tuple_value`` (any index if ``None``)."""
     return TupleGetItemPattern(tuple_value, index)
 
 
 def has_attr(attrs: dict[str, Any], pattern: DFPattern | None = None) -> AttrPattern:
+    """``pattern`` (a wildcard if ``None``) with the attributes ``attrs``."""
     return AttrPattern(pattern if pattern is not None else wildcard(), attrs)
 
 
 def has_dtype(dtype: Any, pattern: DFPattern | None = None) -> DataTypePattern:
+    """``pattern`` (a wildcard if ``None``) of element type ``dtype``."""
     return DataTypePattern(pattern if pattern is not None else wildcard(), dtype)
 
 
 def has_shape(shape: Sequence[Any], pattern: DFPattern | None = None) -> ShapePattern:
+    """``pattern`` (a wildcard if ``None``) of shape ``shape``."""
     return ShapePattern(pattern if pattern is not None else wildcard(), shape)
 
 
 def has_type(ty: Any, pattern: DFPattern | None = None) -> TypePattern:
+    """``pattern`` (a wildcard if ``None``) whose type fits ``ty``."""
     return TypePattern(pattern if pattern is not None else wildcard(), ty)
 
 

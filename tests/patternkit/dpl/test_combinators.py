@@ -77,7 +77,8 @@ def test_square_takes_an_exponent_of_exactly_two_in_any_dtype():
     pattern = pk.dpl.square(pk.is_var("x"))
     assert pk.match(pattern, relax.op.power(x, relax.const(2.0, "float32")))
     half = _var("h", dtype="float16")
-    assert pk.match(pk.dpl.square(pk.is_var("h")), relax.op.power(half, relax.const(2.0, "float16")))
+    assert pk.match(pk.dpl.square(pk.is_var("h")),
+                    relax.op.power(half, relax.const(2.0, "float16")))
     # one ulp above 2: NaN wherever x < 0, so not a square
     above = float(np.nextafter(np.float32(2.0), np.float32(3.0)))
     assert not pk.match(pattern, relax.op.power(x, relax.const(above, "float32")))

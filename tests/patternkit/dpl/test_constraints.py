@@ -7,8 +7,13 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.dpl.constraints import (attrs_match, check_constraint, shape_matches, to_python,
-                                        type_matches)
+from patternkit.dpl.constraints import (
+    attrs_match,
+    check_constraint,
+    shape_matches,
+    to_python,
+    type_matches,
+)
 
 
 def tensor(name, shape, dtype="float32"):

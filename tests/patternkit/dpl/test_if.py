@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import pytest
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 

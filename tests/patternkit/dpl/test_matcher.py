@@ -281,8 +281,7 @@ def _library_patterns():
 
 
 def test_the_flattened_alternatives_record_what_the_recursive_match_records():
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
+    from hypothesis import given, settings, strategies as st
 
     from patternkit.testing import relax_graphs, relax_programs
 

@@ -57,8 +57,8 @@ def test_a_type_mismatch_names_the_wanted_type(conv_relu):
 
 def test_a_type_mismatch_points_at_the_expression_of_the_wrong_type(conv_relu):
     expr, _ = conv_relu
-    why = pk.explain(pk.is_op("nn.relu")(pk.dpl.has_type(relax.TensorType(ndim=3, dtype="float32"))),
-                     expr)
+    rank3 = relax.TensorType(ndim=3, dtype="float32")
+    why = pk.explain(pk.is_op("nn.relu")(pk.dpl.has_type(rank3)), expr)
     assert why.startswith("no match: *.has_type(") and "(depth 2) vs R.nn.conv2d(x, w" in why
 
 
