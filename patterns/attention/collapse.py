@@ -21,8 +21,16 @@ from patternkit.ir import call_args, dtype_of, static_shape, type_of
 from . import guards
 from .examples import SPACE, attention_example
 from .forms import AttentionForms, attention_forms
-from .layout import HEADS_FIRST, IDENTITY, KEY_FROM_TRANSPOSED, axes_of, compose, is_view, \
-    shape_text, spelled_alike
+from .layout import (
+    HEADS_FIRST,
+    IDENTITY,
+    KEY_FROM_TRANSPOSED,
+    axes_of,
+    compose,
+    is_view,
+    shape_text,
+    spelled_alike,
+)
 from .masking import may_mask_a_whole_row, summed_bias, zero_masked_rows
 from .plan import AttentionPlan, BiasTerm, Operand, tolerance_of
 
@@ -43,6 +51,7 @@ class AttentionCollapse(RewriteRule):
         self.pattern: DFPattern = self.forms.root
 
     def roles(self) -> dict[str, DFPattern]:
+        """The roles of :class:`~.forms.AttentionForms` (the pattern is built there)."""
         return self.forms.roles()
 
     # -- check -------------------------------------------------------------------------
@@ -94,7 +103,8 @@ class AttentionCollapse(RewriteRule):
     def _biases(self, match: RuleMatch, scores: tuple) -> tuple[BiasTerm, ...]:
         """The additive terms, in the order the rewrite sums them: the mask (or the
         masked_fill condition), Bloom's merged bias, T5's second term, Falcon's bias
-        before the scale (times the scale)."""
+        before the scale (times the scale).
+        """
         forms, first, more = self.forms, [], []
         if match.tag("merged_bias") == "added":
             more.append(guards.merged_bias_term(match, forms, scores))
@@ -116,6 +126,8 @@ class AttentionCollapse(RewriteRule):
 
     # -- rewrite -----------------------------------------------------------------------
     def rewrite(self, match: RuleMatch) -> Any:
+        """``R.nn.attention`` on the plan's BSNH operands and summed bias, back in the
+        match's layout and dtype."""
         plan: AttentionPlan = match.plan
         dtype = dtype_of(type_of(plan.query.expr))
         bias = summed_bias(plan.biases, dtype)
@@ -139,6 +151,7 @@ class AttentionCollapse(RewriteRule):
         return out
 
     def tolerance(self, dtype: str | None) -> Tolerance:
+        """:data:`~.plan.FLOAT32` or :data:`~.plan.FLOAT16`."""
         return tolerance_of(dtype)
 
     # -- self-check examples (used by tests and `patternkit verify`): see .examples ------

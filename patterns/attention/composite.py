@@ -53,5 +53,6 @@ class AttentionComposite(CompositeRule):
                                causal_mask=causal_mask)
 
     def example_space(self) -> dict[str, tuple]:
+        """Dtypes and shapes; a causal mask, refused."""
         return {"dtype": ("float32", "float16"), "shape": ("static", "symbolic", "cross"),
                 "causal_mask": (None, "TopLeft")}

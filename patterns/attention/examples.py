@@ -25,7 +25,8 @@ def torch_eager(dtype: str = "float32", shape: str = "static", scale: str = "pro
                 mask: str = "padding", kv_heads: int = 2,
                 accumulate: str | None = None) -> tvm.IRModule:
     """GPT-2, BERT, ViT or Llama eager attention through torch's importer; ``kv_heads=1``
-    is Llama's grouped-query ``repeat_kv``, ``accumulate="cast_back"`` a float16 import."""
+    is Llama's grouped-query ``repeat_kv``, ``accumulate="cast_back"`` a float16 import.
+    """
     return attention_block(dtype, "torch", shape, scale, mask, kv_heads, accumulate=accumulate)
 
 
@@ -39,8 +40,9 @@ def onnx(dtype: str = "float32", shape: str = "static", scale: str = "product",
 
 def sdpa(dtype: str = "float32", shape: str = "static", mask: str = "boolean",
          kv_heads: int = 2) -> tvm.IRModule:
-    """torch's ``scaled_dot_product_attention`` as ``torch.export`` writes it: the safe
-    softmax (fully masked rows get 0), a boolean mask made ``where(allowed, 0, -inf)``."""
+    """Torch's ``scaled_dot_product_attention`` as ``torch.export`` writes it: the safe
+    softmax (fully masked rows get 0), a boolean mask made ``where(allowed, 0, -inf)``.
+    """
     return attention_block(dtype, "torch", shape, mask=mask, kv_heads=kv_heads,
                            safe_softmax="keys")
 
@@ -49,7 +51,8 @@ def multi_query(dtype: str = "float32", frontend: str = "torch", shape: str = "s
                 scale: str = "product", mask: str = "padding",
                 accumulate: str | None = None) -> tvm.IRModule:
     """Multi-query attention (Falcon, ONNX exports): the batched matmuls broadcast the
-    single key/value head to the query's (torch's importer ``broadcast_to``-s it in 4-D)."""
+    single key/value head to the query's (torch's importer ``broadcast_to``-s it in 4-D).
+    """
     return attention_block(dtype, frontend, shape, scale, mask, kv_heads=1, repeat="broadcast",
                            accumulate=accumulate)
 
@@ -57,7 +60,8 @@ def multi_query(dtype: str = "float32", frontend: str = "torch", shape: str = "s
 def bloom(dtype: str = "float32", shape: str = "static", scale: str = "product",
           mask: str = "padding", alibi: bool = True, kv_heads: int = 2) -> tvm.IRModule:
     """Bloom's ``baddbmm``: the key merged to (B*N, T, H) and transposed in 3-D, the 3-D
-    scores scaled, and its ALiBi bias (B*N, 1, T) added before they are split."""
+    scores scaled, and its ALiBi bias (B*N, 1, T) added before they are split.
+    """
     return attention_block(dtype, "torch", shape, scale, mask, kv_heads, key="merged",
                            alibi="heads" if alibi else None)
 
@@ -68,7 +72,8 @@ def falcon(dtype: str = "float32", shape: str = "static", scale: str = "product"
            frontend: str = "torch") -> tvm.IRModule:
     """Falcon: ALiBi added to the 4-D scores before the scale, the scaled scores reshaped
     to (B*N, S, T) and back (``regroup``), one key/value head (``multi_query``), and its
-    SDPA path (``sdpa``: the safe softmax on a boolean mask)."""
+    SDPA path (``sdpa``: the safe softmax on a boolean mask).
+    """
     return attention_block(dtype, frontend, shape, scale, "boolean" if sdpa else mask,
                            kv_heads=1 if multi_query else 2,
                            repeat="broadcast" if multi_query else "repeat_kv",
@@ -95,7 +100,8 @@ def onnx_on_heads(query_type: Any = None) -> tvm.IRModule:
 
 def key_grouped_by_batch_and_heads() -> tvm.IRModule:
     """The torch form with a key given as (B*N, 1, T, H): merged, the batched matmul takes
-    it, but its 4-D view is not split into the query's batch and heads."""
+    it, but its 4-D view is not split into the query's batch and heads.
+    """
     q = relax.Var("q", relax.TensorType((2, 2, 8, 16), "float32"))
     k = relax.Var("k", relax.TensorType((4, 1, 8, 16), "float32"))
     v = relax.Var("v", relax.TensorType((2, 2, 8, 16), "float32"))
@@ -222,7 +228,8 @@ SPACE: list[dict[str, tuple]] = [
 
 def attention_example(form: str = "torch_eager", **knobs: Any) -> tvm.IRModule:
     """The module of the form or refusal ``form`` (a key of :data:`FORMS` or
-    :data:`REFUSALS`) with ``knobs``."""
+    :data:`REFUSALS`) with ``knobs``.
+    """
     build = FORMS.get(form) or REFUSALS.get(form)
     if build is None:
         raise ValueError(f"attention.collapse has no example form {form!r}: one of "

@@ -71,6 +71,7 @@ class AttentionExpand(RewriteRule):
         return ExpandPlan(float(head) ** -0.5)
 
     def rewrite(self, match: RuleMatch) -> Any:
+        """The ONNX importer's form of the call, with the plan's scale."""
         dtype = dtype_of(type_of(match.q))
         q = relax.op.permute_dims(match.q, list(HEADS_FIRST))
         k_t = relax.op.permute_dims(match.k, list(KEY_TRANSPOSED))
@@ -83,6 +84,7 @@ class AttentionExpand(RewriteRule):
         return relax.op.permute_dims(relax.op.matmul(p, v), list(HEADS_FIRST))
 
     def tolerance(self, dtype: str | None) -> Tolerance:
+        """:data:`~.plan.FLOAT32` or :data:`~.plan.FLOAT16`."""
         return tolerance_of(dtype)
 
     def example(self, dtype: str = "float32", shape: str = "static", bias: bool = True,
@@ -97,6 +99,7 @@ class AttentionExpand(RewriteRule):
         return fused_attention(dtype, shape, bias, scale, causal_mask)
 
     def example_space(self) -> dict[str, tuple]:
+        """Dtypes, shapes, bias or not, scales; a causal mask and a symbolic head refused."""
         return {"dtype": ("float32", "float16"),
                 "shape": ("static", "symbolic", "cross", "symbolic_head"),
                 "bias": (True, False), "scale": (0.25, None, 0.1),
@@ -105,7 +108,7 @@ class AttentionExpand(RewriteRule):
 
 def fused_attention(dtype: str = "float32", shape: str = "static", bias: bool = True,
                     scale: float | None = 0.25, causal_mask: str | None = None) -> tvm.IRModule:
-    """``R.nn.attention`` on BSNH ``(B, S, 2, 16)`` tensors (see :meth:`AttentionExpand.example`)."""
+    """``R.nn.attention`` on BSNH ``(B, S, 2, 16)`` tensors (:meth:`AttentionExpand.example`)."""
     heads = 2
     head = tvm.tirx.Var("head", "int64") if shape == "symbolic_head" else 16
     batch, seq, kv_len = example_dims("static" if shape == "symbolic_head" else shape)

@@ -165,7 +165,7 @@ def attention_forms() -> AttentionForms:
                         fill=is_op("where")(condition, fill, regrouped),
                         keep=is_op("where")(condition, regrouped, fill), none=regrouped)
     # Llama's eager softmax(scores, dtype=float32) in a float16 model: matched to be
-    # refused by name (see the module docstring)
+    # refused by name (see the family's docstring)
     widened = is_op("astype")(scores_masked)
     softmax = is_op("nn.softmax")(alt(tag="softmax_input", scores=scores_masked,
                                       widened=widened))

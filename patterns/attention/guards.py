@@ -14,8 +14,17 @@ from typing import Any
 import numpy as np
 
 from patternkit.engine import RuleMatch, reject
-from patternkit.ir import (call_args, const_value, dims_equal, dtype_of, int_list,
-                           is_tensor_constant, prove_equal, static_shape, type_of)
+from patternkit.ir import (
+    call_args,
+    const_value,
+    dims_equal,
+    dtype_of,
+    int_list,
+    is_tensor_constant,
+    prove_equal,
+    static_shape,
+    type_of,
+)
 
 from .forms import AttentionForms, OperandForms
 from .layout import IDENTITY, axes_of, compose, is_view, shape_text
@@ -88,7 +97,8 @@ def operand_view(match: RuleMatch, operand: OperandForms) -> tuple[tuple[int, ..
 def merged_transpose(match: RuleMatch, key: OperandForms, view: tuple) -> tuple[int, ...]:
     """The 4-D permutation that the key's ``permute_dims(reshape(k), [0, 2, 1])`` is:
     ``(0, 1, 3, 2)`` when the reshape merges batch and heads of the 4-D ``view`` (Bloom);
-    refused otherwise."""
+    refused otherwise.
+    """
     merged, transpose = match[key.merged], match[key.merged_transpose]
     shape = static_shape(type_of(merged))
     axes = axes_of(transpose, 3) if shape is not None and len(shape) == 3 else None
@@ -113,7 +123,8 @@ def key_transposed(match: RuleMatch, forms: AttentionForms, k_axes: tuple[int, .
 
 def agree(source: Any, what: str, shape: tuple, expected: tuple) -> None:
     """``shape`` has the query's batch, heads, sequence and head size where ``expected``
-    names one (``None``: any)."""
+    names one (``None``: any).
+    """
     for axis, (got, want) in enumerate(zip(shape, expected)):
         if want is not None and not prove_equal(got, want):
             raise reject(f"{what} has {AXIS_NAMES[axis]} {got} on axis {axis} where the "
@@ -187,7 +198,8 @@ def bias_term(mask: Any, what: str, scores: tuple, **term: Any) -> BiasTerm:
 
 def merged_bias_term(match: RuleMatch, forms: AttentionForms, scores: tuple) -> BiasTerm:
     """The bias added before the scores are split into heads, as a 4-D term: as it is
-    when the scores are 4-D there already, reshaped when they are ``(B*N, S, T)``."""
+    when the scores are 4-D there already, reshaped when they are ``(B*N, S, T)``.
+    """
     bias, where = match[forms.merged_bias], match[forms.pre_biased]
     at = static_shape(type_of(where))
     if at is not None and len(at) == 4:
@@ -214,7 +226,8 @@ def merged_bias_term(match: RuleMatch, forms: AttentionForms, scores: tuple) -> 
 def regrouped(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
     """Reshapes after the scale only regroup the scores: both ends of the chain are
     views of them (4-D, or batch and heads merged), so the elements keep their order
-    and their meaning."""
+    and their meaning.
+    """
     chain_end = match[forms.regrouped]
     scaled = match[forms.pre_biased if match.tag("merged_bias") == "added" else forms.scaled]
     if chain_end.same_as(scaled):
@@ -229,7 +242,8 @@ def regrouped(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
 
 def softmax_over_keys(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
     """The softmax normalises the key axis of the 4-D scores (and so does the safe
-    softmax's test of fully masked rows)."""
+    softmax's test of fully masked rows).
+    """
     softmax = match[forms.softmax]
     axis = int(softmax.attrs.axis)
     if axis not in (-1, 3):

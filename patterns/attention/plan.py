@@ -40,7 +40,8 @@ class Operand:
     """A query, key or value: the tensor ``expr`` the match read, ``permute_dims(expr,
     axes)`` BSNH (``IDENTITY``: used as it is), and, for a key or value whose single head
     (or batch) the model broadcasts, ``repeat``: the BSNH shape it is ``broadcast_to``
-    (kept as a repeat: TVM 0.27's llvm attention is wrong for fewer key/value heads)."""
+    (kept as a repeat: TVM 0.27's llvm attention is wrong for fewer key/value heads).
+    """
 
     expr: Any
     axes: tuple[int, ...]
@@ -60,7 +61,8 @@ class Operand:
 @dataclass(frozen=True)
 class MaskFill:
     """A masked_fill's condition as a bias: ``where(c, value, 0)`` (``where_true``) or
-    ``where(c, 0, value)``."""
+    ``where(c, 0, value)``.
+    """
 
     value: float
     where_true: bool

@@ -2,8 +2,8 @@
 
 One writer for every form of :mod:`.examples`: a form names the choices that make a real
 model's attention (torch's eager GPT-2, an ONNX export, Bloom, Falcon, T5, SDPA), or one
-departure from them that ``attention.collapse`` must refuse.  Any choices may not make a
-well-typed module; the forms pick those that do.
+departure from them that ``attention.collapse`` must refuse.  Not every combination of
+choices makes a well-typed module: the forms pick combinations that do.
 """
 
 from __future__ import annotations
@@ -238,8 +238,9 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
 
 def _safe_softmax(bb: relax.BlockBuilder, scores: relax.Expr, p: relax.Expr,
                   axis: int) -> relax.Expr:
-    """torch's ``_safe_softmax`` as ``torch.export`` writes it: 0 where ``axis`` has no
-    score above -inf, ``p`` elsewhere."""
+    """Torch's ``_safe_softmax`` as ``torch.export`` writes it: 0 where ``axis`` has no
+    score above -inf, ``p`` elsewhere.
+    """
     dtype = dtype_of(type_of(scores))
     live = bb.emit(relax.op.logical_not(relax.op.equal(scores, relax.const(np.array(-np.inf,
                                                                                     dtype)))))
@@ -260,7 +261,8 @@ def _repeat_kv(bb: relax.BlockBuilder, x: relax.Expr, times: int) -> relax.Expr:
 
 def example_dims(shape: str, key: str = "transposed") -> tuple[Any, Any, Any]:
     """``(batch, seq, kv_len)`` of ``shape``: static (2, 8, 8), symbolic batch and sequence,
-    cross-attention (4 queries on 8 keys), decode (1 query)."""
+    cross-attention (4 queries on 8 keys), decode (1 query).
+    """
     if key == "untransposed":  # q @ k type-checks only with as many keys as head sizes
         return 2, 16, 16
     if shape == "symbolic":

@@ -11,21 +11,25 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.attention.collapse import AttentionCollapse
 from patternkit.patterns.attention.composite import AttentionComposite
-from patternkit.patterns.attention.examples import (FORMS, REFUSALS, SPACE, multi_query, sdpa,
-                                                    torch_eager)
+from patternkit.patterns.attention.examples import (
+    FORMS,
+    REFUSALS,
+    SPACE,
+    multi_query,
+    sdpa,
+    torch_eager,
+)
 from patternkit.patterns.attention.expand import AttentionExpand
 from patternkit.patterns.attention.plan import FLOAT16, FLOAT32
 from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
-from patternkit.verification import numeric
 from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
+from patternkit.verification import numeric
 
 RULE = "attention.collapse"
 SHAPE_VARS = {"batch": 2, "seq": 8}
