@@ -11,10 +11,10 @@ inside a ``PatternContext``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeGuard
 
 from ..ir import compat as C
-from .pattern import CallPattern, ExprPattern
+from .pattern import CallPattern, DFPattern, ExprPattern
 
 __all__ = ["reassociations"]
 
@@ -22,7 +22,7 @@ _DIVIDE = "relax.divide"
 _MULTIPLY = "relax.multiply"
 
 
-def reassociations(pattern: CallPattern, call: Any, args_of: Callable[[Any], list],
+def reassociations(pattern: CallPattern, call: Any, args_of: Callable[[Any], list[Any]],
                    peek: Callable[[Any], Any]) -> list[CallPattern]:
     """The re-associated forms of ``pattern`` worth trying against ``call``, in order.
 
@@ -75,10 +75,18 @@ def _op_name(pattern: CallPattern) -> str | None:
     """``"relax.divide"`` for ``is_op("divide")(...)``; ``None`` for any other callee."""
     op = pattern.op
     if isinstance(op, ExprPattern) and op.is_operator:
-        return op.expr.name
+        name: str = op.expr.name
+        return name
     return None
 
 
-def _is_binary(pattern: Any, op_name: str) -> bool:
+class _BinaryCall(Protocol):
+    """What :func:`_is_binary` proves of a pattern: a call pattern with two arguments."""
+
+    op: DFPattern
+    args: list[DFPattern]
+
+
+def _is_binary(pattern: Any, op_name: str) -> TypeGuard[_BinaryCall]:
     return (isinstance(pattern, CallPattern) and _op_name(pattern) == op_name
             and pattern.args is not None and len(pattern.args) == 2)

@@ -129,7 +129,8 @@ def _groupings(factors: tuple[DFPattern, ...]) -> list[DFPattern]:
     if len(factors) == 1:
         return [factors[0]]
     first, rest = factors[0], factors[1:]
-    seen, out = set(), []
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    out: list[DFPattern] = []
     # Each unordered split into two sub-products once: the side holding factors[0]
     # takes any proper subset of the rest.
     for size in range(len(rest)):

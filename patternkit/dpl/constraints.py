@@ -138,7 +138,7 @@ def attrs_match(expr: Any, expected: dict[str, Any]) -> bool:
     return True
 
 
-def shape_matches(actual: tuple | None, expected: list) -> bool:
+def shape_matches(actual: tuple[Any, ...] | None, expected: list[Any]) -> bool:
     """Same rank and equal dims: ints by value, symbolic dims by their text (``n``)."""
     if actual is None or len(actual) != len(expected):
         return False

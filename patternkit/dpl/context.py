@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 from tvm import relax
 
@@ -90,8 +90,9 @@ class PatternContext:
 
     # -- the context stack -------------------------------------------------------------------
     def __enter__(self) -> "PatternContext":
-        if self.incremental and CONTEXT_STACK:
-            self._copy_from(CONTEXT_STACK[-1])
+        outer = PatternContext.current()
+        if self.incremental and outer is not None:
+            self._copy_from(outer)
         CONTEXT_STACK.append(self)
         return self
 
@@ -104,7 +105,8 @@ class PatternContext:
     @staticmethod
     def current() -> "PatternContext | None":
         """The innermost context entered, or ``None``."""
-        return CONTEXT_STACK[-1] if CONTEXT_STACK else None
+        # Only PatternContext.__enter__ pushes onto the stack (typed by what pattern.py reads).
+        return cast(PatternContext, CONTEXT_STACK[-1]) if CONTEXT_STACK else None
 
     def _copy_from(self, other: "PatternContext") -> None:
         for producer, edges in other._consumers.items():
@@ -195,7 +197,7 @@ class PatternContext:
         """The first match of the graph in a binding block: node -> Var, or ``None``."""
         return match_dfb(self, block)
 
-    def to_dpl(self) -> tuple[Any, dict]:
+    def to_dpl(self) -> tuple[Any, dict[Any, DFPattern]]:
         """The same graph as a ``tvm.relax.dpl.PatternContext``, and the node mapping.
 
         Returns ``(context, nodes)`` where ``nodes`` maps each ``tvm.relax.dpl`` pattern
@@ -206,7 +208,7 @@ class PatternContext:
         if any(u.every for edges in self._consumers.values() for _, uses in edges
                for u in uses):
             raise PatternError("used_by_all has no tvm.relax.dpl equivalent")
-        memo: dict = {}
+        memo: dict[int, Any] = {}
         converted = {p: p.to_dpl(memo) for p in self._nodes}
         tvm_ctx = relax.dpl.PatternContext()
         with tvm_ctx:
@@ -272,10 +274,11 @@ def _as_seq(obj: Any) -> PatternSeq:
 
 
 def _current(what: str) -> PatternContext:
-    if not CONTEXT_STACK:
+    context = PatternContext.current()
+    if context is None:
         raise PatternError(f"{what} records a constraint in a PatternContext; call it inside "
                            f"`with pk.PatternContext() as ctx:`")
-    return CONTEXT_STACK[-1]
+    return context
 
 
 def _chain(lhs: Any, rhs: Any, use: Use) -> PatternSeq:
@@ -320,7 +323,8 @@ def duplicate(pattern: DFPattern) -> DFPattern:
             setattr(new, name, copy_node(value))
         return new
 
-    return copy_node(pattern)
+    copied: DFPattern = copy_node(pattern)
+    return copied
 
 
 provide_sugar("used_by", used_by)

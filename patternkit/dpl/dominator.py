@@ -159,7 +159,7 @@ def uses_of_expression(expr: Any) -> Uses:
     return Uses(counts)
 
 
-def data_inputs(value: Any) -> list:
+def data_inputs(value: Any) -> list[Any]:
     """The inputs of a dataflow node: a call's arguments, a tuple's fields, a projection's
     tuple; literals (constants, shapes, operators, functions by name) are left out.
     """
@@ -186,8 +186,8 @@ class Diamond:
     """
 
     parent: Any
-    path: list
-    free: list
+    path: list[tuple[Any, int, Any]]
+    free: list[Any]
 
 
 @dataclass(frozen=True)
@@ -287,12 +287,12 @@ def walk_diamond(root_key: int, root_value: Any, tests: DiamondTests, uses: Uses
     return Diamond(parent[0], path, free)
 
 
-def _value_of(inputs: list, key: int) -> Any:
+def _value_of(inputs: list[tuple[Any, int, Any]], key: int) -> Any:
     return next(value for _, k, value in inputs if k == key)
 
 
-def _nested_root(root_key: int, parent_key: int, path: list, edges: list,
-                 tests: DiamondTests) -> tuple[Any, Any] | None:
+def _nested_root(root_key: int, parent_key: int, path: list[tuple[Any, int, Any]],
+                 edges: list[tuple[int, int]], tests: DiamondTests) -> tuple[Any, Any] | None:
     """A path node on every way from the parent to the root that matches ``child``.
 
     Such a node post-dominates the parent inside the diamond, so it is the root of a

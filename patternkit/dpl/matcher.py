@@ -78,6 +78,11 @@ from .pattern import (
 )
 
 Lookup = Callable[[Any], Any]
+#: What a node handler of :class:`Matcher` returns: ``(matched, value, Var looked through)``.
+_Outcome = tuple[bool, Any, Any]
+#: A call's look-ahead (:func:`_look_ahead`): its operator's handle, and for each argument
+#: position with requirements the handles of the operators that argument may call.
+_LookAhead = tuple[int, tuple[tuple[int, frozenset[int]], ...]]
 
 
 @dataclass
@@ -109,12 +114,12 @@ class Match:
     """
 
     root: Any
-    captures: dict = field(default_factory=dict)
-    bound_vars: dict = field(default_factory=dict)
-    internal: list = field(default_factory=list)
-    inputs: list = field(default_factory=list)
-    internal_keys: list = field(default_factory=list)
-    repeated: dict = field(default_factory=dict)
+    captures: dict[DFPattern, Any] = field(default_factory=dict)
+    bound_vars: dict[DFPattern, Any] = field(default_factory=dict)
+    internal: list[Any] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
+    internal_keys: list[int] = field(default_factory=list)
+    repeated: dict[DFPattern, list[Any]] = field(default_factory=dict)
 
     def tag(self, tag: str) -> str | None:
         """The name of the alternative of :func:`~patternkit.dpl.pattern.alt` ``tag`` that
@@ -149,10 +154,12 @@ class _MatchRecord:
     that turned out to be interior nodes), both created on first use.
     """
 
-    def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list] | None = None,
+    def __init__(self, lookup: Lookup | None = None, call_args: dict[int, list[Any]] | None = None,
                  table: dict[int, Any] | None = None,
                  uses: Uses | Callable[[], Uses] | None = None,
                  call_ops: dict[int, int] | None = None):
+        #: ``(var, handle) -> value`` or ``None``: the look-up the matcher reads through.
+        self._lookup_key: Callable[[Any, int], Any]
         if table is not None:  # handle -> value: the fast path used by the rewrite driver
             get = table.get
             self._lookup_key = lambda var, key: get(key)
@@ -161,7 +168,7 @@ class _MatchRecord:
             self._lookup_key = lambda var, key: lookup(var)
         #: ``table.get`` while the look-up is the table's, else ``None``: ``_resolve``
         #: reads it directly, without the ``_lookup_key`` frame.
-        self._table_get = None if table is None else table.get
+        self._table_get: Callable[[int], Any] | None = None if table is None else table.get
         self._call_args = call_args if call_args is not None else {}
         self._call_ops = call_ops if call_ops is not None else {}
         self._table = table
@@ -177,7 +184,7 @@ class _MatchRecord:
         self._internal: dict[int, Any] = {}
         self._inputs: dict[int, Any] = {}
         self._trail: list[tuple[str, Any]] = []
-        self._repeated: dict[DFPattern, list] | None = None
+        self._repeated: dict[DFPattern, list[Any]] | None = None
         self._excluded: dict[int, bool] | None = None
 
     def _recorded(self, root: Any) -> Match:
@@ -204,8 +211,9 @@ class _MatchRecord:
             elif kind == "input":
                 self._inputs.pop(key, None)
             elif kind == "repeated":
-                self._repeated.pop(key, None)
-            else:  # "excluded"
+                if self._repeated is not None:  # logged once _on_dominator created it
+                    self._repeated.pop(key, None)
+            elif self._excluded is not None:  # "excluded", logged the same way
                 self._excluded.pop(key, None)
 
     def _add_input(self, expr: Any) -> None:
@@ -217,7 +225,7 @@ class _MatchRecord:
         self._inputs[key] = expr
         self._trail.append(("input", key))
 
-    def _args_of(self, call: relax.Call) -> list:
+    def _args_of(self, call: relax.Call) -> list[Any]:
         key = handle(call)
         args = self._call_args.get(key)
         if args is None:
@@ -261,7 +269,8 @@ class _MatchRecord:
         ra, _ = self._resolve(a)
         rb, _ = self._resolve(b)
         self._rollback(mark)
-        return ra.same_as(rb)
+        same: bool = ra.same_as(rb)
+        return same
 
 
 class Matcher(_MatchRecord):
@@ -329,40 +338,40 @@ class Matcher(_MatchRecord):
                 raise PatternError(f"unsupported pattern node {type(pattern).__name__}")
         return handler(self, pattern, expr)
 
-    def _on_wildcard(self, pattern: WildcardPattern, expr: Any):
+    def _on_wildcard(self, pattern: WildcardPattern, expr: Any) -> _Outcome:
         self._add_input(expr)
         return True, expr, None
 
-    def _on_var(self, pattern: VarPattern, expr: Any):
+    def _on_var(self, pattern: VarPattern, expr: Any) -> _Outcome:
         ok = (isinstance(expr, relax.Var) and self._lookup(expr) is None
               and (not pattern.name or C.var_name(expr) == pattern.name))
         if ok:
             self._add_input(expr)
         return ok, expr, None
 
-    def _on_dataflow_var(self, pattern: DataflowVarPattern, expr: Any):
+    def _on_dataflow_var(self, pattern: DataflowVarPattern, expr: Any) -> _Outcome:
         if not isinstance(expr, relax.DataflowVar):
             return False, None, None
         return self._on_var(pattern, expr)
 
-    def _on_global_var(self, pattern: GlobalVarPattern, expr: Any):
+    def _on_global_var(self, pattern: GlobalVarPattern, expr: Any) -> _Outcome:
         return (type(expr) is tvm.ir.GlobalVar and pattern.name in expr.name_hint), expr, None
 
-    def _on_extern_func(self, pattern: ExternFuncPattern, expr: Any):
+    def _on_extern_func(self, pattern: ExternFuncPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         ok = isinstance(value, relax.ExternFunc) and (
             not pattern.global_symbol or str(value.global_symbol) == pattern.global_symbol)
         return ok, value, via
 
-    def _on_constant(self, pattern: ConstantPattern, expr: Any):
+    def _on_constant(self, pattern: ConstantPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         return C.is_constant(value), (expr if via is None else value), via
 
-    def _on_scalar(self, pattern: ScalarPattern, expr: Any):
+    def _on_scalar(self, pattern: ScalarPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         return scalar_matches(pattern, value), (expr if via is None else value), via
 
-    def _on_call(self, pattern: CallPattern, expr: Any):
+    def _on_call(self, pattern: CallPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         if type(value) is not relax.Call:
             return False, None, None
@@ -377,15 +386,15 @@ class Matcher(_MatchRecord):
             return False, None, None
         return self._match_associated(pattern, value), value, via
 
-    def _on_tuple(self, pattern: TuplePattern, expr: Any):
+    def _on_tuple(self, pattern: TuplePattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         return self._match_tuple(pattern, value), value, via
 
-    def _on_tuple_get_item(self, pattern: TupleGetItemPattern, expr: Any):
+    def _on_tuple_get_item(self, pattern: TupleGetItemPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         return self._match_tuple_get_item(pattern, value), value, via
 
-    def _on_alt(self, pattern: AltPattern, expr: Any):
+    def _on_alt(self, pattern: AltPattern, expr: Any) -> _Outcome:
         trail = self._trail
         mark = len(trail)
         if self._table_get is not None:  # the engine's index: alternatives flattened (_Flat)
@@ -401,7 +410,7 @@ class Matcher(_MatchRecord):
         ok = self.visit(pattern.right, expr)
         return ok, (self._memo.get(pattern.right) if ok else None), self._via.get(pattern.right)
 
-    def _on_flat_alt(self, flat: "_Flat", expr: Any, mark: int):
+    def _on_flat_alt(self, flat: "_Flat", expr: Any, mark: int) -> _Outcome:
         """:meth:`_on_alt` over the flattened alternatives of a nest of ``|``.
 
         The outcome is the recursive one's: alternatives are tried in the same order,
@@ -412,6 +421,7 @@ class Matcher(_MatchRecord):
         the recursion records them (a rule may name one as a role).
         """
         get, call_ops = self._table_get, self._call_ops
+        assert get is not None  # _on_alt flattens over the engine's table only
         value, op_key = _value_and_op(expr, get, call_ops)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
@@ -438,31 +448,32 @@ class Matcher(_MatchRecord):
                 self._rollback(mark)
         return False, None, None
 
-    def _on_tag(self, pattern: TagPattern, expr: Any):
+    def _on_tag(self, pattern: TagPattern, expr: Any) -> _Outcome:
         # the alternative itself: its node in the memo is what Match.tag finds
         if not self.visit(pattern.pattern, expr):
             return False, None, None
         return True, self._memo[pattern.pattern], self._via.get(pattern.pattern)
 
-    def _on_and(self, pattern: AndPattern, expr: Any):
+    def _on_and(self, pattern: AndPattern, expr: Any) -> _Outcome:
         if not (self.visit(pattern.left, expr) and self.visit(pattern.right, expr)):
             return False, None, None
         return True, self._memo[pattern.left], self._via.get(pattern.left)
 
-    def _on_not(self, pattern: NotPattern, expr: Any):
+    def _on_not(self, pattern: NotPattern, expr: Any) -> _Outcome:
         # Whatever ``reject`` matched on the way is forgotten: a Not captures nothing.
         mark = self._mark()
         rejected = self.visit(pattern.reject, expr)
         self._rollback(mark)
         return not rejected, expr, None
 
-    def _on_constraint(self, pattern: DFPattern, expr: Any):
+    def _on_constraint(self, pattern: AttrPattern | TypePattern | DataTypePattern | ShapePattern,
+                       expr: Any) -> _Outcome:
         if not self.visit(pattern.pattern, expr):
             return False, None, None
         inner = self._memo[pattern.pattern]
         return check_constraint(pattern, inner), inner, self._via.get(pattern.pattern)
 
-    def _on_dominator(self, pattern: DominatorPattern, expr: Any):
+    def _on_dominator(self, pattern: DominatorPattern, expr: Any) -> _Outcome:
         if not self.visit(pattern.child, expr):
             return False, None, None
         root = self._memo[pattern.child]
@@ -528,7 +539,7 @@ class Matcher(_MatchRecord):
             cached = self._top_uses = (self._top, uses_of_expression(self._top))
         return cached[1]
 
-    def _on_if(self, pattern: IfPattern, expr: Any):
+    def _on_if(self, pattern: IfPattern, expr: Any) -> _Outcome:
         value, via = self._resolve(expr)
         if type(value) is not relax.If:
             return False, None, None
@@ -562,7 +573,7 @@ class Matcher(_MatchRecord):
             self._forget_branch_locals(mark, local)
         return ok
 
-    def _forget_branch_locals(self, mark: int, local: dict) -> None:
+    def _forget_branch_locals(self, mark: int, local: dict[int, Any]) -> None:
         """Drop the branch's Vars from the interior bindings and the inputs recorded since
         ``mark`` (a later rollback past ``mark`` still finds a consistent trail).
         """
@@ -738,7 +749,7 @@ def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
     pattern = _unconstrained(pattern)
     if type(pattern) is CallPattern:
         op = pattern.op
-        if type(op) is not ExprPattern or not op.is_operator:
+        if type(op) is not ExprPattern or not op.is_operator or op.handle is None:
             return None
         return _REASSOCIATED_OPS if op.handle in _REASSOCIATED_OPS else frozenset((op.handle,))
     if type(pattern) is not AltPattern:
@@ -751,7 +762,8 @@ def _required_ops(pattern: DFPattern) -> frozenset[int] | None:
     return frozenset(found)
 
 
-def _value_and_op(expr: Any, get: Callable, call_ops: dict[int, int]) -> tuple[Any, int | None]:
+def _value_and_op(expr: Any, get: Callable[[int], Any], call_ops: dict[int, int]
+                  ) -> tuple[Any, int | None]:
     """The value behind ``expr`` through the index's table (nothing recorded), and the
     handle of the operator it calls (``None`` for anything but a call).
 
@@ -770,8 +782,8 @@ def _value_and_op(expr: Any, get: Callable, call_ops: dict[int, int]) -> tuple[A
     return expr, (handle(expr.op) if op_key is None else op_key)
 
 
-def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: Callable,
-                    call_ops: dict[int, int]) -> bool:
+def _args_may_match(needs: tuple[tuple[int, frozenset[int]], ...], args: list[Any],
+                    get: Callable[[int], Any], call_ops: dict[int, int]) -> bool:
     """Does each argument named in ``needs`` hold (through the table) a call of one of its
     operators?  ``True`` where the argument list is too short to tell (the call's own
     match decides).
@@ -784,7 +796,7 @@ def _args_may_match(needs: tuple[tuple[int, frozenset], ...], args: list, get: C
     return True
 
 
-def _look_ahead(pattern: DFPattern) -> tuple[tuple | None, bool]:
+def _look_ahead(pattern: DFPattern) -> tuple[_LookAhead | None, bool]:
     """What the arguments of a call matching ``pattern`` must call, one level down, and
     whether its operands may be swapped (``add``, ``multiply``).
 
@@ -794,11 +806,13 @@ def _look_ahead(pattern: DFPattern) -> tuple[tuple | None, bool]:
     """
     pattern = _unconstrained(pattern)
     op = _call_op(pattern)
-    if op is None or pattern.args is None:
+    if op is None or type(pattern) is not CallPattern or pattern.args is None:
         return None, False
     needs = tuple((i, ops) for i, arg in enumerate(pattern.args)
                   if (ops := _required_ops(arg)) is not None)
-    swap = len(pattern.args) == 2 and C.op_info(pattern.op.expr)[0] in COMMUTATIVE_OPS
+    # (the callee is an ExprPattern, as _call_op found: the test narrows it for the types)
+    swap = (len(pattern.args) == 2 and type(pattern.op) is ExprPattern
+            and C.op_info(pattern.op.expr)[0] in COMMUTATIVE_OPS)
     return ((op, needs) if needs else None), swap
 
 
@@ -819,10 +833,11 @@ class _Flat:
     __slots__ = ("alternatives", "nested")
 
     def __init__(self, top: AltPattern):
-        alternatives: list[tuple] = []
+        alternatives: list[tuple[DFPattern, frozenset[int] | None, tuple[DFPattern, ...],
+                                 _LookAhead | None, bool]] = []
         nested: list[DFPattern] = []
 
-        def flatten(node: DFPattern, path: tuple) -> None:
+        def flatten(node: DFPattern, path: tuple[DFPattern, ...]) -> None:
             if type(node) is AltPattern:
                 if path or node is not top:
                     nested.append(node)
@@ -848,7 +863,7 @@ class _Flat:
         return flat
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[DFPattern], Callable[[Matcher, Any, Any], _Outcome]] = {
     WildcardPattern: Matcher._on_wildcard,
     VarPattern: Matcher._on_var,
     DataflowVarPattern: Matcher._on_dataflow_var,

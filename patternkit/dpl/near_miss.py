@@ -8,14 +8,14 @@ matcher got that far before the graph and the pattern parted ways.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import tvm
 from tvm import relax
 
 from ..ir import compat as C
 from ..ir.rebuild import constant_text, expr_text
-from .matcher import Matcher, function_lookup
+from .matcher import Lookup, Matcher, function_lookup
 from .pattern import DFPattern, TagPattern, as_pattern, pattern_to_text
 
 #: Levels of the failed sub-pattern a near miss shows: enough to recognise it, while a
@@ -25,7 +25,7 @@ NEAR_MISS_DEPTH = 3
 
 
 class _TracingMatcher(Matcher):
-    def __init__(self, lookup=None):
+    def __init__(self, lookup: Lookup | None = None):
         super().__init__(lookup)
         self.depth = 0
         self.deepest: tuple[int, DFPattern, Any] | None = None
@@ -38,7 +38,7 @@ class _TracingMatcher(Matcher):
         self.depth += 1
         tagged = type(pattern) is TagPattern
         if tagged:
-            self.tags.append(pattern)
+            self.tags.append(cast(TagPattern, pattern))
         try:
             ok = super().visit(pattern, expr)
         finally:
@@ -56,7 +56,7 @@ class _TracingMatcher(Matcher):
         return ok
 
 
-def _describe(expr: Any, lookup) -> str:
+def _describe(expr: Any, lookup: Lookup | None) -> str:
     value = lookup(expr) if isinstance(expr, relax.Var) and lookup else None
     if value is not None:
         return f"'{C.var_name(expr)}' = {_text(value)}"
@@ -79,6 +79,7 @@ def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -
     matcher = _TracingMatcher(lookup)
     if matcher.match(as_pattern(pattern), expr) is not None:
         return "matched"
+    assert matcher.deepest is not None  # a failed match failed somewhere
     depth, failed, where = matcher.deepest
     # the alternatives of alt(...) it was trying, by name (``key_form=transposed``)
     tags = "".join(f" in {t.tag}={t.name}" for t in matcher.deepest_tags

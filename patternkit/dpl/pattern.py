@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, cast
 
 import tvm
 from tvm import relax
@@ -43,6 +43,14 @@ __all__ = [
 #: Operators whose two arguments may be swapped when matching, as in Relay.
 COMMUTATIVE_OPS = frozenset({"relax.add", "relax.multiply"})
 
+class ConstraintRecorder(Protocol):
+    """What a call pattern built inside a context needs of it (a ``PatternContext``)."""
+
+    def add_constraint(self, producer: Any, consumer: Any, index: int = -1,
+                       only: bool = False) -> None:
+        """Record ``producer.used_by(consumer, index)`` (``only``: ``only_used_by``)."""
+
+
 #: The functions behind the pattern methods of this layer's other modules: ``p.match(...)``
 #: (the matcher) and the context constraints (``p.used_by(...)``).  Those modules are built
 #: on this one (they import it), so it may not import them; each plugs its function in
@@ -50,7 +58,7 @@ COMMUTATIVE_OPS = frozenset({"relax.add", "relax.multiply"})
 #: module named in :data:`_SUGAR_PROVIDERS`.  Only modules of this layer provide sugar;
 #: ``p.partition(...)`` is the engine's and is imported where it is called (see
 #: :meth:`DFPattern.partition`).
-_RELAY_SUGAR: dict[str, Callable] = {}
+_RELAY_SUGAR: dict[str, Callable[..., Any]] = {}
 _SUGAR_PROVIDERS = {"match": "patternkit.dpl.matcher",
                     "used_by": "patternkit.dpl.context",
                     "only_used_by": "patternkit.dpl.context",
@@ -61,15 +69,15 @@ _SUGAR_PROVIDERS = {"match": "patternkit.dpl.matcher",
 #: As in ``tvm.relax.dpl``, a call pattern built inside a context records that each of
 #: its arguments is used by it (``arg.used_by(call, i)``); the context module pushes and
 #: pops this stack, this module only reads it (it may not import the context module).
-CONTEXT_STACK: list = []
+CONTEXT_STACK: list[ConstraintRecorder] = []
 
 
-def provide_sugar(method: str, function: Callable) -> None:
+def provide_sugar(method: str, function: Callable[..., Any]) -> None:
     """Install the implementation of the pattern method ``method`` (``"match"``...)."""
     _RELAY_SUGAR[method] = function
 
 
-def provided(method: str) -> Callable:
+def provided(method: str) -> Callable[..., Any]:
     """The implementation of ``method`` installed by :func:`provide_sugar` (loaded on demand)."""
     if method not in _RELAY_SUGAR:
         importlib.import_module(_SUGAR_PROVIDERS[method])  # it calls provide_sugar
@@ -111,28 +119,28 @@ class DFPattern:
     def __invert__(self) -> "NotPattern":
         return NotPattern(self)
 
-    def __add__(self, other):
+    def __add__(self, other: Any) -> "CallPattern":
         return _binary("add", self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: Any) -> "CallPattern":
         return _binary("add", other, self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: Any) -> "CallPattern":
         return _binary("subtract", self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: Any) -> "CallPattern":
         return _binary("subtract", other, self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: Any) -> "CallPattern":
         return _binary("multiply", self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: Any) -> "CallPattern":
         return _binary("multiply", other, self)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: Any) -> "CallPattern":
         return _binary("divide", self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: Any) -> "CallPattern":
         return _binary("divide", other, self)
 
     # -- constraints -------------------------------------------------------------------
@@ -167,7 +175,7 @@ class DFPattern:
         return DominatorPattern(parent, wildcard() if path is None else path, self)
 
     # -- graph constraints (inside a patternkit.PatternContext) ------------------------------
-    def used_by(self, other: Any, index: int = -1):
+    def used_by(self, other: Any, index: int = -1) -> Any:
         """Record that this pattern's var is used by ``other``'s (as argument ``index``; -1: any).
 
         Recorded in the current :class:`patternkit.PatternContext`; returns the
@@ -175,15 +183,15 @@ class DFPattern:
         """
         return provided("used_by")(self, other, index)
 
-    def only_used_by(self, other: Any, index: int = -1):
+    def only_used_by(self, other: Any, index: int = -1) -> Any:
         """Like :meth:`used_by`, and no other binding of the block uses this pattern's var."""
         return provided("only_used_by")(self, other, index)
 
-    def __xor__(self, other: Any):
+    def __xor__(self, other: Any) -> Any:
         """``p ^ q`` is ``p.used_by(q)`` (``tvm.relax.dpl``'s spelling)."""
         return self.used_by(other)
 
-    def __rshift__(self, other: Any):
+    def __rshift__(self, other: Any) -> Any:
         """``p >> q`` is ``p.only_used_by(q)`` (``tvm.relax.dpl``'s spelling)."""
         return self.only_used_by(other)
 
@@ -202,15 +210,15 @@ class DFPattern:
 
     def dup(self) -> "DFPattern":
         """A copy of this pattern node (a distinct graph node in a PatternContext)."""
-        return provided("dup")(self)
+        return cast(DFPattern, provided("dup")(self))
 
     # -- using the pattern ---------------------------------------------------------------
     def match(self, expr: Any, func: Any = None) -> bool:
         """True if the pattern matches ``expr``; see :func:`patternkit.match`."""
-        return provided("match")(self, expr, func)
+        return cast(bool, provided("match")(self, expr, func))
 
     def partition(self, expr: Any, attrs: dict[str, Any] | None = None,
-                  check: Callable | None = None):
+                  check: Callable[..., Any] | None = None) -> Any:
         """Wrap every match in its own function; see :func:`patternkit.partition`.
 
         Relay's sugar for an engine feature: the one import of this layer from the layer
@@ -222,7 +230,7 @@ class DFPattern:
 
         return partition(self, expr, attrs=attrs, check=check)
 
-    def to_dpl(self, memo: dict | None = None):
+    def to_dpl(self, memo: dict[int, Any] | None = None) -> Any:
         """The equivalent ``tvm.relax.dpl`` pattern, for TVM passes such as FuseOpsByPattern.
 
         ``memo`` (converted patterns by ``id``) shares the conversion of common
@@ -337,7 +345,7 @@ class CallPattern(DFPattern):
             for i, arg in enumerate(args):  # tvm.relax.dpl: arg.used_by(call, i)
                 CONTEXT_STACK[-1].add_constraint(arg, self, index=i)
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.op, *(self.args or ()))
 
@@ -348,7 +356,7 @@ class TuplePattern(DFPattern):
     def __init__(self, fields: Sequence[DFPattern] | None):
         self.fields = None if fields is None else [as_pattern(f) for f in fields]
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return tuple(self.fields or ())
 
@@ -360,7 +368,7 @@ class TupleGetItemPattern(DFPattern):
         self.tuple = as_pattern(tuple_value)
         self.index = index
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.tuple,)
 
@@ -372,7 +380,7 @@ class AltPattern(DFPattern):
         self.left = left
         self.right = right
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The two alternatives, in matching order."""
         return (self.left, self.right)
 
@@ -384,7 +392,7 @@ class AndPattern(DFPattern):
         self.left = left
         self.right = right
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The two patterns, in matching order."""
         return (self.left, self.right)
 
@@ -395,7 +403,7 @@ class NotPattern(DFPattern):
     def __init__(self, reject: DFPattern):
         self.reject = as_pattern(reject)
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.reject,)
 
@@ -404,7 +412,7 @@ class _Constraint(DFPattern):
     def __init__(self, pattern: DFPattern):
         self.pattern = as_pattern(pattern)
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.pattern,)
 
@@ -506,7 +514,7 @@ class DominatorPattern(DFPattern):
         self.path = as_pattern(path)
         self.child = as_pattern(child)
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.parent, self.path, self.child)
 
@@ -525,7 +533,7 @@ class IfPattern(DFPattern):
         self.true_branch = as_pattern(true_branch)
         self.false_branch = as_pattern(false_branch)
 
-    def children(self):
+    def children(self) -> tuple["DFPattern", ...]:
         """The patterns this one is built from, in matching order."""
         return (self.cond, self.true_branch, self.false_branch)
 
@@ -696,7 +704,7 @@ def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
     ``erf``).  Optional parts (alternatives with a wildcard, ``through``, ``up_to_cast``),
     negations and operator kinds require nothing; an empty tuple requires nothing.
     """
-    cached = pattern.__dict__.get("_required_op_names")
+    cached: tuple[frozenset[str], ...] | None = pattern.__dict__.get("_required_op_names")
     if cached is not None:  # patterns are not changed once built; tables ask every call
         return cached
     memo: dict[int, tuple[frozenset[str], ...]] = {}
@@ -712,7 +720,8 @@ def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
     return found
 
 
-def _requirements(p: DFPattern, visit: Callable) -> list[frozenset[str]]:
+def _requirements(p: DFPattern, visit: Callable[[DFPattern], tuple[frozenset[str], ...]]
+                  ) -> list[frozenset[str]]:
     if isinstance(p, CallPattern):
         names = _op_names_of(p.op)
         found = [] if names is None else [_widened(names)]
@@ -841,7 +850,8 @@ def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
 def _expr_pattern_text(expr: Any) -> str:
     """An operator by name; any other expression as ``expr(...)`` with what it holds."""
     if isinstance(expr, tvm.ir.Op):
-        return expr.name.removeprefix("relax.")
+        name: str = expr.name
+        return name.removeprefix("relax.")
     if isinstance(expr, relax.Var):
         return f"expr({var_name(expr)})"
     constant = constant_text(expr)
@@ -849,7 +859,7 @@ def _expr_pattern_text(expr: Any) -> str:
 
 
 # -- conversion to tvm.relax.dpl ----------------------------------------------------------
-def _to_dpl(pattern: DFPattern, memo: dict[int, Any]):
+def _to_dpl(pattern: DFPattern, memo: dict[int, Any]) -> Any:
     if id(pattern) in memo:
         return memo[id(pattern)]
     dpl = relax.dpl
