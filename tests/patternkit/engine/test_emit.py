@@ -8,8 +8,7 @@ of the emitted function.
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from tvm import relax
 
 from patternkit.engine.emit import emit_rewrites

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import ir as pk_ir

@@ -7,9 +7,7 @@ import gc
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.engine.outline import uses_symbolic_vars

@@ -11,14 +11,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
-from patternkit.engine.rule import judge
 from patternkit.engine.index import FunctionIndex
-from patternkit.engine.proposal import (Group, SkipKind, adapt_check, find_groups,
-                                        match_bindings)
+from patternkit.engine.proposal import Group, SkipKind, adapt_check, find_groups, match_bindings
+from patternkit.engine.rule import judge
 from patternkit.testing import relax_graphs
 
 EXP_EXP = pk.is_op("exp")(pk.is_op("exp")(pk.wildcard()))

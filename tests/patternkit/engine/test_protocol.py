@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.matmul import CombineParallelMatmul
 from tvm import relax
 
 import patternkit as pk
 from patternkit.engine import CallbackRule, RoleMatch, as_rule
+from patternkit.patterns import EXPANSIONS, LIBRARY
+from patternkit.patterns.matmul import CombineParallelMatmul
 
 X = relax.TensorType((2, 8), "float32")
 WT = relax.TensorType((8, 4), "float32")

@@ -8,8 +8,8 @@ from tvm import relax
 
 from patternkit import ir as C
 from patternkit.engine.splitting import GraphSplitError, graph_split
-from patternkit.verification.split_run import run_split
 from patternkit.verification.numeric import random_inputs, run
+from patternkit.verification.split_run import run_split
 
 
 def _assert_composes(mod, pieces):

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit.engine import assert_well_formed
