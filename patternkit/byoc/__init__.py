@@ -19,13 +19,35 @@ The Relay BYOC flow on Relax, one subpackage per step:
 
 from ..engine.splitting import GraphSplitError, graph_split
 from ..verification.split_run import run_split
-from .merge import (CompositeLog, FormedComposite, MergeComposite, SkippedComposite,
-                    composite_counts, composite_functions, merge_composite)
-from .partition import (AnnotateTarget, PartitionGraph, annotation_table, external_functions,
-                        inline_external, partition_graph)
-from .reports import (CoverageReport, EntryFailure, HostOp, OffloadReport, OpRecord,
-                      TableVerification, coverage, explain_offload, offload_report,
-                      verify_table)
+from .merge import (
+    CompositeLog,
+    FormedComposite,
+    MergeComposite,
+    SkippedComposite,
+    composite_counts,
+    composite_functions,
+    merge_composite,
+)
+from .partition import (
+    AnnotateTarget,
+    PartitionGraph,
+    annotation_table,
+    external_functions,
+    inline_external,
+    partition_graph,
+)
+from .reports import (
+    CoverageReport,
+    EntryFailure,
+    HostOp,
+    OffloadReport,
+    OpRecord,
+    TableVerification,
+    coverage,
+    explain_offload,
+    offload_report,
+    verify_table,
+)
 from .tables import CompositeEntry, PatternTable, PatternTableError, pattern_table
 
 __all__ = [

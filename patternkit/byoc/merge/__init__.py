@@ -9,8 +9,15 @@ which :mod:`~patternkit.byoc.merge.global_functions` shares and names as TVM's
 was skipped, and why.
 """
 
-from .composites import (CompositeLog, FormedComposite, MergeComposite, SkippedComposite,
-                         composite_counts, composite_functions, merge_composite)
+from .composites import (
+    CompositeLog,
+    FormedComposite,
+    MergeComposite,
+    SkippedComposite,
+    composite_counts,
+    composite_functions,
+    merge_composite,
+)
 
 __all__ = ["MergeComposite", "merge_composite", "CompositeLog", "FormedComposite",
            "SkippedComposite", "composite_counts", "composite_functions"]

@@ -51,24 +51,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import tvm
 from tvm import relax
 
 from ...dpl.pattern import required_op_names, root_op_names
 from ...engine.emit import emit_rewrites
-from ...engine.index import FunctionIndex, describe_binding, has_candidates
+from ...engine.index import FunctionIndex, has_candidates
 from ...engine.outline import build_group_function, lifted_inputs, uses_symbolic_vars
-from ...engine.proposal import Group, SkipKind, Skipped, find_groups, group_check
+from ...engine.proposal import Group, Skipped, find_groups, group_check
 from ...engine.rule import Reject, judge, reject
+from ...engine.skip import SkipKind
 from ...engine.wellformed import check_input, check_shape, checked
 from ...errors import CallbackError
 from ...fusion.symbolic import detach_symbolic_vars
 from ...ir import compat as C
 from ...ir.kinds import COMPOSITE, PARTITIONED_FROM_PATTERN, attr
 from ...ir.opnames import relay_short_name
-from ...ir.rebuild import make_block
+from ...ir.rebuild import describe_binding, make_block
 from ...ir.targets import apply_to_target, rewritable_functions
 from ...ir.walk import substitute
 from ..tables.check_context import CheckSite
@@ -124,6 +125,7 @@ class CompositeLog:
     skipped: list[SkippedComposite] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
+        """Composites formed, per pattern table entry."""
         out: dict[str, int] = {}
         for f in self.formed:
             out[f.entry] = out.get(f.entry, 0) + 1
@@ -309,9 +311,12 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
     accepted: list[tuple[CompositeEntry, Group]] = []
     for entry in live_entries:
         vetoes: list[SkippedComposite] = []
-        on_error = (lambda group, err, entry=entry: _check_error(entry, func_name, group, err))
+        def on_error(group: Group, err: Exception,
+                     entry: CompositeEntry = entry) -> CallbackError:
+            return _check_error(entry, func_name, group, err)
+
         if entry.tvm_check is not None:
-            entry_check = _tvm_group_check(entry, site, on_error)
+            entry_check = _tvm_group_check(entry, entry.tvm_check, site, on_error)
         else:
             entry_check = None if entry.accept is None else group_check(
                 entry.accept, entry.roles, on_error)
@@ -356,7 +361,7 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
         return func
     replacements = {}
     reads: dict[int, list[int]] = {}  # what each call reads: its arguments' Relax Vars
-    built: dict[int, list] = {}  # the bindings replacing a root, typed already
+    built: dict[int, _Built] = {}  # the bindings replacing a root, typed already
     symbolic = uses_symbolic_vars(func)  # if not, no composite needs a shape argument
     for entry, group in accepted:
         inputs = lifted_inputs(group, symbolic)
@@ -394,7 +399,11 @@ def _merge_function(table: PatternTable, func_name: str, func: relax.Function,
                          new_reads=reads, normalized=normalized).function
 
 
-def _composite_bindings(built: dict[int, tuple]) -> dict[int, list]:
+#: ``(position, local, args, root_var)``: a composite call :func:`_composite_bindings` types.
+_Built = tuple[tuple[int, int], Any, list[Any], Any]
+
+
+def _composite_bindings(built: dict[int, _Built]) -> dict[int, list]:
     """Root handle -> ``lvN = local; root_var = lvN(*args)``: what normalising the calls
     to the composites of a dataflow block gives, built typed.
 
@@ -451,12 +460,15 @@ def _closed(local: relax.Function, args: list, index: FunctionIndex,
     return relax.BlockBuilder().normalize(closed), list(args) + free
 
 
-def _tvm_group_check(entry: CompositeEntry, site: CheckSite, on_error: Any) -> Any:
-    """A TVM entry's check, on a group of Relay's grouping (its PatternCheckContext)."""
+def _tvm_group_check(entry: CompositeEntry, tvm_check: Callable[[Any], Any], site: CheckSite,
+                     on_error: Any) -> Any:
+    """A TVM entry's check (``tvm_check``), on a group of Relay's grouping (its
+    PatternCheckContext).
+    """
     def run(group: Group) -> Any:
         context = site.context(group.match, group.root_var, group.position, entry.roles)
         try:
-            accepted = entry.tvm_check(context)
+            accepted = tvm_check(context)
         except Exception as err:
             raise on_error(group, err) from err
         return True if accepted else reject(f"check of {entry.name} rejected it")

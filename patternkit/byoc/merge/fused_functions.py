@@ -283,7 +283,9 @@ def _emit_call(bb: relax.BlockBuilder, index: FunctionIndex, composite: PlannedC
 
 def _like(var: Any, name: str, ty: Any) -> Any:
     """A new Var of ``var``'s kind: dataflow variables stay inside their block."""
-    return relax.DataflowVar(name, ty) if isinstance(var, relax.DataflowVar) else relax.Var(name, ty)
+    if isinstance(var, relax.DataflowVar):
+        return relax.DataflowVar(name, ty)
+    return relax.Var(name, ty)
 
 
 # -- annotate_codegen ------------------------------------------------------------------------
@@ -329,9 +331,9 @@ def _add_wrapper(table: FunctionTable, gv: tvm.ir.GlobalVar,
     params = [relax.Var(C.var_name(p), p.ty) for p in composite.params]
     local = relax.Var("local_func", inner.ty)
     output = relax.Var("output", composite.ret_ty)
-    body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(local, inner),
-                                              relax.VarBinding(output, relax.Call(local, params))])],
-                         output)
+    bindings = [relax.VarBinding(local, inner),
+                relax.VarBinding(output, relax.Call(local, params))]
+    body = relax.SeqExpr([relax.BindingBlock(bindings)], output)
     symbol = f"{gv.name_hint}_{codegen}"
     wrapper = relax.Function(params, body, composite.ret_ty, inner.is_pure)
     wrapper = wrapper.with_attr(CODEGEN, codegen).with_attr(GLOBAL_SYMBOL, symbol)

@@ -73,7 +73,8 @@ class FunctionTable:
 
     def module(self, mod: tvm.IRModule, updates: dict) -> tvm.IRModule:
         """``mod`` with the functions in ``updates`` (GlobalVar -> function) replaced and
-        the added functions appended, in the order they were added."""
+        the added functions appended, in the order they were added.
+        """
         functions = {gv: updates.get(gv, func) for gv, func in mod.functions.items()}
         functions.update(self.added)
         return C.copy_module(mod, functions)

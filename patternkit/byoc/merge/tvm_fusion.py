@@ -95,7 +95,8 @@ class PlanSkip:
     ``kind`` (the engine's :class:`~patternkit.engine.skip.SkipKind`): ``CHECK`` (the
     entry's check refused it), ``OVERLAP`` (a binding was taken: by a higher-priority
     entry, ``by``, or by an earlier match of the same entry that it only partly covers),
-    ``CYCLE`` (fusing it would make the composite depend on itself).  ``members`` are the binding indices the match covered.
+    ``CYCLE`` (fusing it would make the composite depend on itself).  ``members`` are the
+    binding indices the match covered.
     """
 
     entry: CompositeEntry
@@ -123,6 +124,8 @@ class BlockPlan:
 
 @dataclass
 class FunctionPlan:
+    """The plan for one function: each dataflow block's plan, and the matches skipped."""
+
     func_name: str
     index: FunctionIndex
     blocks: dict[int, BlockPlan] = field(default_factory=dict)
@@ -130,6 +133,7 @@ class FunctionPlan:
 
     @property
     def composites(self) -> list[PlannedComposite]:
+        """Every composite planned, block by block."""
         return [c for b in self.blocks.values() for c in b.composites]
 
 

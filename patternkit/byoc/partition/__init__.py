@@ -8,8 +8,14 @@ one ``Codegen`` function around what TVM 0.27's ``MergeCompositeFunctions`` does
 apart to avoid a cycle, and through which host path.
 """
 
-from .external import (AnnotateTarget, PartitionGraph, annotation_table, external_functions,
-                       inline_external, partition_graph)
+from .external import (
+    AnnotateTarget,
+    PartitionGraph,
+    annotation_table,
+    external_functions,
+    inline_external,
+    partition_graph,
+)
 
 __all__ = ["AnnotateTarget", "PartitionGraph", "annotation_table", "partition_graph",
            "inline_external", "external_functions"]

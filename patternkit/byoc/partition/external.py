@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, Mapping
 import tvm
 from tvm import relax
 
-from ...dpl.pattern import is_op, wildcard
+from ...dpl.pattern import DFPattern, is_op, wildcard
 from ...errors import MalformedIRError, NothingToPartition, PatternkitError
 from ...fusion import defuse
 from ...fusion.symbolic import detach_symbolic_vars
@@ -83,7 +83,8 @@ def annotation_table(compiler: str, ops: Mapping[str, bool | Callable]) -> Patte
         try:
             full = relax_op_name(name)
         except PatternkitError as err:
-            raise PatternTableError(f"AnnotateTarget('{compiler}'): op entry {name!r}: {err}") from err
+            raise PatternTableError(
+                f"AnnotateTarget('{compiler}'): op entry {name!r}: {err}") from err
         if predicate is False:
             continue
         check = None if predicate is True else predicate
@@ -97,14 +98,14 @@ def annotation_table(compiler: str, ops: Mapping[str, bool | Callable]) -> Patte
     return PatternTable(entries, compiler)
 
 
-def _single_op_pattern(full_name: str):
+def _single_op_pattern(full_name: str) -> DFPattern:
     """``op(w, ..., w)`` with one wildcard per input, so the inputs become parameters."""
     arity = int(tvm.ir.Op.get(full_name).num_inputs)
     arities = [arity] if arity >= 0 else range(1, 9)
-    pattern = None
-    for n in arities:
-        p = is_op(full_name)(*[wildcard() for _ in range(n)])
-        pattern = p if pattern is None else pattern | p
+    alternatives = [is_op(full_name)(*[wildcard() for _ in range(n)]) for n in arities]
+    pattern: DFPattern = alternatives[0]
+    for p in alternatives[1:]:
+        pattern = pattern | p
     return pattern
 
 

@@ -4,8 +4,9 @@ Relay's ``MergeCompilerRegions`` + ``PartitionGraph`` become TVM's
 ``relax.transform.MergeCompositeFunctions`` here, which groups the composites of one
 codegen into ``Codegen`` functions without ever creating a cycle through host code.
 :func:`merge_compiler_regions` runs it on a module whose composites have been lifted to
-private globals (``FuseOpsByPattern``'s form, :func:`patternkit.byoc.partition.external.partition_graph`
-lifts them), and works around four things the 0.27 pass does not do:
+private globals (``FuseOpsByPattern``'s form,
+:func:`patternkit.byoc.partition.external.partition_graph` lifts them), and works around
+four things the 0.27 pass does not do:
 
 * it only looks at a function named ``main`` (``mod.GetGlobalVar("main")``) and drops
   every function ``main`` does not reach: each function with composites is run through
@@ -39,8 +40,8 @@ from ...fusion.symbolic import detach_symbolic_vars
 from ...ir import compat as C
 from ...ir.kinds import CODEGEN, COMPOSITE, GLOBAL_SYMBOL, attr
 from ...ir.rebuild import make_block, rebuild_function
-from ...ir.walk import CALL, TUPLE, expr_kind, substitute
 from ...ir.targets import rewritable_functions
+from ...ir.walk import CALL, TUPLE, expr_kind, substitute
 
 __all__ = ["merge_compiler_regions"]
 
@@ -152,7 +153,8 @@ class _HeldBinding:
 def _symbolic_values(expr: Any, in_shapes: bool = True) -> list:
     """The symbolic variables ``expr`` passes as values, and with ``in_shapes`` also those
     in the values of a shape or a scalar expression it passes (never those only in the
-    types of its arguments)."""
+    types of its arguments).
+    """
     if tvm.ir.is_prim_var(expr):
         return [expr]
     if in_shapes and (tvm.ir.is_prim_expr(expr) or isinstance(expr, relax.ShapeExpr)):
@@ -238,7 +240,7 @@ def _rewrite_calls(func: relax.Function, renamed: dict, held: dict) -> relax.Fun
         bindings = []
         for binding in C.array_items(block.bindings):
             value = binding.value
-            op = value.op if expr_kind(value) is CALL else None
+            op: Any = value.op if expr_kind(value) is CALL else None
             name = op.name_hint if type(op) is tvm.ir.GlobalVar else None
             if name in held:
                 kept = held[name]

@@ -11,5 +11,5 @@ from .offload import HostOp, OffloadReport, explain_offload, offload_report
 from .table_coverage import CoverageReport, OpRecord, coverage
 from .table_verification import EntryFailure, TableVerification, verify_table
 
-__all__ = ["offload_report", "explain_offload", "OffloadReport", "HostOp", "coverage", "CoverageReport",
-           "OpRecord", "verify_table", "TableVerification", "EntryFailure"]
+__all__ = ["offload_report", "explain_offload", "OffloadReport", "HostOp", "coverage",
+           "CoverageReport", "OpRecord", "verify_table", "TableVerification", "EntryFailure"]

@@ -30,8 +30,8 @@ from typing import Any, Mapping
 
 import tvm
 
-from ...ir import compat as C
 from ...engine.skip import SkipKind
+from ...ir import compat as C
 from ...ir.targets import rewritable_functions
 from ..merge.composites import CompositeLog, composite_counts, merge_composite
 from ..partition.external import annotation_table
@@ -72,6 +72,7 @@ class OffloadReport:
     formed: list = field(default_factory=list)  # the FormedComposite records, per match
 
     def host_ops_of_kind(self, kind: str) -> list[HostOp]:
+        """The op calls left on the host for reasons of ``kind`` (``"vetoed"``, ...)."""
         return [h for h in self.host_ops if h.kind == kind]
 
     def __str__(self) -> str:

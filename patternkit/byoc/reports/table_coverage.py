@@ -79,11 +79,12 @@ class CoverageReport:
         """``{kind: op calls}`` for the ops left on the host."""
         out: dict[str, int] = {}
         for r in self.ops:
-            if r.composite is None:
+            if r.composite is None and r.kind is not None:  # a host record has a kind
                 out[r.kind] = out.get(r.kind, 0) + 1
         return out
 
     def to_json(self) -> str:
+        """The report as JSON: share, regions, composites, host reasons, split."""
         return json.dumps({"share": self.share, "regions": self.regions,
                            "largest_region": self.largest_region,
                            "composites": self.composites, "host": self.host_reasons(),

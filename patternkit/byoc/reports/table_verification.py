@@ -66,6 +66,7 @@ class TableVerification:
 
     @property
     def ok(self) -> bool:
+        """No entry failed."""
         return not self.failures
 
     def __str__(self) -> str:

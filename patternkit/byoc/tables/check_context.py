@@ -69,7 +69,7 @@ class _ByHandle(Mapping):
     def __init__(self, items: dict[int, tuple[Any, Any]], order: dict[int, Any] | None = None,
                  limit: Any = None):
         self._items = items
-        self._order = order
+        self._order: dict[int, Any] = order if order is not None else {}  # read with a limit
         self._limit = limit
 
     def _visible(self, key: int) -> bool:
@@ -108,7 +108,13 @@ class CheckSite:
         self._bound: dict[int, Any] | None = None  # var -> its value, every VarBinding
         self._usages: dict[int, _ByHandle] = {}  # block -> var_usages view
 
-    def _index_bindings(self) -> None:
+    def _indexed(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Any]]:
+        """``(value -> (value, var), var -> value)``, built on the first call."""
+        if self._by_value is None or self._bound is None:
+            return self._index_bindings()
+        return self._by_value, self._bound
+
+    def _index_bindings(self) -> tuple[dict[int, tuple[Any, Any]], dict[int, Any]]:
         by_value: dict[int, tuple[Any, Any]] = {}
         bound: dict[int, Any] = {}
         for bi, bindings in enumerate(self.index.blocks):
@@ -121,13 +127,13 @@ class CheckSite:
                 self._value_order[key] = (bi, j)
                 bound[C.handle(var)] = value
         self._by_value, self._bound = by_value, bound
+        return by_value, bound
 
     def value_of(self, expr: Any) -> Any:
         """What TVM's matcher records for ``expr``: the value of a bound Var, else ``expr``."""
-        if self._bound is None:
-            self._index_bindings()
+        bound = self._indexed()[1]
         key = C.handle_or_none(expr)
-        return self._bound.get(key, expr) if key is not None else expr
+        return bound.get(key, expr) if key is not None else expr
 
     def var_usages(self, block: int) -> Mapping:
         """``DataflowBlockUseDef`` of block ``block``: each Var used or defined there -> users."""
@@ -152,8 +158,7 @@ class CheckSite:
     def context(self, match: Match, root_var: Any, position: tuple[int, int],
                 roles: Mapping[str, DFPattern]) -> CheckContext:
         """The context of ``match`` (rooted at the binding of ``root_var`` at ``position``)."""
-        if self._by_value is None:
-            self._index_bindings()
+        by_value = self._indexed()[0]
         root = match.root
         annotated = {name: self.value_of(match.captures[p]) for name, p in roles.items()
                      if p in match.captures}
@@ -161,7 +166,7 @@ class CheckSite:
         for p, value in match.captures.items():
             if type(p) in _BOUND_KINDS and p in match.bound_vars:
                 matched[match.bound_vars[p]] = value
-        value_to_var = _ByHandle(self._by_value, self._value_order, position)
+        value_to_var = _ByHandle(by_value, self._value_order, position)
         return CheckContext(root, annotated, matched, self.var_usages(position[0]),
                             value_to_var)
 

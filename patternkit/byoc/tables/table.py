@@ -162,8 +162,8 @@ class PatternTable(Sequence):
             raise PatternTableError(f"semantics must be one of {', '.join(SEMANTICS)}, found "
                                     f"{semantics!r}")
         self.compiler = compiler
-        self.semantics = semantics
-        self.variants = bool(variants)
+        self.semantics: str = semantics
+        self.variants: bool = bool(variants)
         self._entries: list[CompositeEntry] = []
         seen: dict[str, int] = {}
         for i, raw in enumerate(entries):

@@ -9,14 +9,20 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
-from patternkit.byoc import (AnnotateTarget, MergeComposite, PartitionGraph, PatternTableError,
-                             composite_counts, external_functions, inline_external,
-                             offload_report, partition_graph)
+from patternkit.byoc import (
+    AnnotateTarget,
+    MergeComposite,
+    PartitionGraph,
+    PatternTableError,
+    composite_counts,
+    external_functions,
+    inline_external,
+    offload_report,
+    partition_graph,
+)
 from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import conv2d_add_relu
 from patternkit.testing import assert_roundtrip

@@ -8,14 +8,20 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit import ir as C
-from patternkit.byoc import (CompositeLog, MergeComposite, PartitionGraph, PatternTable,
-                             PatternTableError, composite_counts, composite_functions,
-                             merge_composite)
-from patternkit.fusion import defuse
-from patternkit.errors import CallbackError
+from patternkit.byoc import (
+    CompositeLog,
+    MergeComposite,
+    PartitionGraph,
+    PatternTable,
+    PatternTableError,
+    composite_counts,
+    composite_functions,
+    merge_composite,
+)
 from patternkit.dpl.pattern import is_op, wildcard
+from patternkit.errors import CallbackError
+from patternkit.fusion import defuse
 from patternkit.patterns.conv import ConvAddReluComposite, conv2d_add_relu
-
 
 
 def _pfp(mod):
@@ -124,8 +130,8 @@ def test_merge_composite_composes_with_tvm_passes_contexts_and_instruments(resne
         def run_before_pass(self, mod, info):
             seen.append(info.name)
 
-    seq = tvm.transform.Sequential([relax.transform.FoldConstant(),
-                                    MergeComposite([("ccompiler.conv_add_relu", conv2d_add_relu())])])
+    merge = MergeComposite([("ccompiler.conv_add_relu", conv2d_add_relu())])
+    seq = tvm.transform.Sequential([relax.transform.FoldConstant(), merge])
     with tvm.transform.PassContext(opt_level=3, instruments=[Record()]):
         out = seq(resnet_block)
     assert "patternkit.MergeComposite" in seen

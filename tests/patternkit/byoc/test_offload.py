@@ -8,8 +8,15 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import (CompositeLog, PartitionGraph, explain_offload, external_functions,
-                             inline_external, merge_composite, offload_report)
+from patternkit.byoc import (
+    CompositeLog,
+    PartitionGraph,
+    explain_offload,
+    external_functions,
+    inline_external,
+    merge_composite,
+    offload_report,
+)
 from patternkit.dpl.pattern import is_op, wildcard
 from patternkit.patterns.conv import ConvAddReluComposite
 
@@ -44,7 +51,8 @@ def test_offload_report_counts_composites_and_explains_every_host_op(resnet_bloc
     assert len(relu) == 2 and all(h.kind == "overlap" and h.entry == "ccompiler.add_relu"
                                   for h in relu)
     assert "'ccompiler.conv_add' (higher priority) already took" in relu[0].reason
-    assert by_kind["relax.add"].kind == "vetoed" and by_kind["relax.add"].reason == "no residual adds"
+    assert by_kind["relax.add"].kind == "vetoed"
+    assert by_kind["relax.add"].reason == "no residual adds"
     text = str(report)
     assert "offloaded 6 of 10 op call(s) in 3 composite(s)" in text
     assert "ccompiler.conv_add: 3" in text

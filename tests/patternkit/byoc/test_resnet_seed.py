@@ -15,9 +15,17 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit import ir as C
-from patternkit.byoc import (MergeComposite, PartitionGraph, composite_counts,
-                             composite_functions, external_functions, graph_split,
-                             inline_external, offload_report, run_split)
+from patternkit.byoc import (
+    MergeComposite,
+    PartitionGraph,
+    composite_counts,
+    composite_functions,
+    external_functions,
+    graph_split,
+    inline_external,
+    offload_report,
+    run_split,
+)
 from patternkit.patterns.conv import BatchnormFoldIntoConv, conv2d_add_relu
 from patternkit.verification.numeric import random_inputs, run
 
@@ -51,8 +59,10 @@ class FirstBlock(torch.nn.Module):
         nn = torch.nn
         self.conv1, self.bn1 = nn.Conv2d(3, channels, 7, 2, 3, bias=False), nn.BatchNorm2d(channels)
         self.pool = nn.MaxPool2d(3, 2, 1)
-        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels)
-        self.conv3, self.bn3 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.conv3 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels)
         with torch.no_grad():  # non-trivial running statistics, so folding is exercised
             for bn in (self.bn1, self.bn2, self.bn3):
                 bn.running_mean.uniform_(-1, 1)

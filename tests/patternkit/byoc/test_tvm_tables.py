@@ -10,9 +10,9 @@ from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, FusionPattern
 
 import patternkit as pk
-from patternkit.models import resnet18
 from patternkit.byoc.tables import tvm_tables
 from patternkit.engine.wellformed import assert_well_formed
+from patternkit.models import resnet18
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +231,8 @@ def test_errors_raised_inside_a_pipeline_keep_their_patternkit_class(resnet):
 
     fp = FusionPattern("t.matmul_add", MATMUL_ADD.pattern, {}, check)
     pipeline = tvm.transform.Sequential([pk.MergeComposite(pk.PatternTable.from_tvm([fp]))])
-    with pytest.raises(pk.errors.CallbackError, match="'t.matmul_add' raised RuntimeError") as raised:
+    with pytest.raises(pk.errors.CallbackError,
+                       match="'t.matmul_add' raised RuntimeError") as raised:
         pipeline(_matmul_module(relu_reads_matmul=False))
     assert raised.value.binding.startswith("main:")
 
@@ -245,7 +246,8 @@ def test_tvm_semantics_export_an_escaping_intermediate_relay_semantics_skip_the_
     assert isinstance(composite.ret_ty, relax.TupleType)  # (add, matmul): matmul is exported
     pk.assert_same_numerics(mod, ours, rtol=0, atol=0)
     log = pk.byoc.CompositeLog()
-    assert pk.byoc.composite_counts(pk.byoc.merge_composite(mod, table, semantics="relay", log=log)) == {}
+    relay_merged = pk.byoc.merge_composite(mod, table, semantics="relay", log=log)
+    assert pk.byoc.composite_counts(relay_merged) == {}
     assert [s.kind for s in log.skipped] == ["escape"]
 
 
