@@ -21,8 +21,19 @@ from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
 from .partitioning import partition
 from .proposal import match_bindings
-from .rule import (CompositeRule, NodeMap, NoSuchExample, Reject, RewriteRule, RoleMatch, Rule,
-                   RuleMatch, as_rule, reject, variant_method)
+from .rule import (
+    CompositeRule,
+    NodeMap,
+    NoSuchExample,
+    Reject,
+    RewriteRule,
+    RoleMatch,
+    Rule,
+    RuleMatch,
+    as_rule,
+    reject,
+    variant_method,
+)
 from .ruleset import RuleSet
 from .skip import Skip, SkipKind
 from .splitting import GraphSplitError, graph_split

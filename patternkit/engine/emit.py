@@ -37,9 +37,9 @@ class Emitted:
     """
 
     function: relax.Function
-    added: dict
+    added: dict[int, int]
     bindings: int
-    keys: frozenset = frozenset()
+    keys: frozenset[str] = frozenset()
 
 
 def emit_function(func: relax.Function, index: FunctionIndex, replacements: dict[int, Any],
@@ -56,7 +56,7 @@ def emit_rewrites(func: relax.Function, index: FunctionIndex, replacements: dict
                   func_name: str, *, pass_name: str,
                   rule_of: Callable[[int], str] | None = None,
                   new_reads: dict[int, list[int]] | None = None,
-                  normalized: dict[int, list] | None = None) -> Emitted:
+                  normalized: dict[int, list[Any]] | None = None) -> Emitted:
     """:func:`emit_function` for replacements made by several rules.
 
     ``rule_of(handle)`` names the rule that made a replacement, for error messages
@@ -140,8 +140,8 @@ def _kept_keys(index: FunctionIndex, replacements: dict[int, Any], dead: set[int
     return kept
 
 
-def _normalize_replacements(replaced: list, is_dataflow: bool,
-                            func_name: str) -> dict[int, list]:
+def _normalize_replacements(replaced: list[tuple[Any, Any, str]], is_dataflow: bool,
+                            func_name: str) -> dict[int, list[Any]]:
     """Var handle -> the bindings replacing it: the value's nested calls, then the Var.
 
     All replacements of one block are normalised in one scratch block of a BlockBuilder
@@ -173,7 +173,7 @@ def _normalize_replacements(replaced: list, is_dataflow: bool,
             bb.emit_normalized(relax.VarBinding(var, normalized))
     if len(out) == len(targets):  # no nested calls: one binding per replacement, in order
         return {key: [new_binding] for key, new_binding in zip(targets, out)}
-    segments: dict[int, list] = {}
+    segments: dict[int, list[Any]] = {}
     start = 0
     target_set = set(targets)
     for i, new_binding in enumerate(out):

@@ -24,7 +24,7 @@ from tvm import relax
 from ..dpl.pattern import may_occur
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
-from ..ir.rebuild import describe_binding  # noqa: F401  (the engine names it from here)
+from ..ir.rebuild import describe_binding as describe_binding  # the engine's name for it
 from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind, vars_read
 
 
@@ -107,24 +107,24 @@ class FunctionIndex:
     """
 
     func: relax.Function
-    blocks: list = field(default_factory=list)
-    dataflow: list = field(default_factory=list)
-    position: dict = field(default_factory=dict)
-    params: set = field(default_factory=set)
-    values: list = field(default_factory=list)
-    readers: dict = field(default_factory=dict)
-    escaping: set = field(default_factory=set)
-    _users: dict | None = None
-    by_key: dict = field(default_factory=dict)
-    reads: dict = field(default_factory=dict)
-    call_args: dict = field(default_factory=dict)
-    call_ops: dict = field(default_factory=dict)
-    keys: list = field(default_factory=list)
-    undefined: tuple | None = None
-    not_normal: tuple | None = None
-    _dead: frozenset | None = None
-    _dead_reads: dict = field(default_factory=dict)
-    _dead_readers: dict = field(default_factory=dict)
+    blocks: list[list[Any]] = field(default_factory=list)
+    dataflow: list[bool] = field(default_factory=list)
+    position: dict[int, tuple[int, int]] = field(default_factory=dict)
+    params: set[int] = field(default_factory=set)
+    values: list[dict[int, Any]] = field(default_factory=list)
+    readers: dict[int, int] = field(default_factory=dict)
+    escaping: set[int] = field(default_factory=set)
+    _users: dict[int, list[int]] | None = None
+    by_key: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    reads: dict[int, list[int]] = field(default_factory=dict)
+    call_args: dict[int, list[Any]] = field(default_factory=dict)
+    call_ops: dict[int, int] = field(default_factory=dict)
+    keys: list[list[tuple[int, bool]]] = field(default_factory=list)
+    undefined: tuple[tuple[int, int] | None, int] | None = None
+    not_normal: tuple[tuple[int, int] | None, str] | None = None
+    _dead: frozenset[int] | None = None
+    _dead_reads: dict[int, int] = field(default_factory=dict)
+    _dead_readers: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, func: relax.Function) -> "FunctionIndex":
@@ -174,7 +174,7 @@ class FunctionIndex:
                 at = (bi, j)
                 is_dataflow_var = type(var) is relax.DataflowVar
                 pure = False
-                reads = None
+                reads: list[int] | None = None
                 if type(binding) is relax.VarBinding:
                     op = value.op if type(value) is relax.Call else None
                     if type(op) is tvm.ir.Op:
@@ -243,6 +243,7 @@ class FunctionIndex:
         return self.blocks[bi][j].var
 
     def position_of(self, var: Any) -> tuple[int, int]:
+        """The (block, binding) position of the binding of ``var``."""
         return self.position[handle(var)]
 
     def candidates(self, keys: Iterable[str] | None) -> list[tuple[int, int]]:
@@ -267,7 +268,8 @@ class FunctionIndex:
             return False
         return may_occur(required, by_key)
 
-    def binding_at(self, position: tuple[int, int]):
+    def binding_at(self, position: tuple[int, int]) -> Any:
+        """The binding at a (block, binding) position from :meth:`candidates`."""
         bi, j = position
         return self.blocks[bi][j]
 
@@ -278,15 +280,16 @@ class FunctionIndex:
 
     # -- dead code ---------------------------------------------------------------------
     @property
-    def dead_code(self) -> frozenset:
+    def dead_code(self) -> frozenset[int]:
         """Handles of the removable bindings that nothing live reads (found on first use).
 
         A worklist from the bindings nobody reads, so it costs one look at each binding
         plus the size of the dead code: most functions have none.
         """
-        if self._dead is None:
-            self._find_dead_code()
-        return self._dead
+        dead = self._dead
+        if dead is None:
+            dead = self._find_dead_code()
+        return dead
 
     def live_readers(self, key: int) -> int:
         """How many reads of ``key`` live bindings make (dead code's reads left out)."""
@@ -300,7 +303,7 @@ class FunctionIndex:
             self._find_dead_code()
         return self._dead_readers.get(key, [])
 
-    def _find_dead_code(self) -> None:
+    def _find_dead_code(self) -> frozenset[int]:
         readers, escaping, position, reads = self.readers, self.escaping, self.position, self.reads
         work = [key for block in self.keys for key, removable in block
                 if removable and key not in readers and key not in escaping]
@@ -316,6 +319,7 @@ class FunctionIndex:
                         and self.removable(read)):
                     work.append(read)
         self._dead = frozenset(dead)
+        return self._dead
 
     # -- what later rules of a round may see ---------------------------------------------
     def make_opaque(self, key: int) -> None:
@@ -474,7 +478,7 @@ def dead_after(index: "FunctionIndex", replaced: dict[int, Any],
     return released | _dead_code_reading(index, released, dead_code - revived, new_reads)
 
 
-def _dead_code_reading(index: FunctionIndex, removed: set[int], dead_code: frozenset,
+def _dead_code_reading(index: FunctionIndex, removed: set[int], dead_code: frozenset[int],
                        new_reads: dict[int, list[int]]) -> set[int]:
     """The dead code that reads a ``removed`` binding, directly or through other dead code."""
     extra: dict[int, list[int]] = {}  # replaced dead code reads its new value's Vars

@@ -21,7 +21,7 @@ from .index import FunctionIndex
 from .proposal import Group
 
 
-def lifted_inputs(group: Group, symbolic: bool = True) -> list:
+def lifted_inputs(group: Group, symbolic: bool = True) -> list[Any]:
     """Inputs that become parameters: Vars, constants captured by wildcards, and the
     symbolic dimensions the match uses but its inputs do not define.
 
@@ -52,7 +52,7 @@ def uses_symbolic_vars(func: relax.Function) -> bool:
                 or relax.analysis.free_symbolic_vars(func))
 
 
-def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
+def _undefined_symbolic_vars(group: Group, inputs: list[Any]) -> list[Any]:
     """Symbolic variables in the types of the match's bindings that no input type defines.
 
     The inputs' types are read only when the bindings use a symbolic variable at all:
@@ -71,7 +71,7 @@ def _undefined_symbolic_vars(group: Group, inputs: list) -> list:
 
 
 def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, Any],
-                         inputs: list | None = None, *,
+                         inputs: list[Any] | None = None, *,
                          normalize: bool = True) -> relax.Function:
     """The local function computing ``group``, tagged ``PartitionedFromPattern``.
 
@@ -114,8 +114,7 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
         make_var = C.new_var if key == root_key else C.new_dataflow_var
         new_var = make_var(var.name, var.ty, None)
         args = index.call_args.get(C.handle(value))
-        op = None if args is None else value.op
-        if type(op) is tvm.ir.Op:
+        if args is not None and type(op := value.op) is tvm.ir.Op:
             new_value = _copied_call(value, op, args, mapping)
         else:
             typed = False
@@ -133,7 +132,7 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
 #: ``DictAttrs`` already built, by their items: the composites of one entry share their
 #: attributes (``Composite`` and, mostly, ``PartitionedFromPattern``), and building one
 #: from a Python dict costs about 2 us.  Attributes are immutable, so sharing is safe.
-_ATTRS: dict[tuple, Any] = {}
+_ATTRS: dict[tuple[tuple[str, str], ...], Any] = {}
 _ATTRS_KEPT = 256
 
 
@@ -151,7 +150,7 @@ def _function_attrs(partition: str, attrs: dict[str, Any]) -> Any:
     return found
 
 
-def _copied_call(value: Any, op: Any, args: list, mapping: dict) -> Any:
+def _copied_call(value: Any, op: Any, args: list[Any], mapping: dict[int, Any]) -> Any:
     """The call of operator ``op`` ``value``, reading the outlined Vars of ``mapping``,
     with its type.
 

@@ -44,8 +44,9 @@ class GraphSplitError(PatternkitError, ValueError):
     """A split configuration entry cannot be applied (the message names the entry)."""
 
 
-def _split_points(bindings: list, split_conf: Sequence[dict]) -> list[int]:
-    points = []
+def _split_points(bindings: list[Any], split_conf: Sequence[dict[str, Any]]) -> list[int]:
+    """The binding index after which each entry of ``split_conf`` cuts, in order."""
+    points: list[int] = []
     for i, conf in enumerate(split_conf):
         if not isinstance(conf, dict) or "op_name" not in conf or "op_index" not in conf:
             raise GraphSplitError(f"split entry {i} must be a dict with 'op_name' and "
@@ -73,7 +74,7 @@ def _split_points(bindings: list, split_conf: Sequence[dict]) -> list[int]:
     return points
 
 
-def graph_split(func: Any, split_conf: Sequence[dict]) -> list[tvm.IRModule]:
+def graph_split(func: Any, split_conf: Sequence[dict[str, Any]]) -> list[tvm.IRModule]:
     """Cut ``func`` after each split point; see the module docstring.
 
     Parameters
@@ -112,7 +113,7 @@ def graph_split(func: Any, split_conf: Sequence[dict]) -> list[tvm.IRModule]:
         for b in piece:
             defined_in[C.handle(b.var)] = k
     needed_after: dict[int, int] = {}  # var handle -> last piece that reads it
-    reads_of: list[list] = []
+    reads_of: list[list[Any]] = []
     for k, piece in enumerate(pieces):
         reads = []
         for b in piece:
@@ -130,8 +131,15 @@ def graph_split(func: Any, split_conf: Sequence[dict]) -> list[tvm.IRModule]:
     return modules
 
 
-def _build_piece(func, k, piece, reads, defined_in, needed_after, result, n_pieces):
-    params, mapping, seen = [], {}, set()
+def _build_piece(func: Any, k: int, piece: list[Any], reads: list[Any],
+                 defined_in: dict[int, int], needed_after: dict[int, int], result: Any,
+                 n_pieces: int) -> tvm.IRModule:
+    """Piece ``k`` as a module: its inputs are the Vars earlier pieces or ``func`` define,
+    its outputs what later pieces read (``result`` for the last piece).
+    """
+    params: list[Any] = []
+    mapping: dict[int, Any] = {}
+    seen: set[int] = set()
     carried = [v for v in reads if defined_in.get(C.handle(v), k) < k]
     originals = [v for v in reads if C.handle(v) not in defined_in]
     for v in carried + [p for p in func.params if any(p.same_as(o) for o in originals)]:
@@ -170,9 +178,10 @@ def _build_piece(func, k, piece, reads, defined_in, needed_after, result, n_piec
     return mod
 
 
-def _bind(expr, mapping: dict):
+def _bind(expr: Any, mapping: dict[int, Any]) -> Any:
     """``expr`` with the Vars whose handles are in ``mapping`` replaced (``bb.emit``
-    types the result)."""
+    types the result).
+    """
     return substitute(expr, mapping, by_handle=True, keep_types=False) if mapping else expr
 
 

@@ -50,6 +50,7 @@ class Tolerance:
 
     @property
     def exact(self) -> bool:
+        """Does the rule promise bit-identical results (both tolerances zero)?"""
         return self.rtol == 0 and self.atol == 0
 
     def __str__(self) -> str:

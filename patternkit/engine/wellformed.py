@@ -10,8 +10,9 @@ The engine now checks at three levels:
   the function is in A-normal form (no call nested in a binding's value, a result that
   is not a call).  Functions the pass does not index get :func:`check_shape` (a
   ``SeqExpr`` body whose result is not a call), so a hand-built
-  ``relax.Function([x], R.exp(x))`` is refused rather than silently left alone.  Failing input raises before anything is built, naming the function
-  and the binding, so the caller's module is left as it was;
+  ``relax.Function([x], R.exp(x))`` is refused rather than silently left alone.
+  Failing input raises before anything is built, naming the function and the binding,
+  so the caller's module is left as it was;
 * **always, on what a pass emits** (:func:`check_replacement_scope`): every Var a
   replacement reads is a parameter of the function or bound before the binding it
   replaces, and visible from its block.  Linear, on the Python side, one look per Var a
@@ -201,7 +202,8 @@ def _failing_function(mod: tvm.IRModule) -> str | None:
         try:
             relax.analysis.well_formed(func)
         except C.TVM_ERRORS:
-            return gv.name_hint
+            name: str = gv.name_hint
+            return name
     return None
 
 
