@@ -16,7 +16,7 @@ can run it, and the rule model never imports the code that runs it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from ..dpl.pattern import DFPattern
 from ..ir.copying import deepcopy_sharing_tvm_objects
@@ -95,7 +95,7 @@ class DFPatternCallback:
         """A small ``tvm.IRModule`` the callback fires on (``None``: none); see ``Rule.example``."""
         return None
 
-    def example_space(self) -> dict | list:
+    def example_space(self) -> dict[str, Sequence[Any]] | list[dict[str, Sequence[Any]]]:
         """The knobs of :meth:`example`; see ``Rule.example_space``."""
         return {}
 
@@ -138,6 +138,7 @@ class CallbackRule(RewriteRule):
         self.callback.name = value
 
     def roles(self) -> dict[str, DFPattern]:
+        """The callback's named roles, so ``match["role"]`` reads the same on both."""
         return self.callback.roles()
 
     def rewrite(self, match: RoleMatch) -> Any:
@@ -147,12 +148,15 @@ class CallbackRule(RewriteRule):
         return self.callback.callback(pre, pre, match.node_map)
 
     def example(self, **knobs: Any) -> Any:
+        """The callback's example: the contract tests build from the callback's knobs."""
         return self.callback.example(**knobs)
 
-    def example_space(self) -> dict | list:
+    def example_space(self) -> dict[str, Sequence[Any]] | list[dict[str, Sequence[Any]]]:
+        """The callback's knob space, as ``Rule.example_space`` describes it."""
         return self.callback.example_space()
 
     def tolerance(self, dtype: str | None) -> Tolerance:
+        """The callback's tolerance: the adapter promises what the callback promises."""
         return self.callback.tolerance(dtype)
 
 

@@ -63,13 +63,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import required_op_names, root_op_names
+from ..dpl.pattern import DFPattern, required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
@@ -109,7 +109,7 @@ class RewriteRecord:
     rule: str
     function: str
     root_var: Any
-    replaced_vars: tuple
+    replaced_vars: tuple[Any, ...]
     round: int
     #: The value the rule put in place of the root (``None`` for a multi-root rule), and
     #: the function as the round found it: with them the matched region and its
@@ -123,10 +123,12 @@ class RewriteRecord:
 
     @property
     def root(self) -> str:
+        """The name of the rewritten root's Var, for logs that outlive the IR."""
         return C.var_name(self.root_var)
 
     @property
     def replaced(self) -> tuple[str, ...]:
+        """The names of the Vars the rewrite replaced (a match's interior, root last)."""
         return tuple(C.var_name(v) for v in self.replaced_vars)
 
 
@@ -145,15 +147,18 @@ class RewriteLog:
     rounds: int = 0
 
     def count(self, rule: str | None = None) -> int:
+        """How many rewrites ``rule`` made (all rules' if ``None``)."""
         return sum(1 for r in self.records if rule is None or r.rule == rule)
 
     def counts(self) -> dict[str, int]:
+        """Rewrites per rule name, in the order the rules first fired."""
         out: dict[str, int] = {}
         for record in self.records:
             out[record.rule] = out.get(record.rule, 0) + 1
         return out
 
     def reasons(self, rule: str | None = None) -> list[str]:
+        """Why ``rule``'s matches were skipped (all rules' if ``None``), in skip order."""
         return [s.reason for s in self.skipped if rule is None or s.rule == rule]
 
 
@@ -261,7 +266,8 @@ def _rules_argument(rules: Any, callbacks: Any, where: str) -> Any:
 
 def _as_rule_list(given: Any) -> list[RewriteRule]:
     """The rewrite rules ``given`` (a rule, a callback, a sequence or a RuleSet), each on
-    the rule protocol and checked to have what it matches."""
+    the rule protocol and checked to have what it matches.
+    """
     require_instance(given, PASS_NAME)
     if isinstance(given, RuleSet):
         items = list(given.rewrite_rules())
@@ -298,11 +304,13 @@ class _Prepared:
 
     rule: RewriteRule
     name: str
-    roles: dict
-    root_ops: frozenset | None  # None: the root may be anything
-    required: tuple  # operator-name sets every match calls one of (required_op_names)
+    pattern: DFPattern
+    roles: dict[str, DFPattern]
+    root_ops: frozenset[str] | None  # None: the root may be anything
+    # operator-name sets every match calls one of (required_op_names)
+    required: tuple[frozenset[str], ...]
     checker: MatchCheck | None  # None: the rule accepts every match
-    escapable: tuple  # the patterns of the rule's escapable_roles
+    escapable: tuple[DFPattern, ...]  # the patterns of the rule's escapable_roles
 
     @classmethod
     def of(cls, rule: RewriteRule) -> "_Prepared":
@@ -311,8 +319,10 @@ class _Prepared:
         if unknown:
             raise PatternError(f"{rule.name}: escapable_roles names {unknown}, which "
                                f"are not roles of the rule (its roles: {sorted(roles)})")
-        return cls(rule, rule.name, roles, root_op_names(rule.pattern),
-                   required_op_names(rule.pattern), check_of(rule),
+        pattern = rule.pattern
+        assert pattern is not None  # rule.validate() refused a single-root rule without one
+        return cls(rule, rule.name, pattern, roles, root_op_names(pattern),
+                   required_op_names(pattern), check_of(rule),
                    tuple(roles[name] for name in rule.escapable_roles))
 
 
@@ -338,7 +348,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     if options.debug:
         assert_well_formed(mod, PASS_NAME, "input")
     sizes = _InputSizes(mod)
-    emitted_keys: dict[str, tuple[relax.Function, frozenset]] = {}  # see _run_round
+    emitted_keys: dict[str, tuple[relax.Function, frozenset[str]]] = {}  # see _run_round
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
     settled: dict[int, dict[int, relax.Function]] = {}  # see _run_multi_round
     for round_index in range(options.max_passes):
@@ -393,8 +403,10 @@ class _FunctionRound:
         self.replacements: dict[int, Any] = {}
         self.rule_of: dict[int, str] = {}
         self.new_reads: dict[int, list[int]] = {}
-        self.taken: dict[int, tuple] = {}  # handle -> (rule, root Var) of the match that took it
-        self.extra_readers: dict[int, list] = {}  # handle -> takers whose replacement reads it
+        # handle -> (rule, root Var) of the match that took it
+        self.taken: dict[int, tuple[str, Any]] = {}
+        # handle -> takers whose replacement reads it
+        self.extra_readers: dict[int, list[tuple[str, Any]]] = {}
 
     def has_candidates(self, rule: _Prepared) -> bool:
         """Can ``rule`` match here: its root operator and every operator it needs occur?"""
@@ -419,7 +431,7 @@ class _FunctionRound:
 
 def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                options: _Options, sizes: _InputSizes,
-               emitted_keys: dict[str, tuple[relax.Function, frozenset]],
+               emitted_keys: dict[str, tuple[relax.Function, frozenset[str]]],
                ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]], dict[str, FunctionIndex]]:
     """One round of every active rule over every function.
 
@@ -453,12 +465,15 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
         for fn in functions:
             if not fn.has_candidates(rule):
                 continue
-            check = None if rule.checker is None else group_check(
-                rule.checker, rule.roles,
-                lambda group, err, fn=fn, rule=rule: _rule_error(rule, "check", fn.name,
-                                                                     group, err))
+            check: Callable[[Group], Any] | None = None
+            if rule.checker is not None:
+                def on_check_error(group: Group, err: Exception, fn: _FunctionRound = fn,
+                                   rule: _Prepared = rule) -> Exception:
+                    return _rule_error(rule, "check", fn.name, group, err)
+
+                check = group_check(rule.checker, rule.roles, on_check_error)
             try:
-                groups, skipped = find_groups(fn.index, rule.rule.pattern, check,
+                groups, skipped = find_groups(fn.index, rule.pattern, check,
                                               options.allow_escaping, taken=fn.taken,
                                               escapable=rule.escapable,
                                               extra_readers=fn.extra_readers,

@@ -64,10 +64,10 @@ from .rule import Reject, RewriteRule, RoleMatch, check_of, judge
 __all__ = ["BindingsMatch", "BindingsPass", "BindingsRewriteRule", "BlockBindings",
            "dpl_rewriter", "rewrite_bindings", "rewrite_function_bindings"]
 
-Rewriter = Callable[[dict, Mapping], Any]
+Rewriter = Callable[[dict[DFPattern, Any], Mapping[Any, Any]], Any]
 
 
-class BlockBindings(Mapping):
+class BlockBindings(Mapping[Any, Any]):
     """The block's bindings as the rewriter's ``bindings`` argument: Var -> bound value.
 
     Like TVM's, it holds the bindings not yet rewritten in this pass.  It is one view
@@ -174,7 +174,8 @@ class _FunctionRewrite:
 
     def _describe(self, graph: BlockGraph, var: Any, key: int | None) -> str:
         if key is not None and key in self.index.position:
-            return f"'{describe_binding(self.func_name, self.index.binding_at(self.index.position[key]))}'"
+            binding = self.index.binding_at(self.index.position[key])
+            return f"'{describe_binding(self.func_name, binding)}'"
         if isinstance(var, relax.Var):
             return f"'{C.var_name(var)}' (not bound in this block)"
         return f"{type(var).__name__} {var!r:.60} (not a Var)"
@@ -231,7 +232,8 @@ def _may_match(context: PatternContext, index: FunctionIndex, block_index: int) 
 
 def _owned(state: GraphMatch, graph: BlockGraph) -> set[int]:
     """The bindings a match may replace: the Vars its patterns matched that are bound in
-    the block and not rewritten yet (parameters and earlier rewrites are not)."""
+    the block and not rewritten yet (parameters and earlier rewrites are not).
+    """
     keys = set()
     for key in state.p2r.values():
         for k in (key if isinstance(key, tuple) else (key,)):
@@ -241,7 +243,7 @@ def _owned(state: GraphMatch, graph: BlockGraph) -> set[int]:
 
 
 def _hoisted_blocks(index: FunctionIndex, replacements: dict[int, Any], rule_name: str,
-                    func_name: str) -> list | None:
+                    func_name: str) -> list[Any] | None:
     """The blocks reordered so that each replacement follows what it reads, or ``None``.
 
     A replacement may read a binding that comes later in the block (TVM's
@@ -272,12 +274,12 @@ def _hoisted_blocks(index: FunctionIndex, replacements: dict[int, Any], rule_nam
 
 
 def _dependency_order(index: FunctionIndex, bi: int, replacements: dict[int, Any],
-                      rule_name: str, func_name: str) -> list:
+                      rule_name: str, func_name: str) -> list[Any]:
     bindings = index.blocks[bi]
     keys = [key for key, _ in index.keys[bi]]
     here = {key: j for j, key in enumerate(keys)}
     state: dict[int, int] = {}  # 1: being placed, 2: placed
-    order: list = []
+    order: list[Any] = []
 
     def reads(key: int) -> list[int]:
         if key in replacements:
@@ -386,7 +388,7 @@ def _each_function(mod: tvm.IRModule,
         return C.copy_module(mod, functions)
 
 
-def dpl_rewriter(nodes: Mapping, rewriter: Rewriter) -> Rewriter:
+def dpl_rewriter(nodes: Mapping[Any, DFPattern], rewriter: Rewriter) -> Rewriter:
     """``rewriter`` (written for a patternkit context) as TVM's ``rewrite_bindings`` calls it.
 
     ``nodes`` is the mapping :meth:`PatternContext.to_dpl` returns; the TVM patterns in
@@ -458,13 +460,15 @@ class BindingsMatch(RoleMatch):
 
     @property
     def bindings(self) -> BlockBindings:
+        """The block's bindings as the match saw them (Var -> value)."""
         return self._bindings
 
     @property
     def matchings(self) -> dict[DFPattern, Any]:
+        """Each pattern of the context and the expression it matched."""
         return matchings(self._state, self._graph)
 
-    def readers(self, var: Any) -> list:
+    def readers(self, var: Any) -> list[Any]:
         """The Vars of the bindings that read ``var`` in the block, in binding order."""
         graph = self._graph
         return [graph.var[k] for k in graph.readers_of(C.handle(var))]
@@ -490,7 +494,7 @@ class BindingsMatch(RoleMatch):
         self.owned_keys.add(key)
 
     @property
-    def owned(self) -> tuple:
+    def owned(self) -> tuple[Any, ...]:
         """The Vars whose bindings the rewrite may replace."""
         return tuple(self._graph.var[k] for k in sorted(
             self.owned_keys, key=lambda k: self._index.position[k]))
@@ -516,6 +520,7 @@ class BindingsRewriteRule(RewriteRule):
 
     @property
     def multi_root(self) -> bool:
+        """Always ``True``: the driver matches a context's roots together."""
         return True
 
 
@@ -530,9 +535,9 @@ class BindingsPass:
     """
 
     function: relax.Function
-    last: tuple | None = None
-    rewritten: list = field(default_factory=list)
-    refused: list = field(default_factory=list)
+    last: tuple[str, Any] | None = None
+    rewritten: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
+    refused: list[tuple[str, str, Reject]] = field(default_factory=list)
 
 
 def rewrite_function_bindings(rule: RewriteRule, roles: Mapping[str, DFPattern],

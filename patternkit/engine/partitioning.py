@@ -40,11 +40,12 @@ from .index import FunctionIndex, describe_binding, has_candidates
 from .outline import build_group_function, lifted_inputs
 from .proposal import Group, adapt_check, find_groups, group_check
 from .rule import MatchCheck
+from .skip import Skip
 from .wellformed import check_input, check_shape, checked
 
 
 def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None,
-              check: Callable | None = None, *, skipped: list | None = None,
+              check: Callable[..., Any] | None = None, *, skipped: list[Skip] | None = None,
               debug: bool | None = None) -> Any:
     """Wrap each match of ``pattern`` in ``expr`` in its own function.
 
@@ -93,7 +94,8 @@ def partition(pattern: DFPattern, expr: Any, attrs: dict[str, Any] | None = None
     return apply_to_target(expr, checked("partition", transform, debug))
 
 
-def _adapt_check(check: Callable | None) -> MatchCheck | None:
+def _adapt_check(check: Callable[..., Any] | None) -> MatchCheck | None:
+    """``check`` (Relay's signature) on a :class:`RuleMatch`, refused if not callable."""
     if check is None:
         return None
     if not callable(check):
@@ -102,7 +104,8 @@ def _adapt_check(check: Callable | None) -> MatchCheck | None:
 
 
 def _partition_function(pattern: DFPattern, func_name: str, func: relax.Function,
-                        attrs: dict[str, Any], check, skipped: list | None) -> relax.Function:
+                        attrs: dict[str, Any], check: MatchCheck | None,
+                        skipped: list[Skip] | None) -> relax.Function:
     check_shape(func, "partition", func_name)
     if not func.body.blocks or not has_candidates(func, root_op_names(pattern)):
         return func

@@ -46,13 +46,14 @@ class Group:
 
     @property
     def root_var(self) -> relax.Var:
+        """The Var the group's root binding defines."""
         # Read once: the driver asks for it several times per group, each an FFI read.
         if self._root_var is None:
             self._root_var = self.binding.var
         return self._root_var
 
     @property
-    def interior(self) -> list:
+    def interior(self) -> list[Any]:
         """Vars of the bindings the match replaces, root last."""
         return [*self.match.internal, self.binding.var]
 
@@ -61,7 +62,7 @@ class Group:
 Skipped = Skip
 
 
-def adapt_check(check: Callable) -> MatchCheck:
+def adapt_check(check: Callable[..., Any]) -> MatchCheck:
     """Relay's ``check(pre)`` or ``check(pre, node_map)`` as a check of a :class:`RuleMatch`."""
     try:
         params = [p for p in inspect.signature(check).parameters.values()
@@ -95,8 +96,8 @@ def group_check(check: MatchCheck, roles: Mapping[str, DFPattern],
 def find_groups(index: FunctionIndex, pattern: DFPattern,
                 check: Callable[[Group], Any] | None = None,
                 allow_escaping_intermediates: bool = False, *,
-                taken: Mapping[int, tuple] | None = None,
-                extra_readers: Mapping[int, list] | None = None,
+                taken: Mapping[int, tuple[str, Any]] | None = None,
+                extra_readers: Mapping[int, list[tuple[str, Any]]] | None = None,
                 report_claimed: bool = True, escapable: Sequence[DFPattern] = (),
                 rule: str = "", function: str = "",
                 ) -> tuple[list[Group], list[Skip]]:
@@ -195,7 +196,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
 
 
 def _escaping_use(index: FunctionIndex, group: Group,
-                  extra_readers: Mapping[int, list] | None = None,
+                  extra_readers: Mapping[int, list[tuple[str, Any]]] | None = None,
                   escapable: Sequence[DFPattern] = ()) -> str | None:
     """Why an interior result of ``group`` is needed outside it, or ``None``.
 
@@ -234,7 +235,7 @@ def _escaping_use(index: FunctionIndex, group: Group,
     return None
 
 
-def _taker(taker: tuple) -> str:
+def _taker(taker: tuple[str, Any]) -> str:
     """``"'rule' at 'lv3'"`` for a ``(rule name, root Var)`` pair."""
     rule, root = taker
     return f"'{rule}' at '{C.var_name(root)}'"
@@ -254,10 +255,11 @@ def match_bindings(target: Any, func: relax.Function,
     if isinstance(target, DFPattern):
         pattern = target
     else:
-        pattern = getattr(target, "pattern", None)
-        if not isinstance(pattern, DFPattern):
+        rule_pattern = getattr(target, "pattern", None)
+        if not isinstance(rule_pattern, DFPattern):
             raise TypeError(f"expected a pattern or a rule with a pattern, found "
                             f"{type(target).__name__}")
+        pattern = rule_pattern
         if roles is None and callable(getattr(target, "roles", None)):
             roles = target.roles()
     if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):

@@ -85,7 +85,7 @@ class Reject(Exception):
         super().__init__(reason)
         self.reason = reason
         self.at = at
-        self.site = _caller_site(2)
+        self.site: tuple[str, int] | None = _caller_site(2)
 
     def __bool__(self) -> bool:
         return False
@@ -135,14 +135,14 @@ def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
     if result is None or isinstance(result, (bool, int, float, np.bool_, np.number)):
         if result:
             return None, None
-        refusal = Reject(f"check returned {result!r}")
-        refusal.site = None  # the check's own ``return False``, not a reject() call
-        return refusal, None
+        declined = Reject(f"check returned {result!r}")
+        declined.site = None  # the check's own ``return False``, not a reject() call
+        return declined, None
     return None, result
 
 
 # -- what a check and a rewrite receive ----------------------------------------------------
-class NodeMap(Mapping):
+class NodeMap(Mapping[DFPattern, list[Any]]):
     """Pattern -> ``[matched expression]``, Relay's ``node_map``.
 
     Also carries the check's :attr:`plan` (``None`` when the check returned ``True``), so
@@ -155,7 +155,7 @@ class NodeMap(Mapping):
         self._match = match
         self.plan = plan
 
-    def __getitem__(self, pattern: DFPattern) -> list:
+    def __getitem__(self, pattern: DFPattern) -> list[Any]:
         repeated = self._match.repeated.get(pattern)
         if repeated is not None:  # a dominator's path: every path node, as Relay listed them
             return list(repeated)
@@ -180,6 +180,7 @@ class NodeMap(Mapping):
 
     @property
     def match(self) -> Match:
+        """The pattern matcher's record underneath, for what roles do not name."""
         return self._match
 
 
@@ -221,6 +222,7 @@ class RoleMatch:
 
     @property
     def root(self) -> Any:
+        """The matched root expression (a subclass says which, for several roots)."""
         raise NotImplementedError
 
     def _pattern(self, key: str | DFPattern) -> DFPattern:
@@ -326,7 +328,8 @@ class RuleMatch(RoleMatch):
 
     def tag(self, tag: str) -> str | None:
         """The name of the alternative of ``alt(..., tag=tag)`` that matched (``None``:
-        no alternative of that tag is part of the match); see :func:`patternkit.dpl.alt`."""
+        no alternative of that tag is part of the match); see :func:`patternkit.dpl.alt`.
+        """
         return self._match.tag(tag)
 
     def var_of(self, key: str | DFPattern) -> Any:
@@ -358,7 +361,9 @@ class variant_method:  # noqa: N801  (a decorator, named like staticmethod and c
         self.__wrapped__ = method
 
     def __get__(self, instance: Any, owner: type) -> Callable[..., Any]:
-        return self.method.__get__(owner() if instance is None else instance, owner)
+        bound: Callable[..., Any] = self.method.__get__(
+            owner() if instance is None else instance, owner)
+        return bound
 
 
 # -- the rules -----------------------------------------------------------------------------
@@ -418,7 +423,8 @@ class Rule:
 
     def validate(self) -> None:
         """Raise :class:`PatternError` unless the rule has what it matches: a patternkit
-        pattern, or a valid context."""
+        pattern, or a valid context.
+        """
         if self.multi_root:
             if not isinstance(self.context, PatternContext):
                 raise PatternError(f"{self.name}.context must be a patternkit PatternContext; "
@@ -536,7 +542,7 @@ class CompositeRule(Rule):
         renamed.compiler = _compiler_name(type(self).__name__, compiler)
         return renamed
 
-    def entry(self) -> tuple:
+    def entry(self) -> tuple[str, DFPattern | None, Callable[[Any, NodeMap], Any] | None]:
         """``(name, pattern, check)`` for a hand-built pattern table.
 
         ``check`` is Relay's ``check(pre, node_map)``; it runs this rule's check on the
@@ -555,7 +561,8 @@ class CompositeRule(Rule):
 
 def check_of(rule: Rule) -> MatchCheck | None:
     """``rule.check``, or ``None`` when the rule accepts every match (it does not override
-    :meth:`Rule.check`): the engines then skip the call."""
+    :meth:`Rule.check`): the engines then skip the call.
+    """
     return None if type(rule).check is Rule.check else rule.check
 
 

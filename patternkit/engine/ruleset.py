@@ -12,7 +12,7 @@ order is the priority).  Nothing is registered anywhere: a set is only what it h
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
 from ..errors import PatternError
 from .rule import CompositeRule, Rule, is_rule, require_instance
@@ -38,13 +38,13 @@ class RuleSet:
 
     __slots__ = ("_rules",)
 
-    def __init__(self, rules: Iterable[Rule] = ()):
+    def __init__(self, rules: Iterable[Rule] | Rule = ()):
         require_instance(rules, "RuleSet")
-        if is_rule(rules):
-            rules = (rules,)
+        # Rules, and adapters onto one (a DFPatternCallback), as given.
+        items: Iterable[Any] = (rules,) if is_rule(rules) else cast("Iterable[Rule]", rules)
         kept: list[Rule] = []
         by_name: dict[str, Rule] = {}
-        for i, rule in enumerate(rules):
+        for i, rule in enumerate(items):
             require_instance(rule, f"RuleSet item {i}")
             if not is_rule(rule):
                 raise PatternError(f"a RuleSet holds rules (RewriteRule, DFPatternCallback, "
@@ -111,6 +111,7 @@ class RuleSet:
     # -- queries -------------------------------------------------------------------------------
     @property
     def names(self) -> tuple[str, ...]:
+        """The rules' dotted names, in application order."""
         return tuple(rule.name for rule in self._rules)
 
     def by_prefix(self, prefix: str) -> RuleSet:
@@ -132,7 +133,8 @@ class RuleSet:
 
     def rewrite_rules(self) -> RuleSet:
         """The rewrite rules (what :func:`patternkit.rewrite` applies): every member that is
-        not a :class:`CompositeRule` (a ``DFPatternCallback`` is one, as it was given)."""
+        not a :class:`CompositeRule` (a ``DFPatternCallback`` is one, as it was given).
+        """
         return RuleSet(rule for rule in self._rules if not isinstance(rule, CompositeRule))
 
     def composites(self) -> RuleSet:

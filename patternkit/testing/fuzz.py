@@ -66,6 +66,7 @@ from tvm import relax
 
 from ..byoc import CompositeLog, merge_composite
 from ..dpl import explain
+from ..dpl.pattern import as_pattern
 from ..engine import (
     CompositeRule,
     NoSuchExample,
@@ -534,8 +535,7 @@ def _verify_instance(rule: Rule, knobs: dict, report: TargetReport, timeout: flo
         reasons = [s.reason for s in composite_log.skipped if getattr(s, "reason", "")]
     else:
         rewrite_log = RewriteLog()
-        outcome = apply_transform(lambda m: rewrite(rule, m, log=rewrite_log),  # type: ignore[arg-type]  # one Rule type: issue 33.1
-                                  mod, timeout)
+        outcome = apply_transform(lambda m: rewrite(rule, m, log=rewrite_log), mod, timeout)
         fired = rewrite_log.count() > 0
         reasons = rewrite_log.reasons(rule.rule_name)
     if not outcome.ok:
@@ -593,7 +593,8 @@ def _near_miss(rule: Rule, mod: tvm.IRModule) -> str | None:
     best = None
     for block in func.body.blocks:
         for binding in block.bindings:
-            text = explain(rule.pattern, binding.value, func)  # type: ignore[arg-type]  # one Rule type: issue 33.1
+            # as_pattern: a multi-root rule (pattern None) is refused as explain refused it
+            text = explain(as_pattern(rule.pattern), binding.value, func)
             if text == "matched":
                 return None  # it matched and was dropped without a reason
             best = text
