@@ -1,4 +1,5 @@
-"""The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``, ``fuzz``, ``bisect``.
+"""The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``,
+``fuzz``, ``bisect``.
 
 Each command is a thin shell over :mod:`patternkit.app.job` (``run``, which returns a
 typed :class:`~patternkit.app.report.JobReport`), :mod:`patternkit.app.coverage`,
@@ -13,7 +14,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
 
@@ -79,7 +80,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _training_summary(training: dict) -> str:
     """``ok``, ``FAILED``, or ``NOT RUN (why)`` when there was nothing to check: a model
-    without a floating-point parameter is not a failed gradient check."""
+    without a floating-point parameter is not a failed gradient check.
+    """
     if "ok" not in training or "reason" in training:
         return f"NOT RUN ({training.get('reason', 'not checked')})"
     return "ok" if training["ok"] else "FAILED"
@@ -143,16 +145,16 @@ VIZ_FORMATS = ("svg", "png", "pdf", "dot", "json", "plain")
 
 
 def _cmd_viz(args: argparse.Namespace) -> int:
+    from ..viz import viz_diff, viz_expr
     from .loading import JobError, entry_function, load_model
     from .rules import resolve_rules
-    from ..viz import viz_diff, viz_expr
 
     mod, _ = load_model(args.model)
     target = Path(args.output)
     fmt = args.format or target.suffix.lstrip(".") or "svg"
     if fmt not in VIZ_FORMATS:
         raise JobError(f"unknown drawing format {fmt!r}: one of {', '.join(VIZ_FORMATS)}")
-    options = {}
+    options: dict[str, Any] = {}
     if args.func is not None:
         options["functions"] = [entry_function(mod, args.func)]
     if args.focus is not None:
@@ -263,6 +265,7 @@ def _add_campaign_options(parser: argparse.ArgumentParser, budget_help: str) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``patternkit`` parser: one subcommand per command, each with its handler."""
     parser = argparse.ArgumentParser(prog="patternkit",
                                      description="Relay-style pattern rewriting on TVM Relax")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -356,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names (default ``sys.argv[1:]``); the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

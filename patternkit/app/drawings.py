@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 #: Seconds ``dot`` may take per attempt; the budget per picture is a few attempts.
 LAYOUT_TIMEOUT = 8.0
 #: Past this many nodes the drawing as it is is not tried: ``dot`` would spend the whole
-#: timeout (a 12-layer GPT-2's 680 nodes did not lay out in 20 s), and the picture would not be readable anyway.
+#: timeout (a 12-layer GPT-2's 680 nodes did not lay out in 20 s), and the picture would
+#: not be readable anyway.
 AS_IS_NODES = 400
 FULL_TIMEOUT = 120.0
 

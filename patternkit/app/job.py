@@ -5,8 +5,8 @@ directly.  The steps, each timed:
 
 1. **load** the model (:mod:`patternkit.app.loading`): a built-in one (default
    ``resnet18``), a zoo model (``zoo:gpt2?batch=dynamic``), a Python file that defines
-   an ``IRModule``, an ``.onnx`` file or a ``.pt2`` file (``torch.export.save``); choose its entry function (``func=``: default
-   ``main``, else the only public function);
+   an ``IRModule``, an ``.onnx`` file or a ``.pt2`` file (``torch.export.save``); choose
+   its entry function (``func=``: default ``main``, else the only public function);
 2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
    library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);
 3. **composites**: ``MergeComposite`` with the composite rules, renamed for
@@ -69,8 +69,14 @@ from ..verification.roundtrip import check_roundtrip
 from ..verification.sites import SiteReport, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
 from .precision import float64_check, low_precision_dtype
-from .report import (JobReport, NumericResult, OffloadSection, RoundTripEntry, SiteValidation,
-                     report_markdown)
+from .report import (
+    JobReport,
+    NumericResult,
+    OffloadSection,
+    RoundTripEntry,
+    SiteValidation,
+    report_markdown,
+)
 from .rules import resolve_rules
 from .summary import op_summary
 
@@ -146,8 +152,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     rules, composites = chosen.rewrite_rules(), chosen.composites().for_compiler(compiler)
     table: Any = composites
     names = list(chosen.names)
+    table_compiler: str | None = compiler  # None: each entry's name says its compiler
     if tables:
-        table, compiler = PatternTable.from_tvm(tables), None
+        table, table_compiler = PatternTable.from_tvm(tables), None
         names = list(rules.names) + list(dict.fromkeys(c.name for c in table))
     target = tables or compiler
     report = JobReport(model=loaded.description, compiler=target, func=entry, patterns=names,
@@ -166,7 +173,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     host_ops: list = []
     if table:
         say(f"forming composites for {target} ...")
-        table = PatternTable(table, compiler)
+        table = PatternTable(table, table_compiler)
         merge_log = CompositeLog()
         merged = _well_formed(step("composites", merge_composite, rewritten, table,
                                    log=merge_log), "MergeComposite")
@@ -174,7 +181,7 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
         host_ops = offload.host_ops
         report.offload = OffloadSection(offload.composites, offload.offloaded_ops,
                                         [str(h) for h in host_ops])
-        after = _well_formed(step("partition", partition_graph, merged, compiler),
+        after = _well_formed(step("partition", partition_graph, merged, table_compiler),
                              "PartitionGraph")
     report.ops = op_summary(before[entry], log.records, merged, host_ops, target)
 
@@ -245,7 +252,8 @@ def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteL
     """The report's ``sites`` section: every rewrite validated on its own
     (:func:`~patternkit.verification.sites.validate_sites`), each held to its rule's
     tolerance, a miss arbitrated against the site in float64.  Never raises: a
-    validation that cannot run is NOT RUN with the reason."""
+    validation that cannot run is NOT RUN with the reason.
+    """
     from ..training.precision import as_float64  # loads only when a site needs it
 
     try:
@@ -258,7 +266,7 @@ def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteL
 
 
 def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedModel,
-                   entry: str, options: Mapping[str, Any], first_sizes: Mapping[str, int],
+                   entry: str, options: Mapping[str, Any], first_sizes: dict[str, int],
                    step: Callable, say: Callable[[str], None]
                    ) -> tuple[NumericResult, list | None]:
     """``(the report's numeric section, the inputs of the first comparison)``: before
@@ -328,7 +336,8 @@ _STATUS_RANK = {numeric.FAIL: 0, numeric.INCONCLUSIVE: 1, "not_run": 2, numeric.
 
 def _combined_status(comparisons: Sequence[numeric.Comparison]) -> dict[str, Any]:
     """The verdict of comparisons made at several sizes: a failure anywhere fails, weak
-    evidence anywhere cannot pass."""
+    evidence anywhere cannot pass.
+    """
     for status in (numeric.FAIL, numeric.REFUSED, numeric.INCONCLUSIVE):
         found = [c for c in comparisons if c.status == status]
         if found:
@@ -364,7 +373,8 @@ def _smallest_sizes(loaded: LoadedModel, first: Mapping[str, int],
                     roles: Mapping[str, str]) -> dict[str, int]:
     """The entry's symbolic dimensions at their smallest sizes (a zoo model's lower bound,
     else 1), where that differs from the first check's: a rewrite that is only right
-    when a dimension is not 1 (a broadcast it took for an identity) shows there."""
+    when a dimension is not 1 (a broadcast it took for an identity) shows there.
+    """
     bounds = loaded.zoo.dim_bounds if loaded.zoo is not None else {}
     smallest = {var: int(bounds.get(roles.get(var), (1, None))[0]) for var in first}
     return {var: size for var, size in smallest.items() if size != first[var]}

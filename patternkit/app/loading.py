@@ -8,9 +8,10 @@ are logged) or a ``.pt2`` file saved by ``torch.export.save`` (imported with
 A ``.pt2`` file's weights are bound as constants unless the spec asks otherwise, spelt
 as a zoo model spells it (``model.pt2?keep_params=true``, ``patternkit run model.pt2
 --keep-params``): as constants there is nothing for ``--train`` to differentiate, as
-parameters the job draws them like any input.  Its entry function is the one the user names, else ``main``, else the
-only public function: importers and hand-written modules do not all call it ``main``
-(``forward``), and a guess among several would check the wrong function.
+parameters the job draws them like any input.  Its entry function is the one the user
+names, else ``main``, else the only public function: importers and hand-written modules
+do not all call it ``main`` (``forward``), and a guess among several would check the
+wrong function.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, cast
 from urllib.parse import parse_qsl
 
 import tvm
@@ -27,8 +28,7 @@ from tvm import relax
 
 from ..errors import PatternkitError
 from ..models import BUILTIN_MODELS, ZooError, zoo_model
-from ..models.zoo import PREFIX as ZOO_PREFIX
-from ..models.zoo import Option
+from ..models.zoo import PREFIX as ZOO_PREFIX, Option
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ class LoadedModel:
     """A loaded model: the module, how to name it, the zoo build it came from, what
     was rewritten in the source before TVM imported it (the ONNX fix-ups), and the
     weights a ``.pt2`` file's import kept as parameters (name -> array, the values it
-    was saved with)."""
+    was saved with).
+    """
 
     mod: tvm.IRModule
     description: str
@@ -79,7 +80,8 @@ def keep_params_spec(spec: str | Path | None) -> str:
 
 def _split_options(text: str) -> tuple[Path, dict[str, str]]:
     """``(path, raw options)`` of a file spec ``path[?key=value&...]``.  A file whose
-    name holds a ``?`` is taken as it is."""
+    name holds a ``?`` is taken as it is.
+    """
     if "?" not in text or Path(text).is_file():
         return Path(text), {}
     name, _, query = text.partition("?")
@@ -122,7 +124,9 @@ def load(spec: str | Path | None = None, *, keep_params: bool | None = None) -> 
     if keep_params:
         keep_params_spec(text)  # only a zoo model or a .pt2 file has weights to keep
     if text in BUILTIN_MODELS:
-        return LoadedModel(BUILTIN_MODELS[text](), f"builtin:{text}")
+        # the table mixes builders mypy joins to `function`; each builds with its defaults
+        build = cast(Callable[[], tvm.IRModule], BUILTIN_MODELS[text])
+        return LoadedModel(build(), f"builtin:{text}")
     if text.startswith(ZOO_PREFIX):
         try:
             model = zoo_model(text, **({} if keep_params is None else
@@ -209,7 +213,8 @@ def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
         import onnx
         from tvm.relax.frontend.onnx import from_onnx
     except ImportError as err:
-        raise JobError("loading .onnx needs the onnx extra: pip install 'patternkit[onnx]'") from err
+        raise JobError("loading .onnx needs the onnx extra: "
+                       "pip install 'patternkit[onnx]'") from err
     from ..models.onnx_fixups import prepare_for_tvm
 
     try:
@@ -234,7 +239,8 @@ def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
 def _load_exported_program(path: Path, keep_params: bool = False
                            ) -> tuple[tvm.IRModule, dict, tuple[str, ...]]:
     """``(module, kept weights, the fix-ups applied after from_exported_program)`` of a
-    ``.pt2`` file; the weights are parameters after the inputs when ``keep_params``."""
+    ``.pt2`` file; the weights are parameters after the inputs when ``keep_params``.
+    """
     try:
         import torch
     except ImportError as err:

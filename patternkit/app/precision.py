@@ -124,7 +124,8 @@ def _float64_outputs(before: tvm.IRModule, func_name: str,
                      inputs: list[np.ndarray]) -> list[np.ndarray]:
     """``before``'s ``func_name`` recomputed in float64 on ``inputs`` (floating inputs
     widened, float16 and bfloat16 included; see
-    :func:`~patternkit.training.precision.as_float64` for what it writes out)."""
+    :func:`~patternkit.training.precision.as_float64` for what it writes out).
+    """
     from ..training.precision import as_float64  # the training package loads when needed
 
     wide = tvm.IRModule({func_name: as_float64(before[func_name], func_name)})
@@ -136,7 +137,8 @@ def _float64_outputs(before: tvm.IRModule, func_name: str,
 def _not_run(reason: str, imported: list[np.ndarray], rewritten: list[np.ndarray],
              rtol: float, atol: float) -> dict[str, Any]:
     """The result of an arbitration that could not run: NOT RUN with the reason, and the
-    float32 comparison's verdict as ``ok`` (the caller's verdict stands)."""
+    float32 comparison's verdict as ``ok`` (the caller's verdict stands).
+    """
     fallback = numeric.compare_outputs(imported, rewritten, rtol=rtol, atol=atol)
     nan = float("nan")
     return {"status": "not_run", "reason": reason, "ok": fallback.ok, "slack": SLACK,
@@ -146,7 +148,8 @@ def _not_run(reason: str, imported: list[np.ndarray], rewritten: list[np.ndarray
 
 def _distance(got: list[np.ndarray], truth: list[np.ndarray]) -> tuple[float, float]:
     """Max abs distance, and the largest relative distance of an output as a whole
-    (``norm(got - truth) / norm(truth)`` over the truth's finite elements)."""
+    (``norm(got - truth) / norm(truth)`` over the truth's finite elements).
+    """
     if len(got) != len(truth) or any(g.shape != t.shape for g, t in zip(got, truth)):
         return float("inf"), float("inf")
     worst = relative = 0.0

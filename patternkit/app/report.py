@@ -30,7 +30,8 @@ _NAN = float("nan")
 
 class _ReadsLikeTheOldDict:
     """``section["key"]``, ``section.get("key")`` and ``"key" in section`` read
-    :meth:`to_dict`, as the ``dict`` the section replaces did; deprecated."""
+    :meth:`to_dict`, as the ``dict`` the section replaces did; deprecated.
+    """
 
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -54,7 +55,8 @@ class _ReadsLikeTheOldDict:
 @dataclass
 class OffloadSection:
     """What the external compiler got: composites per entry, op calls offloaded, and each
-    op call left on the host with the reason (:class:`patternkit.byoc.HostOp`, as text)."""
+    op call left on the host with the reason (:class:`patternkit.byoc.HostOp`, as text).
+    """
 
     composites: dict[str, int] = field(default_factory=dict)
     offloaded_ops: int = 0
@@ -108,6 +110,7 @@ class NumericResult(_ReadsLikeTheOldDict):
         return cls(ok=False, not_built=side, build_error=error, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
+        """The section as ``report.json`` writes it: the fields that are set."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if getattr(self, f.name) is not None}
 
@@ -142,6 +145,7 @@ class SiteValidation(_ReadsLikeTheOldDict):
         return self.report is not None or self.not_run is not None
 
     def to_dict(self) -> dict[str, Any]:
+        """The section as ``report.json`` writes it (empty when no site was validated)."""
         if self.not_run is not None:
             return {"ok": True, "not_run": self.not_run}
         return self.report.to_dict() if self.report is not None else {}
@@ -150,7 +154,8 @@ class SiteValidation(_ReadsLikeTheOldDict):
 @dataclass
 class RoundTripEntry(_ReadsLikeTheOldDict):
     """A fuse/defuse round trip: the verdict, the difference, and the dead bindings the
-    fusion dropped (not compared: nothing reads them), so that nothing is hidden."""
+    fusion dropped (not compared: nothing reads them), so that nothing is hidden.
+    """
 
     ok: bool
     difference: str | None = None
@@ -165,13 +170,15 @@ class RoundTripEntry(_ReadsLikeTheOldDict):
                    [str(d) for d in result.dropped_dead])
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as ``report.json`` writes it."""
         return asdict(self)
 
 
 @dataclass
 class JobReport:
     """What :func:`patternkit.app.job.run` did; also written as ``report.json`` and
-    ``report.md``."""
+    ``report.md``.
+    """
 
     model: str
     compiler: str
@@ -192,6 +199,7 @@ class JobReport:
 
     @property
     def ok(self) -> bool:
+        """The job's verdict: numerics, every rewrite site, round trips and training."""
         return (self.numeric_ok and self.sites.ok
                 and all(r.ok for r in self.roundtrip.values())
                 and self.training.get("ok", True))
@@ -199,7 +207,8 @@ class JobReport:
     @property
     def numeric_ok(self) -> bool:
         """The whole-model comparison passed, or it was no evidence (outputs all zero,
-        constant or tiny) and every rewrite site was validated instead."""
+        constant or tiny) and every rewrite site was validated instead.
+        """
         if self.numeric.ok:
             return True
         if self.numeric.status != numeric.INCONCLUSIVE:
@@ -234,14 +243,17 @@ class JobReport:
     # the offload section under the names JobReport had before it was a section
     @property
     def composites(self) -> dict[str, int]:
+        """Composites formed, per pattern table entry (``offload.composites``)."""
         return self.offload.composites
 
     @property
     def offloaded_ops(self) -> int:
+        """Op calls the external compiler got (``offload.offloaded_ops``)."""
         return self.offload.offloaded_ops
 
     @property
     def host_ops(self) -> list[str]:
+        """Op calls left on the host, with the reason (``offload.host_ops``)."""
         return self.offload.host_ops
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,7 +288,8 @@ _LISTED_SITES = 12
 
 def _sites_markdown(sites: SiteValidation) -> list[str]:
     """The report's per-site section: a line per rule, then every failure (rule,
-    function, binding, error) and the sites that could not run, with the reason."""
+    function, binding, error) and the sites that could not run, with the reason.
+    """
     if not sites:
         return []
     lines = ["", "## Rewrite sites (each rewrite run on its own: the model's values and "
@@ -307,7 +320,8 @@ def _sites_markdown(sites: SiteValidation) -> list[str]:
 
 def _numeric_markdown(n: NumericResult) -> list[str]:
     """The numeric check: NOT RUN, FAILED TO BUILD, REFUSED, INCONCLUSIVE or the
-    figures, then how the dimensions, the float64 arbitration and the inputs were set."""
+    figures, then how the dimensions, the float64 arbitration and the inputs were set.
+    """
     lines = ["", "## Numeric check (llvm VM, seeded random inputs)", ""]
     if n.not_built == "before":
         lines += ["NOT RUN: the model as imported does not build for llvm, so nothing could "
@@ -368,7 +382,8 @@ def _numeric_markdown(n: NumericResult) -> list[str]:
 
 def report_markdown(report: JobReport) -> str:
     """``report.md``: the verdict and what it rests on, the per-op table, then each
-    section."""
+    section.
+    """
     verdict = "PASS" if report.ok else "FAIL"
     lines = [f"# patternkit run: {verdict}", "",
              f"* evidence: {report.evidence}",

@@ -1,9 +1,9 @@
-"""The rules a job applies: library names, the user's rule objects, or rule files.
+r"""The rules a job applies: library names, the user's rule objects, or rule files.
 
 ``patterns=`` (and ``--patterns``) takes any mix of
 
 * library names (``"batchnorm.collapse"``, ``"byoc.conv2d_add_relu"``);
-* rule instances and :class:`~patternkit.engine.ruleset.RuleSet`\\ s (Python only);
+* rule instances and :class:`~patternkit.engine.ruleset.RuleSet`\ s (Python only);
 * ``"rules.py:NAME"``: the rule, rule list or RuleSet called ``NAME`` in that file;
 * ``"rules.py"``: every rule instance defined at the top level of that file.
 

@@ -48,7 +48,8 @@ _weights = {weights}
 
 def _constants_in_print_order(mod: tvm.IRModule, text: str) -> list:
     """Tensor constants in the order the printer numbers them: functions as printed,
-    bindings in order, arguments left to right, each constant once."""
+    bindings in order, arguments left to right, each constant once.
+    """
     order = re.findall(r"^    def (\w+)\(", text, flags=re.M)
     funcs = {gv.name_hint: f for gv, f in mod.functions.items()}
     found: list = []

@@ -1,6 +1,6 @@
-"""The report's per-op summary: every op of the model, how many, and where each went.
+r"""The report's per-op summary: every op of the model, how many, and where each went.
 
-A reader of ``report.md`` first wants the shape of the result (the 20 ``conv2d``\\ s went
+A reader of ``report.md`` first wants the shape of the result (the 20 ``conv2d``\ s went
 to the compiler, the ``max_pool2d`` stayed on the host because nothing covers it) before
 the per-binding list.  Each op of the entry function is followed to
 
@@ -18,8 +18,7 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..ir import compat as C
-from ..ir import kinds as K
+from ..ir import compat as C, kinds as K
 
 
 @dataclass
@@ -31,6 +30,7 @@ class OpSummary:
     went: dict[str, int] = field(default_factory=dict)
 
     def where(self) -> str:
+        """Where the op's calls went, as the table's last column."""
         return "; ".join(f"{dest} ({n})" for dest, n in self.went.items()) or "unchanged"
 
 
@@ -75,13 +75,13 @@ def _composite_ops(mod: tvm.IRModule, compiler: str) -> Counter:
 
 def op_summary(before: relax.Function, records: Iterable[Any], composites_mod: tvm.IRModule | None,
                host_ops: Iterable[Any], compiler: str) -> list[OpSummary]:
-    """The per-op rows, most frequent op first.
+    r"""The per-op rows, most frequent op first.
 
     ``records`` are the rewrite log's records (``.rule``, ``.replaced_vars``); only the
     bindings of ``before`` count (a rule that rewrote another rule's output is not
     credited with ops of the model).  ``composites_mod``
     the module after ``MergeComposite`` (``None``: no composites formed), ``host_ops`` the
-    offload report's :class:`~patternkit.byoc.reports.offload.HostOp`\\ s.
+    offload report's :class:`~patternkit.byoc.reports.offload.HostOp`\ s.
     """
     ops = _ops(before)
     rows = {op: OpSummary(op, n) for op, n in Counter(ops.values()).most_common()}
@@ -105,6 +105,7 @@ def op_summary(before: relax.Function, records: Iterable[Any], composites_mod: t
 
 
 def markdown_table(rows: list[OpSummary]) -> list[str]:
+    """``report.md``'s per-op table, one line per row."""
     lines = ["| op | count | where it went |", "| --- | ---: | --- |"]
     lines += [f"| `{r.op}` | {r.count} | {r.where()} |" for r in rows]
     return lines

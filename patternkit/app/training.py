@@ -9,9 +9,10 @@ weights and example inputs: at uniform random weights in [-1, 1] a transformer's
 are so large that the central differences do not settle (GPT-2's early layers were 80 %
 off while TVM's gradients there matched torch autograd).  Symbolic dimensions are bound
 to the sizes the check runs at first: TVM 0.27's ``Gradient`` fails ("key is not in
-Map") on a function whose shapes compute with one (docs/tvm-bugs.md).  Models whose entry function takes no
-floating-point parameter (weights bound as constants, integer inputs only: a token model
-loaded from a ``.pt2`` without ``keep_params``) have nothing to differentiate.  The
+Map") on a function whose shapes compute with one (docs/tvm-bugs.md).  Models whose entry
+function takes no floating-point parameter (weights bound as constants, integer inputs
+only: a token model loaded from a ``.pt2`` without ``keep_params``) have nothing to
+differentiate.  The
 check is then NOT RUN, with the reason: not passed, since nothing was checked, and not
 failed, since nothing is wrong with the model.  Its section carries ``"status":
 "not_run"`` and no ``"ok"``, which the job's verdict reads as "does not decide".
@@ -56,7 +57,8 @@ def train_check(mod: tvm.IRModule, func: str, *, seed: int = 0,
     checked = check_gradients(lossy, grads, loss_name, seed=seed, positive=("var",),
                               int_ranges=dict(int_ranges or {}), inputs=inputs)
     section = {
-        "ok": checked.ok, "status": "pass" if checked.ok else "fail", "loss": "sum", "wrt": wrt, "reference": checked.reference,
+        "ok": checked.ok, "status": "pass" if checked.ok else "fail", "loss": "sum", "wrt": wrt,
+        "reference": checked.reference,
         "at": ("the model's own weights" if inputs is not None else f"random inputs (seed {seed})")
         + (f", {', '.join(f'{k} = {v}' for k, v in sizes.items())}" if sizes else ""),
         "rtol": checked.rtol, "atol": checked.atol, "loss_error": checked.loss_error,
@@ -71,7 +73,8 @@ def train_check(mod: tvm.IRModule, func: str, *, seed: int = 0,
 
 def training_markdown(section: Mapping[str, Any]) -> list[str]:
     """The report's gradient-check section; a check that did not run says NOT RUN and why
-    (whatever else decides the verdict), never "ok" or "FAILED"."""
+    (whatever else decides the verdict), never "ok" or "FAILED".
+    """
     lines = ["## Gradient check (`--train`)", ""]
     if "reason" in section:
         return lines + [f"NOT RUN: {section['reason']}"]

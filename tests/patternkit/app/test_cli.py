@@ -48,8 +48,8 @@ def test_run_a_python_model_with_chosen_patterns(tmp_path, capsys):
 
 def test_run_an_onnx_model(tmp_path):
     onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
     import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), "float32") * 0.1, "W")
     graph = helper.make_graph(
@@ -534,7 +534,7 @@ import patternkit as pk
 from tvm import relax
 
 class CountNegatives(pk.RewriteRule):
-    \"\"\"sigmoid(x) -> a cumsum of bools cast to float: well formed, but llvm cannot build it.\"\"\"
+    \"\"\"sigmoid(x) -> cumsum of bools cast to float: well formed, but llvm cannot build it.\"\"\"
 
     name = "user.break_the_build"
 

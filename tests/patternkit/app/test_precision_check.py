@@ -164,7 +164,8 @@ def test_a_gelu_to_relu_rule_on_bert_ends_in_a_failed_report_not_a_traceback(zoo
             return relax.op.nn.relu(match.x)
 
     zoo("bert")  # skips without the extras
-    report = run("zoo:bert?layers=1&hidden=32&heads=2", patterns=[GeluToRelu()], out_dir=None, draw=False)
+    report = run("zoo:bert?layers=1&hidden=32&heads=2", patterns=[GeluToRelu()], out_dir=None,
+                 draw=False)
     assert report.rewrites.get("user.gelu_to_relu", 0) >= 1
     assert not report.ok and not report.numeric.ok
     assert report.numeric.float64["status"] == "fail", report.numeric.float64

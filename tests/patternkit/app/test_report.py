@@ -6,8 +6,13 @@ import json
 
 import pytest
 
-from patternkit.app.report import (JobReport, NumericResult, RoundTripEntry, SiteValidation,
-                                   report_markdown)
+from patternkit.app.report import (
+    JobReport,
+    NumericResult,
+    RoundTripEntry,
+    SiteValidation,
+    report_markdown,
+)
 from patternkit.verification.sites import Site, SiteReport
 
 
