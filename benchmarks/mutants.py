@@ -545,17 +545,16 @@ def run_one(rule: Any, kind: str, label: str, model: Any, *, with_library: bool 
     row["seconds"] = round(time.perf_counter() - start, 2)
     row["change"] = journal.changes[0] if journal.changes else ""
     row["sites"] = len(journal.pairs)
-    failing = [s for s in report.sites.get("sites", [])
-               if s.get("status") == "fail" and s.get("rule") == rule.rule_name]
+    failing = [s for s in _sites(report) if s.status == "fail" and s.rule == rule.rule_name]
     numeric = report.numeric
-    whole = (f"whole model {numeric.get('status')}, max abs "
-             f"{numeric.get('max_abs_error', float('nan')):.2g}")
+    max_abs = numeric.max_abs_error if numeric.max_abs_error is not None else float("nan")
+    whole = f"whole model {numeric.status}, max abs {max_abs:.2g}"
     # A run that fails with no site failed and no whole-model miss judged nothing: its
     # sites were NOT RUN and the whole-model comparison was no evidence.  That is the
     # oracle refusing to pass, not catching anything, and the table says so.
-    unjudged = [s.get("reason", "") for s in report.sites.get("sites", [])
-                if s.get("status") == "not_run" and s.get("rule") == rule.rule_name]
-    refused = (not report.ok and not failing and numeric.get("status") != "fail"
+    unjudged = [s.reason for s in _sites(report)
+                if s.status == "not_run" and s.rule == rule.rule_name]
+    refused = (not report.ok and not failing and numeric.status != "fail"
                and bool(unjudged))
     if kind == UNMUTATED:
         row["verdict"] = ("pass" if report.ok else "not judged (run fails)" if refused
@@ -588,18 +587,23 @@ def run_one(rule: Any, kind: str, label: str, model: Any, *, with_library: bool 
     return row
 
 
+def _sites(report: Any) -> list:
+    """The job report's validated sites (:class:`patternkit.verification.sites.Site`)."""
+    found = report.sites.report
+    return found.sites if found is not None else []
+
+
 def _failure(report: Any, failing: list, whole: str) -> str:
     """The evidence a failing run gives: the first failed site's draw, or the whole model."""
     if failing:
         site = failing[0]
-        draws = [d for d in site.get("inputs", []) if ": fail" in d]
-        draw = draws[0].split(":")[0] if draws else site.get("reason", "")[:80]
-        return (f"site {site.get('binding')} ({draw}), max rel "
-                f"{site.get('max_rel_error', float('nan')):.2g}; {whole}")
-    failed = [s for s in report.sites.get("sites", []) if s.get("status") == "fail"]
+        draws = [d for d in site.inputs if ": fail" in d]
+        draw = draws[0].split(":")[0] if draws else site.reason[:80]
+        return f"site {site.binding} ({draw}), max rel {site.max_rel_error:.2g}; {whole}"
+    failed = [s for s in _sites(report) if s.status == "fail"]
     if failed:
-        return f"site of {failed[0].get('rule')} failed; {whole}"
-    bad = [k for k, v in report.roundtrip.items() if not v.get("ok")]
+        return f"site of {failed[0].rule} failed; {whole}"
+    bad = [k for k, v in report.roundtrip.items() if not v.ok]
     return whole + (f"; round trip {', '.join(bad)} failed" if bad else "")
 
 

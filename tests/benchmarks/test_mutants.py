@@ -67,7 +67,7 @@ def test_a_zero_output_model_leaves_the_whole_model_comparison_inconclusive(muta
 
     weak = mutants.attenuated(rule.example(), 0.0)
     report = job.run(weak, patterns=[rule], out_dir=None, draw=False)
-    assert report.numeric["status"] == "inconclusive"
+    assert report.numeric.status == "inconclusive"
     assert report.ok, report.evidence
 
 
