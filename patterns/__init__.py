@@ -26,7 +26,7 @@ library, so applying both together would loop.  Training graphs use it, before
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from patternkit.engine import CompositeRule, Rule, RuleSet
 
@@ -44,7 +44,7 @@ def _built(entry: Any, *args: Any) -> Rule:
 def _family_rules(module: Any) -> RuleSet:
     """A family module's rules (``RULES``, then ``COMPOSITES``) as a rule set."""
     rules = [_built(entry) for entry in module.RULES]
-    rules += [_built(entry, COMPOSITE_PREFIX).for_compiler(COMPOSITE_PREFIX)
+    rules += [cast(CompositeRule, _built(entry, COMPOSITE_PREFIX)).for_compiler(COMPOSITE_PREFIX)
               for entry in getattr(module, "COMPOSITES", ())]
     return RuleSet(rules)
 

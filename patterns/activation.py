@@ -65,7 +65,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import is_op, is_scalar, products, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import dtype_of, from_expr, type_of
 
 #: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
@@ -95,7 +95,7 @@ def _const(value: float, dtype: str) -> relax.Expr:
 
 
 # -- guards ------------------------------------------------------------------------------------
-def _check_shape_kept(match: RuleMatch, op: str) -> Any:
+def _check_shape_kept(match: RoleMatch, op: str) -> Any:
     """Refuse when the pattern's constants broadcast ``x`` to a higher rank.
 
     A number in a pattern matches a one-element constant of any shape; ``x * c`` with
@@ -128,11 +128,12 @@ class GeluCollapse(RewriteRule):
         legalised = self.x * (self.erf * 0.5 + 0.5)  # TVM's legalisation of R.nn.gelu
         self.pattern = written | legalised
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept unless the constants change ``x``'s rank."""
         return _check_shape_kept(match, "R.nn.gelu")
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """``R.nn.gelu(x)`` in place of the written-out erf form."""
         return relax.op.nn.gelu(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
@@ -140,6 +141,9 @@ class GeluCollapse(RewriteRule):
         return gelu_written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The spellings of the erf form met in exports: the half first, last or inside,
+        legalised, the erf argument multiplied or divided; two dtypes and the shared shapes.
+        """
         return {"dtype": ("float32", "float16"), "shape": SHAPES,
                 "spelling": ("half_first", "half_last", "half_inner", "legalised"),
                 "erf_argument": ("multiply", "divide")}
@@ -161,11 +165,12 @@ class GeluTanhCollapse(RewriteRule):
         self.tanh = is_op("tanh")(expanded | factored)
         self.pattern = products(0.5, x, self.tanh + 1.0)
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept unless the constants change ``x``'s rank."""
         return _check_shape_kept(match, "R.nn.gelu_tanh")
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """``R.nn.gelu_tanh(x)`` in place of the written-out tanh approximation."""
         return relax.op.nn.gelu_tanh(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
@@ -173,6 +178,9 @@ class GeluTanhCollapse(RewriteRule):
         return gelu_tanh_written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The cube as a power, a product or factored, and the two cubic constants in use;
+        two dtypes and the shared shapes.
+        """
         return {"dtype": ("float32", "float16"), "shape": SHAPES,
                 "cube": ("power", "product", "factored"), "cubic": (CUBIC, 0.0447)}
 
@@ -188,7 +196,8 @@ class SiluCollapse(RewriteRule):
         self.sigmoid = is_op("sigmoid")(self.x)
         self.pattern = self.x * self.sigmoid
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """``R.nn.silu(x)`` in place of ``x * sigmoid(x)``."""
         return relax.op.nn.silu(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
@@ -196,11 +205,12 @@ class SiluCollapse(RewriteRule):
         return swish(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Swish with the sigmoid of ``x`` itself or of a scaled ``x`` (refused); two dtypes."""
         return {"dtype": ("float32", "float16"), "shape": SHAPES, "sigmoid_of": ("x", "scaled")}
 
 
 # -- expansions --------------------------------------------------------------------------------
-def _float_dtype(match: RuleMatch, op: str, allowed: Sequence[str] | None = None) -> Any:
+def _float_dtype(match: RoleMatch, op: str, allowed: Sequence[str] | None = None) -> Any:
     """The dtype of ``x`` as the plan, or a refusal when it is unknown or not allowed."""
     dtype = dtype_of(type_of(match.x))
     if dtype is None:
@@ -223,11 +233,12 @@ class GeluTanhExpand(RewriteRule):
         self.x = wildcard()
         self.pattern = is_op("nn.gelu_tanh")(self.x)
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """The dtype of ``x`` (the plan): the constants are made in it."""
         return _float_dtype(match, "R.nn.gelu_tanh")
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """The tanh approximation in the plan's dtype, as TVM legalises it (the same roundings)."""
         x, dtype = match.x, match.plan
 
         def c(value):
@@ -242,6 +253,7 @@ class GeluTanhExpand(RewriteRule):
         return gelu_tanh_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The float dtypes with a tanh (float64 included) and the shared shapes."""
         return {"dtype": ("float32", "float16", "float64"), "shape": SHAPES}
 
 
@@ -255,11 +267,14 @@ class GeluExpand(RewriteRule):
         self.x = wildcard()
         self.pattern = is_op("nn.gelu")(self.x)
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """The dtype of ``x`` (the plan), one the erf approximation is accurate for."""
         return _float_dtype(match, "R.nn.gelu", allowed=_ERF_DTYPES)
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """GELU as TVM legalises it: scale in the dtype of ``x``, erf in float32, then
+        ``x * (0.5 + 0.5 * erf)``.
+        """
         x, dtype = match.x, match.plan
         # As TVM legalises R.nn.gelu: scale in x's dtype, erf in float32, then
         # x * (0.5 + 0.5 * erf).
@@ -276,12 +291,14 @@ class GeluExpand(RewriteRule):
         return gelu_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The dtypes the erf approximation serves (float64 refused) and the shared shapes."""
         return {"dtype": ("float32", "float16", "bfloat16", "float64"), "shape": SHAPES}
 
 
 def rational_erf(z: relax.Expr) -> relax.Expr:
     """``erf(z)`` for a float32 ``z`` with differentiable operators only (see the module
-    docstring): ``z * P(z^2) / Q(z^2)`` on ``z`` clamped to ``[-4, 4]``, Horner's rule."""
+    docstring): ``z * P(z^2) / Q(z^2)`` on ``z`` clamped to ``[-4, 4]``, Horner's rule.
+    """
     def c(value):
         return _const(value, "float32")
 
@@ -312,7 +329,8 @@ SHAPES = ("batch_seq", "static", "vector")
 
 def example_input(dtype: str = "float32", shape: str = "batch_seq") -> relax.Var:
     """``x`` of an activation example: ``(batch, seq, 16)`` with symbolic ``batch`` and
-    ``seq`` (``"batch_seq"``), ``(2, 8, 16)`` (``"static"``) or ``(16,)`` (``"vector"``)."""
+    ``seq`` (``"batch_seq"``), ``(2, 8, 16)`` (``"static"``) or ``(16,)`` (``"vector"``).
+    """
     dims = {"batch_seq": (tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"), 16),
             "static": (2, 8, 16), "vector": (16,)}[shape]
     return relax.Var("x", relax.TensorType(dims, dtype))
@@ -367,7 +385,8 @@ def swish(dtype: str = "float32", shape: str = "batch_seq",
           sigmoid_of: str = "x") -> tvm.IRModule:
     """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
     writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
-    * x)``, which is not swish (the rule must leave it alone)."""
+    * x)``, which is not swish (the rule must leave it alone).
+    """
     x = example_input(dtype, shape)
     arg = x if sigmoid_of == "x" else x * _const(1.702, dtype)
     return from_expr(x * relax.op.sigmoid(arg))

@@ -59,7 +59,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     const_value,
@@ -128,9 +128,10 @@ class NormGradComposite(CompositeRule):
             is_op("divide")(_plus_upstream(self.dmean), self.mean_count), wildcard()))
         self.pattern_name = NORM_KINDS[kind] + ("" if self.scaled else "_unscaled")
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept when the statistics reduce this kind's axes, ``N`` counts them and gamma
-        (when the chain scales by one) varies along the axes this kind scales."""
+        (when the chain scales by one) varies along the axes this kind scales.
+        """
         x_shape = static_shape(type_of(match.root))
         stats_shape = static_shape(type_of(match.var_of("dstd")))
         mean_stats = static_shape(type_of(match.var_of("dmean")))
@@ -141,7 +142,8 @@ class NormGradComposite(CompositeRule):
                           f"not one keepdims shape of the input {tuple(x_shape)}",
                           at=match.dmean)
         # collapse_sum_to's type inference has proved each statistic dim 1 or the input's
-        reduced, kept = [], []
+        reduced: list[int] = []
+        kept: list[int] = []
         for axis, (stat, dim) in enumerate(zip(stats_shape, x_shape)):
             if not prove_equal(dim, 1):  # a unit axis is reduced and kept alike
                 (reduced if prove_equal(stat, 1) else kept).append(axis)
@@ -164,7 +166,7 @@ class NormGradComposite(CompositeRule):
                               f"{reduced}", at=match[role])
         return True
 
-    def _scaled_axes(self, match: RuleMatch, x_shape: Sequence[Any]) -> set[int] | str | None:
+    def _scaled_axes(self, match: RoleMatch, x_shape: Sequence[Any]) -> set[int] | str | None:
         """The axes gamma varies along (``None`` without a scale); a refusal as a string."""
         if not self.scaled:
             return None
@@ -217,6 +219,9 @@ class NormGradComposite(CompositeRule):
         return norm_gradient(self.kind, self.scaled, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes and the batch sizes that tell this variant's norm apart (a batch norm
+        without gamma over one sample reads as a layer norm's gradient).
+        """
         # without gamma a batch norm over a batch of one is a layer norm's gradient
         batches: tuple = ((2, "n") if self.kind == "layer_norm"
                           else (2, 1) if self.scaled else (2,))
@@ -246,7 +251,7 @@ class FrozenBatchNormGradComposite(CompositeRule):
         self.divide = is_op("divide")(self.scale, self.std)
         self.pattern: DFPattern = self.divide
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept ``dy * gamma / std`` with gamma and std on one channel axis of ``dy``."""
         dy_shape = static_shape(type_of(match.root))
         if dy_shape is None:
@@ -272,6 +277,7 @@ class FrozenBatchNormGradComposite(CompositeRule):
         return frozen_batch_norm_gradient(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, a static or a symbolic batch."""
         return {"dtype": ("float32", "float16"), "batch": (2, "n")}
 
 
@@ -327,7 +333,8 @@ def norm_gradient(kind: str = "batch_norm", scaled: bool = True, dtype: str = "f
 def frozen_batch_norm_gradient(dtype: str = "float32", batch: int | str = 2,
                                seed: int = 0) -> tvm.IRModule:
     """The gradient of ``sum(batch_norm(x, running statistics) * w)`` w.r.t. ``x``,
-    ``gamma`` and ``beta`` (statistics constant), as ``Gradient`` emits it."""
+    ``gamma`` and ``beta`` (statistics constant), as ``Gradient`` emits it.
+    """
     rng = np.random.default_rng(seed)
     n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
     x = relax.Var("x", relax.TensorType((n, 6, 4, 3), dtype))

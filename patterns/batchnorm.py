@@ -23,6 +23,7 @@ norms to a backend with a native kernel or to fold them into a convolution.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import NoSuchExample, RewriteRule, RuleMatch, reject
+from patternkit.engine import NoSuchExample, RewriteRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     const_value,
@@ -55,13 +56,13 @@ class _Parameter:
         self.expanded = is_op("relax.expand_dims")(self.source)
         self.pattern: DFPattern = self.expanded | self.source
 
-    def broadcast_value(self, match: RuleMatch) -> Any:
+    def broadcast_value(self, match: RoleMatch) -> Any:
         """The tensor as it broadcasts against ``x``."""
         if self.expanded in match:
             return match.var_of(self.expanded)
         return match[self.source]
 
-    def channel_source(self, match: RuleMatch) -> Any:
+    def channel_source(self, match: RoleMatch) -> Any:
         """The tensor before ``expand_dims`` (the parameter as the user wrote it)."""
         return match[self.source]
 
@@ -92,10 +93,11 @@ class BatchnormCollapse(RewriteRule):
         self.pattern = gamma * (self.x - mean) / is_op("sqrt")(var + self.eps) + beta
 
     def roles(self) -> dict[str, DFPattern]:
+        """The input, epsilon and the four parameters, each by the node it is read from."""
         return {"x": self.x, "eps": self.eps,
                 **{role: param.source for role, param in self.params.items()}}
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """A :class:`CollapsePlan` when the match is a per-channel batch norm of ``x``."""
         x_ty = type_of(match.x)
         x_shape = static_shape(x_ty)
@@ -123,14 +125,15 @@ class BatchnormCollapse(RewriteRule):
         axis = axes["gamma"]
         return CollapsePlan(axis, x_shape[axis], float(eps_value.reshape(())))
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """One inference-mode ``nn.batch_norm`` of ``x`` on the plan's axis, its first output."""
         plan: CollapsePlan = match.plan
         args = [self._per_channel(role, match, plan.channels) for role in _ROLES]
         bn = relax.op.nn.batch_norm(match.x, *args, axis=plan.axis,
                                     epsilon=plan.epsilon, training=False)
         return relax.TupleGetItem(bn, 0)
 
-    def _per_channel(self, role: str, match: RuleMatch, channels: int) -> Any:
+    def _per_channel(self, role: str, match: RoleMatch, channels: int) -> Any:
         param = self.params[role]
         source = param.channel_source(match)
         if param.expanded in match and same_shape(static_shape(type_of(source)), (channels,)):
@@ -146,10 +149,11 @@ class BatchnormCollapse(RewriteRule):
         """A written-out batch norm: :func:`written_out` with ``knobs``."""
         return written_out(**knobs)
 
-    def example_space(self) -> dict[str, tuple]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         """Layouts and ranks, parameter spellings that broadcast along other axes, channel
         counts equal to the batch (2) or the spatial size (4), symbolic sizes, the three
-        float dtypes, every spelling, a per-channel epsilon, constants."""
+        float dtypes, every spelling, a per-channel epsilon, constants.
+        """
         return {"channels": (3, 4, 2, "c"),
                 "param_shape": ("C11", "1C11", "C", "C1", "full", "mixed"),
                 "layout": ("NCHW", "NHWC"), "rank": (4, 2, 1),
@@ -198,6 +202,7 @@ class BatchnormExpand(RewriteRule):
         self.pattern = self.bn
 
     def roles(self) -> dict[str, DFPattern]:
+        """The batch norm call, the only node this rule reads."""
         return {"bn": self.bn}
 
     def check(self, match: Any) -> Any:
@@ -210,6 +215,7 @@ class BatchnormExpand(RewriteRule):
         return ExpandPlan(rank, shape.values[int(match.bn.attrs.axis) % rank])
 
     def rewrite(self, match: Any) -> Any:
+        """The batch norm written out with the call's moving statistics (inference form)."""
         call = match.bn
         x, gamma, beta, moving_mean, moving_var = call.args
         attrs, rank = call.attrs, match.plan.rank
@@ -246,7 +252,8 @@ class BatchnormExpand(RewriteRule):
         """One ``nn.batch_norm`` call: :func:`batch_norm_call` with ``knobs``."""
         return batch_norm_call(**knobs)
 
-    def example_space(self) -> dict[str, Any]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        """Inference and training calls, the channel axis first or last, two dtypes."""
         return {"training": (False, True), "axis": (1, 3), "dtype": ("float32", "float16")}
 
 
@@ -290,7 +297,7 @@ def written_out(channels: int | str = 3, param_shape: str = "C11", layout: str =
         Seed of the constants.
     """
     rng = np.random.default_rng(seed)
-    sym = {name: tvm.tirx.Var(name, "int64") for name in (channels, batch)
+    sym: dict[int | str, Any] = {name: tvm.tirx.Var(name, "int64") for name in (channels, batch)
            if isinstance(name, str)}
     c, n = (sym.get(v, v) for v in (channels, batch))
     static_c = c if isinstance(c, int) else 3
@@ -345,7 +352,8 @@ def _decomposed(x: Any, params: list, rank: int, layout: str, eps: Any) -> tvm.I
 
 def batch_norm_call(training: bool = False, axis: int = 1, dtype: str = "float32") -> tvm.IRModule:
     """One ``batch_norm`` of ``x: (2, 3, 4, 4)`` (``axis=3``: ``(2, 4, 4, 3)``), all outputs
-    read."""
+    read.
+    """
     shape = (2, 3, 4, 4) if axis == 1 else (2, 4, 4, 3)
     x = relax.Var("x", relax.TensorType(shape, dtype))
     params = [relax.Var(n, relax.TensorType((3,), dtype)) for n in _ROLES]

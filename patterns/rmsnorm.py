@@ -69,7 +69,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
-from patternkit.engine import CompositeRule, RewriteRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RewriteRule, RoleMatch, reject
 from patternkit.ir import NotTrailing, dtype_of, from_expr, static_shape, trailing_axes, type_of
 
 from .layernorm.examples import example_shape
@@ -132,7 +132,7 @@ class RmsNormCollapse(RewriteRule):
         self.scaled = back * self.weight
         self.pattern: DFPattern = self.scaled | back
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """An :class:`RmsNormPlan` when the match is an RMS norm over trailing axes of ``x``."""
         shape, x_dtype = shape_and_dtype(match.x)
         compute_dtype = dtype_of(type_of(match.variance))
@@ -155,7 +155,8 @@ class RmsNormCollapse(RewriteRule):
         return RmsNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], x_dtype,
                            _wider(x_dtype, out_dtype), out_dtype, reshape)
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """One ``nn.rms_norm`` over the plan's axes, widened or without a weight as planned."""
         plan: RmsNormPlan = match.plan
         data = match.x
         if plan.x_dtype != plan.data_dtype:  # widening: exact
@@ -176,6 +177,9 @@ class RmsNormCollapse(RewriteRule):
         return written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The spellings of an RMS norm met in exports (Llama, T5, plain; root, square,
+        epsilon, axes), three dtypes.
+        """
         return {"dtype": ("float32", "float16", "float64"),
                 "spelling": ("llama", "t5", "plain"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "weight": ("per_feature", "none", "full"),
@@ -196,7 +200,7 @@ class RmsNormExpand(RewriteRule):
         self.norm = is_op("nn.rms_norm")(self.x, self.weight)
         self.pattern: DFPattern = self.norm
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept an ``rms_norm`` of float16 or float32 data over trailing axes."""
         shape, dtype = shape_and_dtype(match.x)
         if dtype not in RMS_NORM_DTYPES:
@@ -209,7 +213,8 @@ class RmsNormExpand(RewriteRule):
             return reject(f"{why}: the weight would not broadcast against x", at=match.norm)
         return dtype
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """The RMS norm written out in float32 and cast back to the dtype of ``x``."""
         dtype = match.plan
         attrs = match.norm.attrs
         axes = [int(a) for a in attrs.axes]
@@ -223,10 +228,12 @@ class RmsNormExpand(RewriteRule):
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """One ``rms_norm`` call: :func:`rms_norm_call` with ``knobs`` (``axes=0``: the
-        first axis, and ``dtype="float64"``: refused)."""
+        first axis, and ``dtype="float64"``: refused).
+        """
         return rms_norm_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Three dtypes (float64 refused), ranks, symbolic shapes, and axes (the first refused)."""
         return {"dtype": ("float32", "float16", "float64"), "rank": (3, 2, 4),
                 "axes": (1, 2, 0),
                 "symbolic": (False, True)}
@@ -244,7 +251,7 @@ class RmsNormComposite(CompositeRule):
         self.norm = is_op("nn.rms_norm")(self.x, self.weight)
         self.pattern: DFPattern = self.norm
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept a norm over the last axis (the RMS-norm kernels' layout)."""
         ndim = type_of(match.norm).ndim
         axes = [int(a) for a in match.norm.attrs.axes]
@@ -255,10 +262,12 @@ class RmsNormComposite(CompositeRule):
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """One ``rms_norm`` call: :func:`rms_norm_call` with ``knobs`` (``axes=2`` or ``0``:
-        refused)."""
+        refused).
+        """
         return rms_norm_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, ranks, symbolic shapes; axes other than the last one refused."""
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2, 0),
                 "symbolic": (False, True)}
 

@@ -49,7 +49,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_op, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import type_of
 
 
@@ -98,7 +98,7 @@ class SoftmaxCollapse(RewriteRule):
         self.sum = is_op("sum")(exps)
         self.pattern: DFPattern = numerator / self.sum
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """A :class:`SoftmaxPlan` when the max and the sum reduce the same single axis."""
         ty = type_of(match.x)
         if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
@@ -113,15 +113,20 @@ class SoftmaxCollapse(RewriteRule):
                               at=match.max)
         return SoftmaxPlan(int(match.sum.attrs.axis[0]))
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """One ``nn.softmax`` of ``x`` over the plan's axis."""
         return relax.op.nn.softmax(match.x, axis=match.plan.axis)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """A written-out softmax, shifted by the max or not as this variant expects:
-        :func:`written_out` with ``knobs``."""
+        :func:`written_out` with ``knobs``.
+        """
         return written_out(self.shifted, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, ranks and axes, symbolic shapes; a max over another axis (refused) and
+        the exponentials reused or computed twice.
+        """
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axis": (-1, 1, 0),
                 "symbolic": (False, True), "max_axis": (None, 0), "exps": ("reused", "recomputed")}
 

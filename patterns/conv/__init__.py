@@ -40,9 +40,11 @@ folding would change the numbers).
 """
 
 # The family's rule classes and Relay's pattern are imported from here (tests, users): re-exported.
-from .composite import ConvAddReluComposite as ConvAddReluComposite
-from .composite import Presence as Presence
-from .composite import conv2d_add_relu as conv2d_add_relu
+from .composite import (
+    ConvAddReluComposite as ConvAddReluComposite,
+    Presence as Presence,
+    conv2d_add_relu as conv2d_add_relu,
+)
 from .fold import BatchnormFoldIntoConv
 
 __all__ = ["RULES", "COMPOSITES"]

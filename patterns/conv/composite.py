@@ -8,13 +8,14 @@ check refuses an added tensor that is not a per-channel bias of the conv output;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
 import tvm
 
 from patternkit.dpl import DFPattern, is_constant, is_op, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     dtype_of,
@@ -45,7 +46,7 @@ def conv2d_add_relu() -> DFPattern:
 
     >>> table = [("ccompiler.conv_add_relu", conv2d_add_relu())]
     """
-    r = is_op("nn.conv2d")(wildcard(), wildcard())
+    r: DFPattern = is_op("nn.conv2d")(wildcard(), wildcard())
     r = is_op("add")(r, wildcard()) | r
     return r.optional(lambda x: is_op("nn.relu")(x))
 
@@ -115,7 +116,7 @@ class ConvAddReluComposite(CompositeRule):
                                    Presence.REQUIRED: self.relu, Presence.ABSENT: body}[relu]
         self.pattern_name = "conv2d" + bias.suffix("add") + relu.suffix(activation)
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept unless the added tensor is not a per-channel (or single-value) bias."""
         if "add" not in match:
             return True
@@ -143,16 +144,18 @@ class ConvAddReluComposite(CompositeRule):
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """ResNet's first block in this variant's form: :func:`~.examples.resnet_block` with
-        ``knobs``, its activation this variant's unless ``knobs`` names one."""
+        ``knobs``, its activation this variant's unless ``knobs`` names one.
+        """
         if knobs.get("activation") is None:
             knobs["activation"] = self.activation
         return resnet_block(**knobs)
 
-    def example_space(self) -> dict[str, tuple]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         """Both layouts, three kernel layouts, biases on the channel axis, on another axis
         (4 channels make the later convs' width the channel count), on none, the whole
         output, none; biases as inputs; this variant's activation, the others and none;
-        the float dtypes; a symbolic batch."""
+        the float dtypes; a symbolic batch.
+        """
         others = tuple(a for a in EXAMPLE_ACTIVATIONS if a != self.activation)
         return {"channels": (8, 4), "size": (16,), "seed": (0, 1),
                 "layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI"),

@@ -162,6 +162,7 @@ def conv_batch_norm(conv_bias: bool = False, training: bool = False, channels: i
     dims = {"N": n, "C": 3, "H": 8, "W": 8}
     x = relax.Var("x", relax.TensorType(tuple(dims[a] for a in layout), dtype))
     kernel = {"O": channels, "I": 3, "H": 3, "W": 3}
+    weight: np.ndarray
     if dtype == "int8":
         weight = rng.integers(-4, 4, tuple(kernel[a] for a in kernel_layout))
     else:

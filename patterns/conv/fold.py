@@ -8,6 +8,7 @@ in float64 and rounded once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import is_constant, is_op, is_tuple_get_item, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     call_args,
@@ -62,7 +63,7 @@ class BatchnormFoldIntoConv(RewriteRule):
                                          self.mean, self.var)
         self.pattern = is_tuple_get_item(self.bn, 0)
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """A :class:`FoldPlan` when the batch norm and the conv bias are per-channel."""
         bn, conv = match.bn, match.conv
         if bool(bn.attrs.training):
@@ -106,7 +107,10 @@ class BatchnormFoldIntoConv(RewriteRule):
                                   f"change the numbers", at=added)
         return FoldPlan(channels, channel_axis)
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """The conv with its weight scaled and a bias added (folded in float64, cast back to
+        the weight's and the output's dtypes): the batch norm is gone.
+        """
         plan: FoldPlan = match.plan
         bn, conv = match.bn, match.conv
         weight = const_value(match.weight)
@@ -140,11 +144,12 @@ class BatchnormFoldIntoConv(RewriteRule):
         """A conv, an optional bias and a batch norm: :func:`~.examples.conv_batch_norm`."""
         return conv_batch_norm(**knobs)
 
-    def example_space(self) -> dict[str, tuple]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         """Both data layouts and three kernel layouts, every bias spelling (some broadcast
         along another axis, which 8 output channels make the width), a batch norm along
         the height, training mode, the float dtypes, an int8 conv into float32, a wider
-        ``out_dtype``, a symbolic batch."""
+        ``out_dtype``, a symbolic batch.
+        """
         return {"conv_bias": (False, True), "training": (False, True), "channels": (4, 8),
                 "seed": (0, 1), "layout": ("NCHW", "NHWC"),
                 "kernel_layout": ("OIHW", "HWIO", "OHWI"),

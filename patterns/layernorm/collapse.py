@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.engine import RewriteRule, RoleMatch, reject
 
 from .examples import written_out
 from .guards import (
@@ -61,7 +61,7 @@ class LayerNormCollapse(RewriteRule):
         self.shifted = scaled + self.beta
         self.pattern: DFPattern = self.shifted | scaled
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """A :class:`LayerNormPlan` when the match normalises trailing axes of ``x``."""
         shape, dtype = shape_and_dtype(match.x)
         if dtype not in LAYER_NORM_DTYPES:
@@ -79,7 +79,10 @@ class LayerNormCollapse(RewriteRule):
                             if role in match and per_feature(match[role], shape, k, dtype, role))
         return LayerNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], dtype, reshape)
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """One ``nn.layer_norm`` over the plan's axes; a missing gamma or beta becomes ones or
+        zeros.
+        """
         plan: LayerNormPlan = match.plan
         gamma = (as_feature_tensor(match["gamma"], plan.features, "gamma" in plan.reshape)
                  if "gamma" in match else relax.op.ones(plan.features, plan.dtype))
@@ -93,6 +96,9 @@ class LayerNormCollapse(RewriteRule):
         return written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """The spellings of a layer norm met in exports (root, square, affine parameters,
+        epsilon, axes), each product a real form.
+        """
         return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "affine": ("both", "gamma", "beta", "none"),
                 "root": ("sqrt", "rsqrt", "reciprocal"),

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import tvm
 
 from patternkit.dpl import DFPattern, is_op, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RoleMatch, reject
 from patternkit.ir import static_shape, type_of
 
 from .examples import layer_norm_call
@@ -44,7 +44,7 @@ class LayerNormComposite(CompositeRule):
         self.pattern: DFPattern = self.norm
         self.pattern_name = "add_layer_norm" if self.skip else "layer_norm"
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept a norm over the last axis, with gamma and beta (cutlass's conditions)."""
         norm = match.norm
         attrs = norm.attrs
@@ -68,8 +68,10 @@ class LayerNormComposite(CompositeRule):
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """``layer_norm`` of ``(2, 5, 16)``, after ``x + r`` for the skip variant:
-        :func:`~.examples.layer_norm_call` with ``knobs``."""
+        :func:`~.examples.layer_norm_call` with ``knobs``.
+        """
         return layer_norm_call(residual=self.skip, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, a static or a symbolic shape, one or two normalised axes."""
         return {"dtype": ("float32", "float16"), "symbolic": (False, True), "axes": (1, 2)}

@@ -112,7 +112,8 @@ def layer_norm_call(dtype: str = "float32", rank: int = 3, axes: int = 1,
                     residual: bool = False) -> tvm.IRModule:
     """``layer_norm(x, gamma, beta)`` over the last ``axes`` axes of a rank-``rank`` ``x``
     (shaped by :func:`example_shape`); ``known_rank=False``: an ``x`` of unknown rank;
-    ``residual``: the norm of ``x + r``, ``r`` of ``x``'s shape (a skip connection)."""
+    ``residual``: the norm of ``x + r``, ``r`` of ``x``'s shape (a skip connection).
+    """
     shape = example_shape(rank, symbolic)
     features = shape[rank - axes:]
     x_ty = (relax.TensorType(shape, dtype) if known_rank

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, is_op, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, reject
+from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import dtype_of, type_of
 
 from .examples import layer_norm_call
@@ -31,7 +31,7 @@ class LayerNormExpand(RewriteRule):
         self.norm = is_op("nn.layer_norm")(self.x, self.gamma, self.beta)
         self.pattern: DFPattern = self.norm
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """The dtype of ``x`` when it is float32 or float16 and its rank is known."""
         ty = type_of(match.x)
         if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
@@ -43,7 +43,8 @@ class LayerNormExpand(RewriteRule):
                           f"{' and '.join(LAYER_NORM_DTYPES)} norms only", at=match.x)
         return dtype
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
+        """The layer norm written out, computed in float32 as the fused op is and cast back."""
         dtype, attrs = match.plan, match.norm.attrs
         axes = [int(a) for a in attrs.axes]
         widen = dtype != "float32"  # compute in float32 as the fused op does
@@ -67,5 +68,6 @@ class LayerNormExpand(RewriteRule):
         return layer_norm_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Three dtypes (float64 refused), ranks, axes, symbolic shapes and an unknown rank."""
         return {"dtype": ("float32", "float16", "float64"), "rank": (3, 2, 4),
                 "axes": (1, 2), "symbolic": (False, True), "known_rank": (True, False)}

@@ -78,9 +78,7 @@ reading ``x`` at once.
 
 # The family's rule classes and constants are imported from here (tests, users): re-exported.
 from .combine import CombineParallelMatmul
-from .composite import ACTIVATIONS as ACTIVATIONS
-from .composite import MatmulComposite as MatmulComposite
-from .composite import matmul_table
+from .composite import ACTIVATIONS as ACTIVATIONS, MatmulComposite as MatmulComposite, matmul_table
 
 __all__ = ["RULES", "COMPOSITES"]
 

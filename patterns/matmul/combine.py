@@ -7,6 +7,7 @@ reading ``x`` at once (the family's docstring lists what it recognises and its g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import PatternContext, is_op, wildcard
-from patternkit.engine import BindingsMatch, BindingsRewriteRule, reject
+from patternkit.engine import BindingsRewriteRule, RoleMatch, reject
 from patternkit.ir import const_value, dtype_of, is_tensor_constant, static_shape, type_of
 
 from .examples import parallel_projections
@@ -59,13 +60,18 @@ class CombineParallelMatmul(BindingsRewriteRule):
         self.context = context
 
     # -- check ---------------------------------------------------------------------------
-    def check(self, match: BindingsMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
+        """A :class:`CombinePlan` when at least two matmuls read the same ``x`` with given
+        weights of one layout and dtype; the others stay as they are.
+        """
         x = match.x
         x_shape = _shape(x)
         if x_shape is not None and len(x_shape) < 2:
             return reject(f"the shared operand '{x.name}' is rank 1: matmul would "
                           f"contract it away, there is no axis to split", at=x)
-        first_key, branches, refusals = None, [], []
+        first_key: tuple[Any, ...] | None = None
+        branches: list[tuple[Any, Any, int]] = []
+        refusals: list[str] = []
         for var in match.matmul:
             call = match.value(var)
             weight = call.args[1]
@@ -97,7 +103,7 @@ class CombineParallelMatmul(BindingsRewriteRule):
                            first_key[2])
 
     @staticmethod
-    def _weight_problem(match: BindingsMatch, weight: Any) -> str | None:
+    def _weight_problem(match: RoleMatch, weight: Any) -> str | None:
         if not (_is_given(match, weight) or _is_transposed_given(match, weight)):
             return ("its weight is computed in the function, not a constant or a parameter "
                     "(or its permute_dims)")
@@ -111,7 +117,7 @@ class CombineParallelMatmul(BindingsRewriteRule):
         return None
 
     @staticmethod
-    def _biases(match: BindingsMatch, matmuls: tuple, widths: list):
+    def _biases(match: RoleMatch, matmuls: tuple, widths: list):
         """``[(add Var, bias)]`` per branch when every branch's only reader adds a bias."""
         found = []
         for var, width in zip(matmuls, widths):
@@ -132,7 +138,10 @@ class CombineParallelMatmul(BindingsRewriteRule):
         return found
 
     # -- rewrite -------------------------------------------------------------------------
-    def rewrite(self, match: BindingsMatch) -> dict:
+    def rewrite(self, match: RoleMatch) -> dict:
+        """One matmul on the concatenated weights (and biases), split back into each
+        branch's output.
+        """
         plan: CombinePlan = match.plan
         merged = relax.op.matmul(match.x, _concat(plan.weights),
                                  out_dtype=plan.out_dtype or None)
@@ -147,18 +156,20 @@ class CombineParallelMatmul(BindingsRewriteRule):
         """A q/k/v-style projection: :func:`~.examples.parallel_projections` with ``knobs``."""
         return parallel_projections(**knobs)
 
-    def example_space(self) -> dict:
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two to four branches, with or without biases, two dtypes."""
         return {"branches": (3, 2, 4), "bias": (False, True), "dtype": ("float32", "float16")}
 
 
-def _is_given(match: BindingsMatch, expr: Any) -> bool:
+def _is_given(match: RoleMatch, expr: Any) -> bool:
     """A constant or a parameter: known before the function runs, never computed."""
     return is_tensor_constant(expr) or match.is_parameter(expr)
 
 
-def _is_transposed_given(match: BindingsMatch, expr: Any) -> bool:
+def _is_transposed_given(match: RoleMatch, expr: Any) -> bool:
     """``permute_dims`` of a rank-2 constant or parameter, bound in the block: how the
-    torch importer writes ``nn.Linear``'s weight."""
+    torch importer writes ``nn.Linear``'s weight.
+    """
     if not isinstance(expr, relax.Var) or expr not in match.bindings:
         return False
     value = match.value(expr)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import tvm
 
 from patternkit.dpl import DFPattern, is_op, through, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RoleMatch, reject
 from patternkit.ir import NotPerChannel, dtype_of, per_channel_axis, static_shape, type_of
 
 from .examples import mlp
@@ -45,7 +45,7 @@ class MatmulComposite(CompositeRule):
                              f"{tuple(ACTIVATIONS)}, found {activation!r}")
         self.transposed, self.with_bias, self.activation = bool(transposed), bool(bias), activation
         self.x, self.weight = wildcard(), wildcard()
-        rhs = self.weight
+        rhs: DFPattern = self.weight
         if self.transposed:
             self.permute = is_op("permute_dims")(self.weight)
             rhs = self.permute
@@ -64,9 +64,10 @@ class MatmulComposite(CompositeRule):
         self.pattern_name = ("matmul" + "_transposed" * self.transposed + "_bias" * self.with_bias
                              + (f"_{activation}" if activation else ""))
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept unless the permute is no transpose, the added tensor no per-feature bias,
-        or a cast after the matmul changes its operands' dtype."""
+        or a cast after the matmul changes its operands' dtype.
+        """
         if "cast_back" in match:
             cast, operands = match.cast_back, dtype_of(type_of(match.x))
             if str(cast.attrs.dtype) != operands:
@@ -86,6 +87,9 @@ class MatmulComposite(CompositeRule):
                    activation=self.activation, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, the input shapes and frontends met in exports; the bias shapes when
+        this variant takes one.
+        """
         space: dict[str, Sequence[Any]] = {"dtype": ("float32", "float16"),
                                            "shape": ("batch_seq", "static", "matrix"),
                                            "frontend": ("torch", "direct"),
@@ -117,7 +121,7 @@ def matmul_table(compiler: str = "byoc") -> list[MatmulComposite]:
     return table
 
 
-def _check_transpose(match: RuleMatch) -> Any:
+def _check_transpose(match: RoleMatch) -> Any:
     """``None`` when ``permute_dims`` swaps the weight's last two axes, else the refusal."""
     rank = getattr(type_of(match.weight), "ndim", -1)
     if rank < 2:
@@ -132,7 +136,7 @@ def _check_transpose(match: RuleMatch) -> Any:
                   f"rank-{rank} weight: the product is not x @ weight^T", at=match.permute)
 
 
-def _check_bias(match: RuleMatch) -> Any:
+def _check_bias(match: RoleMatch) -> Any:
     product = "cast_back" if "cast_back" in match else "matmul"
     out_ty, bias_ty = type_of(match.var_of(product)), type_of(match.bias)
     out_shape = static_shape(out_ty)

@@ -8,9 +8,15 @@ import math
 import numpy as np
 import pytest
 import tvm
+from tvm import relax
+from tvm.script import ir as I, relax as R
+
+import patternkit as pk
+from patternkit import ir as C
 from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.activation import (
     CUBIC,
+    EXPANSIONS as ACTIVATION_EXPANSIONS,
     RULES,
     SQRT_HALF,
     SQRT_TWO_OVER_PI,
@@ -23,13 +29,6 @@ from patternkit.patterns.activation import (
     rational_erf,
     swish,
 )
-from patternkit.patterns.activation import EXPANSIONS as ACTIVATION_EXPANSIONS
-from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-
-import patternkit as pk
-from patternkit import ir as C
 from patternkit.testing import Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import build
 

@@ -9,8 +9,13 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import (CompositeLog, composite_counts, external_functions, inline_external,
-                             merge_composite)
+from patternkit.byoc import (
+    CompositeLog,
+    composite_counts,
+    external_functions,
+    inline_external,
+    merge_composite,
+)
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.backward import FrozenBatchNormGradComposite, NormGradComposite
 from patternkit.testing import EXACT, Negative, RuleCase, check_rule

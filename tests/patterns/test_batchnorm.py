@@ -5,15 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
-from patternkit.patterns.batchnorm import (SPELLINGS, BatchnormCallback, BatchnormCollapse,
-                                           BatchnormExpand, batch_norm_call, written_out)
+from patternkit.patterns.batchnorm import (
+    SPELLINGS,
+    BatchnormCallback,
+    BatchnormCollapse,
+    BatchnormExpand,
+    batch_norm_call,
+    written_out,
+)
 from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
 
 RULE = "batchnorm.collapse"

@@ -8,15 +8,20 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import ir as C
 from patternkit.byoc import CompositeLog, PatternTable, composite_functions, merge_composite
 from patternkit.patterns import all_rules
-from patternkit.patterns.conv import (COMPOSITES, RULES, BatchnormFoldIntoConv,
-                                      ConvAddReluComposite, Presence, conv2d_add_relu)
+from patternkit.patterns.conv import (
+    COMPOSITES,
+    RULES,
+    BatchnormFoldIntoConv,
+    ConvAddReluComposite,
+    Presence,
+    conv2d_add_relu,
+)
 from patternkit.patterns.conv.examples import conv_batch_norm
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 
@@ -47,10 +52,12 @@ def _conv_module(bias_shape=None, relu=True, layout="NCHW"):
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal(w_shape).astype("float32")),
-                                           padding=1, data_layout=layout, kernel_layout=kernel))
+            weight = relax.const(rng.standard_normal(w_shape).astype("float32"))
+            y = bb.emit(relax.op.nn.conv2d(x, weight, padding=1, data_layout=layout,
+                                           kernel_layout=kernel))
             if bias_shape is not None:
-                y = bb.emit(relax.op.add(y, relax.const(rng.standard_normal(bias_shape).astype("float32"))))
+                bias = relax.const(rng.standard_normal(bias_shape).astype("float32"))
+                y = bb.emit(relax.op.add(y, bias))
             if relu:
                 y = bb.emit(relax.op.nn.relu(y))
             out = bb.emit_output(y)
@@ -470,7 +477,8 @@ def test_batchnorm_fold_gives_conv_plus_bias_with_the_same_numbers(conv_bias):
     mod = conv_batch_norm(conv_bias=conv_bias)
     out = pk.rewrite([BatchnormFoldIntoConv()], mod)
     assert _ops(out) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]
-    add = [b.value for b in out["main"].body.blocks[0].bindings if C.op_name(b.value) == "relax.add"][0]
+    add = [b.value for b in out["main"].body.blocks[0].bindings
+           if C.op_name(b.value) == "relax.add"][0]
     assert C.static_shape(add.args[1].ty) == (1, 4, 1, 1)
     assert relax.analysis.check_well_formed(out)
     pk.assert_same_numerics(mod, out, **FOLD_TOL)

@@ -6,15 +6,12 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.byoc import composite_functions, merge_composite
 from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.layernorm import (LayerNormCollapse, LayerNormComposite,
-                                           LayerNormExpand)
+from patternkit.patterns.layernorm import LayerNormCollapse, LayerNormComposite, LayerNormExpand
 from patternkit.patterns.layernorm.examples import layer_norm_graph
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import random_inputs, run
@@ -176,7 +173,8 @@ def test_layernorm_collapse_meets_the_rule_contract():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("knobs", [
-    {}, {"symbolic": True}, {"root": "rsqrt"}, {"root": "reciprocal"}, {"square": "multiply"}, {"square": "square"},
+    {}, {"symbolic": True}, {"root": "rsqrt"}, {"root": "reciprocal"}, {"square": "multiply"},
+    {"square": "square"},
     {"square": "variance"}, {"centered": "recomputed"}, {"affine": "gamma"},
     {"affine": "beta"}, {"affine": "none"}, {"rank": 4, "axes": 2},
     {"rank": 4, "axes": 2, "symbolic": True}, {"rank": 2},

@@ -9,15 +9,20 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import ir as C
 from patternkit.byoc import CompositeLog, PatternTable, composite_functions, merge_composite
 from patternkit.patterns import LIBRARY
-from patternkit.patterns.matmul import (ACTIVATIONS, COMPOSITES, RULES, CombineParallelMatmul,
-                                        MatmulComposite, matmul_table)
+from patternkit.patterns.matmul import (
+    ACTIVATIONS,
+    COMPOSITES,
+    RULES,
+    CombineParallelMatmul,
+    MatmulComposite,
+    matmul_table,
+)
 from patternkit.patterns.matmul.examples import parallel_projections
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 

@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
-from patternkit.patterns.rmsnorm import (RmsNormCollapse, RmsNormComposite, RmsNormExpand,
-                                         written_out)
+from patternkit.patterns.rmsnorm import (
+    RmsNormCollapse,
+    RmsNormComposite,
+    RmsNormExpand,
+    written_out,
+)
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 
 EPS = float(np.float32(1e-6))  # the float32 constant's value, as the fused op's attribute

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
-from tvm.script import ir as I
-from tvm.script import relax as R
+from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS, LIBRARY
