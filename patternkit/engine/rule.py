@@ -412,6 +412,16 @@ class Rule:
         """Does the rule match a context of several roots rather than one pattern?"""
         return getattr(self, "context", None) is not None
 
+    def root_patterns(self) -> tuple[DFPattern, ...]:
+        """The patterns a match ends in: the pattern, or the context's patterns nothing reads.
+
+        What :func:`~patternkit.dpl.explain` is asked about when a rule neither fires nor
+        says why (a multi-root rule has no single pattern to explain).
+        """
+        if self.context is not None:
+            return tuple(p for p in self.context.patterns if not self.context.consumers(p))
+        return () if self.pattern is None else (self.pattern,)
+
     def roles(self) -> dict[str, DFPattern]:
         """Named sub-patterns (``x``, ``gamma``...): by default the pattern attributes."""
         return {name: value for name, value in vars(self).items()

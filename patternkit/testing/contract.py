@@ -40,7 +40,6 @@ from tvm import relax
 
 from ..byoc.merge import CompositeLog, merge_composite
 from ..dpl import explain
-from ..dpl.pattern import as_pattern
 from ..engine import EXACT, CompositeRule, RewriteLog, RewriteRule, Rule, Tolerance, rewrite
 from ..engine.rule import as_rule
 from ..ir import compat as C
@@ -307,8 +306,8 @@ def _near_miss(rule: Rule, negative: Negative) -> str:
         if binding is None:
             raise AssertionError(f"{rule.rule_name}, negative '{negative.name}': main has no "
                                  f"binding of '{negative.at}'")
-    # as_pattern: a multi-root rule (pattern None) is refused as explain always refused it
-    return explain(as_pattern(rule.pattern), binding.value, func)
+    texts = [explain(root, binding.value, func) for root in as_rule(rule).root_patterns()]
+    return next((text for text in texts if text != "matched"), "matched")
 
 
 @relax.expr_functor.mutator

@@ -66,7 +66,6 @@ from tvm import relax
 
 from ..byoc import CompositeLog, merge_composite
 from ..dpl import explain
-from ..dpl.pattern import as_pattern
 from ..engine import (
     CompositeRule,
     NoSuchExample,
@@ -590,15 +589,13 @@ def _failed_site(rule: Rule, mod: tvm.IRModule, after: tvm.IRModule, rewrite_log
 def _near_miss(rule: Rule, mod: tvm.IRModule) -> str | None:
     """Why the rule's pattern matches no binding of ``main`` (its deepest near miss)."""
     func = mod["main"]
+    bindings = [b for block in func.body.blocks for b in block.bindings]
     best = None
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            # as_pattern: a multi-root rule (pattern None) is refused as explain refused it
-            text = explain(as_pattern(rule.pattern), binding.value, func)
-            if text == "matched":
-                return None  # it matched and was dropped without a reason
-            best = text
-    return best
+    for root in rule.root_patterns():  # one, or the ends of a multi-root rule's context
+        texts = [explain(root, binding.value, func) for binding in bindings]
+        if "matched" not in texts:
+            return texts[-1] if texts else best
+    return best  # every root matched: the match was dropped without a reason
 
 
 def _shrink_knobs(rule: Rule, knobs: dict, failure: Failure, timeout: float | None,

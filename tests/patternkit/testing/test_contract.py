@@ -145,3 +145,27 @@ def test_modules_with_tensor_constants_reparse_with_the_constants_lifted():
     with pytest.raises(tvm.error.DiagnosticError):
         tvm.script.from_source(mod.script())
     assert_reparses(mod)
+
+
+@I.ir_module
+class OneProjection:
+    @R.function
+    def main(x: R.Tensor((2, 8), "float32"),
+             w: R.Tensor((8, 4), "float32")) -> R.Tensor((2, 4), "float32"):
+        with R.dataflow():
+            a = R.matmul(x, w)
+            out = R.exp(a)
+            R.output(out)
+        return out
+
+
+def test_a_multi_root_rule_that_matches_nothing_is_explained_at_its_ends():
+    from patternkit.patterns.matmul import CombineParallelMatmul
+    from patternkit.testing.contract import prove_reasons
+
+    rule = CombineParallelMatmul()
+    assert rule.pattern is None and rule.root_patterns()  # no single pattern to explain
+    case = RuleCase(rule, OneProjection, OneProjection, tolerance=EXACT,
+                    negatives=[Negative("one_projection", OneProjection, "no match: matmul")])
+    (result,) = prove_reasons(case)
+    assert "vs R.exp(a)" in result.reasons[0]
