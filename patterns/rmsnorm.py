@@ -143,6 +143,7 @@ class RmsNormCollapse(RewriteRule):
                 return reject(f"{what} has dtype {dtype}: rmsnorm.collapse handles "
                               f"{' and '.join(RMS_NORM_DTYPES)} (TVM's rms_norm computes in "
                               f"float32)", at=match.x)
+        assert x_dtype is not None and out_dtype is not None  # the loop refused the others
         ndim = len(shape)
         k = reduced_trailing_axes(match.variance, ndim, "the mean")
         if k == ndim:
@@ -301,6 +302,7 @@ def written_out(dtype: str = "float32", spelling: str = "llama", rank: int = 3, 
     """
     x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
     shape = static_shape(x.ty)
+    assert shape is not None  # x was just given one
     features = shape[rank - axes:]
     w = relax.Var("w", relax.TensorType(shape if weight == "full" else features, dtype))
     compute = "float32" if spelling != "plain" else dtype

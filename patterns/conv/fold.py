@@ -86,7 +86,9 @@ class BatchnormFoldIntoConv(RewriteRule):
                 return reject(f"the conv's result is cast to {cast.attrs.dtype}, not back to "
                               f"its weight's {dtype_of(weight_ty)}: the batch norm does not "
                               f"run in the conv's dtype", at=cast)
-        channels = static_shape(weight_ty)[0]
+        weight_shape = static_shape(weight_ty)
+        assert weight_shape is not None  # a constant's shape is static
+        channels = weight_shape[0]
         if "biased" in match:
             # The bias as it is added: a (C,) constant broadcasts along the last axis, so
             # its element count alone does not make it per-channel.
@@ -94,6 +96,8 @@ class BatchnormFoldIntoConv(RewriteRule):
                      else match.conv_bias)
             bias_shape = static_shape(type_of(added))
             out_shape = static_shape(type_of(match.var_of("conv")))
+            # a constant or its reshape, and a conv2d's output: read as known shapes below
+            assert bias_shape is not None and out_shape is not None
             if not single_value(bias_shape):
                 try:
                     axis = per_channel_axis(bias_shape, out_shape, name="the conv bias",

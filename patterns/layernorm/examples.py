@@ -44,6 +44,7 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
     """
     x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
     shape = static_shape(x.ty)
+    assert shape is not None  # x was just given one
     reduce = list(range(-axes, 0)) if mean_axes == "trailing" else list(range(axes))
     features = shape[rank - axes:]
     gamma_shape = {"per_feature": features, "scalar": (), "full": shape}[gamma]

@@ -32,7 +32,7 @@ from patternkit.ir import (
 LAYER_NORM_DTYPES = ("float32", "float16")
 
 
-def shape_and_dtype(x: Any) -> tuple[tuple, str]:
+def shape_and_dtype(x: Any) -> tuple[tuple[Any, ...], str | None]:
     """``(shape, dtype)`` of ``x``, refusing when the shape is unknown."""
     ty = type_of(x)
     if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
@@ -89,6 +89,7 @@ def per_feature(value: Any, x_shape: tuple, k: int, dtype: str, role: str) -> bo
         per_feature_shape(shape, x_shape, k, name=role)
     except NotPerFeature as why:
         raise reject(str(why), at=value) from None
+    assert shape is not None  # per_feature_shape refused an unknown shape
     return len(shape) != k
 
 

@@ -87,10 +87,13 @@ class CombineParallelMatmul(BindingsRewriteRule):
                                 f"{key[2] or 'default'} differ from the first branch's "
                                 f"{first_key[0]} / {first_key[2] or 'default'}")
                 continue
-            branches.append((var, weight, int(_shape(weight)[1])))
+            shape = _shape(weight)
+            assert shape is not None  # _weight_problem refused an unknown shape
+            branches.append((var, weight, int(shape[1])))
         if len(branches) < 2:
             return reject(f"fewer than two matmuls of '{x.name}' can be combined: "
                           f"{'; '.join(refusals)}", at=x)
+        assert first_key is not None  # set by the first branch kept
         matmuls = tuple(v for v, _, _ in branches)
         biases = self._biases(match, matmuls, [n for _, _, n in branches])
         outputs = matmuls if biases is None else tuple(add for add, _ in biases)

@@ -71,6 +71,7 @@ def _layer(bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr, feat
            form: _Layer) -> relax.Expr:
     dtype = dtype_of(type_of(x))
     dims = static_shape(type_of(x))
+    assert dims is not None  # the example builders give x a shape
     inner = dims[-1]
     weight_shape = (features, inner) if form.transposed else (inner, features)
     weight = relax.const((rng.standard_normal(weight_shape) / np.sqrt(inner)).astype(dtype))
