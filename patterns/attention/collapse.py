@@ -9,13 +9,14 @@ forms recognised and those deliberately not covered.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern
-from patternkit.engine import RewriteRule, RuleMatch, Tolerance, reject
+from patternkit.engine import RewriteRule, RoleMatch, Tolerance, reject
 from patternkit.ir import call_args, dtype_of, static_shape, type_of
 
 from . import guards
@@ -55,7 +56,7 @@ class AttentionCollapse(RewriteRule):
         return self.forms.roles()
 
     # -- check -------------------------------------------------------------------------
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """An :class:`AttentionPlan` when the shapes, axes, scale and mask are attention's."""
         forms = self.forms
         guards.not_widened(match, forms)
@@ -100,7 +101,7 @@ class AttentionCollapse(RewriteRule):
                       else compose(HEADS_FIRST, axes_of(out_call, 4))),
             zero_masked_rows=match.tag("probabilities") == "safe")
 
-    def _biases(self, match: RuleMatch, scores: tuple) -> tuple[BiasTerm, ...]:
+    def _biases(self, match: RoleMatch, scores: tuple) -> tuple[BiasTerm, ...]:
         """The additive terms, in the order the rewrite sums them: the mask (or the
         masked_fill condition), Bloom's merged bias, T5's second term, Falcon's bias
         before the scale (times the scale).
@@ -125,11 +126,13 @@ class AttentionCollapse(RewriteRule):
         return (*first, *more)
 
     # -- rewrite -----------------------------------------------------------------------
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
         """``R.nn.attention`` on the plan's BSNH operands and summed bias, back in the
-        match's layout and dtype."""
+        match's layout and dtype.
+        """
         plan: AttentionPlan = match.plan
         dtype = dtype_of(type_of(plan.query.expr))
+        assert dtype is not None  # the query matched a tensor type (forms._operand)
         bias = summed_bias(plan.biases, dtype)
         out = relax.op.nn.attention(plan.query.bsnh(), plan.key.bsnh(), plan.value.bsnh(),
                                     bias, scale=plan.scale)
@@ -146,6 +149,8 @@ class AttentionCollapse(RewriteRule):
         # The check proved the shapes equal; a model may spell them differently
         # (``batch * 2 // 2`` against ``batch``), and a rewrite keeps the binding's type.
         root_shape = static_shape(type_of(match.root))
+        # the check proved the heads-first result's shape; the root is it or its permute
+        assert root_shape is not None
         if not all(spelled_alike(a, b) for a, b in zip(plan.result_shape(), root_shape)):
             out = relax.op.reshape(out, root_shape)
         return out
@@ -159,6 +164,6 @@ class AttentionCollapse(RewriteRule):
         """One attention block in the model form ``form`` (:data:`.examples.FORMS`)."""
         return attention_example(form, **knobs)
 
-    def example_space(self) -> list[dict[str, tuple]]:
+    def example_space(self) -> list[dict[str, Sequence[Any]]]:
         """The union of the real forms' knob products (:data:`.examples.SPACE`)."""
         return SPACE

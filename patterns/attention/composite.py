@@ -7,12 +7,13 @@ causal mask or a sliding window, which other kernels take.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import tvm
 
 from patternkit.dpl import DFPattern, is_op, wildcard
-from patternkit.engine import CompositeRule, RuleMatch, reject
+from patternkit.engine import CompositeRule, RoleMatch, reject
 
 from .expand import fused_attention
 
@@ -37,7 +38,7 @@ class AttentionComposite(CompositeRule):
         self.pattern: DFPattern = self.attention
         self.pattern_name = "attention_bias" if self.with_bias else "attention"
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """Accept a call without a causal mask or sliding window."""
         attrs = match.attention.attrs
         if attrs.causal_mask is not None or attrs.window_size is not None:
@@ -46,13 +47,14 @@ class AttentionComposite(CompositeRule):
                           at=match.attention)
         return True
 
-    def example(self, dtype: str = "float32", shape: str = "static",
-                causal_mask: str | None = None) -> tvm.IRModule:
-        """``R.nn.attention`` in this variant's form (see ``AttentionExpand.example``)."""
-        return fused_attention(dtype=dtype, shape=shape, bias=self.with_bias,
-                               causal_mask=causal_mask)
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """``R.nn.attention`` in this variant's form (see ``AttentionExpand.example``):
+        :func:`~.expand.fused_attention` with ``knobs`` (``dtype="float32"``,
+        ``shape="static"``, ``causal_mask=None``) and this variant's bias.
+        """
+        return fused_attention(bias=self.with_bias, **knobs)
 
-    def example_space(self) -> dict[str, tuple]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         """Dtypes and shapes; a causal mask, refused."""
         return {"dtype": ("float32", "float16"), "shape": ("static", "symbolic", "cross"),
                 "causal_mask": (None, "TopLeft")}

@@ -8,7 +8,7 @@ and ``patternkit verify`` build from the same functions.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import tvm
 from tvm import relax
@@ -179,7 +179,7 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
 }
 
 
-def _form(name: str, *products: dict[str, tuple]) -> list[dict[str, tuple]]:
+def _form(name: str, *products: dict[str, Sequence[Any]]) -> list[dict[str, Sequence[Any]]]:
     return [{"form": (name,), **product} for product in products]
 
 
@@ -187,7 +187,7 @@ _STATIC_MASKS = ("causal", "masked_fill", "masked_keep")  # constants: static sh
 
 #: The rule's example space: the union of the forms' products (the first point of the
 #: first is the default example: torch's eager attention with a padding mask).
-SPACE: list[dict[str, tuple]] = [
+SPACE: list[dict[str, Sequence[Any]]] = [
     *_form("torch_eager",
            {"dtype": DTYPES, "shape": ("static", "symbolic", "cross", "decode"),
             "scale": SCALES, "mask": ("padding", "none", "full"), "kv_heads": (2, 1),

@@ -8,6 +8,7 @@ never in a set with the collapse.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, is_op, wildcard
-from patternkit.engine import RewriteRule, RuleMatch, Tolerance, reject
+from patternkit.engine import RewriteRule, RoleMatch, Tolerance, reject
 from patternkit.ir import dtype_of, from_expr, static_shape, type_of
 
 from .layout import HEADS_FIRST, KEY_TRANSPOSED, shape_text
@@ -53,7 +54,7 @@ class AttentionExpand(RewriteRule):
             self.q, self.k, self.v))
         self.pattern: DFPattern = self.call
 
-    def check(self, match: RuleMatch) -> Any:
+    def check(self, match: RoleMatch) -> Any:
         """The scale to write out, when the call has no causal mask and no window."""
         call = match.call
         attrs = call.attrs
@@ -70,7 +71,7 @@ class AttentionExpand(RewriteRule):
                           f"the query has shape {shape_text(shape)}", at=call)
         return ExpandPlan(float(head) ** -0.5)
 
-    def rewrite(self, match: RuleMatch) -> Any:
+    def rewrite(self, match: RoleMatch) -> Any:
         """The ONNX importer's form of the call, with the plan's scale."""
         dtype = dtype_of(type_of(match.q))
         q = relax.op.permute_dims(match.q, list(HEADS_FIRST))
@@ -87,18 +88,20 @@ class AttentionExpand(RewriteRule):
         """:data:`~.plan.FLOAT32` or :data:`~.plan.FLOAT16`."""
         return tolerance_of(dtype)
 
-    def example(self, dtype: str = "float32", shape: str = "static", bias: bool = True,
-                scale: float | None = 0.25, causal_mask: str | None = None) -> tvm.IRModule:
+    def example(self, **knobs: Any) -> tvm.IRModule:
         """``R.nn.attention(q, k, v[, bias], scale)`` on BSNH ``(B, S, 2, 16)`` tensors.
+
+        The knobs are :func:`fused_attention`'s (``dtype="float32"``, ``shape="static"``,
+        ``bias=True``, ``scale=0.25``, ``causal_mask=None``).
 
         ``shape``: ``"static"`` (B = 2, S = T = 8), ``"symbolic"`` (batch and sequence) or
         ``"cross"`` (S = 4, T = 8); ``bias``: a ``(B, 1, 1, T)`` mask; ``scale=None``:
         the op's default; ``causal_mask`` (``"TopLeft"``) and a symbolic head size
         (``shape="symbolic_head"``) are refused.
         """
-        return fused_attention(dtype, shape, bias, scale, causal_mask)
+        return fused_attention(**knobs)
 
-    def example_space(self) -> dict[str, tuple]:
+    def example_space(self) -> dict[str, Sequence[Any]]:
         """Dtypes, shapes, bias or not, scales; a causal mask and a symbolic head refused."""
         return {"dtype": ("float32", "float16"),
                 "shape": ("static", "symbolic", "cross", "symbolic_head"),

@@ -69,6 +69,7 @@ def _operand(name: str, key: bool = False, scaled: bool = True) -> OperandForms:
     source = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
     split = is_op("permute_dims")(source)
     transpose = merged = merged_transpose = None
+    core: DFPattern
     if key:  # one permute_dims always, a head split before it maybe
         transpose = is_op("permute_dims")(alt(tag="k_layout", split=split, as_is=source))
         core = transpose
@@ -153,7 +154,7 @@ def attention_forms() -> AttentionForms:
     regrouped = through(alt(tag="merged_bias", added=pre_biased, none=scaled), ("reshape",),
                         depth=2)
     mask, second_mask = wildcard(), wildcard()
-    masked = is_op("add")(regrouped, mask) | is_op("add")(mask, regrouped)
+    masked: DFPattern = is_op("add")(regrouped, mask) | is_op("add")(mask, regrouped)
     # T5: scores + position bias + mask, two additive terms
     masked = alt(tag="second_term",
                  added=is_op("add")(masked, second_mask) | is_op("add")(second_mask, masked),

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from patternkit.engine import RuleMatch, reject
+from patternkit.engine import RoleMatch, reject
 from patternkit.ir import (
     call_args,
     const_value,
@@ -38,7 +38,7 @@ SCALE_OWNER = {"q_scale": "the query's", "k_scale": "the key's",
 AXIS_NAMES = ("batch", "heads", "sequence", "head size")
 
 
-def not_widened(match: RuleMatch, forms: AttentionForms) -> None:
+def not_widened(match: RoleMatch, forms: AttentionForms) -> None:
     """Refuse, by name, a softmax the model runs in a wider dtype than its scores."""
     if match.tag("softmax_input") != "widened":
         return
@@ -52,7 +52,7 @@ def not_widened(match: RuleMatch, forms: AttentionForms) -> None:
                      f"collapsed", at=widened)
 
 
-def one_dtype(match: RuleMatch, forms: AttentionForms) -> None:
+def one_dtype(match: RoleMatch, forms: AttentionForms) -> None:
     """Every tensor of the match has the query's dtype: the fused op has one dtype.
 
     Relax's binary ops already refuse mixed operands; what gets here is a matmul's
@@ -75,14 +75,14 @@ def one_dtype(match: RuleMatch, forms: AttentionForms) -> None:
                          f"computes in one dtype", at=at)
 
 
-def operand_view(match: RuleMatch, operand: OperandForms) -> tuple[tuple[int, ...], tuple]:
+def operand_view(match: RoleMatch, operand: OperandForms) -> tuple[tuple[int, ...], tuple]:
     """The permutation from the operand's source to its 4-D view, and the view's shape."""
     source = match[operand.source]
     shape = static_shape(type_of(source))
     if shape is None:
         raise reject(f"{WHAT[operand.name]} has no known shape: cannot tell its batch, "
                      f"heads, sequence and head sizes apart", at=source)
-    axes = IDENTITY
+    axes: tuple[int, ...] = IDENTITY
     if match.tag(f"{operand.name}_layout") == "split":
         axes = compose(axes, axes_of(match[operand.split], 4))
     if operand.transpose is None:
@@ -94,11 +94,13 @@ def operand_view(match: RuleMatch, operand: OperandForms) -> tuple[tuple[int, ..
     return axes, tuple(shape[a] for a in axes)
 
 
-def merged_transpose(match: RuleMatch, key: OperandForms, view: tuple) -> tuple[int, ...]:
+def merged_transpose(match: RoleMatch, key: OperandForms, view: tuple) -> tuple[int, ...]:
     """The 4-D permutation that the key's ``permute_dims(reshape(k), [0, 2, 1])`` is:
     ``(0, 1, 3, 2)`` when the reshape merges batch and heads of the 4-D ``view`` (Bloom);
     refused otherwise.
     """
+    # the key's forms have the merged spelling (forms._operand builds it for the key)
+    assert key.merged is not None and key.merged_transpose is not None
     merged, transpose = match[key.merged], match[key.merged_transpose]
     shape = static_shape(type_of(merged))
     axes = axes_of(transpose, 3) if shape is not None and len(shape) == 3 else None
@@ -110,10 +112,12 @@ def merged_transpose(match: RuleMatch, key: OperandForms, view: tuple) -> tuple[
     return (0, 1, 3, 2)
 
 
-def key_transposed(match: RuleMatch, forms: AttentionForms, k_axes: tuple[int, ...]) -> None:
+def key_transposed(match: RoleMatch, forms: AttentionForms, k_axes: tuple[int, ...]) -> None:
     """The score matmul contracts the key's last axis, the head axis it was split into."""
     if k_axes[2] != 3:
         key = forms.k
+        # the key's forms have both transposes (forms._operand builds them for the key)
+        assert key.merged_transpose is not None and key.transpose is not None
         at = match[key.merged_transpose if match.tag("key_form") == "merged"
                    else key.transpose]
         raise reject(f"k is not transposed: the score matmul contracts axis {k_axes[2]} "
@@ -132,7 +136,7 @@ def agree(source: Any, what: str, shape: tuple, expected: tuple) -> None:
                          f"query's heads", at=source)
 
 
-def kv_broadcast(match: RuleMatch, operand: OperandForms, view: tuple, lead: tuple,
+def kv_broadcast(match: RoleMatch, operand: OperandForms, view: tuple, lead: tuple,
                  matmul: Any) -> tuple[tuple, tuple]:
     """``(full, operand)``: the key's or value's 4-D view with a batch or heads axis of
     1 broadcast to the query's ``lead`` (B, N), where the model broadcasts it, and the
@@ -155,6 +159,8 @@ def kv_broadcast(match: RuleMatch, operand: OperandForms, view: tuple, lead: tup
             *view[2:])
     if is_view(static_shape(type_of(call_args(matmul)[1])), view, merged=False):
         return full, view  # a 4-D matmul broadcasting its batch axes
+    # the key's and value's forms have a repeat (forms._operand builds it for all but q)
+    assert operand.repeat is not None
     if match.tag(f"{operand.name}_repeat") in ("merged", "as_is") and is_view(
             static_shape(type_of(match[operand.repeat])), full, merged=False):
         return full, full
@@ -196,7 +202,7 @@ def bias_term(mask: Any, what: str, scores: tuple, **term: Any) -> BiasTerm:
     return BiasTerm(mask, rank=len(shape), **term)
 
 
-def merged_bias_term(match: RuleMatch, forms: AttentionForms, scores: tuple) -> BiasTerm:
+def merged_bias_term(match: RoleMatch, forms: AttentionForms, scores: tuple) -> BiasTerm:
     """The bias added before the scores are split into heads, as a 4-D term: as it is
     when the scores are 4-D there already, reshaped when they are ``(B*N, S, T)``.
     """
@@ -223,7 +229,7 @@ def merged_bias_term(match: RuleMatch, forms: AttentionForms, scores: tuple) -> 
                                  else (batch, heads, rows, kv_len)))
 
 
-def regrouped(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
+def regrouped(match: RoleMatch, forms: AttentionForms, scores: tuple) -> None:
     """Reshapes after the scale only regroup the scores: both ends of the chain are
     views of them (4-D, or batch and heads merged), so the elements keep their order
     and their meaning.
@@ -240,7 +246,7 @@ def regrouped(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
                          f"their elements", at=chain_end)
 
 
-def softmax_over_keys(match: RuleMatch, forms: AttentionForms, scores: tuple) -> None:
+def softmax_over_keys(match: RoleMatch, forms: AttentionForms, scores: tuple) -> None:
     """The softmax normalises the key axis of the 4-D scores (and so does the safe
     softmax's test of fully masked rows).
     """
@@ -264,7 +270,7 @@ def softmax_over_keys(match: RuleMatch, forms: AttentionForms, scores: tuple) ->
                          f"not what attention's rows are", at=test)
 
 
-def scale_factor(match: RuleMatch, tag: str, constant: Any) -> float:
+def scale_factor(match: RoleMatch, tag: str, constant: Any) -> float:
     """The factor of the scale site ``tag`` (1.0 when the match has none there)."""
     site = match.tag(tag)
     if site in (None, "none"):
@@ -282,7 +288,7 @@ def scale_factor(match: RuleMatch, tag: str, constant: Any) -> float:
     return factor
 
 
-def mask_fill(match: RuleMatch, forms: AttentionForms) -> MaskFill:
+def mask_fill(match: RoleMatch, forms: AttentionForms) -> MaskFill:
     """The masked_fill's value, -inf, and whether it fills where the condition holds.
 
     ``scores + where(c, -inf, 0)`` equals ``where(c, -inf, scores)`` everywhere; with

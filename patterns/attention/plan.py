@@ -55,7 +55,9 @@ class Operand:
 
     def shape(self) -> tuple:
         """The BSNH shape before the repeat (the tensor's static shape, permuted)."""
-        return permuted(static_shape(type_of(self.expr)), self.axes)
+        shape = static_shape(type_of(self.expr))
+        assert shape is not None  # the check refused an operand of unknown shape
+        return permuted(shape, self.axes)
 
 
 @dataclass(frozen=True)
