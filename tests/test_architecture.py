@@ -72,7 +72,8 @@ def _module_files() -> dict[str, Path]:
         parts = path.relative_to(ROOT).with_suffix("").parts
         files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     for path in sorted((ROOT / "patterns").rglob("*.py")):
-        parts = ("patternkit", "patterns", *path.relative_to(ROOT / "patterns").with_suffix("").parts)
+        inside = path.relative_to(ROOT / "patterns").with_suffix("").parts
+        parts = ("patternkit", "patterns", *inside)
         files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return files
 
@@ -183,7 +184,8 @@ def test_only_the_compat_module_touches_private_tvm_api():
             continue
         text = path.read_text()
         offenders += [f"{path.relative_to(ROOT)}: {word}" for word in PRIVATE_TVM if word in text]
-    assert not offenders, "private TVM API outside patternkit/ir/compat.py:\n" + "\n".join(offenders)
+    assert not offenders, ("private TVM API outside patternkit/ir/compat.py:\n"
+                           + "\n".join(offenders))
 
 
 def test_no_method_changes_meaning_in_a_subclass():
