@@ -68,7 +68,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
+from patternkit.dpl import DFPattern, alt, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import CompositeRule, RewriteRule, RoleMatch, reject
 from patternkit.ir import NotTrailing, dtype_of, from_expr, static_shape, trailing_axes, type_of
 
@@ -130,7 +130,7 @@ class RmsNormCollapse(RewriteRule):
         back = self.cast_back | normalised
         self.weight = wildcard()
         self.scaled = back * self.weight
-        self.pattern: DFPattern = self.scaled | back
+        self.pattern: DFPattern = alt(tag="weight", scaled=self.scaled, plain=back)
 
     def check(self, match: RoleMatch) -> Any:
         """An :class:`RmsNormPlan` when the match is an RMS norm over trailing axes of ``x``."""
@@ -151,8 +151,8 @@ class RmsNormCollapse(RewriteRule):
                           f"rms_norm over all of its input's axes does not build for llvm "
                           f"(docs/tvm-bugs.md)", at=match.variance)
         epsilon = scalar_epsilon(match.eps, ndim)
-        reshape = "weight" in match and per_feature(match.weight, shape, k, out_dtype,
-                                                     "the weight")
+        weighted = match.tag("weight") == "scaled"
+        reshape = weighted and per_feature(match.weight, shape, k, out_dtype, "the weight")
         return RmsNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], x_dtype,
                            _wider(x_dtype, out_dtype), out_dtype, reshape)
 
@@ -162,7 +162,7 @@ class RmsNormCollapse(RewriteRule):
         data = match.x
         if plan.x_dtype != plan.data_dtype:  # widening: exact
             data = relax.op.astype(data, plan.data_dtype)
-        if "weight" in match:
+        if match.tag("weight") == "scaled":
             weight = as_feature_tensor(match.weight, plan.features, plan.reshape_weight)
             if plan.out_dtype != plan.data_dtype:  # widening: exact
                 weight = relax.op.astype(weight, plan.data_dtype)

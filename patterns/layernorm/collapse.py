@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, wildcard
+from patternkit.dpl import DFPattern, alt, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
 
 from .examples import written_out
@@ -38,6 +38,14 @@ class LayerNormPlan:
     reshape: frozenset = frozenset()  # roles with leading unit dims to reshape away
 
 
+def _affine_roles(match: RoleMatch) -> tuple[str, ...]:
+    """The affine parameters the matched form applies: ``gamma`` when it scales,
+    ``beta`` when it shifts (read from the ``gamma`` and ``beta`` alternatives' tags).
+    """
+    return tuple(role for role, form in (("gamma", "scaled"), ("beta", "shifted"))
+                 if match.tag(role) == form)
+
+
 class LayerNormCollapse(RewriteRule):
     """Collapse a written-out layer norm (mean, variance, eps, [gamma], [beta]) into one op."""
 
@@ -53,13 +61,13 @@ class LayerNormCollapse(RewriteRule):
         self.variance_mean = is_op("mean")(square(centered))
         self.variance_op = is_op("variance")(self.x)
         self.eps = wildcard()
-        normalised = divide_by_sqrt(self.x - self.mean,
-                                    (self.variance_mean | self.variance_op) + self.eps)
+        variance = alt(tag="variance", mean=self.variance_mean, op=self.variance_op)
+        normalised = divide_by_sqrt(self.x - self.mean, variance + self.eps)
         self.gamma, self.beta = wildcard(), wildcard()
         self.scaled = normalised * self.gamma
-        scaled = self.scaled | normalised
+        scaled = alt(tag="gamma", scaled=self.scaled, plain=normalised)
         self.shifted = scaled + self.beta
-        self.pattern: DFPattern = self.shifted | scaled
+        self.pattern: DFPattern = alt(tag="beta", shifted=self.shifted, plain=scaled)
 
     def check(self, match: RoleMatch) -> Any:
         """A :class:`LayerNormPlan` when the match normalises trailing axes of ``x``."""
@@ -69,14 +77,15 @@ class LayerNormCollapse(RewriteRule):
                           f"{' and '.join(LAYER_NORM_DTYPES)} only", at=match.x)
         ndim = len(shape)
         k = reduced_trailing_axes(match.mean, ndim, "the mean")
-        variance = match.variance_mean if "variance_mean" in match else match.variance_op
+        variance = (match.variance_mean if match.tag("variance") == "mean"
+                    else match.variance_op)
         k_var = reduced_trailing_axes(variance, ndim, "the variance")
         if k_var != k:
             return reject(f"the mean reduces the last {k} axes of x but the variance the "
                           f"last {k_var}", at=variance)
         epsilon = scalar_epsilon(match.eps, ndim)
-        reshape = frozenset(role for role in ("gamma", "beta")
-                            if role in match and per_feature(match[role], shape, k, dtype, role))
+        reshape = frozenset(role for role in _affine_roles(match)
+                            if per_feature(match[role], shape, k, dtype, role))
         return LayerNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], dtype, reshape)
 
     def rewrite(self, match: RoleMatch) -> Any:
@@ -84,10 +93,11 @@ class LayerNormCollapse(RewriteRule):
         zeros.
         """
         plan: LayerNormPlan = match.plan
-        gamma = (as_feature_tensor(match["gamma"], plan.features, "gamma" in plan.reshape)
-                 if "gamma" in match else relax.op.ones(plan.features, plan.dtype))
-        beta = (as_feature_tensor(match["beta"], plan.features, "beta" in plan.reshape)
-                if "beta" in match else relax.op.zeros(plan.features, plan.dtype))
+        given = _affine_roles(match)
+        gamma = (as_feature_tensor(match.gamma, plan.features, "gamma" in plan.reshape)
+                 if "gamma" in given else relax.op.ones(plan.features, plan.dtype))
+        beta = (as_feature_tensor(match.beta, plan.features, "beta" in plan.reshape)
+                if "beta" in given else relax.op.zeros(plan.features, plan.dtype))
         return relax.op.nn.layer_norm(match.x, gamma, beta, axes=list(plan.axes),
                                       epsilon=plan.epsilon)
 
