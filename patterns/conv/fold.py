@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.dpl import is_constant, is_op, is_tuple_get_item, wildcard
+from patternkit.dpl import alt, is_constant, is_op, is_tuple_get_item, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
@@ -54,13 +54,14 @@ class BatchnormFoldIntoConv(RewriteRule):
         # a float16 conv accumulated in float32 and cast back (ToMixedPrecision, patternkit's
         # float16 torch import): the fold scales the weight under the cast
         self.cast_back = is_op("astype")(self.conv)
-        conv = self.cast_back | self.conv
+        conv = alt(tag="cast", cast_back=self.cast_back, direct=self.conv)
         self.conv_bias = is_constant()
         self.reshaped_bias = is_op("reshape")(self.conv_bias, wildcard())
-        self.biased = is_op("add")(conv, self.reshaped_bias | self.conv_bias)
+        self.biased = is_op("add")(conv, alt(tag="bias_form", reshaped=self.reshaped_bias,
+                                              direct=self.conv_bias))
         self.gamma, self.beta, self.mean, self.var = (is_constant() for _ in range(4))
-        self.bn = is_op("nn.batch_norm")(self.biased | conv, self.gamma, self.beta,
-                                         self.mean, self.var)
+        self.bn = is_op("nn.batch_norm")(alt(tag="bias", biased=self.biased, unbiased=conv),
+                                         self.gamma, self.beta, self.mean, self.var)
         self.pattern = is_tuple_get_item(self.bn, 0)
 
     def check(self, match: RoleMatch) -> Any:
@@ -80,7 +81,7 @@ class BatchnormFoldIntoConv(RewriteRule):
         if machine_epsilon(dtype_of(weight_ty)) is None:
             return reject(f"weight dtype {dtype_of(weight_ty)} is not floating point",
                           at=match.weight)
-        if "cast_back" in match:
+        if match.tag("cast") == "cast_back":
             cast = match.cast_back
             if str(cast.attrs.dtype) != str(dtype_of(weight_ty)):
                 return reject(f"the conv's result is cast to {cast.attrs.dtype}, not back to "
@@ -89,10 +90,10 @@ class BatchnormFoldIntoConv(RewriteRule):
         weight_shape = static_shape(weight_ty)
         assert weight_shape is not None  # a constant's shape is static
         channels = weight_shape[0]
-        if "biased" in match:
+        if match.tag("bias") == "biased":
             # The bias as it is added: a (C,) constant broadcasts along the last axis, so
             # its element count alone does not make it per-channel.
-            added = (match.var_of("reshaped_bias") if "reshaped_bias" in match
+            added = (match.var_of("reshaped_bias") if match.tag("bias_form") == "reshaped"
                      else match.conv_bias)
             bias_shape = static_shape(type_of(added))
             out_shape = static_shape(type_of(match.var_of("conv")))
@@ -128,7 +129,7 @@ class BatchnormFoldIntoConv(RewriteRule):
         mean, var = per_channel(self.mean), per_channel(self.var)
         scale = gamma / np.sqrt(var + float(bn.attrs.epsilon))
         bias = np.zeros(channels)
-        if "biased" in match:  # per-channel, or one value for every channel
+        if match.tag("bias") == "biased":  # per-channel, or one value for every channel
             values = const_value(match.conv_bias).astype("float64").reshape(-1)
             bias = np.broadcast_to(values, (channels,))
         new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
@@ -140,7 +141,7 @@ class BatchnormFoldIntoConv(RewriteRule):
         bias_shape = [channels if axis == plan.channel_axis else 1 for axis in range(ndim)]
         new_conv = relax.Call(conv.op, [match.x, relax.const(new_weight)],
                               conv.attrs)
-        if "cast_back" in match:
+        if match.tag("cast") == "cast_back":
             new_conv = relax.op.astype(new_conv, out_dtype)
         return relax.op.add(new_conv, relax.const(new_bias.reshape(bias_shape)))
 

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import tvm
 
-from patternkit.dpl import DFPattern, is_op, through, wildcard
+from patternkit.dpl import DFPattern, alt, is_op, through, wildcard
 from patternkit.engine import CompositeRule, RoleMatch, reject
 from patternkit.ir import NotPerChannel, dtype_of, per_channel_axis, static_shape, type_of
 
@@ -53,7 +53,7 @@ class MatmulComposite(CompositeRule):
         # a float16 matmul accumulated in float32 and cast back (ToMixedPrecision,
         # patternkit's float16 torch import): the composite takes the cast with it
         self.cast_back = is_op("astype")(self.matmul)
-        out: DFPattern = self.cast_back | self.matmul
+        out: DFPattern = alt(tag="cast", cast_back=self.cast_back, direct=self.matmul)
         if self.with_bias:
             self.bias = wildcard()
             self.add = is_op("add")(out, self.bias)
@@ -68,7 +68,7 @@ class MatmulComposite(CompositeRule):
         """Accept unless the permute is no transpose, the added tensor no per-feature bias,
         or a cast after the matmul changes its operands' dtype.
         """
-        if "cast_back" in match:
+        if match.tag("cast") == "cast_back":
             cast, operands = match.cast_back, dtype_of(type_of(match.x))
             if str(cast.attrs.dtype) != operands:
                 return reject(f"the matmul's result is cast to {cast.attrs.dtype}, not back to "
@@ -137,7 +137,7 @@ def _check_transpose(match: RoleMatch) -> Any:
 
 
 def _check_bias(match: RoleMatch) -> Any:
-    product = "cast_back" if "cast_back" in match else "matmul"
+    product = "cast_back" if match.tag("cast") == "cast_back" else "matmul"
     out_ty, bias_ty = type_of(match.var_of(product)), type_of(match.bias)
     out_shape = static_shape(out_ty)
     if out_shape is None:

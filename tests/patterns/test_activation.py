@@ -25,10 +25,9 @@ from patternkit.patterns.activation import (
     GeluTanhCollapse,
     GeluTanhExpand,
     SiluCollapse,
-    gelu_call,
     rational_erf,
-    swish,
 )
+from patternkit.patterns.activation.examples import gelu_call, swish
 from patternkit.testing import Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import build
 

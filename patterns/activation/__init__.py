@@ -66,7 +66,16 @@ from tvm import relax
 
 from patternkit.dpl import is_op, is_scalar, products, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
-from patternkit.ir import dtype_of, from_expr, type_of
+from patternkit.ir import dtype_of, type_of
+
+from .examples import (
+    SHAPES,
+    gelu_call,
+    gelu_tanh_call,
+    gelu_tanh_written_out,
+    gelu_written_out,
+    swish,
+)
 
 #: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
 SQRT_HALF = 0.5 ** 0.5
@@ -137,7 +146,9 @@ class GeluCollapse(RewriteRule):
         return relax.op.nn.gelu(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """GELU's erf form written out: :func:`gelu_written_out` with ``knobs``."""
+        """GELU's erf form written out: :func:`~.examples.gelu_written_out` with
+        ``knobs``.
+        """
         return gelu_written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -174,7 +185,9 @@ class GeluTanhCollapse(RewriteRule):
         return relax.op.nn.gelu_tanh(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """GELU's tanh approximation written out: :func:`gelu_tanh_written_out` with ``knobs``."""
+        """GELU's tanh approximation written out:
+        :func:`~.examples.gelu_tanh_written_out` with ``knobs``.
+        """
         return gelu_tanh_written_out(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -201,7 +214,7 @@ class SiluCollapse(RewriteRule):
         return relax.op.nn.silu(match.x)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """Swish, ``x * sigmoid(x)``: :func:`swish` with ``knobs``."""
+        """Swish, ``x * sigmoid(x)``: :func:`~.examples.swish` with ``knobs``."""
         return swish(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -249,7 +262,7 @@ class GeluTanhExpand(RewriteRule):
         return (c(0.5) * x) * (c(1.0) + relax.op.tanh(arg))
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """One ``R.nn.gelu_tanh``: :func:`gelu_tanh_call` with ``knobs``."""
+        """One ``R.nn.gelu_tanh``: :func:`~.examples.gelu_tanh_call` with ``knobs``."""
         return gelu_tanh_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -287,7 +300,7 @@ class GeluExpand(RewriteRule):
         return x * (_const(0.5, dtype) + erf * _const(0.5, dtype))
 
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """One ``R.nn.gelu``: :func:`gelu_call` with ``knobs``."""
+        """One ``R.nn.gelu``: :func:`~.examples.gelu_call` with ``knobs``."""
         return gelu_call(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -319,84 +332,3 @@ RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse)
 
 #: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
 EXPANSIONS = (GeluExpand, GeluTanhExpand)
-
-
-# -- examples (the rules' example(), the tests and `patternkit verify`) ------------------------
-#: Shapes of the examples' ``x``: a symbolic batch and sequence (what a transformer's MLP
-#: sees), static, and a vector.
-SHAPES = ("batch_seq", "static", "vector")
-
-
-def example_input(dtype: str = "float32", shape: str = "batch_seq") -> relax.Var:
-    """``x`` of an activation example: ``(batch, seq, 16)`` with symbolic ``batch`` and
-    ``seq`` (``"batch_seq"``), ``(2, 8, 16)`` (``"static"``) or ``(16,)`` (``"vector"``).
-    """
-    dims = {"batch_seq": (tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"), 16),
-            "static": (2, 8, 16), "vector": (16,)}[shape]
-    return relax.Var("x", relax.TensorType(dims, dtype))
-
-
-def gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",
-                     spelling: str = "half_first",
-                     erf_argument: str = "multiply") -> tvm.IRModule:
-    """GELU's erf form on ``x`` (see :func:`example_input`), spelled ``spelling``:
-
-    ``"half_first"`` ``(0.5 * x) * (1 + erf)``, ``"half_last"`` ``(x * (1 + erf)) *
-    0.5`` (torch's ONNX export), ``"half_inner"`` ``x * (0.5 * (1 + erf))``,
-    ``"legalised"`` ``x * (0.5 + 0.5 * erf)``; the erf argument is ``x *
-    0.7071...`` (``"multiply"``) or ``x / 1.4142...`` (``"divide"``).
-    """
-    x = example_input(dtype, shape)
-    arg = (x * _const(SQRT_HALF, dtype) if erf_argument == "multiply"
-           else relax.op.divide(x, _const(SQRT_TWO, dtype)))
-    erf = relax.op.erf(arg)
-    half, one = _const(0.5, dtype), _const(1.0, dtype)
-    body = {"half_first": lambda: (x * half) * (erf + one),
-            "half_last": lambda: (x * (one + erf)) * half,
-            "half_inner": lambda: x * (half * (erf + one)),
-            "legalised": lambda: x * (half + erf * half)}[spelling]()
-    return from_expr(body)
-
-
-def gelu_tanh_written_out(dtype: str = "float32", shape: str = "batch_seq",
-                          cube: str = "power", cubic: float = CUBIC) -> tvm.IRModule:
-    """GPT-2's GELU (``NewGELUActivation``) on ``x`` (see :func:`example_input`).
-
-    ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + cubic * x^3)))`` as the torch importer
-    writes it, ``x^3`` as ``power(x, 3)`` (``cube="power"``) or ``x * x * x``
-    (``"product"``); ``cube="factored"`` writes the argument ``sqrt(2/pi) * x * (1 +
-    cubic * x * x)`` (``FastGELUActivation``).  ``cubic`` other than 0.044715 is
-    not GELU (the rule must refuse it).
-    """
-    x = example_input(dtype, shape)
-
-    def c(value):
-        return _const(value, dtype)
-
-    if cube == "factored":
-        arg = (x * c(SQRT_TWO_OVER_PI)) * (c(1.0) + (c(cubic) * x) * x)
-    else:
-        x3 = relax.op.power(x, c(3.0)) if cube == "power" else (x * x) * x
-        arg = (x + x3 * c(cubic)) * c(SQRT_TWO_OVER_PI)
-    return from_expr((x * c(0.5)) * (relax.op.tanh(arg) + c(1.0)))
-
-
-def swish(dtype: str = "float32", shape: str = "batch_seq",
-          sigmoid_of: str = "x") -> tvm.IRModule:
-    """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
-    writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
-    * x)``, which is not swish (the rule must leave it alone).
-    """
-    x = example_input(dtype, shape)
-    arg = x if sigmoid_of == "x" else x * _const(1.702, dtype)
-    return from_expr(x * relax.op.sigmoid(arg))
-
-
-def gelu_tanh_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
-    """``R.nn.gelu_tanh(x)`` on ``x`` (see :func:`example_input`)."""
-    return from_expr(relax.op.nn.gelu_tanh(example_input(dtype, shape)))
-
-
-def gelu_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
-    """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
-    return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))

@@ -1,0 +1,103 @@
+"""Example graphs of the activation rules: the written-out forms frontends emit, and the
+``R.nn`` calls the expansions take apart.
+
+The rules' ``example()``, the tests and ``patternkit verify`` build their inputs here, so
+:mod:`patternkit.patterns.activation` holds only what the rules recognise and produce.
+The numbers are written as the exporters write them, not taken from the rules'
+constants: an example that borrowed a rule's constant would still match if that
+constant were wrong.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import relax
+
+from patternkit.ir import from_expr
+
+
+def constant(value: float, dtype: str) -> relax.Expr:
+    """A scalar constant of ``dtype`` (TVM rounds the Python float; numpy has no bfloat16)."""
+    return relax.const(value, dtype)
+
+
+#: Shapes of the examples' ``x``: a symbolic batch and sequence (what a transformer's MLP
+#: sees), static, and a vector.
+SHAPES = ("batch_seq", "static", "vector")
+
+
+def example_input(dtype: str = "float32", shape: str = "batch_seq") -> relax.Var:
+    """``x`` of an activation example: ``(batch, seq, 16)`` with symbolic ``batch`` and
+    ``seq`` (``"batch_seq"``), ``(2, 8, 16)`` (``"static"``) or ``(16,)`` (``"vector"``).
+    """
+    dims = {"batch_seq": (tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"), 16),
+            "static": (2, 8, 16), "vector": (16,)}[shape]
+    return relax.Var("x", relax.TensorType(dims, dtype))
+
+
+def gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                     spelling: str = "half_first",
+                     erf_argument: str = "multiply") -> tvm.IRModule:
+    """GELU's erf form on ``x`` (see :func:`example_input`), spelled ``spelling``:
+
+    ``"half_first"`` ``(0.5 * x) * (1 + erf)``, ``"half_last"`` ``(x * (1 + erf)) *
+    0.5`` (torch's ONNX export), ``"half_inner"`` ``x * (0.5 * (1 + erf))``,
+    ``"legalised"`` ``x * (0.5 + 0.5 * erf)``; the erf argument is ``x *
+    0.7071...`` (``"multiply"``) or ``x / 1.4142...`` (``"divide"``).
+    """
+    x = example_input(dtype, shape)
+    arg = (x * constant(0.5 ** 0.5, dtype) if erf_argument == "multiply"
+           else relax.op.divide(x, constant(2.0 ** 0.5, dtype)))
+    erf = relax.op.erf(arg)
+    half, one = constant(0.5, dtype), constant(1.0, dtype)
+    body = {"half_first": lambda: (x * half) * (erf + one),
+            "half_last": lambda: (x * (one + erf)) * half,
+            "half_inner": lambda: x * (half * (erf + one)),
+            "legalised": lambda: x * (half + erf * half)}[spelling]()
+    return from_expr(body)
+
+
+def gelu_tanh_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                          cube: str = "power", cubic: float = 0.044715) -> tvm.IRModule:
+    """GPT-2's GELU (``NewGELUActivation``) on ``x`` (see :func:`example_input`).
+
+    ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + cubic * x^3)))`` as the torch importer
+    writes it, ``x^3`` as ``power(x, 3)`` (``cube="power"``) or ``x * x * x``
+    (``"product"``); ``cube="factored"`` writes the argument ``sqrt(2/pi) * x * (1 +
+    cubic * x * x)`` (``FastGELUActivation``).  ``cubic`` other than 0.044715 is
+    not GELU (the rule must refuse it).
+    """
+    x = example_input(dtype, shape)
+
+    def c(value):
+        return constant(value, dtype)
+
+    if cube == "factored":
+        arg = (x * c(math.sqrt(2.0 / math.pi))) * (c(1.0) + (c(cubic) * x) * x)
+    else:
+        x3 = relax.op.power(x, c(3.0)) if cube == "power" else (x * x) * x
+        arg = (x + x3 * c(cubic)) * c(math.sqrt(2.0 / math.pi))
+    return from_expr((x * c(0.5)) * (relax.op.tanh(arg) + c(1.0)))
+
+
+def swish(dtype: str = "float32", shape: str = "batch_seq",
+          sigmoid_of: str = "x") -> tvm.IRModule:
+    """``x * sigmoid(x)`` on ``x`` (see :func:`example_input`), as the torch importer
+    writes ``nn.SiLU``; ``sigmoid_of="scaled"`` gives fast-gelu's ``x * sigmoid(1.702
+    * x)``, which is not swish (the rule must leave it alone).
+    """
+    x = example_input(dtype, shape)
+    arg = x if sigmoid_of == "x" else x * constant(1.702, dtype)
+    return from_expr(x * relax.op.sigmoid(arg))
+
+
+def gelu_tanh_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+    """``R.nn.gelu_tanh(x)`` on ``x`` (see :func:`example_input`)."""
+    return from_expr(relax.op.nn.gelu_tanh(example_input(dtype, shape)))
+
+
+def gelu_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
+    """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
+    return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))
