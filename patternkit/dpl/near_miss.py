@@ -35,20 +35,25 @@ class _TracingMatcher(Matcher):
 
     def visit(self, pattern: DFPattern, expr: Any) -> bool:
         before, before_tags = self.deepest, self.deepest_tags
-        self.depth += 1
+        # A tag names an alternative; it is no level of the pattern, so the depth a near
+        # miss reports is the same with or without tags.
         tagged = type(pattern) is TagPattern
         if tagged:
             self.tags.append(cast(TagPattern, pattern))
+        else:
+            self.depth += 1
         try:
             ok = super().visit(pattern, expr)
         finally:
-            self.depth -= 1
             if tagged:
                 self.tags.pop()
+            else:
+                self.depth -= 1
         if ok:  # failures beneath a match (an alternative's other branch) are no near miss
             self.deepest, self.deepest_tags = before, before_tags
         # An operator mismatch is reported at its call, which shows the arguments too.
-        if isinstance(expr, tvm.ir.Op):
+        # A failed tag is reported at the alternative it wraps.
+        if tagged or isinstance(expr, tvm.ir.Op):
             return ok
         if not ok and (self.deepest is None or self.depth + 1 > self.deepest[0]):
             self.deepest = (self.depth + 1, pattern, expr)

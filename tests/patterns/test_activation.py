@@ -1,4 +1,4 @@
-"""patterns/activation.py: GELU (erf and tanh forms) and SiLU collapse into their ``nn`` ops,
+"""patterns/activation/: GELU (erf and tanh forms) and SiLU collapse into their ``nn`` ops,
 and the expansions a training graph needs keep the numbers and have gradients."""
 
 from __future__ import annotations

@@ -444,7 +444,7 @@ FOLD_CASE = RuleCase(
             relax.op.nn.conv2d(relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32")),
                                relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))),
             *(relax.const(np.ones(4, "float32")) for _ in range(4)), axis=1, training=False), 0)),
-            "in bias=unbiased in cast=direct) vs w"),
+            "no match: const (depth 6 in bias=unbiased in cast=direct) vs w"),
     ],
     tolerance=Tolerance(1e-5, 1e-5, "the fold rounds W * s and (b - mean) * s + beta once, "
                                     "from float64; batch_norm rounds after every step"))

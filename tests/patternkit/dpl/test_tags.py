@@ -169,7 +169,10 @@ def test_the_text_of_a_pattern_and_explain_show_the_tag():
     assert pk.dpl.pattern.pattern_to_text(pattern) == "(unary=exp: exp(*) | unary=log: log(*))"
     near_miss = pk.explain(pk.is_op("add")(alt(tag="unary", log=pk.is_op("log")(x)), x),
                            relax.op.add(relax.op.sqrt(_var("a")), _var("b")))
-    assert near_miss == "no match: log(*) (depth 3 in unary=log) vs R.sqrt(a)", near_miss
+    assert near_miss == "no match: log(*) (depth 2 in unary=log) vs R.sqrt(a)", near_miss
+    untagged = pk.explain(pk.is_op("add")(pk.is_op("log")(x), x),
+                          relax.op.add(relax.op.sqrt(_var("a")), _var("b")))
+    assert untagged == "no match: log(*) (depth 2) vs R.sqrt(a)"  # a tag is no pattern level
 
 
 def test_to_dpl_drops_the_tags_and_keeps_the_alternatives():
