@@ -107,3 +107,20 @@ def test_ci_refuses_a_readme_whose_second_command_does_not_run_pytest(tmp_path):
     assert "second set-up command should install and run pytest; found: echo no tests" \
         in proc.stderr
     assert args is None
+
+
+def test_readme_links_every_notebook_and_how_to_run_them():
+    notebooks = sorted(path.name for path in (ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    assert [name for name in notebooks if f"(notebooks/{name})" not in README] == []
+    # the headless command's tool is in the extra the README names for it
+    assert "jupyter nbconvert --to notebook --execute" in README
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    extra = re.search(r"^notebooks = \[(.*?)\]", pyproject, flags=re.S | re.M).group(1)
+    assert '"nbconvert"' in extra and '"nbclient"' in extra
+
+
+def test_the_onnx_extra_carries_the_dynamo_exporter_translator():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    extra = re.search(r"^onnx = \[(.*?)\]", pyproject, flags=re.S | re.M).group(1)
+    assert '"onnx"' in extra and re.search(r'"onnxscript(==[\d.]+)?"', extra)
