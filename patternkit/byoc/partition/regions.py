@@ -6,7 +6,7 @@ codegen into ``Codegen`` functions without ever creating a cycle through host co
 :func:`merge_compiler_regions` runs it on a module whose composites have been lifted to
 private globals (``FuseOpsByPattern``'s form,
 :func:`patternkit.byoc.partition.external.partition_graph` lifts them), and works around
-four things the 0.27 pass does not do:
+five things the 0.27 pass does not do:
 
 * it only looks at a function named ``main`` (``mod.GetGlobalVar("main")``) and drops
   every function ``main`` does not reach: each function with composites is run through
@@ -22,6 +22,10 @@ four things the 0.27 pass does not do:
   binding in ``main`` (it casts every binding to a ``VarBinding``): TVM's ONNX importer
   writes them, for a ``Range`` over a dynamic dimension.  They are held the same way,
   the held function standing for the cast's value, and put back as ``match_cast``;
+* it raises ``InternalError: Do not have a default for relax.expr.ExternFunc`` on any
+  call that passes an extern function as an argument, which ``R.call_pure_packed`` and
+  ``R.call_dps_packed`` do (importers' and users' calls to registered functions): such
+  calls stay on the host, held the same way while the pass runs;
 * it makes ``Codegen`` functions for every compiler; those of compilers not being
   partitioned for are inlined back, so their composites stay as ``MergeComposite`` made
   them.
@@ -100,7 +104,7 @@ def _merge_in_function(mod: tvm.IRModule, gv: tvm.ir.GlobalVar, func: relax.Func
     (a gradient module's adjoint beside its primal) makes it fail with "Variable ... could
     not be found in any group".  Each caller gets its own turn.
     """
-    entry, held = _hold_symbolic_bindings(func)
+    entry, held = _hold_host_bindings(func)
     called = {ref.name_hint for ref in relax.analysis.all_global_vars(func)}
     functions = {g: f for g, f in mod.functions.items()
                  if g.name_hint != _ENTRY
@@ -167,10 +171,25 @@ def _symbolic_values(expr: Any, in_shapes: bool = True) -> list:
     return []
 
 
-def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]:
-    """``func`` with each ``match_cast`` and each binding that reads a symbolic variable
-    replaced by a call to a private function holding it; returns
-    ``(func, {held function name: _HeldBinding})``.
+def _passes_extern(expr: Any) -> bool:
+    """Whether ``expr`` passes an ``ExternFunc`` as an argument, as ``R.call_pure_packed``
+    and ``R.call_dps_packed`` pass the function they call (``R.call_packed`` calls it
+    directly, which the pass handles).
+    """
+    kind = expr_kind(expr)
+    if kind is CALL:
+        return any(isinstance(a, relax.ExternFunc) or _passes_extern(a)
+                   for a in C.array_items(expr.args))
+    if kind is TUPLE:
+        return any(isinstance(f, relax.ExternFunc) or _passes_extern(f)
+                   for f in C.array_items(expr.fields))
+    return False
+
+
+def _hold_host_bindings(func: relax.Function) -> tuple[relax.Function, dict]:
+    """``func`` with each ``match_cast``, each binding that reads a symbolic variable and
+    each one that passes an extern function replaced by a call to a private function
+    holding it; returns ``(func, {held function name: _HeldBinding})``.
 
     The pass drops every binding whose variable nothing reads, and a held ``match_cast``
     is often read only through the symbolic variables it defines (``range_len_0`` of an
@@ -193,7 +212,8 @@ def _hold_symbolic_bindings(func: relax.Function) -> tuple[relax.Function, dict]
                 for v in relax.analysis.definable_tir_vars_in_type(binding.ty):
                     defined_by_cast.setdefault(v, binding.var)
             if (casts or type(binding) is relax.MatchCast
-                    or _symbolic_values(binding.value, in_shapes=False)):
+                    or _symbolic_values(binding.value, in_shapes=False)
+                    or _passes_extern(binding.value)):
                 binding = _hold(scratch, binding, dataflow, held, casts)
             bindings.append(binding)
         blocks.append(make_block(bindings, dataflow, block.span))
