@@ -368,8 +368,8 @@ class WrittenOut:
 EXPAND_CASE = RuleCase(
     AttentionExpand(), Fused, WrittenOut,
     negatives=[
-        Negative("causal_mask", AttentionExpand().example(causal_mask="TopLeft"),
-                 "the attention has causal_mask=TopLeft, window_size=None"),
+        Negative("window_without_causal_mask", AttentionExpand().example(window_size=3),
+                 "window_size=3 without a causal mask"),
         Negative("default_scale_of_a_symbolic_head_size",
                  AttentionExpand().example(shape="symbolic_head", scale=None),
                  "the attention's default scale 1/sqrt(H) needs a static head size"),
