@@ -69,3 +69,20 @@ class BuildError(PatternkitError, RuntimeError):
     def __init__(self, message: str, side: str = ""):
         super().__init__(message)
         self.side = side
+
+
+class PatternkitWarning(UserWarning):
+    """Base class of the warnings patternkit gives; filter them by this category."""
+
+
+class RuleDeclinedEveryMatch(PatternkitWarning):
+    """A rule was offered matches in one ``rewrite`` and left every one of them, each time
+    by returning ``None`` with no reason: most often a rewrite (or a Relay ``callback``)
+    that forgot its ``return``, or a ``check`` that forgot its ``return True``.
+
+    Given once per rule per ``rewrite`` call, pointing at the rule's own method.  A rule
+    that declines on purpose says so (its check returns ``reject(reason)``, a callback
+    returns ``post``); to silence it anyway::
+
+        warnings.filterwarnings("ignore", category=patternkit.errors.RuleDeclinedEveryMatch)
+    """

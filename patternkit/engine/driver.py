@@ -73,6 +73,7 @@ from ..dpl.pattern import DFPattern, required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
 from ..ir.targets import apply_to_target, rewritable_functions
+from .declines import DeclineTally, warn_silent_declines
 from .emit import Emitted, emit_rewrites
 from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
 from .multi import rewrite_function_bindings
@@ -343,7 +344,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     shared walk (:func:`_run_round`), multi-root rules (a ``context``) block by block
     after them (:func:`_run_multi_round`).
     """
-    active = [_Prepared.of(rule) for rule in rules if not rule.multi_root]
+    active = prepared = [_Prepared.of(rule) for rule in rules if not rule.multi_root]
     multi = [rule for rule in rules if rule.multi_root]
     if options.debug:
         assert_well_formed(mod, PASS_NAME, "input")
@@ -351,9 +352,10 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     emitted_keys: dict[str, tuple[relax.Function, frozenset[str]]] = {}  # see _run_round
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
     settled: dict[int, dict[int, relax.Function]] = {}  # see _run_multi_round
+    tallies = {id(p): DeclineTally() for p in active}  # see engine/declines.py
     for round_index in range(options.max_passes):
         mod, fired, indexes = _run_round(active, mod, round_index, options, sizes,
-                                         emitted_keys) if active else (mod, [], {})
+                                         emitted_keys, tallies) if active else (mod, [], {})
         if multi:
             mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes,
                                                 settled)
@@ -365,6 +367,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
         active = [p for p in active if not p.rule.rewrite_once]
         multi = [rule for rule in multi if not rule.rewrite_once]
         if not fired or not (active or multi):
+            warn_silent_declines((p.name, p.rule, tallies[id(p)]) for p in prepared)
             return mod
         recent = [*recent[-1:], fired]
     names = ", ".join(sorted({name for fired in recent for name, _, _ in fired}))
@@ -432,6 +435,7 @@ class _FunctionRound:
 def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                options: _Options, sizes: _InputSizes,
                emitted_keys: dict[str, tuple[relax.Function, frozenset[str]]],
+               tallies: dict[int, DeclineTally],
                ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]], dict[str, FunctionIndex]]:
     """One round of every active rule over every function.
 
@@ -441,7 +445,8 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
     ``emitted_keys`` holds, by name, each function a round emitted with the binding keys
     it has (:attr:`Emitted.keys`): the next round knows from them whether a root can
     occur there without scanning the function (the usual last round finds none), and
-    records the functions it emits in turn.
+    records the functions it emits in turn.  ``tallies`` counts, per rule (by ``id``),
+    what its check and rewrite returned (:mod:`~patternkit.engine.declines`).
     """
     log = options.log
     first = round_index == 0
@@ -462,6 +467,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
     fired: list[tuple[str, str, Any]] = []
     for position, rule in enumerate(active):
         later_rules = position < len(active) - 1
+        tally = tallies[id(rule)]
         for fn in functions:
             if not fn.has_candidates(rule):
                 continue
@@ -471,7 +477,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                                    rule: _Prepared = rule) -> Exception:
                     return _rule_error(rule, "check", fn.name, group, err)
 
-                check = group_check(rule.checker, rule.roles, on_check_error)
+                check = _tallied(group_check(rule.checker, rule.roles, on_check_error), tally)
             try:
                 groups, skipped = find_groups(fn.index, rule.pattern, check,
                                               options.allow_escaping, taken=fn.taken,
@@ -487,8 +493,11 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
             declines = 0
             for group in groups:
                 new_value, declined = _call_rule(rule, fn.name, group)
+                tally.offered += 1
                 if new_value is None:
                     declines += 1
+                    if declined is _RETURNED_NONE:
+                        tally.rewrite_none += 1
                     if log is not None:
                         log.skipped.append(Skip(rule.name, fn.name, C.var_name(group.root_var),
                                                 declined, kind=SkipKind.DECLINED,
@@ -496,6 +505,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
                                                 covered=tuple(group.interior)))
                     continue
                 fn.replace(rule, group, new_value, later_rules)
+                tally.rewritten += 1
                 last = group.binding
                 if log is not None:
                     log.records.append(RewriteRecord(rule.name, fn.name, group.root_var,
@@ -603,7 +613,7 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]
     except Exception as err:
         raise _rule_error(rule, "rewrite", func_name, group, err) from err
     if result is None:
-        return None, "the rewrite returned None: binding left as it is"
+        return None, _RETURNED_NONE
     if not isinstance(result, tvm.ir.Expr) or isinstance(result, (tvm.ir.Op, relax.Function)):
         raise CallbackError(
             f"rule {rule.name}: rewrite returned {type(result).__name__} ({result!r:.80}) "
@@ -616,6 +626,22 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]
     if type(result) is type(pre) and C.structural_equal(result, pre):
         return None, "the rewrite returned an equal expression: binding left as it is"
     return result, ""
+
+
+#: Why a rewrite that returned ``None`` left its match (the one decline with no reason).
+_RETURNED_NONE = "the rewrite returned None: binding left as it is"
+
+
+def _tallied(check: Callable[[Group], Any], tally: DeclineTally) -> Callable[[Group], Any]:
+    """``check``, counting its calls and its bare ``None`` answers in ``tally``."""
+    def run(group: Group) -> Any:
+        tally.checked += 1
+        result = check(group)
+        if result is None:
+            tally.check_none += 1
+        return result
+
+    return run
 
 
 def _rule_error(rule: _Prepared, what: str, func_name: str, group: Group,
