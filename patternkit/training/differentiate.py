@@ -5,9 +5,11 @@ ONNX calls ``nn.batch_norm``, ``nn.layer_norm``, ``nn.gelu``, ``nn.rms_norm`` ..
 then fails with an internal check.  :func:`gradient` expands those ops first: the
 library's expand rules (``patternkit.patterns.EXPANSIONS``: ``batchnorm.expand`` keeps each
 call's own ``training`` flag), then TVM's ``DecomposeOpsForTraining`` for what the rules
-leave (a ``layer_norm`` that ``layernorm.expand`` refuses); it registers gradients for
-``erf`` and ``rsqrt``, which the expansions use and Relax lacks; and it names every op
-that remains undifferentiable before ``Gradient`` runs.
+leave (a ``layer_norm`` that ``layernorm.expand`` refuses), and this package's own
+expansions (:mod:`.pooling`: ``adaptive_avg_pool2d`` as a mean or a pool); it registers
+gradients for ``erf`` and ``rsqrt``, which the expansions use and Relax lacks; and it
+names every op that remains undifferentiable before ``Gradient`` runs, with the reason an
+expand rule gave for leaving it.
 
 The returned module holds the user's functions unchanged (the primal ``main`` keeps its
 fused ops) plus ``<func>_adjoint``, which ``Gradient`` builds from the expanded copy.
@@ -29,6 +31,7 @@ from ..ir import type_of
 from ..ir.dtypes import is_float_dtype
 from ..patterns import EXPANSIONS, LIBRARY
 from .ops import ensure_extra_gradients, ops_without_gradient
+from .pooling import TRAINING_EXPANSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +100,8 @@ def gradient(mod: tvm.IRModule, func: str = "main", wrt: Sequence[str] | None = 
     _require_one_dataflow_block(expanded, func)
     remaining = ops_without_gradient(expanded, func, wrt=[p.name for p in params])
     if remaining:
-        lines = [f"{op} ({len(sites)}x, e.g. {sites[0]})"
+        why = _refusals(expanded, report.expansion_log)
+        lines = [f"{op} ({len(sites)}x, e.g. {sites[0]}{why.get(op, '')})"
                  for op, sites in sorted(remaining.items())]
         raise GradientError(f"{func}: no gradient and no expansion for: " + "; ".join(lines))
 
@@ -204,7 +208,8 @@ def expand_for_gradient(target: relax.Function, func: str = "main", expansions: 
                         report: GradientReport | None = None) -> relax.Function:
     """``target`` with every op that lacks a gradient expanded, where a rule or TVM can.
 
-    The expand rules run first (``expansions``, default the library's), then TVM's
+    The expand rules run first (``expansions``, default the library's, and this
+    package's own, :data:`~.pooling.TRAINING_EXPANSIONS`, always), then TVM's
     ``DecomposeOpsForTraining`` if an op it decomposes is left; ops that remain are left
     in place (:func:`gradient` names them).
     """
@@ -216,8 +221,8 @@ def expand_for_gradient(target: relax.Function, func: str = "main", expansions: 
     report.expanded = {op: len(sites) for op, sites in missing.items()}
     # Expansions grow the graph by design (a batch norm becomes ten bindings) and end by
     # construction (what they emit holds no op they match), so no growth bound applies.
-    expanded = rewrite(_rules(expansions, EXPANSIONS), target, log=report.expansion_log,
-                       max_growth=None)
+    rules = _rules(expansions, EXPANSIONS) | RuleSet(TRAINING_EXPANSIONS)
+    expanded = rewrite(rules, target, log=report.expansion_log, max_growth=None)
     still = ops_without_gradient(expanded, func)
     if any(op in still for op in _TVM_DECOMPOSES):
         single = relax.transform.DecomposeOpsForTraining()(tvm.IRModule({func: expanded}))
@@ -226,6 +231,22 @@ def expand_for_gradient(target: relax.Function, func: str = "main", expansions: 
         still = ops_without_gradient(expanded, func)
     report.expanded = {op: n for op, n in report.expanded.items() if op not in still}
     return expanded
+
+
+def _refusals(func: relax.Function, log: RewriteLog) -> dict[str, str]:
+    """``": <rule> refused: <reason>"`` per op, for the first binding of it an expand rule
+    refused (what :func:`gradient`'s error quotes after the binding).
+    """
+    by_root = {skip.root: skip for skip in log.skipped if skip.rule}
+    out: dict[str, str] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value, skip = binding.value, by_root.get(binding.var.name)
+            if skip is None or not isinstance(value, relax.Call):
+                continue
+            if isinstance(value.op, tvm.ir.Op):
+                out.setdefault(value.op.name, f": {skip.rule} refused: {skip.reason}")
+    return out
 
 
 #: Ops TVM's ``DecomposeOpsForTraining`` writes out.  It also decomposes ``batch_norm``, with

@@ -95,6 +95,7 @@ Deliberately not covered:
 Layout of the family (each module says why it exists): :mod:`.forms` (the pattern, from
 tagged alternatives), :mod:`.guards` (the refusals), :mod:`.plan` (what the check hands
 the rewrite), :mod:`.layout` and :mod:`.masking` (the permutation and bias algebra),
+:mod:`.causal` (``causal_mask`` and ``window_size`` as a bias, for the expansion),
 :mod:`.collapse`, :mod:`.expand` and :mod:`.composite` (the rules), :mod:`.examples`
 (one builder per model form and per refusal, written by :mod:`.written_out`).
 """
