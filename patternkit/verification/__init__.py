@@ -12,9 +12,11 @@ TVMScript with constants inline, and :mod:`~patternkit.verification.report` hold
 results.
 """
 
+from .by_example import example_rule_class, rule_by_example, verify_by_example
 from .numeric import Comparison, assert_same_numerics, compare
 from .roundtrip import RoundTripError, RoundTripResult, check_roundtrip
 from .sites import SiteReport, validate_sites
 
 __all__ = ["Comparison", "assert_same_numerics", "compare", "RoundTripError",
-           "RoundTripResult", "check_roundtrip", "SiteReport", "validate_sites"]
+           "RoundTripResult", "check_roundtrip", "SiteReport", "validate_sites",
+           "rule_by_example", "example_rule_class", "verify_by_example"]
