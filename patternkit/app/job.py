@@ -68,6 +68,7 @@ from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
 from ..verification.sites import SiteReport, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
+from .outfolder import OutputFolder
 from .precision import float64_check, low_precision_dtype
 from .report import (
     JobReport,
@@ -125,6 +126,42 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
     tables : str, optional
         ``"cutlass"``, ``"cutlass,tensorrt"``: partition with TVM's registered pattern
         tables instead of the library's composites (the rewrites still run first).
+
+    Notes
+    -----
+    The files are written aside and moved into ``out_dir`` when the run ends
+    (:mod:`patternkit.app.outfolder`): the folder holds the files of this run only, and
+    a run that raises leaves a ``report.md`` saying why in place of the previous run's.
+    """
+    options = dict(patterns=patterns, compiler=compiler, seed=seed, draw=draw, func=func,
+                   numeric_options=numeric_options, input_ranges=input_ranges, train=train,
+                   full_drawing=full_drawing, progress=progress, tables=tables)
+    if out_dir is None:
+        return _run(model, None, None, **options)
+    out = Path(out_dir)
+    with _output_folder(out, model) as folder:
+        return _run(model, folder.staging, out, **options)
+
+
+def _output_folder(out: Path, model: str | Path | tvm.IRModule | None) -> OutputFolder:
+    """The output folder, staged (:class:`~patternkit.app.outfolder.OutputFolder`), or a
+    one-line :class:`JobError` when it cannot be written.
+    """
+    shown = ("IRModule" if isinstance(model, tvm.IRModule)
+             else str(model) if model is not None else DEFAULT_MODEL)
+    try:
+        return OutputFolder(out, shown)
+    except OSError as err:
+        raise JobError(f"cannot write to the output folder {out}: {err.strerror}") from err
+
+
+def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Path | None, *,
+         patterns: Any, compiler: str, seed: int, draw: bool, func: str | None,
+         numeric_options: Mapping[str, Any] | None,
+         input_ranges: Mapping[str, tuple[int, int]] | None, train: bool, full_drawing: bool,
+         progress: Callable[[str], None] | None, tables: str | None) -> JobReport:
+    """:func:`run`'s steps; the files go to ``staging`` (``None``: none), ``out`` is where
+    the user will find them.
     """
     say = progress or (lambda message: None)
     timer = time.perf_counter
@@ -136,10 +173,6 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
             return fn(*args, **kwargs)
         finally:
             seconds[name] = round(timer() - start, 3)
-
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        _require_writable(out)
 
     say("loading the model ...")
     if isinstance(model, tvm.IRModule):
@@ -239,9 +272,9 @@ def run(model: str | Path | tvm.IRModule | None = None, *, patterns: Any = None,
                                           "--keep-params / ?keep_params=true)")
 
     report.seconds = seconds
-    if out is not None:
+    if staging is not None:
         say(f"writing {out}/ ...")
-        write_outputs(out, before, after, report, draw=draw, changes=log, func=entry,
+        write_outputs(staging, before, after, report, draw=draw, changes=log, func=entry,
                       full_drawing=full_drawing, adjoint=adjoint)
     return report
 
@@ -357,16 +390,6 @@ def _well_formed(mod: tvm.IRModule, pass_name: str, stage: str = "output",
     """
     assert_well_formed(mod, pass_name, stage, rules)
     return mod
-
-
-def _require_writable(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".patternkit-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise JobError(f"cannot write to the output folder {out}: {err.strerror}") from err
 
 
 def _smallest_sizes(loaded: LoadedModel, first: Mapping[str, int],
