@@ -143,6 +143,8 @@ def load(spec: str | Path | None = None, *, keep_params: bool | None = None) -> 
                        f"file (torch.export.save)")
     if not path.is_file():
         raise JobError(f"model file not found: {path}")
+    if path.stat().st_size == 0:  # else each frontend names a symptom (an IR version of 0)
+        raise JobError(f"{path} is empty (0 bytes): was the export or copy interrupted?")
     options = _file_options(path, raw, text)
     if keep_params is not None and path.suffix == ".pt2":
         options["keep_params"] = keep_params

@@ -161,3 +161,14 @@ def test_a_pt2_file_that_is_not_an_exported_program_is_a_clear_error(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(JobError, match="not a program saved by torch.export.save"):
         load(str(path))
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "model.pt2", "model.py"])
+def test_an_empty_model_file_is_named_empty_in_one_line(tmp_path, capsys, name):
+    path = tmp_path / name
+    path.write_bytes(b"")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"patternkit: error: {path} is empty (0 bytes): was the export " \
+                           f"or copy interrupted?\n"
+    assert captured.out == "" and path.read_bytes() == b""
