@@ -258,13 +258,34 @@ def is_pure_value(value: Any) -> bool:
 
 
 def static_shape(ty: Any) -> tuple[Any, ...] | None:
-    """Shape of a tensor type as a tuple of ints (symbolic dims stay PrimExprs).
+    """Shape of a tensor, given its type or the expression itself.
 
-    Returns ``None`` when the type is not a tensor or its shape is unknown.  The rules'
-    checks read a few shapes per match, so the dims are read straight off the FFI array.
+    Parameters
+    ----------
+    ty : relax type, Relax expression, or None
+        A type (``var.ty``, ``type_of(expr)``) or an expression whose type is read with
+        :func:`type_of` (``static_shape(match.x)``).
+
+    Returns
+    -------
+    tuple or None
+        The dims as ints (symbolic dims stay PrimExprs); ``None`` when ``ty`` is
+        ``None``, not a tensor, or a tensor of unknown shape.  The rules' checks read a
+        few shapes per match, so the dims are read straight off the FFI array.
+
+    Raises
+    ------
+    TypeError
+        ``ty`` is neither a type nor an expression (a tuple of dims, a string): a
+        guard comparing its ``None`` would pass vacuously.
     """
     if type(ty) is not _TENSOR_TYPE and not isinstance(ty, _TENSOR_TYPE):
-        return None
+        if ty is None or isinstance(ty, tvm.ir.Type):
+            return None
+        if isinstance(ty, tvm.ir.Expr):
+            return static_shape(type_of(ty))
+        raise TypeError(f"static_shape takes a Relax expression or type, not "
+                        f"{type(ty).__name__} {ty!r:.60}")
     shape = ty.shape
     if shape is None:
         return None

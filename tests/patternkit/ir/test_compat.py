@@ -134,3 +134,27 @@ def test_every_pass_patternkit_builds_goes_through_module_pass():
                  for path in root.rglob("*.py") if path.name != "compat.py"
                  for word in builders if word in path.read_text()]
     assert not offenders, "passes built outside ir.compat.module_pass:\n" + "\n".join(offenders)
+
+
+def test_static_shape_of_an_expression_reads_its_type():
+    # a guard written ``static_shape(match.x) == (2, 3)`` must not pass vacuously
+    x = tensor("x", (2, 3))
+    assert C.static_shape(x) == (2, 3)
+    assert C.static_shape(relax.op.add(x, x)) == (2, 3)
+    n = tvm.tirx.Var("n", "int64")
+    dims = C.static_shape(relax.Var("y", relax.TensorType((n, 4), "float32")))
+    assert dims is not None and dims[0].same_as(n) and dims[1] == 4
+
+
+def test_static_shape_of_a_non_tensor_is_none():
+    assert C.static_shape(None) is None
+    assert C.static_shape(relax.TupleType([])) is None
+    assert C.static_shape(relax.Var("t", relax.TupleType([tensor("a", (1,)).ty]))) is None
+    assert C.static_shape(relax.TensorType(ndim=2, dtype="float32")) is None
+
+
+@pytest.mark.parametrize("bad", [(2, 3), "x", 3])
+def test_static_shape_of_something_else_raises_a_one_line_type_error(bad):
+    with pytest.raises(TypeError, match=r"static_shape takes a Relax expression or type") as info:
+        C.static_shape(bad)
+    assert "\n" not in str(info.value)
