@@ -74,8 +74,9 @@ from ...ir.targets import apply_to_target, rewritable_functions
 from ...ir.walk import substitute
 from ..tables.check_context import CheckSite
 from ..tables.table import CompositeEntry, PatternTable, PatternTableError
-from .fused_functions import emit_module
-from .tvm_fusion import FunctionPlan, candidate_keys, plan_function
+from .fused_functions import build_composite, emit_module
+from .global_functions import FunctionTable
+from .tvm_fusion import FunctionPlan, PlannedComposite, candidate_keys, plan_module
 
 logger = logging.getLogger(__name__)
 
@@ -239,21 +240,28 @@ def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: 
                      annotate_codegen: bool, log: CompositeLog | None) -> tvm.IRModule:
     """FuseOpsByPattern's result: plan every function, then emit once."""
     keys = [(entry, candidate_keys(entry)) for entry in table]
-    plans: list[tuple[tvm.ir.GlobalVar, FunctionPlan]] = []
+    functions: list[tuple[str, relax.Function, FunctionIndex, list[CompositeEntry]]] = []
+    gvs: list[tvm.ir.GlobalVar] = []
+    functions_table = FunctionTable(module, COMPOSITE)
+
+    def build(index: FunctionIndex, composite: PlannedComposite) -> None:
+        build_composite(functions_table, index, composite, bind_constants)
+
     with C.gc_paused():
-        for order, (gv, func) in enumerate(rewritable_functions(module)):
+        for gv, func in rewritable_functions(module):
             if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
                 continue
             index = FunctionIndex.of(func)
             live = [e for e, k in keys if index.may_hold(k)]
             if not live:
                 continue
-            plan = plan_function(table, gv.name_hint, func, _tvm_check_error,
-                                 log is not None, order, index, live)
-            plans.append((gv, plan))
+            functions.append((gv.name_hint, func, index, live))
+            gvs.append(gv)
+        plans = list(zip(gvs, plan_module(table, functions, _tvm_check_error, log is not None,
+                                          build)))
         out = module
         if any(plan.composites for _, plan in plans):
-            out = emit_module(module, plans, bind_constants, annotate_codegen)
+            out = emit_module(module, plans, functions_table, bind_constants, annotate_codegen)
         if log is not None:
             for _, plan in plans:
                 _log_plan(plan, log)

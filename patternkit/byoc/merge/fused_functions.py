@@ -44,7 +44,7 @@ from .tvm_fusion import FunctionPlan, PlannedComposite
 _CALL_TIR = frozenset({"relax.call_tir", "relax.call_tir_inplace"})
 
 
-class _Built:
+class BuiltComposite:
     """A composite function added to the module, and how to call it."""
 
     __slots__ = ("gv", "arguments", "single")
@@ -55,17 +55,34 @@ class _Built:
         self.single = single
 
 
+def build_composite(table: FunctionTable, index: FunctionIndex, composite: PlannedComposite,
+                    bind_constants: bool) -> None:
+    """Add ``composite``'s function to ``table`` and record how to call it (``.built``).
+
+    Called as each entry forms its composites, in TVM's creation order, so that the names
+    (``fused_relax_matmul_relax_add1``) are those ``FuseOpsByPattern`` gives them by then,
+    when the checks of later entries see calls to them.
+    """
+    func, arguments = _composite_function(index, composite, bind_constants)
+    gv = table.add(func, _fused_name(index, composite))
+    composite.built = BuiltComposite(gv, arguments, len(composite.outputs) == 1)
+
+
 def emit_module(mod: tvm.IRModule, plans: list[tuple[tvm.ir.GlobalVar, FunctionPlan]],
-                bind_constants: bool, annotate_codegen: bool) -> tvm.IRModule:
-    """``mod`` with every plan applied; ``mod`` itself is not modified."""
-    table = FunctionTable(mod, COMPOSITE)
+                table: FunctionTable, bind_constants: bool,
+                annotate_codegen: bool) -> tvm.IRModule:
+    """``mod`` with every plan applied; ``mod`` itself is not modified.
+
+    ``table`` holds the composites :func:`build_composite` added while planning; one
+    not built yet is built here, in creation order.
+    """
     composites = sorted(((c, plan) for _, plan in plans for c in plan.composites),
                         key=lambda item: item[0].created)
-    built: dict[int, _Built] = {}
+    built: dict[int, BuiltComposite] = {}
     for composite, plan in composites:
-        func, arguments = _composite_function(plan.index, composite, bind_constants)
-        gv = table.add(func, _fused_name(plan.index, composite))
-        built[id(composite)] = _Built(gv, arguments, len(composite.outputs) == 1)
+        if composite.built is None:
+            build_composite(table, plan.index, composite, bind_constants)
+        built[id(composite)] = composite.built
     bb = relax.BlockBuilder()  # types the new calls; the composites' GlobalVars carry theirs
     updates = {gv: _rewrite_caller(bb, mod[gv], plan, built)
                for gv, plan in plans if plan.composites}
@@ -220,7 +237,7 @@ def _composite_function(index: FunctionIndex, composite: PlannedComposite,
 
 # -- the caller -------------------------------------------------------------------------------
 def _rewrite_caller(bb: relax.BlockBuilder, func: relax.Function, plan: FunctionPlan,
-                    built: dict[int, _Built]) -> relax.Function:
+                    built: dict[int, BuiltComposite]) -> relax.Function:
     index = plan.index
     remap: dict[int, Any] = {}
     blocks = []
@@ -257,7 +274,7 @@ def _reemit(bb: relax.BlockBuilder, binding: Any, remap: dict[int, Any]) -> None
 
 
 def _emit_call(bb: relax.BlockBuilder, index: FunctionIndex, composite: PlannedComposite,
-               built: _Built, remap: dict[int, Any]) -> None:
+               built: BuiltComposite, remap: dict[int, Any]) -> None:
     bindings = index.blocks[composite.block]
     args = [substitute(a, remap, by_handle=True) if remap else a for a in built.arguments]
     call = bb.normalize(relax.Call(built.gv, args))
@@ -340,4 +357,4 @@ def _add_wrapper(table: FunctionTable, gv: tvm.ir.GlobalVar,
     return table.add(relax.BlockBuilder().normalize(wrapper), symbol)
 
 
-__all__ = ["emit_module"]
+__all__ = ["emit_module", "build_composite"]

@@ -16,7 +16,11 @@ This module reproduces that result without the passes:
   subsumption rule;
 * a match whose intermediate result is read outside it is kept, and the intermediate
   becomes an extra output of the composite (TVM's rule; Relay's skips such a match);
-* a check runs as TVM runs it, on a ``PatternCheckContext``-compatible object.
+* a check runs as TVM runs it, on a ``PatternCheckContext``-compatible object built
+  over the function as the earlier entries rewrote it (an operand they fused is a call
+  to their composite: :mod:`~patternkit.byoc.merge.check_view`); so entries take effect
+  across the whole module one after the other (:func:`plan_module`), and each
+  composite's function is built as it is formed, under the name TVM gives it.
 
 Where TVM's own result is wrong, the plan does what TVM intends instead:
 
@@ -49,8 +53,8 @@ from ...engine.index import FunctionIndex
 from ...engine.rule import Reject, RuleMatch, judge, reject
 from ...engine.skip import SkipKind
 from ...ir import compat as C
-from ..tables.check_context import CheckSite
 from ..tables.table import CompositeEntry, PatternTable
+from .check_view import RewrittenView
 
 #: Keys of bindings ``FuseOpsByPattern`` never tries as a root (it only visits calls).
 NOT_A_CALL = frozenset({"<TupleGetItem>", "<Tuple>"})
@@ -77,6 +81,9 @@ class PlannedComposite:
         bindings of the block, by first reader.
     created : tuple
         Sort key of TVM's creation order (entry pass, function, block, position).
+    built : BuiltComposite or None
+        Its function in the module's function table and how to call it, once the plan's
+        ``on_formed`` has built it (:func:`~patternkit.byoc.merge.fused_functions.build_composite`).
     """
 
     entry: CompositeEntry
@@ -86,6 +93,7 @@ class PlannedComposite:
     match: Match
     outputs: list[int] = field(default_factory=list)
     created: tuple = ()
+    built: Any = None
 
 
 @dataclass(frozen=True)
@@ -158,25 +166,42 @@ class _Block:
         return self.taken.get(j, j)
 
 
-def plan_function(table: PatternTable, func_name: str, func: relax.Function,
-                  on_error: CheckError, want_log: bool, func_order: int = 0,
-                  index: FunctionIndex | None = None,
-                  entries: list[CompositeEntry] | None = None) -> FunctionPlan:
-    """The composites ``FuseOpsByPattern(table)`` forms in ``func`` (see the module doc)."""
-    index = index or FunctionIndex.build(func)
-    plan = FunctionPlan(func_name, index)
+#: ``on_formed(index, composite)``: called as each composite is formed, in TVM's creation
+#: order (what builds its function, so that later entries' checks can see calls to it).
+OnFormed = Callable[[FunctionIndex, PlannedComposite], None]
+
+
+def plan_module(table: PatternTable, functions: list[tuple[str, relax.Function, FunctionIndex,
+                                                            list[CompositeEntry]]],
+                on_error: CheckError, want_log: bool, on_formed: OnFormed) -> list[FunctionPlan]:
+    """The composites ``FuseOpsByPattern(table)`` forms in each of ``functions``.
+
+    ``functions`` holds ``(name, function, index, entries that may match in it)`` in the
+    module's order.  Entries take effect one after the other over the whole module, as
+    TVM's passes do: every function sees entry ``k`` before any sees entry ``k + 1``, so
+    the composites are formed (and ``on_formed`` called) in TVM's creation order.
+    """
+    planners = [(_start(name, func, index, on_error, want_log, order, on_formed),
+                 {id(e) for e in entries})
+                for order, (name, func, index, entries) in enumerate(functions)]
+    for entry in table:
+        for planner, entries in planners:
+            if planner is not None and id(entry) in entries:
+                planner.run_entry(entry.priority, entry)
+    return [planner.finish() if planner is not None else FunctionPlan(name, index)
+            for (planner, _), (name, _, index, _) in zip(planners, functions)]
+
+
+def _start(func_name: str, func: relax.Function, index: FunctionIndex,
+           on_error: CheckError, want_log: bool, func_order: int,
+           on_formed: OnFormed) -> "_Planner | None":
+    """A planner for ``func``, or ``None`` when it has no dataflow block."""
     blocks = {bi: _Block(index, bi) for bi, block in enumerate(C.array_items(func.body.blocks))
               if isinstance(block, relax.DataflowBlock)}
     if not blocks:
-        return plan
-    planner = _Planner(index, func_name, blocks, plan, on_error, want_log, func_order)
-    for entry in entries if entries is not None else table:
-        planner.run_entry(entry.priority, entry)
-    for bi, state in blocks.items():
-        if state.plan.composites:
-            state.plan.order = state.order
-            plan.blocks[bi] = state.plan
-    return plan
+        return None
+    return _Planner(index, func_name, blocks, FunctionPlan(func_name, index), on_error,
+                    want_log, func_order, on_formed)
 
 
 def candidate_keys(entry: CompositeEntry) -> frozenset[str] | None:
@@ -187,7 +212,8 @@ def candidate_keys(entry: CompositeEntry) -> frozenset[str] | None:
 
 class _Planner:
     def __init__(self, index: FunctionIndex, func_name: str, blocks: dict[int, _Block],
-                 plan: FunctionPlan, on_error: CheckError, want_log: bool, func_order: int):
+                 plan: FunctionPlan, on_error: CheckError, want_log: bool, func_order: int,
+                 on_formed: OnFormed):
         self.index = index
         self.func_name = func_name
         self.blocks = blocks
@@ -195,8 +221,19 @@ class _Planner:
         self.on_error = on_error
         self.want_log = want_log
         self.func_order = func_order
-        self.site = CheckSite(index)
+        self.on_formed = on_formed
+        # checks see the function as the entries so far rewrote it (the composites'
+        # functions, which on_formed builds, are what their calls name)
+        self.view = RewrittenView(index, blocks)
         self.calls = _call_positions(index, blocks)
+
+    def finish(self) -> FunctionPlan:
+        """The plan, once every entry has run."""
+        for bi, state in self.blocks.items():
+            if state.plan.composites:
+                state.plan.order = state.order
+                self.plan.blocks[bi] = state.plan
+        return self.plan
 
     # -- one entry ("one FuseOpsByPattern pass") ----------------------------------------
     def run_entry(self, pass_index: int, entry: CompositeEntry) -> None:
@@ -272,7 +309,7 @@ class _Planner:
     def _check(self, entry: CompositeEntry, state: _Block, j: int, found: Match) -> Reject | None:
         binding = state.bindings[j]
         if entry.tvm_check is not None:
-            context = self.site.context(found, binding.var, (state.bi, j), entry.roles)
+            context = self.view.context(found, binding.var, state.bi, j, entry.roles)
             try:
                 accepted = entry.tvm_check(context)
             except Exception as err:  # a TVM check that raises stops the pass, named
@@ -301,6 +338,8 @@ class _Planner:
         for group in formed:
             group.created = (pass_index, self.func_order, state.bi, state.rank[group])
             state.plan.composites.append(group)
+        for group in sorted(formed, key=state.rank.__getitem__):
+            self.on_formed(self.index, group)
 
     # -- reporting ----------------------------------------------------------------------
     def _skip(self, entry, state, j, members, kind, reason, by=None, rejection=None) -> None:
@@ -522,5 +561,5 @@ def _emission_order(index: FunctionIndex, state: _Block, formed: list) -> list:
     return out
 
 
-__all__ = ["PlannedComposite", "PlanSkip", "BlockPlan", "FunctionPlan", "plan_function",
-           "candidate_keys", "NOT_A_CALL"]
+__all__ = ["PlannedComposite", "PlanSkip", "BlockPlan", "FunctionPlan", "plan_module",
+           "candidate_keys", "NOT_A_CALL", "OnFormed"]

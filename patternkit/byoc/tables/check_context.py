@@ -16,6 +16,11 @@ TVM's own checks (``cutlass._check_conv2d``, ``has_leaking_intermediate_variable
 is kept: an annotation that matched a bound Var maps to the Var's *value* (TVM's
 matcher looks through one binding at every node), as in ``annotated_expr["lhs"]``.
 
+This module builds the context over the function as it was given: what Relay's
+semantics and the first entry of a TVM table see.  Under TVM's semantics the later
+entries see the function as the earlier ones rewrote it (an operand they fused is a call
+to their composite); :mod:`patternkit.byoc.merge.check_view` builds that context.
+
 The two function-sized maps are views over patternkit's function index, built once per
 function and only when a check reads them: handing every check a fresh map of the whole
 function would make a table with many entries quadratic (TVM's C++ driver passes its
@@ -35,7 +40,7 @@ from ...engine.index import FunctionIndex
 from ...ir import compat as C
 from ...ir.walk import vars_read
 
-__all__ = ["CheckContext", "CheckSite"]
+__all__ = ["CheckContext", "CheckSite", "BOUND_KINDS"]
 
 
 class CheckContext:
@@ -129,6 +134,15 @@ class CheckSite:
         self._by_value, self._bound = by_value, bound
         return by_value, bound
 
+    def by_value(self) -> dict[int, tuple[Any, Any]]:
+        """Handle of each bound value -> ``(value, Var)``, every ``VarBinding`` of the function."""
+        return self._indexed()[0]
+
+    def value_position(self, key: int) -> tuple[int, int]:
+        """The ``(block, binding)`` position of the binding of the value with handle ``key``."""
+        self._indexed()
+        return self._value_order[key]
+
     def value_of(self, expr: Any) -> Any:
         """What TVM's matcher records for ``expr``: the value of a bound Var, else ``expr``."""
         bound = self._indexed()[1]
@@ -164,7 +178,7 @@ class CheckSite:
                      if p in match.captures}
         matched = {root_var: root}
         for p, value in match.captures.items():
-            if type(p) in _BOUND_KINDS and p in match.bound_vars:
+            if type(p) in BOUND_KINDS and p in match.bound_vars:
                 matched[match.bound_vars[p]] = value
         value_to_var = _ByHandle(by_value, self._value_order, position)
         return CheckContext(root, annotated, matched, self.var_usages(position[0]),
@@ -172,7 +186,7 @@ class CheckSite:
 
 
 #: The pattern kinds whose matches TVM puts in ``matched_bindings`` (and in the composite).
-_BOUND_KINDS = (CallPattern, TupleGetItemPattern)
+BOUND_KINDS = (CallPattern, TupleGetItemPattern)
 
 
 def _var_read_by(index: FunctionIndex, binding: Any, key: int) -> Any:
