@@ -335,7 +335,7 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
     :class:`~patternkit.errors.CallbackError` (naming the binding) when the rewriter
     raises, replaces a Var its match does not own, or returns a replacement that is not
     an expression or whose type does not fit the binding; the input is left unchanged.
-    The error names the rewriter (its ``__name__``, or its class's).
+    The error names the rewriter (its ``__name__``, else its ``name``, else its class's).
     """
     if not isinstance(context, PatternContext):
         raise PatternError(f"rewrite_bindings needs a patternkit PatternContext, found "
@@ -343,7 +343,8 @@ def rewrite_bindings(context: PatternContext, rewriter: Rewriter, target: Any) -
     if not callable(rewriter):
         raise PatternError(f"the rewriter must be callable, found {type(rewriter).__name__}")
     context.validate()
-    name = getattr(rewriter, "__name__", None) or type(rewriter).__name__
+    name = (getattr(rewriter, "__name__", None) or getattr(rewriter, "name", None)
+            or type(rewriter).__name__)
 
     def on_function(func_name: str, func: relax.Function) -> relax.Function | None:
         work = _FunctionRewrite(name, func_name, func)
