@@ -150,14 +150,14 @@ def test_gradient_is_importable_from_the_package():
 
 def test_collapse_forward_reports_its_collapses_and_keeps_the_gradients(batch_norm_loss,
                                                                         seed_inputs):
-    """The collapse rules run on the adjoint; whatever they take, the numbers stay."""
+    """The batch norm's forward value comes from the fused call again, the numbers stay."""
     mod = batch_norm_loss(False)
     report = GradientReport()
     grad = gradient(mod, collapse_forward=True, report=report)
-    assert report.collapsed is not None
+    assert report.collapsed is not None and report.restored is not None
     assert relax.analysis.check_well_formed(grad)
-    # the backward half reads the expansion's interior, so the collapse is refused, and says why
-    assert not report.collapsed.records and report.collapsed.skipped
+    assert report.restored.restored == {"relax.nn.batch_norm": 1}
+    assert "relax.nn.batch_norm" in ops_of(grad["main_adjoint"])
     result = check_gradients(mod, grad, inputs=seed_inputs())
     assert result.ok, result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tvm import relax
 
 from patternkit.training import GradientReport, check_gradients, gradient, with_loss
 
@@ -59,4 +60,25 @@ def test_gpt2_gradients_match_torch_autograd(zoo):
     model = zoo("gpt2", keep_params=True)
     report, result = gradients_against_torch(model)
     assert report.expanded == {"relax.nn.layer_norm": model.families["layernorm"]}
+    assert result.ok, result
+
+
+def test_gpt2_with_collapse_forward_keeps_every_layer_norm_and_matches_torch(zoo):
+    """Two layers: five layer norms (two a layer and the final one) computed fused in the
+    adjoint's primal half, the gradients still torch's."""
+    model = zoo("gpt2", layers=2, keep_params=True)
+    loss_mod = with_loss(model.mod, model.entry)
+    func = model.entry + "_loss"
+    report = GradientReport()
+    grad = gradient(loss_mod, func=func, wrt=list(model.params), collapse_forward=True,
+                    report=report)
+    assert report.expanded == {"relax.nn.layer_norm": 5}
+    assert report.restored is not None and report.restored.restored == {"relax.nn.layer_norm": 5}
+    adjoint = grad[func + "_adjoint"]
+    norms = [b for b in adjoint.body.blocks[0].bindings if isinstance(b.value, relax.Call)
+             and getattr(b.value.op, "name", None) == "relax.nn.layer_norm"]
+    assert len(norms) == 5
+    inputs = [model.inputs[n] for n in model.input_names] + list(model.params.values())
+    result = check_gradients(loss_mod, grad, func=func, inputs=inputs, reference="torch",
+                             torch_fn=torch_loss_of(model))
     assert result.ok, result
