@@ -34,6 +34,7 @@ from tvm import relax
 from ...dpl import (
     K_BROADCAST,
     DFPattern,
+    ScalarPattern,
     has_attr,
     is_constant,
     is_op,
@@ -48,7 +49,7 @@ from ...errors import PatternError
 from ...ir import compat as C
 from .signature import Signature
 
-__all__ = ["Generalised", "generalise", "ALWAYS_COMMUTATIVE"]
+__all__ = ["Generalised", "generalise", "expression_text", "ALWAYS_COMMUTATIVE"]
 
 #: Operators whose operands the matcher always tries in both orders.
 ALWAYS_COMMUTATIVE = ("add", "multiply")
@@ -73,6 +74,10 @@ class Generalised:
         The operators of the body, in trace order.
     numbers : list of float
         The numbers the pattern matches in any float dtype.
+    exact_exponent : bool
+        A ``power`` exponent is matched exactly.
+    text : str
+        The traced expression, with the parameters by name and the numbers as written.
     swapped : tuple of str
         The operators whose operands match in either order.
     grouped : bool
@@ -88,6 +93,8 @@ class Generalised:
     numbers: list[float] = field(default_factory=list)
     swapped: tuple[str, ...] = ()
     grouped: bool = False
+    exact_exponent: bool = False
+    text: str = ""
 
     def lines(self, signature: Signature) -> list[str]:
         """Each generalisation, one line each."""
@@ -111,6 +118,9 @@ class Generalised:
             out.append(f"{', '.join(self.swapped)}: operands in either order")
         if self.grouped:
             out.append("products: in every grouping")
+        if self.exact_exponent:
+            out.append("power exponents: exactly as written (one ulp off an integer is NaN "
+                       "for a negative base)")
         return out
 
 
@@ -122,7 +132,8 @@ def _value_text(value: np.ndarray) -> str:
 
 def generalise(rule: str, func: relax.Function, signature: Signature, *,
                named: dict[int, str] | None = None, exact: Sequence[str] = (),
-               commutative: Sequence[str] = (), associative: bool = False) -> Generalised:
+               commutative: Sequence[str] = (), associative: bool = False,
+               roles: dict[str, DFPattern] | None = None) -> Generalised:
     """The pattern of ``func`` (a trace of ``written``), generalised; see the module doc.
 
     Parameters
@@ -136,6 +147,10 @@ def generalise(rule: str, func: relax.Function, signature: Signature, *,
         Handle of a traced constant -> the named-constant parameter it came from.
     exact, commutative, associative
         The user's options (see :func:`patternkit.rule_by_example`).
+    roles : dict, optional
+        Role -> pattern, shared between the spellings of one rule (filled in here): a
+        role is one pattern object in every spelling, so a match of any spelling is read
+        by the same names.
 
     Raises
     ------
@@ -144,8 +159,14 @@ def generalise(rule: str, func: relax.Function, signature: Signature, *,
         holds an expression the pattern language cannot say.
     """
     builder = _Builder(rule, func, signature, named or {}, tuple(exact),
-                       tuple(commutative), associative)
+                       tuple(commutative), associative, {} if roles is None else roles)
     return builder.run()
+
+
+def expression_text(rule: str, func: relax.Function, signature: Signature) -> str:
+    """``func``'s result as one nested expression (``silu(x)``), for descriptions."""
+    builder = _Builder(rule, func, signature, {}, (), (), False, {})
+    return builder.text(builder.result)
 
 
 class _Builder:
@@ -153,7 +174,7 @@ class _Builder:
 
     def __init__(self, rule: str, func: relax.Function, signature: Signature,
                  named: dict[int, str], exact: tuple[str, ...], commutative: tuple[str, ...],
-                 associative: bool):
+                 associative: bool, roles: dict[str, DFPattern]):
         self.rule, self.signature = rule, signature
         self.named, self.exact = named, exact
         self.commutative = tuple(_short(n) for n in commutative)
@@ -169,7 +190,9 @@ class _Builder:
         self.result = func.body.body
         self.params = {C.handle(p): name for p, name in zip(func.params, signature.tensors)}
         self.param_vars = dict(zip(signature.tensors, func.params))
-        self.roles: dict[str, DFPattern] = {n: wildcard() for n in signature.tensors}
+        for name in signature.tensors:
+            roles.setdefault(name, wildcard())
+        self.roles = roles
         self.constants: dict[str, np.ndarray] = {}
         self.memo: dict[int, DFPattern] = {}
         self.ops: list[str] = []
@@ -177,6 +200,7 @@ class _Builder:
         self.swapped: dict[str, None] = {}
         self.grouped = False
         self.ranked = False
+        self.exact_exponent = False
 
     def run(self) -> Generalised:
         root = self._look_through(self.result)
@@ -196,9 +220,31 @@ class _Builder:
         ranks = {}
         if self.ranked:
             ranks = {n: len(self.signature.shapes[n]) for n in self.signature.tensors}
-        roles = {**self.roles}
+        names = (*self.signature.tensors, *self.constants)
+        roles = {n: self.roles[n] for n in names}
         return Generalised(pattern, roles, self.constants, self.exact, ranks,
-                           tuple(self.ops), self.numbers, tuple(self.swapped), self.grouped)
+                           tuple(self.ops), self.numbers, tuple(self.swapped), self.grouped,
+                           self.exact_exponent, self.text(self.result))
+
+    def text(self, expr: Any, depth: int = 0) -> str:
+        """``multiply(x, sigmoid(x))``: the trace as one expression (deep parts elided)."""
+        expr = self._look_through(expr)
+        if type(expr) in C.VAR_TYPES:
+            return self.params.get(C.handle(expr), C.var_name(expr))
+        if C.is_tensor_constant(expr):
+            named = self.named.get(C.handle(expr))
+            value = C.const_to_numpy(expr)
+            return named or (f"{value.reshape(()).item():.6g}" if value.size == 1
+                             else f"const{value.shape}")
+        if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return f"{float(expr.value):.6g}"
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            if depth > 12:
+                return "..."
+            args = ", ".join(self.text(a, depth + 1) for a in expr.args
+                             if not isinstance(a, relax.ShapeExpr))
+            return f"{_short(expr.op.name)}({args})"
+        return type(expr).__name__
 
     def _look_through(self, expr: Any) -> Any:
         while type(expr) in C.VAR_TYPES and C.handle(expr) in self.values:
@@ -247,8 +293,7 @@ class _Builder:
             return is_scalar(float(value.reshape(()).item()))
         role = name or f"c{len(self.constants)}"
         self.constants[role] = value
-        pattern = self.roles[role] = is_constant()
-        return pattern
+        return self.roles.setdefault(role, is_constant())
 
     def _prim(self, value: Any) -> DFPattern:
         number = float(value.value)
@@ -269,6 +314,10 @@ class _Builder:
                 self.swapped.setdefault("multiply")
                 return products(*[self.pattern(f) for f in factors])
         args = [self.pattern(a) for a in call.args]
+        if name == "power" and isinstance(args[1], ScalarPattern):
+            # An exponent one ulp off an integer is NaN wherever the base is negative.
+            args[1] = is_scalar(args[1].value, rtol=0.0)
+            self.exact_exponent = True
         pattern: DFPattern = is_op(call.op.name)(*args)
         if name in ALWAYS_COMMUTATIVE and len(args) == 2:
             self.swapped.setdefault(name)

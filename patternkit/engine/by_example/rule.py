@@ -25,12 +25,11 @@ import tvm
 from tvm import relax
 
 from ...dpl import DFPattern
-from ...dpl.pattern import pattern_to_text
 from ...errors import PatternError
-from ...ir import compat as C
+from ...ir import compat as C, prove_equal
 from ..rule import CompositeRule, NoSuchExample, RewriteRule, RoleMatch, reject
 from ..tolerance import Tolerance, default_tolerance
-from .generalisation import Generalised, generalise
+from .generalisation import Generalised, expression_text, generalise
 from .signature import Signature, read_signature, symbolic_types
 from .tracing import constant_of, is_torch_function, trace
 
@@ -84,6 +83,7 @@ class ExampleSpec:
     pattern: DFPattern | None = None
     example: Callable[..., Any] | None = None
     example_space: Any = None
+    fused_text: str = ""
 
     def rule_tolerance(self, dtype: str | None) -> Tolerance:
         """The stated tolerance for ``dtype`` results, else the default."""
@@ -113,12 +113,10 @@ class ExampleSpec:
 
     def describe(self) -> str:
         """The rule in words: what it matches, how it was generalised, what it makes."""
-        into = ("the composite " + self.name if self.fused is None
-                else f"{getattr(self.fused, '__name__', 'fused')}{self.signature.text()}")
+        into = "the composite " + self.name if self.fused is None else self.fused_text
         lines = [f"{self.name}: by example, {len(self.written)} spelling(s) -> {into}"]
         for i, spelling in enumerate(self.spellings):
-            text = pattern_to_text(spelling.pattern, max_depth=8)
-            lines.append(f"  matches {text}")
+            lines.append(f"  matches {spelling.text}")
             if i == 0:
                 lines += ["    " + ln for ln in spelling.lines(self.signature)]
         lines.append(f"  dtypes: {', '.join(self.dtypes)}")
@@ -202,7 +200,6 @@ class ExampleRewrite(_ExampleBase, RewriteRule):
 
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
-        self.name = self.spec.name
         _install(self, self.spec)
 
     def check(self, match: RoleMatch) -> Any:
@@ -220,10 +217,9 @@ class ExampleRewrite(_ExampleBase, RewriteRule):
             func = _trace_at(spec, types, constants)
         except PatternError as err:
             return reject(f"fused does not apply at the match's types: {err}", at=match.root)
-        want = C.type_of(match.root)
-        if not _same_type(func.ret_ty, want):
-            return reject(f"fused gives {func.ret_ty}, the written form {want} (its constants "
-                          f"broadcast the parameters)", at=match.root)
+        problem = _type_problem(func.ret_ty, C.type_of(match.root))
+        if problem:
+            return reject(problem, at=match.root)
         return True
 
     def rewrite(self, match: RoleMatch) -> Any:
@@ -266,17 +262,31 @@ def _const_like(value: Any, root: Any) -> Any:
     return relax.const(value, dtype) if isinstance(value, float) else value
 
 
-def _same_type(a: Any, b: Any) -> bool:
-    if C.dtype_of(a) != C.dtype_of(b):
-        return False
-    sa, sb = C.static_shape(a), C.static_shape(b)
-    if sa is None or sb is None:
-        return sa is sb
-    if len(sa) != len(sb):
-        return False
-    from ...ir import prove_equal
+def _type_problem(fused: Any, written: Any) -> str | None:
+    """Why ``fused``'s result type cannot stand for ``written``'s (``None``: it can)."""
+    fused_dtype, written_dtype = C.dtype_of(fused), C.dtype_of(written)
+    if fused_dtype != written_dtype:
+        return f"fused gives {fused_dtype}, the written form {written_dtype}"
+    fused_shape, written_shape = C.static_shape(fused), C.static_shape(written)
+    if fused_shape is None or written_shape is None:
+        ranks = getattr(fused, "ndim", -1), getattr(written, "ndim", -1)
+        if -1 in ranks:
+            return ("the written form has an unknown rank: cannot tell whether its constants "
+                    "broadcast the parameters, which fused would not")
+        if ranks[0] != ranks[1]:
+            return (f"fused gives rank {ranks[0]}, the written form rank {ranks[1]}: its "
+                    f"constants broadcast the parameters")
+        return None
+    if len(fused_shape) != len(written_shape) or not all(
+            prove_equal(a, b) for a, b in zip(fused_shape, written_shape)):
+        return (f"fused gives shape {_shape_text(fused_shape)}, the written form "
+                f"{_shape_text(written_shape)}: its constants broadcast the parameters")
+    return None
 
-    return all(prove_equal(x, y) for x, y in zip(sa, sb))
+
+def _shape_text(shape: Sequence[Any]) -> str:
+    inner = ", ".join(str(d) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
 def class_name(rule: str) -> str:
@@ -332,20 +342,41 @@ def example_rule_class(name: str, written: Any, fused: Any = None, *,
                        tuple(exact), tuple(commutative), associative, tolerance,
                        example=example, example_space=example_space)
     pattern: DFPattern | None = None
+    shared: dict[str, DFPattern] = {}  # one role, one pattern, in every spelling
     for index in range(len(spellings)):
-        func = spec.trace_written(index, spec.traced_dtype)
+        func = _pattern_trace(spec, index)
         general = generalise(name, func, signature, named=_named_constants(func, signature),
-                             exact=exact, commutative=commutative, associative=associative)
+                             exact=exact, commutative=commutative, associative=associative,
+                             roles=shared)
         spec.spellings.append(general)
         pattern = general.pattern if pattern is None else pattern | general.pattern
     spec.pattern = pattern
+    if fused is not None:
+        try:
+            traced = spec.trace_fused(symbolic_types(signature, "float64"))
+        except PatternError:
+            traced = spec.trace_fused(symbolic_types(signature, accepted[0]))
+        spec.fused_text = expression_text(name, traced, signature)
     base: type = ExampleRewrite if fused is not None else ExampleComposite
     attrs: dict[str, Any] = {"spec": spec, "__doc__": doc or spec.describe(),
                              "__module__": module or getattr(spellings[0], "__module__",
                                                              __name__)}
     if fused is None:
         attrs["pattern_name"] = name
+    else:
+        attrs["name"] = name
     return type(class_name(name), (base,), attrs)
+
+
+def _pattern_trace(spec: ExampleSpec, index: int) -> relax.Function:
+    """Spelling ``index`` traced for its pattern: in float64 when it takes it, so that the
+    numbers keep every digit the author wrote (a float32 graph's rounded constant is then
+    within float32's rounding of it), else in the first accepted dtype.
+    """
+    try:
+        return spec.trace_written(index, "float64")
+    except PatternError:
+        return spec.trace_written(index, spec.dtypes[0])
 
 
 def _named_constants(func: relax.Function, signature: Signature) -> dict[int, str]:

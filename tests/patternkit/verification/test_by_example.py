@@ -37,7 +37,7 @@ def test_an_unequal_pair_is_refused_with_a_shrunk_counterexample_as_tvmscript():
     first, _, script = text.partition("\n")
     assert first.startswith("gelu.fast: written and fused differ in float32 at m=1, n=1")
     assert "shrunk" in first and "state a tolerance=" in first
-    assert "def written(x: R.Tensor((1, 1)" in script and "R.nn.gelu(x)" in script
+    assert "def written_0(x: R.Tensor((1, 1)" in script and "R.nn.gelu(x)" in script
 
 
 def test_a_stated_tolerance_that_covers_the_difference_is_accepted():
@@ -94,3 +94,18 @@ def test_pk_verify_passes_an_equal_pair():
                            lambda x: relax.op.nn.silu(x), dtypes=("float32", "float16"))
     report = verify_rules([rule], budget=6, seed=0)
     assert report.ok, report
+
+
+def test_a_dtype_tvm_cannot_build_is_reported_not_run_and_the_others_are_checked(caplog):
+    def written(x):
+        return x * relax.op.power(x, relax.const(2.0, x.ty.dtype))
+
+    def fused(x):
+        return x * x * x
+
+    with caplog.at_level("WARNING"):
+        rule_by_example("cube.collapse", written, fused, dtypes=("float32", "bfloat16"))
+    assert ("cube.collapse: NOT RUN in bfloat16 for spelling 0: the pair does not build for "
+            "llvm") in caplog.text
+    with pytest.raises(PatternError, match="builds for llvm in none of its dtypes"):
+        rule_by_example("cube.collapse", written, fused, dtypes=("bfloat16",))
