@@ -7,6 +7,9 @@
   ``relax_graphs()``, the benchmark's ``batchnorm_chain`` and ``fusion_patterns``;
 * :mod:`~patternkit.testing.strategies`: ``relax_programs()``, random network-like
   programs for differential testing;
+* :mod:`~patternkit.testing.op_programs`: ``op_programs()`` (import it from there),
+  random programs grown operator by operator from the typing rules of
+  :mod:`~patternkit.testing.op_catalogue` (``patternkit fuzz``'s default);
 * :mod:`~patternkit.testing.fuzz`: campaigns -- ``verify`` (guard fuzzing of rules),
   ``fuzz_pass`` (differential testing of any pass), ``fuzz_roundtrip``;
 * :mod:`~patternkit.testing.bisection`: ``bisect``, the first step of a pipeline that

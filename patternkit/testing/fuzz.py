@@ -24,8 +24,10 @@ checks each, and returns a :class:`~patternkit.verification.report.CampaignRepor
     failure is shrunk by setting knobs back to their defaults while it keeps failing the
     same way.
 :func:`fuzz_pass` (``patternkit fuzz PASS_OR_RULE``)
-    Random programs (:func:`~patternkit.testing.strategies.relax_programs` unless a
-    strategy is given) through any transform -- a TVM pass, a ``Sequential``, a rule or
+    Random programs (:func:`~patternkit.testing.strategies.relax_programs`, network-like,
+    unless a strategy is given; ``"ops"``:
+    :func:`~patternkit.testing.op_programs.op_programs`, grown operator by operator from
+    each operator's typing rule) through any transform -- a TVM pass, a ``Sequential``, a rule or
     ``RuleSet``, any ``IRModule -> IRModule`` callable -- checked by
     :mod:`~patternkit.verification.differential` on the seeded draws and on adversarial
     ones (wide values, positive values, zeros); a wrong result is shrunk to its
@@ -97,7 +99,8 @@ from ..verification.sites import validate_sites
 
 __all__ = ["verify_rules", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
            "resolve_target", "parse_shard",
-           "default_budget", "EDGES", "BUDGETS", "SITE_INSTANCES"]
+           "default_budget", "EDGES", "BUDGETS", "SITE_INSTANCES", "STRATEGIES",
+           "named_strategy"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,26 @@ POSITIVE = ("var",)
 
 #: Failure kinds that are shrunk; the others are reported per instance, as they came.
 SHRUNK_KINDS = ("mismatch", "ill-formed", "build", "no-reason")
+
+#: How a pass campaign's report counts the drawn programs it could not use (among its
+#: ``rejected``): a program that does not build as drawn is the generator's fault, one
+#: whose outputs are degenerate on every draw judges nothing.
+SKIPPED_UNBUILDABLE = "skipped: the drawn program does not build (the generator's fault)"
+SKIPPED_NO_EVIDENCE = "skipped: the drawn program's outputs are no evidence"
+
+#: The named program generators of :func:`fuzz_pass` (``patternkit fuzz --strategy``).
+STRATEGIES = ("networks", "ops")
+
+
+def named_strategy(name: str) -> Any:
+    """The hypothesis strategy of :data:`STRATEGIES` called ``name``."""
+    if name == "networks":
+        from .strategies import relax_programs
+        return relax_programs()
+    if name == "ops":
+        from .op_programs import op_programs
+        return op_programs()
+    raise ValueError(f"no strategy {name!r}: give one of {', '.join(STRATEGIES)}")
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -669,8 +692,12 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
         Anything :func:`as_transform` takes, or a name (:func:`resolve_target`): only
         targets given by name, library rules and picklable callables run in ``jobs``
         worker processes (a ``Pass`` object does not pickle; it runs in this process).
-    strategy : hypothesis strategy of IRModules, optional
-        Default :func:`patternkit.testing.strategies.relax_programs`.
+    strategy : hypothesis strategy of IRModules, or a name of :data:`STRATEGIES`, optional
+        ``"networks"`` (the default): :func:`~patternkit.testing.strategies.relax_programs`,
+        network-like programs; ``"ops"``: :func:`~patternkit.testing.op_programs.op_programs`,
+        programs grown operator by operator from the whole catalogue
+        (``patternkit fuzz`` uses it by default).  A named strategy travels to ``jobs``
+        worker processes; a strategy object is drawn in this process.
     budget : int, optional
         Instances (:func:`default_budget`: 300, or 3000 with ``HYPOTHESIS_PROFILE=long``).
     tolerance : Tolerance or callable, optional
@@ -704,10 +731,14 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
         and the failures, each with ``.module`` (shrunk for wrong results) and ``.error``.
     """
     as_transform(transform)  # a TypeError now, not in a worker
+    if isinstance(strategy, str) and strategy not in STRATEGIES:
+        raise ValueError(f"no strategy {strategy!r}: give one of {', '.join(STRATEGIES)} "
+                         f"or a hypothesis strategy")
     budget = default_budget("fuzz") if budget is None else budget
     label = name or transform_name(transform)
+    local = strategy is not None and not isinstance(strategy, str)
     return _campaign(f"fuzz {label}", _fuzz_unit, [transform], budget=budget, seed=seed,
-                     shard=shard, jobs=1 if strategy is not None else jobs,
+                     shard=shard, jobs=1 if local else jobs,
                      args=(strategy, tolerance, timeout, shrink, label))
 
 
@@ -718,9 +749,8 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
     if isinstance(target, str):
         target = resolve_target(target)
     transform = as_transform(target)
-    if strategy is None:
-        from .strategies import relax_programs
-        strategy = relax_programs()
+    if strategy is None or isinstance(strategy, str):
+        strategy = named_strategy(strategy or "networks")
     report = TargetReport(label)
     start = time.perf_counter()
     instances = draw_instances(strategy, budget, seed)
@@ -744,18 +774,24 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
                                    input_options={"positive": POSITIVE})
         except ValueError as err:
             log.warning("skipped a drawn program that does not build: %s", err)
+            skipped.append(SKIPPED_UNBUILDABLE)
             return None, ""
         if outcome.kind == "inconclusive":
             # the drawn program's outputs are degenerate on every draw (``x - x``): it
             # can judge no pass, so it is neither a pass nor the pass's failure
             log.warning("skipped a drawn program whose outputs are no evidence: %s",
                         outcome.error)
+            skipped.append(SKIPPED_NO_EVIDENCE)
             return None, ""
         return outcome, f"{dtype or 'none'}: {tol}"
 
+    skipped: list[str] = []
     for index in _share(len(instances), shard, jobs, slot):
         mod = instances[index]
         outcome, tol_text = check(mod)
+        for reason in skipped:  # the instance's own skips (not its shrinking's)
+            report.reject(reason)
+        skipped.clear()
         if outcome is None:
             continue
         report.tried += 1
@@ -778,6 +814,7 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
 
                 small = shrink_module(mod, still_fails)
                 again, _ = check(small)
+                skipped.clear()
                 if again is not None and again.kind is not None:  # it still fails, as kept
                     failure = Failure(label, again.kind, again.error, small, None,
                                       again.result, shrunk=True)
