@@ -28,3 +28,8 @@ def coverage_script():
 @pytest.fixture(scope="module")
 def bench_layernorm():
     return _load("bench_layernorm.py")
+
+
+@pytest.fixture(scope="module")
+def bench_from_rewriter():
+    return _load("bench_from_rewriter.py")
