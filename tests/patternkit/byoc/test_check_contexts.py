@@ -174,3 +174,39 @@ def test_example_npus_batch_norm_check_sees_the_conv_composite_before_it():
     assert ours == theirs
     inputs = {seen["input"] for name, seen, _ in theirs if name == "example_npu.batch_norm"}
     assert "fused_relax_nn_conv2d" in inputs
+
+
+def _two_functions():
+    """The same ``relu(matmul)`` chains in two functions of other shapes: TVM names the
+    second function's composite ``..._relu1``, and its check sees that name."""
+    bb = relax.BlockBuilder()
+    for name, shape in (("main", (2, 4)), ("other", (3, 5))):
+        x = relax.Var("x", relax.TensorType(shape, "float32"))
+        w = relax.Var("w", relax.TensorType((shape[1], shape[1]), "float32"))
+        with bb.function(name, [x, w]):
+            with bb.dataflow():
+                r = bb.emit(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w))))
+                r2 = bb.emit(relax.op.nn.relu(bb.emit(relax.op.matmul(r, w))))
+                out = bb.emit_output(relax.op.add(r2, r))
+            bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_the_composite_calls_a_check_sees_name_the_functions_tvm_names_across_functions():
+    def table(seen):
+        def check(context):
+            seen.append(_operand_op(context.annotated_expr["lhs"]))
+            return True
+        lhs = dpl.wildcard()
+        matmul = dpl.is_op("relax.matmul")(dpl.wildcard(), dpl.wildcard())
+        return [FusionPattern("t.matmul_relu", dpl.is_op("relax.nn.relu")(matmul)),
+                FusionPattern("t.add", dpl.is_op("relax.add")(lhs, dpl.wildcard()),
+                              {"lhs": lhs}, check)]
+
+    mod = _two_functions()
+    theirs, ours = [], []
+    expected = FuseOpsByPattern(table(theirs))(mod)
+    fused = pk.MergeComposite(pk.PatternTable.from_tvm(table(ours)))(mod)
+    assert ours == theirs == ["fused_relax_matmul_relax_nn_relu",
+                              "fused_relax_matmul_relax_nn_relu1"]
+    assert _same_module(fused, expected)
