@@ -101,6 +101,8 @@ class _Alternative:
     #: the form ``from_module`` gives it (every leaf a typed wildcard): the replacement
     #: then depends on the matched arguments' types only, and is built once per types.
     parameters: tuple[tuple[Any, DFPattern], ...] | None = None
+    #: Every parameter's type is written in full (shape and dtype): all matches have them.
+    static_types: bool = False
     templates: dict[tuple[int, ...], list[tuple[tuple[Any, ...], _Template]]] = (
         field(default_factory=dict, compare=False, repr=False))
 
@@ -159,11 +161,17 @@ class TvmRewriterRule(RewriteRule):
         """
         assert alternative.parameters is not None
         arguments = tuple(captures[node] for _, node in alternative.parameters)
-        types = tuple(C.type_of(a) for a in arguments)
-        key = tuple(C.structural_hash(t) for t in types)
-        templates = alternative.templates.setdefault(key, [])
-        found = next((t for t in templates
-                      if all(C.structural_equal(a, b) for a, b in zip(t[0], types))), None)
+        if alternative.static_types:  # the pattern fixed every argument's type: one template
+            templates = alternative.templates.setdefault((), [])
+            found = templates[0] if templates else None
+            types: tuple[Any, ...] = ()
+        else:
+            types = tuple(C.type_of(a) for a in arguments)
+            key = tuple(C.structural_hash(t) for t in types)
+            templates = alternative.templates.setdefault(key, [])
+            found = next((t for t in templates
+                          if all(C.structural_equal(a, b) for a, b in zip(t[0], types))),
+                         None)
         if found is None:  # the builder on this match; a template only if it is TVM's
             raw = self._call_builder(alternative, root, _parameter_matchings(alternative,
                                                                             arguments))
@@ -172,7 +180,8 @@ class TvmRewriterRule(RewriteRule):
             if not _casts_only_its_parameters(raw, arguments):
                 object.__setattr__(alternative, "parameters", None)  # a builder of its own
                 return _inline(raw, self.name)
-            placeholders = tuple(relax.Var(f"arg{i}", t) for i, t in enumerate(types))
+            placeholders = tuple(relax.Var(f"arg{i}", C.type_of(a))
+                                 for i, a in enumerate(arguments))
             template = self._built(alternative, root,
                                    _parameter_matchings(alternative, placeholders))
             if isinstance(template, Reject):
@@ -375,7 +384,15 @@ def _flatten(rewriter: Any, label: str) -> list[_Alternative]:
     return [_Alternative(pattern, converter.pairs(), tuple(converter.symbolic),
                          rewriter.func, _root_name(rewriter.pattern),
                          None if parameters is None else
-                         tuple((p, converter.convert(p)) for p in parameters))]
+                         tuple((p, converter.convert(p)) for p in parameters),
+                         parameters is not None and all(_fully_written(p.ty)
+                                                        for p in parameters))]
+
+
+def _fully_written(ty: Any) -> bool:
+    """A tensor type with a dtype and every size a number: what it matches has this type."""
+    return (isinstance(ty, relax.TensorType) and bool(C.dtype_of(ty))
+            and ty.shape is not None and not _has_symbolic_size(ty))
 
 
 def _typed_parameters(pattern: Any) -> list[Any] | None:

@@ -311,11 +311,12 @@ def test_from_rewriter_rule_loads_from_a_rule_file(tmp_path):
         "    def replacement(A: R.Tensor([16], 'float32')):\n"
         "        return A * R.const(2.0, 'float32')\n\n\n"
         "DOUBLE = from_rewriter(DoubleToScale, name='mine.double_to_scale')\n")
-    rules = resolve_rules([f"{rule_file}:DOUBLE"])
-    (rule,) = list(rules)
-    assert isinstance(rule, TvmRewriterRule) and rule.name == "mine.double_to_scale"
-    after = rewrite(rules, double)
-    tvm.ir.assert_structural_equal(after, DoubleToScale(double))
+    for given in (f"{rule_file}:DOUBLE", str(rule_file)):  # by name, and every rule of it
+        rules = resolve_rules([given])
+        (rule,) = list(rules)
+        assert isinstance(rule, TvmRewriterRule) and rule.name == "mine.double_to_scale"
+        after = rewrite(rules, double)
+        tvm.ir.assert_structural_equal(after, DoubleToScale(double))
 
 
 def test_from_rewriter_accepts_a_module_a_class_and_a_python_rewriter():
