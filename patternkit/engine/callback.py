@@ -78,7 +78,9 @@ class DFPatternCallback:
         Relay gave ``None`` no meaning (its rewriter put a null node in the graph); here
         it declines the match, as returning ``post`` does, and the decline is recorded as
         a :class:`~patternkit.engine.skip.Skip` of kind ``"declined"`` and
-        logged, so a callback that forgets its ``return`` shows up in the log.
+        logged.  A callback that returns ``None`` for every match it is offered most
+        likely forgot its ``return``: ``rewrite`` then warns once with
+        :class:`~patternkit.errors.RuleDeclinedEveryMatch`, pointing at this method.
         """
         raise NotImplementedError(f"{self.name} must implement callback()")
 

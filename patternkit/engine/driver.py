@@ -13,7 +13,9 @@ order, to every function of the module:
    back to the inputs; a match claims its interior bindings, and a match that would
    reuse a claimed binding, or whose interior result is read outside it, is skipped.
 3. Call the rule's ``check`` for every group, then its rewrite with what the check
-   returned (the *plan*).  A rewrite returning ``None`` leaves the binding (logged).
+   returned (the *plan*).  A rewrite returning ``None`` leaves the binding (logged; a
+   rule that answers every match so warns once per call,
+   :mod:`~patternkit.engine.declines`).
 4. Emit each changed function once at the end of the round
    (:func:`~patternkit.engine.emit.emit_rewrites`): unchanged bindings as they were,
    each replacement checked to read only Vars in scope and normalised in place, and the
