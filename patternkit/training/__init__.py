@@ -1,7 +1,9 @@
 """Training graphs: differentiate real models with Relax's ``Gradient``, check the result.
 
 ``gradient`` expands the fused ops ``relax.transform.Gradient`` cannot differentiate (with
-the library's expand rules), runs it and names whatever remains; ``check_gradients``
+the library's expand rules and this package's own, :mod:`.pooling`), runs it and names
+whatever remains, and with ``collapse_forward=True`` gives the adjoint's forward half the
+fused ops back (:mod:`.forward`); ``check_gradients``
 compares every gradient with PyTorch autograd or central finite differences;
 ``offload`` marks a backward function for an external compiler, as the Relay-era flow
 did (``Primitive=1, Compiler="xpucompiler", global_symbol="xpu"``).
