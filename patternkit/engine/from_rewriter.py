@@ -77,13 +77,23 @@ def from_rewriter(rewriter: Any, name: str | None = None) -> TvmRewriterRule:
         ``rewriter`` is none of the above, TVM refuses to build it (its reason is kept),
         or it uses a feature patternkit cannot run the way TVM does (named).
     """
+    if name is not None and (not isinstance(name, str) or not name):
+        raise PatternError(f"from_rewriter: name must be a non-empty string, found {name!r}")
     given = _as_tvm_rewriter(rewriter, name)
     label = name or _class_name(rewriter)
     parts = _flatten(given, label or "rewriter")
     derived = label or "rewriter." + "_or_".join(dict.fromkeys(p.root_name for p in parts))
-    if name is not None and (not isinstance(name, str) or not name):
-        raise PatternError(f"from_rewriter: name must be a non-empty string, found {name!r}")
-    return TvmRewriterRule(derived, parts)
+    return TvmRewriterRule(derived, parts, _pattern_function(rewriter))
+
+
+def _pattern_function(rewriter: Any) -> relax.Function | None:
+    """The ``pattern`` function the user wrote, when given one (a module or a class)."""
+    found = None
+    if isinstance(rewriter, tvm.IRModule):
+        found = rewriter["pattern"]
+    elif isinstance(rewriter, type):
+        found = getattr(rewriter, "pattern", None)
+    return found if isinstance(found, relax.Function) else None
 
 
 @dataclass(frozen=True)
@@ -115,10 +125,12 @@ class TvmRewriterRule(RewriteRule):
     (``N`` is 16 for one parameter and 15 for another).  ``rewrite`` returns the plan.
     """
 
-    def __init__(self, name: str, alternatives: list[_Alternative]):
+    def __init__(self, name: str, alternatives: list[_Alternative],
+                 pattern_function: relax.Function | None = None):
         super().__init__()
         self.name = name
         self._alternatives = tuple(alternatives)
+        self._pattern_function = pattern_function
         pattern = alternatives[0].pattern
         for alternative in alternatives[1:]:
             pattern = AltPattern(pattern, alternative.pattern)
@@ -139,6 +151,19 @@ class TvmRewriterRule(RewriteRule):
     def rewrite(self, match: RoleMatch) -> Any:
         """The replacement the check built (``match.plan``)."""
         return match.plan
+
+    def example(self, **knobs: Any) -> Any:
+        """The pattern as a module the rule fires on (``main``), for ``verify``.
+
+        The user's ``pattern`` function when the rule was made from a module or a class;
+        else the first alternative's pattern built over parameters of its written types.
+        ``None`` when neither gives a function with fully written types (symbolic sizes
+        or attributes the pattern does not spell out).
+        """
+        function = self._pattern_function or _function_of(self._alternatives[0])
+        if function is None or not all(_fully_written(p.ty) for p in function.params):
+            return None
+        return tvm.IRModule({"main": function.with_attr("global_symbol", "main")})
 
     def _replacement(self, alternative: _Alternative, root: Any,
                      captures: dict[DFPattern, Any]) -> Any:
@@ -205,6 +230,52 @@ class TvmRewriterRule(RewriteRule):
     def _built(self, alternative: _Alternative, root: Any, matchings: dict[Any, Any]) -> Any:
         raw = self._call_builder(alternative, root, matchings)
         return raw if isinstance(raw, Reject) else _inline(raw, self.name)
+
+
+def _function_of(alternative: _Alternative) -> relax.Function | None:
+    """The pattern of a ``from_module`` rewriter written back as a function (its calls
+    carry no attributes, so only a pattern without attribute constraints qualifies).
+    """
+    if alternative.parameters is None or not alternative.static_types:
+        return None
+    params = [relax.Var(f"a{i}", typed.ty) for i, (typed, _) in enumerate(alternative.parameters)]
+    values: dict[int, Any] = {C.handle(typed): v
+                              for (typed, _), v in zip(alternative.parameters, params)}
+    root = next(tvm_node for tvm_node, node in alternative.nodes if node is alternative.pattern)
+    bb = relax.BlockBuilder()
+    try:
+        with bb.function("main", params):
+            with bb.dataflow():
+                out = bb.emit_output(_emitted(root, values, bb))
+            bb.emit_func_output(out)
+    except (*C.TVM_ERRORS, _NoExample):
+        return None
+    function = bb.get()["main"]
+    return function if isinstance(function, relax.Function) else None
+
+
+class _NoExample(Exception):
+    """The pattern has a part :func:`_function_of` cannot write as Relax."""
+
+
+def _emitted(pattern: Any, values: dict[int, Any], bb: relax.BlockBuilder) -> Any:
+    known = values.get(C.handle(pattern))
+    if known is not None:
+        return known
+    if not (isinstance(pattern, dpl.CallPattern) and isinstance(pattern.op, dpl.ExprPattern)):
+        raise _NoExample(type(pattern).__name__)
+    args = [_emitted(a, values, bb) for a in C.array_items(pattern.args)]
+    # Through the Python constructor (relax.op.nn.silu for "relax.nn.silu"): it gives the
+    # call the attributes its type inference reads (a bare Call without them crashes).
+    name = str(pattern.op.expr.name)
+    make: Any = relax.op
+    for part in name.split(".")[1:]:
+        make = getattr(make, part, None)
+    if not callable(make) or not name.startswith("relax."):
+        raise _NoExample(name)
+    value = bb.emit(make(*args))
+    values[C.handle(pattern)] = value
+    return value
 
 
 def _parameter_matchings(alternative: _Alternative, values: tuple[Any, ...]) -> dict[Any, Any]:
