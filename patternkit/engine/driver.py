@@ -347,7 +347,7 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     after them (:func:`_run_multi_round`).
     """
     active = prepared = [_Prepared.of(rule) for rule in rules if not rule.multi_root]
-    multi = [rule for rule in rules if rule.multi_root]
+    multi = multi_rules = [rule for rule in rules if rule.multi_root]
     if options.debug:
         assert_well_formed(mod, PASS_NAME, "input")
     sizes = _InputSizes(mod)
@@ -355,12 +355,13 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
     recent: list[list[tuple[str, str, Any]]] = []  # what fired, in the last two rounds
     settled: dict[int, dict[int, relax.Function]] = {}  # see _run_multi_round
     tallies = {id(p): DeclineTally() for p in active}  # see engine/declines.py
+    multi_tallies = {id(rule): DeclineTally() for rule in multi}
     for round_index in range(options.max_passes):
         mod, fired, indexes = _run_round(active, mod, round_index, options, sizes,
                                          emitted_keys, tallies) if active else (mod, [], {})
         if multi:
             mod, fired_multi = _run_multi_round(multi, mod, round_index, options.log, indexes,
-                                                settled)
+                                                settled, multi_tallies)
             fired += fired_multi
         if options.log is not None:
             options.log.rounds = round_index + 1
@@ -369,7 +370,8 @@ def _run_rounds(rules: list[RewriteRule], mod: tvm.IRModule, options: _Options) 
         active = [p for p in active if not p.rule.rewrite_once]
         multi = [rule for rule in multi if not rule.rewrite_once]
         if not fired or not (active or multi):
-            warn_silent_declines((p.name, p.rule, tallies[id(p)]) for p in prepared)
+            warn_silent_declines([*((p.name, p.rule, tallies[id(p)]) for p in prepared),
+                                  *((r.name, r, multi_tallies[id(r)]) for r in multi_rules)])
             return mod
         recent = [*recent[-1:], fired]
     names = ", ".join(sorted({name for fired in recent for name, _, _ in fired}))
@@ -542,6 +544,7 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
 def _run_multi_round(rules: list[RewriteRule], mod: tvm.IRModule, round_index: int,
                      log: RewriteLog | None, indexes: dict[str, FunctionIndex],
                      settled: dict[int, dict[int, relax.Function]],
+                     tallies: dict[int, DeclineTally],
                      ) -> tuple[tvm.IRModule, list[tuple[str, str, Any]]]:
     """One round of the multi-root rules (:mod:`~patternkit.engine.multi`), one after the other.
 
@@ -554,10 +557,11 @@ def _run_multi_round(rules: list[RewriteRule], mod: tvm.IRModule, round_index: i
     a rule is not run again on such a function: the last round usually leaves the
     function the previous round's multi-root rules saw, and would only repeat their walk
     (with a log it runs, so the log records its refusals each round, as for the other
-    rules).
+    rules).  ``tallies`` counts what each rule's rewrite returned, as for the other rules.
     """
     fired: list[tuple[str, str, Any]] = []
     for rule in rules:
+        tally = tallies[id(rule)]
         roles = rule.roles()
         updates = {}
         seen = settled.setdefault(id(rule), {})
@@ -568,6 +572,10 @@ def _run_multi_round(rules: list[RewriteRule], mod: tvm.IRModule, round_index: i
             done = rewrite_function_bindings(
                 rule, roles, gv.name_hint, func, collect=log is not None,
                 index=index if index is not None and index.func.same_as(func) else None)
+            tally.offered += done.offered
+            tally.rewrite_none += done.returned_none
+            if done.last is not None:
+                tally.rewritten += 1
             if log is not None:
                 log.records.extend(RewriteRecord(rule.name, gv.name_hint, root, replaced,
                                                  round_index, None, func, done.function)

@@ -532,11 +532,15 @@ class BindingsPass:
     ``last`` is ``(function name, binding)`` of the last rewrite (``None``: nothing
     changed); ``rewritten`` holds ``(first owned Var, replaced Vars)`` per rewritten
     match and ``refused`` ``(first owned Var's name, reason, Reject)`` per refusal, both
-    only when asked for (the driver asks when it keeps a log).
+    only when asked for (the driver asks when it keeps a log).  ``offered`` counts the
+    matches the rule's rewrite was called on, ``returned_none`` those it answered with
+    ``None`` (see :mod:`~patternkit.engine.declines`).
     """
 
     function: relax.Function
     last: tuple[str, Any] | None = None
+    offered: int = 0
+    returned_none: int = 0
     rewritten: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
     refused: list[tuple[str, str, Reject]] = field(default_factory=list)
 
@@ -581,6 +585,9 @@ def rewrite_function_bindings(rule: RewriteRule, roles: Mapping[str, DFPattern],
                 if collect:
                     done.refused.append((C.var_name(match.root), refusal.reason, refusal))
                 return []
+            done.offered += 1
+            if result is None:
+                done.returned_none += 1
             taken = work.accept(graph, match.owned_keys, result)
             if taken:
                 done.last = (func_name, graph.binding(taken[-1]))

@@ -153,3 +153,42 @@ def test_a_run_that_fails_does_not_warn():
         warnings.simplefilter("error", RuleDeclinedEveryMatch)
         with pytest.raises(pk.errors.CallbackError, match="boom"):
             pk.rewrite(Raises(), exp_chain(2))
+
+
+class TwoExpsForgotTheReturn(pk.engine.BindingsRewriteRule):
+    """A rule with two roots (two exps of one input) whose rewrite lost its return."""
+
+    name = "test.two_exps"
+
+    def __init__(self):
+        super().__init__()
+        with pk.PatternContext() as self.context:
+            self.x = pk.wildcard()
+            self.first, self.second = (pk.is_op("relax.exp")(self.x) for _ in range(2))
+
+    def rewrite(self, match):
+        sigmoid = relax.op.sigmoid(match.matchings[self.x])
+        {match.matchings[self.first]: sigmoid, match.matchings[self.second]: sigmoid}
+
+
+def two_exps() -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(x), "a")
+            b = bb.emit(relax.op.exp(x), "b")
+            out = bb.emit_output(relax.op.add(a, b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_rule_with_several_roots_that_returns_none_warns_too():
+    mod = two_exps()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = pk.rewrite(TwoExpsForgotTheReturn(), mod)
+    tvm.ir.assert_structural_equal(out, mod)
+    (warning,) = declined_warnings(record)
+    assert str(warning.message).startswith("rule test.two_exps: its rewrite returned None")
+    assert warning.lineno == TwoExpsForgotTheReturn.rewrite.__code__.co_firstlineno
