@@ -670,3 +670,46 @@ class SiluCollapse:
     @R.function
     def replacement(A: R.Tensor((2, 8), "float32")):
         return R.nn.silu(A)
+
+
+@I.ir_module
+class LooseMinusNegative:
+    @R.function
+    def pattern(x: R.Tensor, y: R.Tensor):
+        return R.subtract(x, R.negative(y))
+
+    @R.function
+    def replacement(x: R.Tensor, y: R.Tensor):
+        return R.add(x, y)
+
+
+@I.ir_module
+class SubtractNegative:
+    @R.function
+    def main(a: R.Tensor((2, 3), "float32"), b: R.Tensor((2, 3), "float32")):
+        with R.dataflow():
+            n = R.negative(b)
+            s = R.subtract(a, n)
+            r = R.nn.relu(s)
+            R.output(r)
+        return r
+
+
+@I.ir_module
+class AddKeepsTypes:
+    @R.function
+    def main(a: R.Tensor((2, 3), "float32"), b: R.Tensor((2, 3), "float32")):
+        with R.dataflow():
+            s = R.add(a, b)
+            r = R.nn.relu(s)
+            R.output(r)
+        return r
+
+
+def test_from_rewriter_keeps_the_types_a_loosely_typed_rewriter_would_weaken():
+    # TVM casts the arguments to the parameters' R.Tensor and everything downstream loses
+    # its shape; patternkit passes the arguments as they are.
+    theirs = PatternMatchingRewriterFromModule(LooseMinusNegative)(SubtractNegative)
+    assert theirs["main"].body.body.ty.shape is None
+    after = rewrite(from_rewriter(LooseMinusNegative), SubtractNegative)
+    tvm.ir.assert_structural_equal(after, AddKeepsTypes)
