@@ -89,13 +89,12 @@ class AttentionExpand(RewriteRule):
             if causal is not None and causal not in CAUSAL_MASKS:
                 return reject(f"the attention has causal_mask={causal}: TVM 0.27 knows "
                               f"{' and '.join(CAUSAL_MASKS)} only", at=call)
-            if shape is None or key_shape is None or len(shape) != 4 or len(key_shape) != 4:
-                return reject(f"the attention's causal mask needs the query and key lengths, "
-                              f"the query has shape {shape_text(shape)} and the key "
+            dtype = dtype_of(type_of(match.q))
+            if shape is None or key_shape is None or dtype is None:
+                return reject(f"the attention's causal mask is built from the query and key "
+                              f"lengths in the query's dtype: the query is "
+                              f"{shape_text(shape)} of {dtype}, the key "
                               f"{shape_text(key_shape)}", at=call)
-            if dtype_of(type_of(match.q)) is None:
-                return reject("the attention's causal mask is made in the query's dtype, "
-                              "which is unknown", at=call)
             seq, kv_len = shape[1], key_shape[1]
             why = window_refusal(causal, window, seq, kv_len)
             if why is not None:
@@ -155,7 +154,7 @@ class AttentionExpand(RewriteRule):
                 "causal_mask": (None, "TopLeft", "BottomRight")}
 
 
-def fused_attention(dtype: str = "float32", shape: str = "static", bias: bool = True,
+def fused_attention(dtype: str | None = "float32", shape: str = "static", bias: bool = True,
                     scale: float | None = 0.25, causal_mask: str | None = None,
                     window_size: int | None = None) -> tvm.IRModule:
     """``R.nn.attention`` on BSNH ``(B, S, 2, 16)`` tensors (:meth:`AttentionExpand.example`)."""

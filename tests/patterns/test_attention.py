@@ -370,6 +370,13 @@ EXPAND_CASE = RuleCase(
     negatives=[
         Negative("window_without_causal_mask", AttentionExpand().example(window_size=3),
                  "window_size=3 without a causal mask"),
+        Negative("unknown_causal_mask", AttentionExpand().example(causal_mask="Diagonal"),
+                 "the attention has causal_mask=Diagonal: TVM 0.27 knows TopLeft and "
+                 "BottomRight only"),
+        Negative("causal_mask_of_unknown_dtype",
+                 AttentionExpand().example(causal_mask="TopLeft", dtype=None),
+                 "the attention's causal mask is built from the query and key lengths in the "
+                 "query's dtype: the query is (2, 8, 2, 16) of None"),
         Negative("default_scale_of_a_symbolic_head_size",
                  AttentionExpand().example(shape="symbolic_head", scale=None),
                  "the attention's default scale 1/sqrt(H) needs a static head size"),
