@@ -14,13 +14,16 @@ only.  So, unless ``--debug`` is given, a command runs inside a :class:`Console`
   and :class:`~patternkit.errors.PatternkitWarning` warnings, which are about the
   user's own rules and so shown even with ``--quiet``;
 * other libraries' log records and warnings are held back with the native log;
-* at the end, without ``--quiet``, one line says how many lines were held back.
+* at the end, without ``--quiet``, one line says how many lines were held back;
+* a crash (a segmentation fault inside TVM) still prints Python's traceback
+  (:mod:`faulthandler`) on the real stderr.
 
 With ``--debug`` nothing is redirected: everything is shown as it comes.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import sys
@@ -66,6 +69,7 @@ class Console:
         self._capture: IO[bytes] | None = None
         self._held: TextIO = sys.stderr  # the capture, as a text stream
         self._own_stream = False
+        self._faulthandler_was_on = False
         self._handlers: list[logging.Handler] = []
         self._showwarning: Any = None
         self._root_level = logging.getLogger().level
@@ -100,6 +104,9 @@ class Console:
                               f"(patternkit --debug shows them)\n")
         self.stream.flush()
         if self._own_stream:
+            faulthandler.disable()
+            if self._faulthandler_was_on:
+                faulthandler.enable()
             self.stream.close()
 
     # -- file descriptor 2 ------------------------------------------------------------------
@@ -113,6 +120,13 @@ class Console:
             # Python's stderr now lands in the capture too: our lines need the real one
             self.stream = os.fdopen(os.dup(self._saved_fd), "w", buffering=1)
             self._own_stream = True
+            # a crash inside TVM ends the process with its log held back: the Python
+            # traceback at least reaches the terminal.  TVM installs its own crash handler
+            # (writing to descriptor 2) when it loads, so it loads first.
+            import tvm  # noqa: F401
+
+            self._faulthandler_was_on = faulthandler.is_enabled()
+            faulthandler.enable(file=self.stream)
 
     def _restore_native_stderr(self) -> None:
         assert self._saved_fd is not None and self._capture is not None

@@ -87,3 +87,11 @@ def test_the_console_holds_back_other_libraries_log_and_keeps_patternkits(capsys
         assert "RuleDeclinedEveryMatch: a rule said nothing" in shown
         assert ("WARNING patternkit.test: a patternkit warning" in shown) is not quiet
         assert ("line(s) of TVM/torch log held back" in shown) is not quiet
+
+
+def test_a_crash_inside_a_command_still_shows_where_it_happened(tmp_path):
+    (tmp_path / "crash.py").write_text("import ctypes\nctypes.string_at(0)\n")
+    done = patternkit("run", "crash.py", "--out", "out", "--quiet", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Fatal Python error: Segmentation fault" in done.stderr
+    assert 'File "crash.py", line 2' in done.stderr
