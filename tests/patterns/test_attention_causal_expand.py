@@ -10,7 +10,13 @@ from tvm import relax
 import patternkit as pk
 from patternkit.patterns import EXPANSIONS
 from patternkit.patterns.attention.expand import AttentionExpand
-from patternkit.training import check_gradients, gradient, ops_without_gradient, with_loss
+from patternkit.training import (
+    GradientReport,
+    check_gradients,
+    gradient,
+    ops_without_gradient,
+    with_loss,
+)
 from patternkit.verification.numeric import build, random_inputs, run
 
 FLOAT32 = {"rtol": 1e-5, "atol": 1e-6}
@@ -144,4 +150,16 @@ def test_gradient_of_a_causal_attention_with_a_bias_through_with_loss():
     fused = with_loss(AttentionExpand().example(causal_mask="BottomRight", shape="cross"))
     grads = gradient(fused, "main_loss")
     result = check_gradients(fused, grads, "main_loss", seed=6)
+    assert result.ok, result
+
+
+def test_collapse_forward_computes_the_causal_attention_fused_in_the_primal_half():
+    mod, _ = _causal_language_model()
+    report = GradientReport()
+    grads = gradient(mod, collapse_forward=True, report=report)
+    assert report.restored is not None and report.restored.restored == {"relax.nn.attention": 1}
+    (fused,) = [b.value for b in grads["main_adjoint"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.attention"]
+    assert fused.attrs.causal_mask == "TopLeft"
+    result = check_gradients(mod, grads, seed=4)
     assert result.ok, result
