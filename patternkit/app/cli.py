@@ -11,12 +11,12 @@ away.  Exit codes: 0 success, 1 a check failed, 2 bad input (a one-line error;
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
-from .console import Console
 
 if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a command runs
     from .report import RoundTripEntry
@@ -25,14 +25,7 @@ if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a
 def _progress(args: argparse.Namespace):
     if getattr(args, "quiet", False):
         return None
-    stream = _stream(args)
-    return lambda message: print(message, file=stream, flush=True)
-
-
-def _stream(args: argparse.Namespace):
-    """Where the command's own lines go: the console's stream (see :mod:`.console`)."""
-    console = getattr(args, "console", None)
-    return console.stream if console is not None else sys.stderr
+    return lambda message: print(message, file=sys.stderr, flush=True)
 
 
 def _input_range(text: str) -> tuple[str, tuple[int, int]]:
@@ -275,9 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``patternkit`` parser: one subcommand per command, each with its handler."""
     parser = argparse.ArgumentParser(prog="patternkit",
                                      description="Relay-style pattern rewriting on TVM Relax")
-    parser.add_argument("--debug", action="store_true",
-                        help="show tracebacks on errors, and TVM's and torch's own log "
-                             "(held back otherwise)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="rewrite, partition and verify a model")
@@ -287,7 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "an IRModule, an .onnx file or a .pt2 file (torch.export.save)")
     run.add_argument("--patterns",
                      help="comma-separated library names, rules.py:NAME or rules.py (every "
-                          "rule the file defines); default: the whole library")
+                          "rule the file defines: rule objects, by-example and from_rewriter "
+                          "rules, rule classes built without arguments); 'library' is the "
+                          "whole library, so library,rules.py applies the file's rules with "
+                          "the library (rules.py alone: instead of it); default: the whole "
+                          "library")
     run.add_argument("--func", help="entry function (default: main, else the only public one)")
     run.add_argument("--input-range", action="append", type=_input_range, metavar="NAME=LO:HI",
                      help="draw integer input NAME in [LO, HI) (repeatable); default: the "
@@ -309,8 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="patternkit-out", help="output folder")
     run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")
-    run.add_argument("--quiet", action="store_true",
-                     help="print nothing but errors (and warnings about your own rules)")
+    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
     run.set_defaults(handler=_cmd_run)
 
     cov = sub.add_parser("coverage", help="how much of a model TVM's pattern tables offload")
@@ -375,16 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names (default ``sys.argv[1:]``); the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with Console(quiet=getattr(args, "quiet", False), debug=args.debug) as console:
-        args.console = console
-        try:
-            return args.handler(args)
-        except (PatternkitError, OSError) as err:
-            if args.debug:
-                raise
-            message = str(err).splitlines()[0] if str(err) else type(err).__name__
-            print(f"patternkit: error: {message}", file=console.stream)
-            return 2
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except (PatternkitError, OSError) as err:
+        if args.debug:
+            raise
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"patternkit: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
