@@ -11,12 +11,12 @@ away.  Exit codes: 0 success, 1 a check failed, 2 bad input (a one-line error;
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
+from .console import Console
 
 if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a command runs
     from .report import RoundTripEntry
@@ -25,7 +25,14 @@ if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a
 def _progress(args: argparse.Namespace):
     if getattr(args, "quiet", False):
         return None
-    return lambda message: print(message, file=sys.stderr, flush=True)
+    stream = _stream(args)
+    return lambda message: print(message, file=stream, flush=True)
+
+
+def _stream(args: argparse.Namespace):
+    """Where the command's own lines go: the console's stream (see :mod:`.console`)."""
+    console = getattr(args, "console", None)
+    return console.stream if console is not None else sys.stderr
 
 
 def _input_range(text: str) -> tuple[str, tuple[int, int]]:
@@ -268,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``patternkit`` parser: one subcommand per command, each with its handler."""
     parser = argparse.ArgumentParser(prog="patternkit",
                                      description="Relay-style pattern rewriting on TVM Relax")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks on errors, and TVM's and torch's own log "
+                             "(held back otherwise)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="rewrite, partition and verify a model")
@@ -304,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="patternkit-out", help="output folder")
     run.add_argument("--seed", type=int, default=0, help="seed for the random inputs")
     run.add_argument("--no-draw", action="store_true", help="skip the SVG drawings")
-    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    run.add_argument("--quiet", action="store_true",
+                     help="print nothing but errors (and warnings about your own rules)")
     run.set_defaults(handler=_cmd_run)
 
     cov = sub.add_parser("coverage", help="how much of a model TVM's pattern tables offload")
@@ -369,15 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names (default ``sys.argv[1:]``); the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return args.handler(args)
-    except (PatternkitError, OSError) as err:
-        if args.debug:
-            raise
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"patternkit: error: {message}", file=sys.stderr)
-        return 2
+    with Console(quiet=getattr(args, "quiet", False), debug=args.debug) as console:
+        args.console = console
+        try:
+            return args.handler(args)
+        except (PatternkitError, OSError) as err:
+            if args.debug:
+                raise
+            message = str(err).splitlines()[0] if str(err) else type(err).__name__
+            print(f"patternkit: error: {message}", file=console.stream)
+            return 2
 
 
 if __name__ == "__main__":
