@@ -9,8 +9,9 @@ the output folder (same file system: every move is a rename) and, at the end:
 * on success, removes the files of the previous run (those its ``report.json`` lists)
   that this run did not write, then moves the new files in, the reports last;
 * on failure, removes the previous run's files and writes a ``report.md`` and
-  ``report.json`` that say the run stopped and why, in one line.  A folder that did not
-  exist before the run is not created by a run that failed.
+  ``report.json`` that say the run stopped and why, in one line.  A folder that holds
+  no previous run's report is left as it was, and one that did not exist before the
+  run is not created by a run that failed.
 
 Only files a run of patternkit wrote are ever removed: the names the previous
 ``report.json`` lists, plus the two reports; a user's own files in the folder stay.
@@ -71,7 +72,7 @@ class OutputFolder:
     def _move_in(self) -> None:
         """Replace the previous run's files by the staged ones, the reports last."""
         written = sorted(p.name for p in self.staging.iterdir())
-        previous = _previous_outputs(self.out)
+        previous = _previous_outputs(self.out) or []
         for name in _REPORTS:  # from here until the end, no report from either run
             (self.out / name).unlink(missing_ok=True)
         for name in previous:
@@ -81,16 +82,22 @@ class OutputFolder:
             os.replace(self.staging / name, self.out / name)
 
     def _record_failure(self, error: BaseException) -> None:
-        """Remove the previous run's files; say in their place why this run stopped."""
-        for name in (*_previous_outputs(self.out), *_REPORTS):
-            (self.out / name).unlink(missing_ok=True)
-        if not self.existed:
+        """Remove the previous run's files; say in their place why this run stopped.
+
+        A folder without a previous run's report is left as it was (a ``report.md`` of
+        the user's own is not overwritten), and removed if this run created it.
+        """
+        previous = _previous_outputs(self.out)
+        if previous is None:
             shutil.rmtree(self.staging, ignore_errors=True)
-            try:
-                self.out.rmdir()  # only if empty: nothing of the user's is touched
-            except OSError:
-                pass
+            if not self.existed:
+                try:
+                    self.out.rmdir()  # only if empty: nothing of the user's is touched
+                except OSError:
+                    pass
             return
+        for name in (*previous, *_REPORTS):
+            (self.out / name).unlink(missing_ok=True)
         reason = _one_line(error)
         (self.out / "report.json").write_text(json.dumps(
             {"model": self.model, "ok": False, "error": reason}, indent=2))
@@ -100,12 +107,17 @@ class OutputFolder:
             f"for the traceback.\n")
 
 
-def _previous_outputs(out: Path) -> list[str]:
-    """The files the last run that finished wrote into ``out``, as its report lists them."""
+def _previous_outputs(out: Path) -> list[str] | None:
+    """The files the last run wrote into ``out``, as its report lists them; ``None`` when
+    ``out`` holds no report of a patternkit run.
+    """
     try:
-        listed: Any = json.loads((out / "report.json").read_text()).get("outputs", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+        report: Any = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or "model" not in report or "ok" not in report:
+        return None
+    listed = report.get("outputs", [])
     if not isinstance(listed, list):
         return []
     return [name for name in listed

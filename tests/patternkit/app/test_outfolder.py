@@ -70,3 +70,10 @@ def test_a_new_run_removes_the_files_of_the_previous_one_it_did_not_write(tmp_pa
     names = sorted(p.name for p in out.iterdir())
     assert names == ["after.py", "before.py", "mine.svg", "report.json", "report.md"]
     assert not any(p.name.startswith(STAGING_PREFIX) for p in tmp_path.rglob("*"))
+
+
+def test_a_failed_run_leaves_a_folder_without_a_previous_report_as_it_was(tmp_path):
+    (tmp_path / "report.md").write_text("my own notes")
+    assert main(["run", "no-such-model", "--out", str(tmp_path), "--quiet"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+    assert (tmp_path / "report.md").read_text() == "my own notes"
