@@ -39,6 +39,9 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "engine": ("Rule", "RewriteRule", "CompositeRule", "DFPatternCallback", "RuleSet",
                "RuleMatch", "Reject", "reject", "rewrite", "Rewrite", "RewriteLog",
                "partition"),
+    # rules written as the code they match: TVM's own rewriters, and function pairs
+    "engine.from_rewriter": ("from_rewriter",),
+    "verification.by_example": ("rule_by_example",),
     # passes for external compilers
     "byoc": ("MergeComposite", "PartitionGraph", "AnnotateTarget", "PatternTable",
              "offload_report"),

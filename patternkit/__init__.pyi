@@ -42,6 +42,7 @@ from .engine import (
     reject as reject,
     rewrite as rewrite,
 )
+from .engine.from_rewriter import from_rewriter as from_rewriter
 from .errors import PatternError as PatternError, PatternkitError as PatternkitError
 from .fusion import DefuseOps as DefuseOps
 from .ir import from_expr as from_expr
@@ -51,6 +52,7 @@ from .verification import (
     compare as compare,
     validate_sites as validate_sites,
 )
+from .verification.by_example import rule_by_example as rule_by_example
 from .viz import viz_diff as viz_diff, viz_expr as viz_expr
 
 __version__: str
