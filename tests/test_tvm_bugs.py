@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
+from patternkit.errors import BuildError
 from patternkit.verification import numeric
 
 _RNG = np.random.default_rng(0)
@@ -370,3 +371,119 @@ def test_layer_norm_without_center_or_scale_drops_beta_or_gamma(center, scale):
     expected = (normed * (gamma.value.numpy() if scale else 1.0)
                 + (beta.value.numpy() if center else 0.0))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# -- found by benchmarks/fuzz_passes.py (programs grown from the operator catalogue) --------
+@I.ir_module
+class StackOfTwoVectors:
+    """No convolution at all: ConvertLayout has nothing to convert."""
+
+    @R.function
+    def main(x: R.Tensor((8,), "float32"), y: R.Tensor((8,), "float32")
+             ) -> R.Tensor((2, 8), "float32"):
+        with R.dataflow():
+            s = R.stack((x, y), axis=0)
+            R.output(s)
+        return s
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="TVM 0.27 ConvertLayout raises 'Index -1 out of bounds 2' on any "
+                          "R.stack, whatever the desired layouts")
+@pytest.mark.parametrize("layouts", [["NHWC", "OHWI"], ["NCHW", "OIHW"]])
+def test_convert_layout_leaves_a_stack_alone(layouts):
+    out = relax.transform.ConvertLayout({"relax.nn.conv2d": layouts})(StackOfTwoVectors)
+    tvm.ir.assert_structural_equal(out, StackOfTwoVectors)
+
+
+BN_GAMMA, BN_BETA, BN_MEAN = (_RNG.uniform(-1, 1, 2).astype("float32") for _ in range(3))
+BN_VAR = _RNG.uniform(0.5, 1.5, 2).astype("float32")
+
+
+@I.ir_module
+class InferenceBatchNorm:
+    """An inference batch norm (``training=False``): moving statistics, no batch ones."""
+
+    @R.function
+    def main(x: R.Tensor((3, 2, 4), "float32")) -> R.Tensor((3, 2, 4), "float32"):
+        with R.dataflow():
+            bn = R.nn.batch_norm(x, R.const(BN_GAMMA), R.const(BN_BETA), R.const(BN_MEAN),
+                                 R.const(BN_VAR), axis=1, training=False)
+            out = bn[0]
+            R.output(out)
+        return out
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27 DecomposeOpsForTraining normalises a "
+                                       "training=False batch_norm with batch statistics")
+def test_decompose_ops_for_training_keeps_an_inference_batch_norm():
+    after = relax.transform.DecomposeOpsForTraining()(InferenceBatchNorm)
+    comparison = numeric.compare(InferenceBatchNorm, after, rtol=1e-5, atol=1e-5)
+    assert comparison.ok, comparison
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="TVM 0.27 legalises R.nn.pixel_shuffle to topi.nn.pixel_shuffle, "
+                          "which it does not have")
+def test_pixel_shuffle_builds_for_llvm():
+    x = relax.Var("x", relax.TensorType((1, 4, 2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.pixel_shuffle(x, 2))
+        bb.emit_func_output(out)
+    data = _RNG.uniform(-1, 1, (1, 4, 2, 3)).astype("float32")
+    [got] = numeric.run(bb.get(), [data])
+    # depth to space: out[0, 0, 2h + i, 2w + j] = x[0, 2i + j, h, w]
+    expected = data.reshape(1, 1, 2, 2, 2, 3).transpose(0, 1, 4, 2, 5, 3).reshape(1, 1, 4, 6)
+    np.testing.assert_allclose(got, expected)
+
+
+CPM_LHS = _RNG.uniform(-1, 1, (4, 6)).astype("float32")
+
+
+@I.ir_module
+class MatmulOfAConstant:
+    """One matmul whose left operand is a constant: nothing to combine."""
+
+    @R.function
+    def main(w: R.Tensor((6, 3), "float32")) -> R.Tensor((4, 3), "float32"):
+        with R.dataflow():
+            y = R.matmul(R.const(CPM_LHS), w)
+            R.output(y)
+        return y
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27 CombineParallelMatmul takes every matmul's lhs for a Var: "
+                          "'Cannot treat type ir.GenericConst as type ir.Var'")
+def test_combine_parallel_matmul_accepts_a_constant_lhs():
+    out = relax.transform.CombineParallelMatmul()(MatmulOfAConstant)
+    tvm.ir.assert_structural_equal(out, MatmulOfAConstant)
+
+
+CT_KERNEL = (_RNG.uniform(-1, 1, (4, 2, 1, 1)) * 0.5).astype("float32")  # OIHW
+CT_WEIGHT = (_RNG.uniform(-1, 1, (4, 2, 3, 3)) * 0.3).astype("float32")  # IOHW
+
+
+@I.ir_module
+class ConvThenTransposedConv:
+    """A conv2d feeding a conv2d_transpose, both NCHW."""
+
+    @R.function
+    def main(x: R.Tensor((2, 2, 4, 3), "float32")) -> R.Tensor((2, 2, 9, 7), "float32"):
+        with R.dataflow():
+            y = R.nn.conv2d(x, R.const(CT_KERNEL))
+            z = R.nn.conv2d_transpose(y, R.const(CT_WEIGHT), strides=[2, 2])
+            R.output(z)
+        return z
+
+
+@pytest.mark.xfail(strict=True, raises=BuildError,
+                   reason="TVM 0.27 ConvertLayout carries NHWC into the conv2d_transpose, "
+                          "which llvm cannot build in that layout")
+def test_convert_layout_to_nhwc_keeps_a_transposed_conv_buildable():
+    after = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(
+        ConvThenTransposedConv)
+    comparison = numeric.compare(ConvThenTransposedConv, after, rtol=1e-5, atol=1e-5)
+    assert comparison.ok, comparison
