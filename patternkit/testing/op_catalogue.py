@@ -563,7 +563,9 @@ def _squeeze(g: Grower) -> Value:
         base = g.operand(ranks=(1, 2, 3))
         v = g.emit(op.expand_dims(base.expr, axis=g.integer(0, base.rank)), base)
     axes = [i for i, d in enumerate(v.shape) if d == 1]
-    axis = None if g.flag() else [g.choice(axes)]
+    # every size-1 axis (axis=None) only when the shape is known: a symbolic axis may be
+    # 1 too, so the result would have no shape, which llvm cannot build
+    axis = None if g.flag() and v.static else [g.choice(axes)]
     return g.emit(op.squeeze(v.expr, axis=axis), v)
 
 

@@ -262,6 +262,10 @@ class Grower:
     # -- emitting --------------------------------------------------------------------------
     def emit(self, call: Any, *read: Value, layout: str | None = None) -> Value:
         """Bind ``call``; its type comes from Relax's inference."""
+        ty = self.bb.normalize(call).ty
+        if isinstance(ty, relax.TensorType) and ty.shape is None:
+            raise ValueError(f"{call.op.name if hasattr(call, 'op') else call} has no "
+                             f"known shape here")
         var = self.bb.emit(call)
         self.read.update(id(v.expr) for v in read)
         ty = var.ty
