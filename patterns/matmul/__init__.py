@@ -74,16 +74,23 @@ ones on CPU and GPU, and the split is a view after legalisation only where the b
 makes it one.  It builds on :class:`patternkit.engine.BindingsRewriteRule`: a
 ``PatternContext`` whose ``x.used_by_all(matmul, 0, at_least=2)`` takes every matmul
 reading ``x`` at once.
+
+An inference batch norm over a matmul's features (``BatchNorm1d`` after ``nn.Linear``,
+LeViT's ``LinearNorm``) is folded into the matmul's constant weight and bias by
+:class:`BatchnormFoldIntoMatmul` (``matmul.fold_batchnorm``, in ``fold.py``), as
+``conv.fold_batchnorm`` folds one into a conv: the composites above then take the
+matmul and its bias.
 """
 
 # The family's rule classes and constants are imported from here (tests, users): re-exported.
 from .combine import CombineParallelMatmul
 from .composite import ACTIVATIONS as ACTIVATIONS, MatmulComposite as MatmulComposite, matmul_table
+from .fold import BatchnormFoldIntoMatmul as BatchnormFoldIntoMatmul
 
 __all__ = ["RULES", "COMPOSITES"]
 
 #: The rewrite rules of this family.
-RULES = (CombineParallelMatmul,)
+RULES = (BatchnormFoldIntoMatmul, CombineParallelMatmul)
 
 #: Pattern table entries of this family, in priority order (see :func:`matmul_table`).
 COMPOSITES = tuple(matmul_table())

@@ -130,3 +130,99 @@ def parallel_projections(branches: int = 3, bias: bool = False, dtype: str = "fl
             out = bb.emit_output(relax.op.concat(outs, axis=-1))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = "none",
+                      training: bool = False, bn_axis: str = "feature", reshape: str = "keep",
+                      dtype: str = "float32", accumulate: str = "same", batch: int | str = 2,
+                      seed: int = 0) -> tvm.IRModule:
+    """A linear layer and an inference batch norm over its features, as the torch importer
+    writes ``BatchNorm1d`` after ``nn.Linear`` (``matmul.fold_batchnorm``'s example).
+
+    Parameters
+    ----------
+    form : {"levit", "flat"}
+        ``"levit"``: LeViT's ``LinearNorm`` on ``x: (batch, 5, 16)``: ``reshape`` to 2-D,
+        matmul, ``reshape`` back to 3-D, ``reshape`` to 2-D again for the batch norm
+        (``flatten(0, 1)``), the batch norm, ``reshape`` back.  ``"flat"``: ``x: (batch,
+        16)``, matmul, the batch norm (a classifier head's ``BatchNorm1d``).
+    transposed : bool
+        The weight is stored ``(out, in)`` and reaches the matmul through ``permute_dims``
+        (``nn.Linear``).
+    bias : {"none", "feature", "feature_first", "scalar", "full"}
+        A constant added to the product: per feature ``(8,)``, in the importer's order
+        ``add(bias, matmul)`` (``"feature_first"``), one value ``(1,)``, or, an edge the
+        check refuses, a tensor of the product's shape (``"full"``, static batch only).
+    training : bool
+        The batch norm's ``training`` flag.
+    bn_axis : {"feature", "rows"}
+        The batch norm's axis: the features, or (an edge) the rows of an ``(8, 8)``
+        product (``form="flat"`` with 8 rows).
+    reshape : {"keep", "regroup"}
+        ``"regroup"`` (``form="levit"``): the last reshape before the batch norm regroups
+        the ``(5 * batch, 8)`` product as ``(.., 4)`` rows, so the normalised axis no
+        longer holds the matmul's features (an edge).
+    dtype : {"float32", "float16", "bfloat16"}
+        Of ``x``, the weight and the batch norm.
+    accumulate : {"same", "cast_back"}
+        ``"cast_back"``: the matmul accumulates in float32 and is cast straight back to
+        ``dtype`` (``ToMixedPrecision``'s float16).
+    batch : int or str
+        The batch dimension; a string is a symbolic one.
+    seed : int
+        Seed of the constants.
+    """
+    if accumulate == "cast_back" and dtype == "float32":
+        raise NoSuchExample("accumulate='cast_back' accumulates a low-precision matmul")
+    if reshape == "regroup" and form != "levit":
+        raise NoSuchExample("reshape='regroup' regroups the reshapes of form='levit'")
+    if bn_axis == "rows" and form != "flat":
+        raise NoSuchExample("bn_axis='rows' normalises the rows of form='flat'")
+    if bias == "full" and isinstance(batch, str):
+        raise NoSuchExample("bias='full' needs a static batch to be a constant")
+    rng = np.random.default_rng(seed)
+    n: Any = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+    if bn_axis == "rows":
+        n = 8  # the rows equal the features, so a batch norm over them type-checks
+    inner, features, seq = 16, 8, 5
+    x = relax.Var("x", relax.TensorType((n, seq, inner) if form == "levit" else (n, inner),
+                                        dtype))
+
+    def const(values, as_dtype=dtype):
+        return relax.const(np.asarray(values, dtype="float32").astype(as_dtype))
+
+    weight = rng.standard_normal((features, inner) if transposed else (inner, features))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lhs = bb.emit(relax.op.reshape(x, (n * seq, inner))) if form == "levit" else x
+            rhs = const(weight / np.sqrt(inner))
+            if transposed:
+                rhs = bb.emit(relax.op.permute_dims(rhs, [1, 0]))
+            y = bb.emit(relax.op.matmul(lhs, rhs, out_dtype="float32"
+                                        if accumulate == "cast_back" else None))
+            if accumulate == "cast_back":
+                y = bb.emit(relax.op.astype(y, dtype))
+            if bias != "none":
+                shape = (tuple(int(d) for d in y.ty.shape) if bias == "full" else
+                         {"feature": (features,), "feature_first": (features,),
+                          "scalar": (1,)}[bias])
+                b = const(rng.standard_normal(shape))
+                y = bb.emit(relax.op.add(b, y) if bias == "feature_first"
+                            else relax.op.add(y, b))
+            if form == "levit":
+                y = bb.emit(relax.op.reshape(y, (n, seq, features)))
+                rows = (n * seq * 2, features // 2) if reshape == "regroup" else (n * seq,
+                                                                                 features)
+                y = bb.emit(relax.op.reshape(y, rows))
+            size = int(y.ty.shape[0 if bn_axis == "rows" else -1])
+            bn = bb.emit(relax.op.nn.batch_norm(
+                y, const(rng.uniform(0.5, 1.5, size)), const(rng.standard_normal(size)),
+                const(rng.standard_normal(size)), const(rng.uniform(0.5, 2.0, size)),
+                axis=0 if bn_axis == "rows" else 1, training=training))
+            y = bb.emit(relax.TupleGetItem(bn, 0))
+            if form == "levit":
+                y = bb.emit(relax.op.reshape(y, (n, seq, features)))
+            out = bb.emit_output(relax.op.nn.relu(y))
+        bb.emit_func_output(out)
+    return bb.get()

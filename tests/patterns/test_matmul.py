@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import tvm
+from test_matmul_fold import FOLD_CASE  # matmul.fold_batchnorm's tests: test_matmul_fold.py
 from tvm import relax
 from tvm.script import ir as I, relax as R
 
@@ -19,6 +20,7 @@ from patternkit.patterns.matmul import (
     ACTIVATIONS,
     COMPOSITES,
     RULES,
+    BatchnormFoldIntoMatmul,
     CombineParallelMatmul,
     MatmulComposite,
     matmul_table,
@@ -253,7 +255,8 @@ def test_variants_carry_tvm_table_names():
 
 
 def test_the_library_holds_the_table_in_priority_order():
-    assert RULES == (CombineParallelMatmul,)  # the one rewrite rule of the family
+    # the batch-norm fold first: combining parallel matmuls would hide each one's batch norm
+    assert RULES == (BatchnormFoldIntoMatmul, CombineParallelMatmul)
     assert [r.name for r in COMPOSITES] == [r.name for r in matmul_table()]
     library = [r.rule_name for r in LIBRARY if isinstance(r, MatmulComposite)]
     assert library == [r.name for r in matmul_table()]
@@ -630,3 +633,7 @@ def test_a_small_berts_query_key_value_projections_are_combined_in_every_layer()
     assert _ops(after).count("relax.matmul") == _ops(mod).count("relax.matmul") - 4
     # the concatenated weights change no dot product: bit-identical on llvm
     pk.assert_same_numerics(mod, after, rtol=0, atol=0)
+
+
+def test_batchnorm_fold_into_a_linear_meets_the_rule_contract():
+    check_rule(FOLD_CASE)
