@@ -30,7 +30,18 @@ from typing import Any, cast
 
 from patternkit.engine import CompositeRule, Rule, RuleSet
 
-from . import activation, attention, backward, batchnorm, conv, layernorm, matmul, rmsnorm, softmax
+from . import (
+    activation,
+    attention,
+    backward,
+    batchnorm,
+    conv,
+    gated_mlp,
+    layernorm,
+    matmul,
+    rmsnorm,
+    softmax,
+)
 
 #: Prefix of composite names in the library; replaced by the compiler chosen at use.
 COMPOSITE_PREFIX = "byoc"
@@ -56,7 +67,8 @@ def _family_expansions(module: Any) -> RuleSet:
 
 #: Every rewrite rule and composite of the library, in application order: the collapses
 #: (batch norm, activations, norms, softmax, then attention, which reads ``R.nn.softmax``)
-#: run before the conv and matmul composites that take their fused ops; the backward
+#: run before the conv and matmul composites that take their fused ops (the gated MLPs
+#: before the matmuls, which would take the gate's ``matmul -> silu`` alone); the backward
 #: composites (gradient graphs only) come last.
 # The layer and RMS norms come before the batch norm: ``batchnorm.collapse``'s statistics
 # are wildcards, so its pattern also matches a written-out layer norm (``mean`` is then a
@@ -66,6 +78,7 @@ def _family_expansions(module: Any) -> RuleSet:
 # computed), so the order changes no result, only the wasted matches.
 LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(rmsnorm)
            | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
+           | _family_rules(gated_mlp)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can

@@ -1,0 +1,77 @@
+"""The gated-MLP composites' guards: what a backend's fused SwiGLU / GeGLU kernel assumes.
+
+Each guard returns ``None`` when the condition holds and the :func:`patternkit.reject`
+refusal (reason and expression) when it does not: a weight's ``permute_dims`` that is no
+transpose, an added tensor that is no per-feature bias, a multiply that broadcasts, a
+packed projection not split into a gate half and an up half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patternkit.engine import RoleMatch, reject
+from patternkit.ir import NotPerChannel, per_channel_axis, same_shape, static_shape, type_of
+
+
+def transpose_refusal(match: RoleMatch, projection: str) -> Any:
+    """``None`` unless the projection's ``permute_dims`` does not swap the weight's last axes."""
+    if match.tag(f"{projection}_weight") != "transposed":
+        return None
+    permute = match[f"{projection}_permute"]
+    rank = getattr(type_of(match[f"{projection}_weight"]), "ndim", -1)
+    raw = permute.attrs.axes
+    axes = None if raw is None else [int(a) for a in raw]
+    if rank >= 2 and (axes == [*range(rank - 2), rank - 1, rank - 2] or axes is None and rank == 2):
+        return None
+    return reject(f"the {projection} projection's permute_dims(weight, axes={axes}) does not "
+                  f"swap the last two axes of its rank-{rank} weight: the product is not "
+                  f"x @ weight^T", at=permute)
+
+
+def bias_refusal(match: RoleMatch, projection: str) -> Any:
+    """``None`` unless the projection adds a tensor that is no per-feature bias."""
+    if match.tag(f"{projection}_bias") != "biased":
+        return None
+    bias = match[f"{projection}_bias"]
+    out_shape = static_shape(type_of(match.var_of(f"{projection}_matmul")))
+    bias_shape = static_shape(type_of(bias))
+    try:
+        axis = per_channel_axis(bias_shape, out_shape or (), name="it", of="the product")
+    except NotPerChannel as why:
+        axis, detail = -1, str(why)
+    else:
+        detail = f"it varies along axis {axis}"
+    if out_shape is not None and axis == len(out_shape) - 1:
+        return None
+    return reject(f"the {projection} projection adds a tensor of shape {bias_shape} that is "
+                  f"not a per-feature bias of its product {out_shape}: {detail}", at=bias)
+
+
+def broadcast_refusal(match: RoleMatch) -> Any:
+    """``None`` unless the multiply's two operands differ in shape (it broadcasts)."""
+    gate, up = (static_shape(type_of(arg)) for arg in match.multiply.args)
+    if same_shape(gate, up):
+        return None
+    return reject(f"the multiply broadcasts operands of shapes {gate} and {up}: a gated MLP "
+                  f"multiplies the gate and the up product elementwise", at=match.multiply)
+
+
+def split_refusal(match: RoleMatch) -> Any:
+    """``None`` unless the packed projection's ``split`` is not two equal halves of the last
+    axis read as two different items.
+    """
+    split = match.split
+    parts = type_of(match.var_of("split")).fields
+    rank = len(static_shape(type_of(match.var_of("packed"))) or ())
+    axis = int(split.attrs.axis)
+    shapes = [static_shape(part) for part in parts]
+    if len(parts) != 2 or axis % max(rank, 1) != rank - 1 or not same_shape(*shapes):
+        return reject(f"the packed projection is split into {len(parts)} parts of shapes "
+                      f"{shapes} along axis {axis}: a packed gate and up projection is split "
+                      f"into two equal halves of its last axis", at=split)
+    if int(match.gate.index) == int(match.up.index):
+        return reject(f"the activation and the multiply read the same half "
+                      f"({int(match.gate.index)}) of the packed projection: not a gate times "
+                      f"an up product", at=match.multiply)
+    return None
