@@ -6,17 +6,25 @@ Each pass is built with its default arguments and differential-tested by
 changed it; a wrong result is shrunk to its smallest failing cone, and so (here) is a
 pass that raises, so every failure comes with a small reproducer.
 
-Each pass runs in a child process of its own, under a time limit: a pass that kills the
-interpreter (a segmentation fault) or loops is recorded as such, and the campaign goes on.
+The passes run in a child process, one after the other, each under a time limit: a pass
+that kills the interpreter (a segmentation fault) or loops is recorded as such, and the
+campaign goes on in a new child with the passes after it.  (One child per pass, as the
+campaign first ran, spent most of its 22 minutes importing TVM 55 times.)
 
 Passes are enumerated from ``relax.transform``: every PascalCase name whose call without
 arguments returns a ``tvm.transform.Pass``.  :data:`EXCLUDED` says why the others are not
 fuzzed (they need arguments, a target, a tuning database or a GPU).
 
+The default run takes minutes: the passes that rewrite graphs draw ``--budget`` programs
+(12), the steps of the build in :data:`LOWERING_STEPS` (whose output is no input of
+``relax.build``, so every changed program "fails" the same way) ``--lowering-budget``
+(3).  ``--full`` gives every pass ``--budget`` programs, as the table of
+``docs/tvm-bugs.md`` was made.
+
 Usage::
 
-    python benchmarks/fuzz_passes.py [--budget 12] [--seed 0] [--only P1,P2] \
-        [--json benchmarks/fuzz_passes.json]
+    python benchmarks/fuzz_passes.py [--budget 12] [--lowering-budget 3] [--full] \
+        [--seed 0] [--only P1,P2] [--jobs 2] [--json benchmarks/fuzz_passes.json]
 
 prints a Markdown table (pass, programs run, changed, failures by kind) and writes every
 failure, with its shrunk TVMScript, to the JSON file.
@@ -26,13 +34,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 DEFAULT_BUDGET = 12
-PASS_TIMEOUT = 300  # seconds per pass, child process included
+LOWERING_BUDGET = 3
+PASS_TIMEOUT = 300  # seconds per pass
+START_TIMEOUT = 120  # seconds for a child to import TVM and patternkit
+
+#: Steps of the build rather than graph rewrites: their output is a lower-level IR that
+#: ``relax.build`` does not take as input (or a module the build would make anyway), so
+#: a few programs show what they do; more programs only repeat it.
+LOWERING_STEPS = frozenset({
+    "AnnotateTIROpPattern", "AttachAttrLayoutFreeBuffers", "AttachGlobalSymbol",
+    "BundleModelParams", "CallTIRRewrite", "ComputePrimValue", "DataflowUseInplaceCalls",
+    "FuseOps", "FuseTIR", "KillAfterLastUse", "LazyGetInput", "LazySetOutput",
+    "LazyTransformParams", "LegalizeOps", "LiftTransformParams", "LowerAllocTensor",
+    "LowerRuntimeBuiltin", "NormalizeGlobalVar", "OptimizeLayoutTransform",
+    "RemovePurityChecking", "RewriteDataflowReshape", "SpecializePrimFuncBasedOnCallSite",
+    "SplitLayoutRewritePreproc", "StaticPlanBlockMemory", "ToNonDataflow", "VMBuiltinLower",
+    "VMShapeLower",
+})
 
 #: Passes not fuzzed, and why.  Factories that need arguments are found by calling them.
 EXCLUDED = {
@@ -137,25 +163,91 @@ def fuzz_one(name: str, budget: int, seed: int) -> dict:
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def run_campaign(passes: list[str], budget: int, seed: int) -> list[dict]:
-    results = []
-    for name in passes:
-        start = time.perf_counter()
-        try:
-            child = subprocess.run([sys.executable, __file__, "--child", name, "--budget",
-                                    str(budget), "--seed", str(seed)], capture_output=True,
-                                   text=True, timeout=PASS_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            results.append({"pass": name, "crashed": f"no result after {PASS_TIMEOUT} s"})
-            continue
-        lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
-        if child.returncode != 0 or not lines:
-            results.append({"pass": name, "crashed": f"exit status {child.returncode}: "
-                                                     f"{child.stderr.strip()[-400:]}"})
-        else:
-            results.append(json.loads(lines[-1]))
-        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+def budget_of(name: str, budget: int, lowering_budget: int) -> int:
+    """Programs to draw for the pass ``name``."""
+    return lowering_budget if name in LOWERING_STEPS else budget
+
+
+def child_main(names: list[str], budgets: list[int], seed: int) -> None:
+    """Fuzz ``names`` one after the other, a JSON line announcing and reporting each."""
+    for name, budget in zip(names, budgets):
+        print(json.dumps({"start": name}), flush=True)
+        print(json.dumps(fuzz_one(name, budget, seed)), flush=True)
+
+
+def _read_lines(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def run_share(passes: list[str], budgets: dict[str, int], seed: int) -> list[dict]:
+    """Fuzz ``passes`` in child processes, a new child after a pass crashes or hangs."""
+    results: list[dict] = []
+    todo = list(passes)
+    while todo:
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--child", ",".join(todo), "--budgets",
+             ",".join(str(budgets[p]) for p in todo), "--seed", str(seed)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_lines, args=(child.stdout, lines), daemon=True).start()
+        stderr: list[str] = []
+        threading.Thread(target=lambda: stderr.extend(child.stderr), daemon=True).start()
+        current, started = None, time.perf_counter()
+        while True:
+            limit = PASS_TIMEOUT if current else START_TIMEOUT
+            try:
+                line = lines.get(timeout=max(1.0, limit - (time.perf_counter() - started)))
+            except queue.Empty:
+                child.kill()
+                child.wait()
+                if current is None:  # the child did not start: nothing to blame
+                    current = todo[0]
+                results.append({"pass": current, "crashed": f"no result after {limit} s"})
+                todo.remove(current)
+                break
+            if line is None:  # the child is gone
+                status = child.wait()
+                if current is not None:
+                    results.append({"pass": current, "crashed": f"exit status {status}: "
+                                    f"{''.join(stderr).strip()[-400:]}"})
+                    todo.remove(current)
+                elif todo:  # died before its first pass: do not loop on it
+                    results.append({"pass": todo[0], "crashed": f"exit status {status}"})
+                    todo.pop(0)
+                break
+            if not line.startswith("{"):
+                continue
+            data = json.loads(line)
+            if "start" in data:
+                current, started = data["start"], time.perf_counter()
+                continue
+            results.append(data)
+            todo.remove(data["pass"])
+            print(f"{data['pass']}: {data['seconds']:.0f} s", file=sys.stderr, flush=True)
+            current = None
+            if not todo:
+                child.wait()
+                break
     return results
+
+
+def run_campaign(passes: list[str], budgets: dict[str, int], seed: int,
+                 jobs: int = 1) -> list[dict]:
+    """Every pass's result, in the order of ``passes``; ``jobs`` children at a time."""
+    shares = [passes[k::jobs] for k in range(jobs)]
+    outcomes: list[list[dict]] = [[] for _ in shares]
+
+    def run(k: int) -> None:
+        outcomes[k] = run_share(shares[k], budgets, seed)
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(len(shares))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    by_name = {r["pass"]: r for share in outcomes for r in share}
+    return [by_name[p] for p in passes]
 
 
 def table(results: list[dict]) -> str:
@@ -174,30 +266,42 @@ def table(results: list[dict]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                        help="programs for each pass that rewrites graphs")
+    parser.add_argument("--lowering-budget", type=int, default=LOWERING_BUDGET,
+                        help="programs for each step of the build (LOWERING_STEPS)")
+    parser.add_argument("--full", action="store_true",
+                        help="every pass gets --budget programs (the full table)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="", help="comma-separated pass names")
+    parser.add_argument("--jobs", type=int, default=1, help="child processes at a time")
     parser.add_argument("--json", default="", help="write every result here")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--budgets", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(fuzz_one(args.child, args.budget, args.seed)))
+        child_main(args.child.split(","), [int(b) for b in args.budgets.split(",")],
+                   args.seed)
         return 0
     passes, excluded = candidate_passes()
     if args.only:
         passes = [p for p in passes if p in args.only.split(",")]
+    lowering_budget = args.budget if args.full else args.lowering_budget
+    budgets = {p: budget_of(p, args.budget, lowering_budget) for p in passes}
     start = time.perf_counter()
-    results = run_campaign(passes, args.budget, args.seed)
+    results = run_campaign(passes, budgets, args.seed, max(1, args.jobs))
     print(table(results))
-    print(f"\n{len(passes)} passes, budget {args.budget}, seed {args.seed}, "
+    print(f"\n{len(passes)} passes, budget {args.budget} (steps of the build "
+          f"{lowering_budget}), seed {args.seed}, jobs {args.jobs}, "
           f"{time.perf_counter() - start:.0f} s")
     print("\nExcluded:")
     for name, why in sorted(excluded.items()):
         print(f"- {name}: {why}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"budget": args.budget, "seed": args.seed,
-                                               "results": results, "excluded": excluded},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({"budget": args.budget,
+                                               "lowering_budget": lowering_budget,
+                                               "seed": args.seed, "results": results,
+                                               "excluded": excluded}, indent=1))
     return 0
 
 

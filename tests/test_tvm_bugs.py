@@ -487,3 +487,105 @@ def test_convert_layout_to_nhwc_keeps_a_transposed_conv_buildable():
         ConvThenTransposedConv)
     comparison = numeric.compare(ConvThenTransposedConv, after, rtol=1e-5, atol=1e-5)
     assert comparison.ok, comparison
+
+
+# -- found by the engineers of issue 34 (patternkit run, attention, training) -------------
+@I.ir_module
+class ReluAroundAnExternCall:
+    """Two relus around a ``call_pure_packed``, which passes an ``ExternFunc`` as an
+    argument of ``call_pure_packed``."""
+
+    @R.function
+    def main(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
+        with R.dataflow():
+            r = R.nn.relu(x)
+            p = R.call_pure_packed("my.probe", r, ty_args=R.Tensor((2, 4), "float32"))
+            s = R.nn.relu(p)
+            R.output(s)
+        return s
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 MergeCompositeFunctions: 'Do not have a default for "
+                          "relax.expr.ExternFunc' on a call that passes an extern function")
+def test_merge_composite_functions_passes_an_extern_call_through():
+    from tvm.relax.dpl import is_op, wildcard
+
+    fused = relax.transform.FuseOpsByPattern(
+        [("cc.relu", is_op("relax.nn.relu")(wildcard()))])(ReluAroundAnExternCall)
+    merged = relax.transform.MergeCompositeFunctions()(fused)
+    assert relax.analysis.well_formed(merged)
+    assert "my.probe" in merged["main"].script()
+
+
+_ATTENTION_OF_AN_UNKNOWN_SHAPE = textwrap.dedent("""
+    from tvm import relax
+    q = relax.Var("q", relax.TensorType(dtype="float32", ndim=4))
+    bb = relax.BlockBuilder()
+    try:
+        with bb.function("main", [q]):
+            bb.emit_func_output(bb.emit(relax.op.nn.attention(q, q, q)))
+    except Exception:  # a refusal is fine; killing the interpreter is not
+        pass
+""")
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27 segfaults building R.nn.attention on a "
+                                       "query whose shape is unknown (ndim=4 only)")
+def test_attention_on_a_query_of_unknown_shape_does_not_crash():
+    # In a child process: the crash is a segmentation fault, not an exception.
+    child = subprocess.run([sys.executable, "-c", _ATTENTION_OF_AN_UNKNOWN_SHAPE],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+
+
+@I.ir_module
+class WindowedCausalAttention:
+    """Self-attention, causal from the top left, each query seeing its 3 latest keys."""
+
+    @R.function
+    def main(q: R.Tensor((1, 6, 2, 4), "float32")) -> R.Tensor((1, 6, 2, 4), "float32"):
+        with R.dataflow():
+            a = R.nn.attention(q, q, q, causal_mask="TopLeft", window_size=3)
+            R.output(a)
+        return a
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="TVM 0.27 cannot legalise a windowed R.nn.attention for llvm "
+                          "('sliding-window attention is not supported yet')")
+def test_windowed_causal_attention_builds_for_llvm():
+    data = _RNG.standard_normal((1, 6, 2, 4)).astype("float32")
+    ex = relax.build(WindowedCausalAttention, target="llvm")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    q = data.transpose(0, 2, 1, 3)  # (batch, heads, seq, dim)
+    scores = q @ q.transpose(0, 1, 3, 2) / np.sqrt(4)
+    i, j = np.indices((6, 6))
+    scores = np.where((j <= i) & (j >= i - 3 + 1), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(got, (weights @ q).transpose(0, 2, 1, 3), rtol=1e-5, atol=1e-5)
+
+
+@I.ir_module
+class AdaptivePoolToChannelsLast:
+    """``adaptive_avg_pool2d`` reading NCHW and writing NHWC."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 4, 4), "float32")) -> R.Tensor((1, 2, 2, 2), "float32"):
+        with R.dataflow():
+            a = R.nn.adaptive_avg_pool2d(x, output_size=[2, 2], layout="NCHW",
+                                         out_layout="NHWC")
+            R.output(a)
+        return a
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 leaves an adaptive_avg_pool2d whose out_layout differs "
+                          "from its layout unlegalised: llvm cannot build it")
+def test_adaptive_avg_pool2d_to_another_layout_builds_for_llvm():
+    data = _RNG.standard_normal((1, 2, 4, 4)).astype("float32")
+    ex = relax.build(AdaptivePoolToChannelsLast, target="llvm")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    pooled = data.reshape(1, 2, 2, 2, 2, 2).mean(axis=(3, 5))  # NCHW, 2x2 windows
+    np.testing.assert_allclose(got, pooled.transpose(0, 2, 3, 1), rtol=1e-6, atol=1e-6)
