@@ -32,11 +32,14 @@ Recognises
   ``C`` varies along ``W``, and is refused), and folds the constants itself (no
   ``FoldConstant`` needed).
 
-Deliberately not covered: ``conv2d_transpose``, 1-D and 3-D convolutions, layouts other
-than ``OIHW`` kernels for the fold, non-constant weights or batch-norm parameters (bind
-them with ``relax.transform.BindParams`` first), activations other than relu, silu and
-clip, and batch norms in training mode (they normalise with batch statistics, so
-folding would change the numbers).
+The fold also takes ``conv1d`` (``OIW`` kernels) and an ungrouped ``conv2d_transpose``
+(``IOHW`` kernels).
+
+Deliberately not covered: 3-D convolutions, a grouped ``conv2d_transpose`` for the fold,
+other kernel layouts for the fold (``OIHW``, ``OIW``, ``IOHW`` only), non-constant
+weights or batch-norm parameters (bind them with ``relax.transform.BindParams`` first),
+activations other than relu, silu and clip, and batch norms in training mode (they
+normalise with batch statistics, so folding would change the numbers).
 """
 
 # The family's rule classes and Relay's pattern are imported from here (tests, users): re-exported.

@@ -121,7 +121,8 @@ def resnet_block(channels: int = 8, size: int = 16, seed: int = 0, layout: str =
 def conv_batch_norm(conv_bias: bool = False, training: bool = False, channels: int = 4,
                     seed: int = 0, layout: str = "NCHW", kernel_layout: str = "OIHW",
                     bias: str = "reshape", bn_axis: str = "channel", dtype: str = "float32",
-                    out_dtype: str = "same", batch: int | str = 1) -> tvm.IRModule:
+                    out_dtype: str = "same", batch: int | str = 1,
+                    op: str = "conv2d") -> tvm.IRModule:
     """``conv2d [+ bias] -> batch_norm[0] -> relu`` on ``x: (1, 3, 8, 8)``, constants seeded.
 
     Parameters
@@ -151,7 +152,19 @@ def conv_batch_norm(conv_bias: bool = False, training: bool = False, channels: i
         conv as ``ToMixedPrecision`` writes it).
     batch : int or str
         ``N``; a string is a symbolic dimension.
+    op : {"conv2d", "conv1d", "conv2d_transpose"}
+        The convolution: ``conv1d`` drops the height from ``layout`` and
+        ``kernel_layout`` (``NCW``, ``OIW``); ``conv2d_transpose`` takes ``NCHW`` data
+        and the ``OIHW`` knob as its ``IOHW`` kernel (input channels first).
     """
+    if op == "conv1d" and bn_axis == "height":
+        raise NoSuchExample("a conv1d output has no height to normalise along")
+    if op == "conv2d_transpose" and (layout != "NCHW" or kernel_layout != "OIHW"):
+        raise NoSuchExample("conv2d_transpose is built with NCHW data and an IOHW kernel")
+    if op == "conv1d":
+        layout, kernel_layout = layout.replace("H", ""), kernel_layout.replace("H", "")
+    elif op == "conv2d_transpose":
+        kernel_layout = "IOHW"
     rng = np.random.default_rng(seed)
     n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
     accumulate = "float32" if dtype == "int8" or out_dtype != "same" else dtype
@@ -178,7 +191,7 @@ def conv_batch_norm(conv_bias: bool = False, training: bool = False, channels: i
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(
+            y = bb.emit(getattr(relax.op.nn, op)(
                 x, relax.const(weight.astype("float32"), dtype), padding=1,
                 data_layout=layout, kernel_layout=kernel_layout,
                 out_dtype=None if accumulate == dtype else accumulate))

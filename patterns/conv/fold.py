@@ -1,9 +1,12 @@
-"""Folding an inference ``batch_norm`` into the constant weights and bias of a conv2d.
+"""Folding an inference ``batch_norm`` into the constant weights and bias of a convolution.
 
 :class:`BatchnormFoldIntoConv` (``conv.fold_batchnorm``) is what Relay's
 ``prerequisite_optimize`` did before ``MergeComposite``: the conv composites then see a
 conv and a bias add where the model has a conv and a batch norm.  The constants are folded
-in float64 and rounded once.
+in float64 and rounded once.  It folds into ``conv2d`` (``OIHW`` kernels), ``conv1d``
+(``OIW``) and an ungrouped ``conv2d_transpose`` (``IOHW``: the output channels are the
+weight's second axis); a grouped transposed conv spreads each output channel over the
+groups' blocks of the weight and is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ from patternkit.ir import (
 from .composite import single_value
 from .examples import conv_batch_norm
 
+#: The convolutions a batch norm folds into: op -> (kernel layout, the weight's axis of
+#: output channels).
+FOLDABLE = {"relax.nn.conv2d": ("OIHW", 0), "relax.nn.conv1d": ("OIW", 0),
+            "relax.nn.conv2d_transpose": ("IOHW", 1)}
+
 
 @dataclass(frozen=True)
 class FoldPlan:
@@ -39,10 +47,11 @@ class FoldPlan:
 
     channels: int
     channel_axis: int
+    weight_axis: int
 
 
 class BatchnormFoldIntoConv(RewriteRule):
-    """Fold an inference ``batch_norm`` into the constant weights and bias of a conv2d."""
+    """Fold an inference ``batch_norm`` into the constant weights and bias of a convolution."""
 
     name = "conv.fold_batchnorm"
 
@@ -50,7 +59,8 @@ class BatchnormFoldIntoConv(RewriteRule):
         super().__init__(rewrite_once=rewrite_once)
         self.x = wildcard()
         self.weight = is_constant()
-        self.conv = is_op("nn.conv2d")(self.x, self.weight)
+        self.conv = (is_op("nn.conv2d") | is_op("nn.conv1d")
+                     | is_op("nn.conv2d_transpose"))(self.x, self.weight)
         # a float16 conv accumulated in float32 and cast back (ToMixedPrecision, patternkit's
         # float16 torch import): the fold scales the weight under the cast
         self.cast_back = is_op("astype")(self.conv)
@@ -70,8 +80,14 @@ class BatchnormFoldIntoConv(RewriteRule):
         if bool(bn.attrs.training):
             return reject("batch_norm is in training mode (batch statistics); only an "
                           "inference batch norm can be folded", at=bn)
-        if str(conv.attrs.kernel_layout) != "OIHW":
-            return reject(f"kernel layout {conv.attrs.kernel_layout} is not OIHW", at=conv)
+        kernel_layout, weight_axis = FOLDABLE[conv.op.name]
+        if str(conv.attrs.kernel_layout) != kernel_layout:
+            return reject(f"kernel layout {conv.attrs.kernel_layout} is not {kernel_layout}",
+                          at=conv)
+        if conv.op.name == "relax.nn.conv2d_transpose" and int(conv.attrs.groups) != 1:
+            return reject(f"the conv2d_transpose has {int(conv.attrs.groups)} groups: each "
+                          f"output channel's weights are spread over the groups' blocks of "
+                          f"the IOHW weight, which the fold does not scale", at=conv)
         out_layout = str(conv.attrs.out_layout)
         channel_axis = out_layout.index("C")
         if int(bn.attrs.axis) != channel_axis:
@@ -89,7 +105,7 @@ class BatchnormFoldIntoConv(RewriteRule):
                               f"run in the conv's dtype", at=cast)
         weight_shape = static_shape(weight_ty)
         assert weight_shape is not None  # a constant's shape is static
-        channels = weight_shape[0]
+        channels = weight_shape[weight_axis]
         if match.tag("bias") == "biased":
             # The bias as it is added: a (C,) constant broadcasts along the last axis, so
             # its element count alone does not make it per-channel.
@@ -110,7 +126,7 @@ class BatchnormFoldIntoConv(RewriteRule):
                                   f"{tuple(out_shape)}, not along its channel axis "
                                   f"{channel_axis}: folding it as a per-channel bias would "
                                   f"change the numbers", at=added)
-        return FoldPlan(channels, channel_axis)
+        return FoldPlan(channels, channel_axis, weight_axis)
 
     def rewrite(self, match: RoleMatch) -> Any:
         """The conv with its weight scaled and a bias added (folded in float64, cast back to
@@ -132,7 +148,8 @@ class BatchnormFoldIntoConv(RewriteRule):
         if match.tag("bias") == "biased":  # per-channel, or one value for every channel
             values = const_value(match.conv_bias).astype("float64").reshape(-1)
             bias = np.broadcast_to(values, (channels,))
-        new_weight = (weight.astype("float64") * scale.reshape(-1, 1, 1, 1)).astype(dtype)
+        scale_shape = [-1 if axis == plan.weight_axis else 1 for axis in range(weight.ndim)]
+        new_weight = (weight.astype("float64") * scale.reshape(scale_shape)).astype(dtype)
         # the bias joins the batch norm's input: the conv's output, whose dtype may be
         # wider than the weight's (a float16 conv with out_dtype="float32"), or its cast
         out_dtype = dtype_of(type_of(call_args(bn)[0]))
@@ -153,11 +170,12 @@ class BatchnormFoldIntoConv(RewriteRule):
         """Both data layouts and three kernel layouts, every bias spelling (some broadcast
         along another axis, which 8 output channels make the width), a batch norm along
         the height, training mode, the float dtypes, an int8 conv into float32, a wider
-        ``out_dtype``, a symbolic batch.
+        ``out_dtype``, a symbolic batch; conv2d, conv1d and conv2d_transpose.
         """
         return {"conv_bias": (False, True), "training": (False, True), "channels": (4, 8),
                 "seed": (0, 1), "layout": ("NCHW", "NHWC"),
                 "kernel_layout": ("OIHW", "HWIO", "OHWI"),
                 "bias": ("reshape", "1C11", "C11", "C", "1"), "bn_axis": ("channel", "height"),
                 "dtype": ("float32", "float16", "bfloat16", "int8"),
-                "out_dtype": ("same", "float32", "cast_back"), "batch": (1, "n")}
+                "out_dtype": ("same", "float32", "cast_back"), "batch": (1, "n"),
+                "op": ("conv2d", "conv1d", "conv2d_transpose")}

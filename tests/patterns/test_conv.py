@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -419,6 +420,24 @@ def _conv_cast_to_bfloat16() -> tvm.IRModule:
     return bb.get()
 
 
+def _grouped_conv2d_transpose_bn() -> tvm.IRModule:
+    """A conv2d_transpose of 2 groups: output channel 2 * g + j reads the weight's block
+    ``[2 * g:2 * g + 2, j]``, so no one weight axis holds the output channels."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d_transpose(
+                x, relax.const(rng.standard_normal((4, 2, 3, 3)), "float32"), padding=1,
+                groups=2))
+            stats = [relax.const(rng.uniform(0.5, 1.5, 4), "float32") for _ in range(4)]
+            bn = bb.emit(relax.op.nn.batch_norm(y, *stats, axis=1, training=False))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 _PARAMS = _fold_parameters()
 FOLD_CASE = RuleCase(
     BatchnormFoldIntoConv(), _bind(ConvBiasBatchnorm, **_PARAMS),
@@ -427,6 +446,10 @@ FOLD_CASE = RuleCase(
         Negative("training_mode", _conv_bn(training=True),
                  "batch_norm is in training mode (batch statistics)"),
         Negative("hwio_kernel", _conv_bn(kernel_layout="HWIO"), "kernel layout HWIO is not OIHW"),
+        Negative("wio_conv1d_kernel", conv_batch_norm(op="conv1d", kernel_layout="HWIO"),
+                 "kernel layout WIO is not OIW"),
+        Negative("grouped_conv2d_transpose", _grouped_conv2d_transpose_bn(),
+                 "the conv2d_transpose has 2 groups"),
         Negative("batch_norm_along_height", _conv_bn(axis=2),
                  "batch_norm axis 2 is not the channel axis of the conv output layout NCHW"),
         Negative("int8_weight", _conv_bn(dtype="int8"), "weight dtype int8 is not floating point"),
@@ -583,3 +606,61 @@ def test_a_low_precision_conv_accumulated_in_float32_and_cast_back_folds_under_t
     if dtype == "float16":  # numpy has no bfloat16 inputs to run it on
         tol = rule.tolerance(dtype)
         pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize("op", ["conv1d", "conv2d_transpose"])
+@pytest.mark.parametrize("dtype,out_dtype,tolerance", [
+    ("float32", "same", 1e-5), ("float16", "same", 1e-2), ("float16", "cast_back", 1e-2)])
+@pytest.mark.parametrize("batch", [1, "n"])
+def test_batchnorm_fold_takes_conv1d_and_conv2d_transpose_with_the_same_numbers(
+        op, dtype, out_dtype, tolerance, batch):
+    # float16: the folded weight is rounded to float16 once, the unfolded graph rounds the
+    # conv, the bias add and every batch-norm step: a few float16 ulp of outputs below 8
+    before = conv_batch_norm(op=op, conv_bias=True, dtype=dtype, out_dtype=out_dtype,
+                             batch=batch)
+    log = pk.RewriteLog()
+    after = pk.rewrite(BatchnormFoldIntoConv(), before, log=log)
+    assert log.counts() == {"conv.fold_batchnorm": 1}
+    assert "batch_norm" not in after.script() and f"R.nn.{op}(" in after.script()
+    pk.assert_same_numerics(before, after, rtol=tolerance, atol=tolerance)
+
+
+def test_a_torch_conv1d_and_conv_transpose_with_batch_norms_lose_their_batch_norms():
+    torch = pytest.importorskip("torch")
+    from patternkit.models.importing import from_torch
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1d = torch.nn.Conv1d(3, 8, 3, padding=1)
+            self.bn1d = torch.nn.BatchNorm1d(8)
+            self.up = torch.nn.ConvTranspose2d(2, 4, 3, padding=1)
+            self.bn2d = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x, y):
+            return torch.relu(self.bn1d(self.conv1d(x))), torch.relu(self.bn2d(self.up(y)))
+
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    with torch.no_grad():
+        for bn in (model.bn1d, model.bn2d):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    x, y = torch.randn(2, 3, 10), torch.randn(2, 2, 6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (x, y))
+    mod, _, _ = from_torch(program, keep_params=False, entry="main", text="decoder",
+                           seconds={})
+    log = pk.RewriteLog()
+    after = pk.rewrite(BatchnormFoldIntoConv(), mod, log=log)
+    assert mod.script().count("R.nn.batch_norm(") == 2
+    assert log.counts() == {"conv.fold_batchnorm": 2}
+    assert after.script().count("R.nn.batch_norm(") == 0
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
+    for ours, theirs in zip(got, model(x, y)):
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-5,
+                                   atol=1e-5)
