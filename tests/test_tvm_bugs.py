@@ -589,3 +589,22 @@ def test_adaptive_avg_pool2d_to_another_layout_builds_for_llvm():
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
     pooled = data.reshape(1, 2, 2, 2, 2, 2).mean(axis=(3, 5))  # NCHW, 2x2 windows
     np.testing.assert_allclose(got, pooled.transpose(0, 2, 3, 1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27's llvm codegen has no float16 cosh, sinh, acos, asin, "
+                          "atan, acosh or asinh ('unknown intrinsic')")
+@pytest.mark.parametrize("name, reference", [
+    ("cosh", np.cosh), ("sinh", np.sinh), ("acos", np.arccos), ("asin", np.arcsin),
+    ("atan", np.arctan), ("acosh", np.arccosh), ("asinh", np.arcsinh)])
+def test_float16_hyperbolic_and_inverse_trigonometric_ops_build_for_llvm(name, reference):
+    x = relax.Var("x", relax.TensorType((6,), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(getattr(relax.op, name)(x))
+        bb.emit_func_output(out)
+    data = _RNG.uniform(0.1, 0.9, 6).astype("float16") + (1 if name == "acosh" else 0)
+    [got] = numeric.run(bb.get(), [data])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, reference(data.astype("float32")), rtol=2e-3, atol=2e-3)
