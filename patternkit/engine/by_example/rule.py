@@ -132,6 +132,9 @@ class _ExampleBase:
         """The rule in words (:meth:`ExampleSpec.describe`)."""
         return self.spec.describe()
 
+    def __str__(self) -> str:
+        return self.spec.describe()
+
     def _common_check(self, match: RoleMatch) -> Any:
         spec = self.spec
         dtype = C.dtype_of(C.type_of(match.root))
@@ -201,6 +204,10 @@ class ExampleRewrite(_ExampleBase, RewriteRule):
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
         _install(self, self.spec)
+        # The check's conclusion per (argument types, result type): a graph repeats its
+        # shapes, and tracing fused again costs more than matching.  Keyed by structure
+        # (the same symbolic Var objects), so two dims that only print alike never share.
+        self._conclusions: dict[int, list[tuple[tuple[Any, ...], str | None]]] = {}
 
     def check(self, match: RoleMatch) -> Any:
         """Accept a match of a shown dtype whose ``fused`` form, traced at the match's own
@@ -211,16 +218,35 @@ class ExampleRewrite(_ExampleBase, RewriteRule):
             return common
         spec = self.spec
         types = {n: C.type_of(match[n]) for n in spec.signature.tensors}
+        want = C.type_of(match.root)
         constants = {k: match[k] if k in match else v
                      for k, v in spec.signature.constants.items()}
-        try:
-            func = _trace_at(spec, types, constants)
-        except PatternError as err:
-            return reject(f"fused does not apply at the match's types: {err}", at=match.root)
-        problem = _type_problem(func.ret_ty, C.type_of(match.root))
+        key = (*types.values(), want)
+        problem = None if constants else self._known_problem(key)
+        if problem is _UNKNOWN:
+            try:
+                func = _trace_at(spec, types, constants)
+            except PatternError as err:
+                problem = f"fused does not apply at the match's types: {err}"
+            else:
+                problem = _type_problem(func.ret_ty, want)
+            if not constants:
+                self._remember(key, problem)
         if problem:
-            return reject(problem, at=match.root)
+            return reject(str(problem), at=match.root)
         return True
+
+    def _known_problem(self, key: tuple[Any, ...]) -> Any:
+        """What the check concluded for these types before (:data:`_UNKNOWN`: never)."""
+        for types, problem in self._conclusions.get(_types_hash(key), ()):
+            if all(C.structural_equal(a, b) for a, b in zip(types, key)):
+                return problem
+        return _UNKNOWN
+
+    def _remember(self, key: tuple[Any, ...], problem: str | None) -> None:
+        if len(self._conclusions) > _CONCLUSIONS:
+            self._conclusions.clear()
+        self._conclusions.setdefault(_types_hash(key), []).append((key, problem))
 
     def rewrite(self, match: RoleMatch) -> Any:
         """``fused`` called on the matched expressions."""
@@ -242,6 +268,17 @@ class ExampleComposite(_ExampleBase, CompositeRule):
     def check(self, match: RoleMatch) -> Any:
         """Accept a match of a shown dtype (ranks and exact constants as the example)."""
         return self._common_check(match)
+
+
+#: "Not concluded yet", distinct from ``None`` (no problem).
+_UNKNOWN = object()
+
+#: How many type keys a rule remembers before it starts again.
+_CONCLUSIONS = 256
+
+
+def _types_hash(key: tuple[Any, ...]) -> int:
+    return hash(tuple(C.structural_hash(t) for t in key))
 
 
 def _install(rule: RewriteRule | CompositeRule, spec: ExampleSpec) -> None:

@@ -195,3 +195,20 @@ def test_bad_input_is_a_one_line_pattern_error_naming_the_rule(written, fused, m
         example_rule_class("nothing.rule", written, fused)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
+
+
+def test_one_graph_with_a_broadcast_site_and_a_plain_site_gets_each_its_own_verdict():
+    cls = example_rule_class("half.scale", lambda x: x * relax.const(0.5, "float32"),
+                             lambda x: x / relax.const(2.0, x.ty.dtype))
+    rule = cls()
+    x, y = _var(shape=(3,)), _var(shape=(3,), name="y")
+    broadcast = x * relax.const(np.full((1, 1), 0.5, "float32"))
+    plain = y * relax.const(0.5, "float32")
+    for _ in range(2):  # the second time from the rule's remembered conclusions
+        after = pk.rewrite(rule, from_expr(relax.op.add(broadcast, plain)))
+        assert after.script().count("R.divide") == 1
+        assert after.script().count("R.multiply") == 1
+        log = pk.RewriteLog()
+        pk.rewrite(rule, from_expr(broadcast), log=log)
+        assert len(log.skipped) == 1 and "(1, 3)" in log.skipped[0].reason
+    assert str(rule) == rule.describe()
