@@ -40,6 +40,7 @@ from . import (
     layernorm,
     matmul,
     rmsnorm,
+    rope,
     softmax,
 )
 
@@ -78,7 +79,7 @@ def _family_expansions(module: Any) -> RuleSet:
 # computed), so the order changes no result, only the wasted matches.
 LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(rmsnorm)
            | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
-           | _family_rules(gated_mlp)
+           | _family_rules(gated_mlp) | _family_rules(rope)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can

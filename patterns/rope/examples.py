@@ -1,0 +1,136 @@
+"""The rope family's example modules: what ``example()`` builds, and the tests reuse.
+
+:func:`rotary` rotates a query ``(batch, heads, seq, 8)`` as the torch importer writes
+Llama's ``q * cos + rotate_half(q) * sin`` (or GPT-J's interleaved rotation), with the
+tables given as inputs, as constants, or computed from the positions and ``inv_freq``;
+its knobs reach the composites' refusals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.engine import NoSuchExample
+
+HEADS, LANES, SEQ = 2, 8, 6
+_OPEN = 2**63 - 1  # torch's x[..., h:] as the importer writes it
+
+
+def rotary(interleaved: bool = False, dtype: str = "float32", symbolic: bool = True,
+           tables: str = "inputs", order: str = "x_first", halves: str = "rotation",
+           concat_axis: int = -1, table_shape: str = "per_position",
+           ) -> tvm.IRModule:
+    """``x * cos + rotate(x) * sin`` of ``x`` shaped ``(batch, HEADS, seq, LANES)``.
+
+    Parameters
+    ----------
+    interleaved : bool
+        GPT-J's rotation of even/odd lane pairs instead of Llama's halves.
+    dtype, symbolic : str, bool
+        ``symbolic``: batch and sequence are symbolic (else ``(2, HEADS, SEQ, LANES)``).
+    tables : {"inputs", "computed", "constants", "not_cos"}
+        ``cos`` / ``sin`` given as ``(1, 1, seq, LANES)`` inputs, computed as
+        ``cos(positions * inv_freq)`` (the frequencies repeated for the pairs), or
+        constants (static shapes only); ``"not_cos"`` (a refusal's edge): constant
+        tables, the one beside ``x`` ``tanh`` of the angles instead of their cosine.
+    order : {"x_first", "rotated_first"}
+        ``x * cos + rot * sin``, or ``rot * sin + cos * x``.
+    halves : {"rotation", "swapped", "uneven"}
+        Refusals' edges: the first half negated instead of the second (the even lanes,
+        interleaved), or halves of 3 and 5 lanes.
+    concat_axis : {-1, -2}
+        ``-2`` (a refusal's edge, static shapes): halves of the sequence axis instead.
+    table_shape : {"per_position", "per_head_mismatch"}
+        ``"per_head_mismatch"`` (a refusal's edge): ``sin`` has one row per head, ``cos``
+        one for all.
+    """
+    if interleaved and (halves == "uneven" or concat_axis != -1):
+        raise NoSuchExample("the interleaved form pairs lanes 2k and 2k + 1 of the last axis")
+    if (tables in ("constants", "not_cos") or concat_axis != -1) and symbolic:
+        raise NoSuchExample("constant tables and a sequence cut in halves need static shapes")
+    if table_shape != "per_position" and tables != "inputs":
+        raise NoSuchExample("table_shape= shapes input tables")
+    batch, seq = ((tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64"))
+                  if symbolic else (2, SEQ))
+    x = relax.Var("x", relax.TensorType((batch, HEADS, seq, LANES), dtype))
+    params = [x]
+    table_dims = (1, 1, seq, LANES)
+    if tables == "inputs":
+        cos = relax.Var("cos", relax.TensorType(table_dims, dtype))
+        sin_heads = HEADS if table_shape == "per_head_mismatch" else 1
+        sin = relax.Var("sin", relax.TensorType((1, sin_heads, seq, LANES), dtype))
+        params += [cos, sin]
+    elif tables == "computed":
+        positions = relax.Var("positions", relax.TensorType((seq,), dtype))
+        params.append(positions)
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            if tables == "computed":
+                cos, sin = _computed_tables(bb, positions, interleaved, dtype)
+            elif tables in ("constants", "not_cos"):
+                angles = _angles(np.arange(SEQ, dtype="float64"), interleaved)
+                cosine = np.cos(angles) if tables == "constants" else np.tanh(angles)
+                cos = relax.const(cosine.reshape(table_dims).astype(dtype))
+                sin = relax.const(np.sin(angles).reshape(table_dims).astype(dtype))
+            rotated = _rotate(bb, x, interleaved, halves, concat_axis)
+            direct = bb.emit(relax.op.multiply(x, cos) if order == "x_first"
+                             else relax.op.multiply(cos, x))
+            turned = bb.emit(relax.op.multiply(rotated, sin))
+            pair = (direct, turned) if order == "x_first" else (turned, direct)
+            out = bb.emit_output(relax.op.add(*pair))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _inv_freq() -> np.ndarray:
+    return 1.0 / (10000.0 ** (np.arange(0, LANES, 2, dtype="float64") / LANES))
+
+
+def _angles(positions: np.ndarray, interleaved: bool) -> np.ndarray:
+    freqs = np.outer(positions, _inv_freq())
+    return np.repeat(freqs, 2, axis=-1) if interleaved else np.concatenate([freqs, freqs], -1)
+
+
+def _computed_tables(bb: relax.BlockBuilder, positions: relax.Expr, interleaved: bool,
+                     dtype: str) -> tuple[relax.Expr, relax.Expr]:
+    """``cos`` / ``sin`` of ``positions * inv_freq`` as HF's rotary embedding computes them."""
+    inv_freq = relax.const(_inv_freq().astype(dtype))
+    freqs = bb.emit(relax.op.multiply(relax.op.expand_dims(positions, [-1]), inv_freq))
+    if interleaved:
+        pairs = [bb.emit(relax.op.expand_dims(freqs, [-1]))] * 2
+        emb = bb.emit(relax.op.reshape(relax.op.concat(pairs, axis=-1),
+                                       (freqs.ty.shape[0], LANES)))
+    else:
+        emb = bb.emit(relax.op.concat([freqs, freqs], axis=-1))
+    cos = bb.emit(relax.op.expand_dims(bb.emit(relax.op.cos(emb)), [0, 1]))
+    sin = bb.emit(relax.op.expand_dims(bb.emit(relax.op.sin(emb)), [0, 1]))
+    return cos, sin
+
+
+def _slice(x: relax.Expr, axis: int, begin: int, end: int, stride: int = 1) -> relax.Expr:
+    return relax.op.strided_slice(x, axes=[axis], begin=[begin], end=[end], strides=[stride])
+
+
+def _rotate(bb: relax.BlockBuilder, x: relax.Expr, interleaved: bool, halves: str,
+            concat_axis: int) -> relax.Expr:
+    """``rotate_half(x)`` (or GPT-J's pair rotation) as the torch importer writes it."""
+    if interleaved:
+        even, odd = (bb.emit(_slice(x, 3, start, _OPEN, 2)) for start in (0, 1))
+        first, second = (even, odd) if halves == "rotation" else (odd, even)
+        parts = [bb.emit(relax.op.expand_dims(bb.emit(relax.op.negative(second)), [4])),
+                 bb.emit(relax.op.expand_dims(first, [4]))]
+        stacked = bb.emit(relax.op.concat(parts, axis=-1))
+        return bb.emit(relax.op.reshape(stacked, x.ty.shape))
+    axis = 3 if concat_axis == -1 else 2
+    width = LANES if concat_axis == -1 else SEQ
+    half = 3 if halves == "uneven" else width // 2
+    first, second = bb.emit(_slice(x, axis, 0, half)), bb.emit(_slice(x, axis, half, _OPEN))
+    if halves == "swapped":
+        return bb.emit(relax.op.concat([bb.emit(relax.op.negative(first)), second],
+                                       axis=concat_axis))
+    return bb.emit(relax.op.concat([bb.emit(relax.op.negative(second)), first], axis=concat_axis))
+
+

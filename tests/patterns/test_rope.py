@@ -1,0 +1,290 @@
+"""rope: rotary position embeddings (half rotation, interleaved) form composites."""
+
+from __future__ import annotations
+
+import pytest
+from tvm.script import ir as I, relax as R, tirx as T
+
+import patternkit as pk
+from patternkit.byoc import composite_functions, merge_composite
+from patternkit.patterns import LIBRARY
+from patternkit.patterns.rope import RopeComposite
+from patternkit.patterns.rope.examples import rotary
+from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
+
+
+@I.ir_module
+class HalfRotation:
+    """Llama's ``q * cos + rotate_half(q) * sin`` as the torch importer writes it."""
+
+    @R.function
+    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
+        with R.dataflow():
+            qc = R.multiply(q, cos)
+            q1 = R.strided_slice(q, (3,), (0,), (4,), (1,), assume_inbound=False)
+            q2 = R.strided_slice(q, (3,), (4,), (9223372036854775807,), (1,),
+                                 assume_inbound=False)
+            nq2 = R.negative(q2)
+            rot = R.concat((nq2, q1), axis=-1)
+            rs = R.multiply(rot, sin)
+            out = R.add(qc, rs)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class HalfRotationComposite:
+    @R.function
+    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
+        n = T.int64()
+        s = T.int64()
+        with R.dataflow():
+            @R.function
+            def composite(q1_: R.Tensor((n, 4, s, 8), "float32"),
+                          sin1: R.Tensor((1, 1, s, 8), "float32"),
+                          cos1: R.Tensor((1, 1, s, 8), "float32"),
+                          ) -> R.Tensor((n, 4, s, 8), "float32"):
+                R.func_attr({"Composite": "byoc.rope",
+                             "PartitionedFromPattern": "multiply_Tuple_Tuple_Tuple_Tuple_"
+                             "strided_slice_negative_Tuple_Tuple_Tuple_Tuple_strided_slice_"
+                             "Tuple_concatenate_multiply_add_"})
+                with R.dataflow():
+                    qc = R.multiply(q1_, cos1)
+                    q1 = R.strided_slice(q1_, (3,), (0,), (4,), (1,), assume_inbound=False)
+                    q2 = R.strided_slice(q1_, (3,), (4,), (9223372036854775807,), (1,),
+                                         assume_inbound=False)
+                    nq2 = R.negative(q2)
+                    rot = R.concat((nq2, q1), axis=-1)
+                    rs = R.multiply(rot, sin1)
+                    out1 = R.add(qc, rs)
+                    R.output(out1)
+                return out1
+
+            out = composite(q, sin, cos)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Interleaved:
+    """GPT-J's rotation of lane pairs: ``stack(-q[..., 1::2], q[..., ::2], -1).flatten(-2)``."""
+
+    @R.function
+    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
+        n = T.int64()
+        s = T.int64()
+        with R.dataflow():
+            even = R.strided_slice(q, (3,), (0,), (9223372036854775807,), (2,),
+                                   assume_inbound=False)
+            odd = R.strided_slice(q, (3,), (1,), (9223372036854775807,), (2,),
+                                  assume_inbound=False)
+            nodd = R.negative(odd)
+            a = R.expand_dims(nodd, axis=[4])
+            b = R.expand_dims(even, axis=[4])
+            pairs = R.concat((a, b), axis=-1)
+            rot = R.reshape(pairs, R.shape([n, 4, s, 8]))
+            qc = R.multiply(q, cos)
+            rs = R.multiply(rot, sin)
+            out = R.add(qc, rs)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class InterleavedComposite:
+    @R.function
+    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
+        n = T.int64()
+        s = T.int64()
+        with R.dataflow():
+            @R.function
+            def composite(q1: R.Tensor((n, 4, s, 8), "float32"),
+                          sin1: R.Tensor((1, 1, s, 8), "float32"),
+                          cos1: R.Tensor((1, 1, s, 8), "float32"),
+                          ) -> R.Tensor((n, 4, s, 8), "float32"):
+                R.func_attr({"Composite": "byoc.rope_interleaved",
+                             "PartitionedFromPattern": "multiply_Tuple_Tuple_Tuple_Tuple_"
+                             "strided_slice_negative_expand_dims_Tuple_Tuple_Tuple_Tuple_"
+                             "strided_slice_expand_dims_Tuple_concatenate_reshape_multiply_add_"})
+                with R.dataflow():
+                    even = R.strided_slice(q1, (3,), (0,), (9223372036854775807,), (2,),
+                                           assume_inbound=False)
+                    odd = R.strided_slice(q1, (3,), (1,), (9223372036854775807,), (2,),
+                                          assume_inbound=False)
+                    nodd = R.negative(odd)
+                    a = R.expand_dims(nodd, axis=[4])
+                    b = R.expand_dims(even, axis=[4])
+                    pairs = R.concat((a, b), axis=-1)
+                    rot = R.reshape(pairs, R.shape([n, 4, s, 8]))
+                    qc = R.multiply(q1, cos1)
+                    rs = R.multiply(rot, sin1)
+                    out1 = R.add(qc, rs)
+                    R.output(out1)
+                return out1
+
+            out = composite(q, sin, cos)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class LanesUnknown:
+    """A rotation of a tensor whose lane count is symbolic: its halves cannot be checked."""
+
+    @R.function
+    def main(q: R.Tensor(("n", 4, "s", "d"), "float32"), cos: R.Tensor((1, 1, "s", "d"), "float32"),
+             sin: R.Tensor((1, 1, "s", "d"), "float32")):
+        with R.dataflow():
+            qc = R.multiply(q, cos)
+            q1 = R.strided_slice(q, (3,), (0,), (4,), (1,), assume_inbound=False)
+            q2 = R.strided_slice(q, (3,), (4,), (9223372036854775807,), (1,),
+                                 assume_inbound=False)
+            nq2 = R.negative(q2)
+            rot = R.concat((nq2, q1), axis=-1)
+            rs = R.multiply(rot, sin)
+            out = R.add(qc, rs)
+            R.output(out)
+        return out
+
+
+NOT_COS = ("the constant tables are not the cosine and sine of one angle: cos^2 + sin^2 "
+           "differs from 1 by up to")
+TABLES_DISAGREE = ("cos of shape (1, 1, seq, 8) and sin of shape (1, 2, seq, 8) do not both "
+                   "broadcast to the rotated tensor's shape (batch, 2, seq, 8): a rotary table "
+                   "has one angle per lane")
+
+HALF_CASE = RuleCase(
+    RopeComposite(), HalfRotation, HalfRotationComposite,
+    negatives=[
+        Negative("first_half_negated", rotary(halves="swapped"),
+                 "the concat puts back axis 3 [0:4:1] negated and axis 3 "
+                 "[4:9223372036854775807:1] of the rotated tensor's 8 lanes: rotate_half is "
+                 "lanes [4, 8) negated and lanes [0, 4) kept"),
+        Negative("halves_of_three_and_five_lanes", rotary(halves="uneven"),
+                 "the concat puts back axis 3 [3:9223372036854775807:1] negated and axis 3 "
+                 "[0:3:1] of the rotated tensor's 8 lanes"),
+        Negative("concat_along_the_sequence", rotary(concat_axis=-2, symbolic=False),
+                 "the concat joins along axis -2 of a rank-4 tensor: rotate_half concatenates "
+                 "along the last axis"),
+        Negative("tables_of_two_shapes", rotary(table_shape="per_head_mismatch"),
+                 TABLES_DISAGREE),
+        Negative("lane_count_unknown", LanesUnknown,
+                 "the rotated tensor's last dimension is not static: the rotation's halves "
+                 "cannot be checked"),
+        Negative("multiplied_by_tanh_not_cos", rotary(tables="not_cos", symbolic=False),
+                 NOT_COS),
+    ],
+    tolerance=EXACT)
+
+INTERLEAVED_CASE = RuleCase(
+    RopeComposite(interleaved=True), Interleaved, InterleavedComposite,
+    negatives=[
+        Negative("even_lanes_negated", rotary(interleaved=True, halves="swapped"),
+                 "the concat puts back axis 3 [0:9223372036854775807:2] negated and axis 3 "
+                 "[1:9223372036854775807:2] of the rotated tensor's 8 lanes: rotate_half is "
+                 "the odd lanes negated and the even lanes kept, stride 2"),
+        Negative("tables_of_two_shapes", rotary(interleaved=True,
+                                                table_shape="per_head_mismatch"),
+                 TABLES_DISAGREE),
+        Negative("half_rotation_is_not_interleaved", HalfRotation,
+                 "no match: reshape(concat((expand_dims(…, ...), expand_dims(…, ...))), ...)"),
+    ],
+    tolerance=EXACT)
+
+
+def test_rope_composite_meets_the_rule_contract():
+    check_rule(HALF_CASE)
+
+
+def test_interleaved_rope_composite_meets_the_rule_contract():
+    check_rule(INTERLEAVED_CASE)
+
+
+FORMS = [dict(), dict(order="rotated_first"), dict(tables="computed"),
+         dict(tables="constants", symbolic=False)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("knobs", FORMS, ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_every_form_forms_one_composite_computing_what_its_region_computed(knobs, interleaved,
+                                                                          dtype):
+    before = rotary(interleaved=interleaved, dtype=dtype, **knobs)
+    rule = RopeComposite(interleaved=interleaved)
+    applied = apply_rule(rule, before)
+    assert applied.fired == 1
+    names = [str(f.attrs["Composite"]) for _, f in composite_functions(applied.module)]
+    assert names == [rule.rule_name]
+    pk.assert_same_numerics(before, applied.module, shape_vars={"batch": 2, "seq": 3},
+                            rtol=0, atol=0)
+
+
+def test_computed_tables_stay_outside_so_q_and_k_sharing_them_both_form_composites():
+    before = rotary(tables="computed")
+    merged = merge_composite(before, [RopeComposite()])
+    [(_, func)] = composite_functions(merged)
+    ops = {pk.ir.op_name(b.value) for block in func.body.blocks for b in block.bindings}
+    assert not {"relax.cos", "relax.sin"} & ops  # the tables are the composite's inputs
+    assert len(func.params) == 3
+
+
+def test_the_library_holds_both_forms_each_taking_only_its_own():
+    assert {"byoc.rope", "byoc.rope_interleaved"} <= set(LIBRARY.names)
+    for interleaved in (False, True):
+        merged = merge_composite(rotary(interleaved=interleaved), LIBRARY.composites())
+        names = [str(f.attrs["Composite"]) for _, f in composite_functions(merged)]
+        assert names == ["byoc.rope_interleaved" if interleaved else "byoc.rope"]
+
+
+# -- as the torch importer writes transformers' rotary embeddings -----------------------------
+@pytest.mark.models
+@pytest.mark.parametrize("family", ["llama", "gptj"])
+def test_the_query_and_key_rotations_of_a_torch_exported_attention_form_two_composites(family):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gptj import modeling_gptj
+    from transformers.models.llama import modeling_llama
+
+    from patternkit.models.importing import from_torch
+
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4,
+                                      num_key_value_heads=4, intermediate_size=64)
+
+    class Rotated(torch.nn.Module):
+        """q and k projections rotated by the family's own rotary code; tables shared."""
+
+        def __init__(self):
+            super().__init__()
+            self.rotary = modeling_llama.LlamaRotaryEmbedding(config)
+            self.q = torch.nn.Linear(32, 32, bias=False)
+            self.k = torch.nn.Linear(32, 32, bias=False)
+            # GPT-J keeps its table as a buffer (computing it in the graph takes an integer
+            # power that TVM 0.27 cannot build)
+            self.register_buffer("table", modeling_gptj.create_sinusoidal_positions(16, 8))
+
+        def forward(self, x, positions):
+            b, t, _ = x.shape
+            q, k = (proj(x).view(b, t, 4, 8) for proj in (self.q, self.k))
+            if family == "llama":
+                cos, sin = self.rotary(x, positions)
+                q, k = modeling_llama.apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2),
+                                                           cos, sin)
+                return q + k
+            sin, cos = torch.split(self.table[positions], 4, dim=-1)
+            return (modeling_gptj.apply_rotary_pos_emb(q, sin, cos)
+                    + modeling_gptj.apply_rotary_pos_emb(k, sin, cos))
+
+    torch.manual_seed(0)
+    positions = torch.arange(5)[None].repeat(2, 1)
+    exported = torch.export.export(Rotated().eval(), (torch.randn(2, 5, 32), positions))
+    mod, _, _ = from_torch(exported, False, "main", family, {})
+    collapsed = pk.rewrite(LIBRARY, mod)
+    merged = merge_composite(collapsed, LIBRARY.composites())
+    names = [str(f.attrs["Composite"]) for _, f in composite_functions(merged)]
+    expected = "byoc.rope" if family == "llama" else "byoc.rope_interleaved"
+    assert names.count(expected) == 2
+    pk.assert_same_numerics(collapsed, merged, rtol=0, atol=0)
