@@ -608,3 +608,25 @@ def test_float16_hyperbolic_and_inverse_trigonometric_ops_build_for_llvm(name, r
     [got] = numeric.run(bb.get(), [data])
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, reference(data.astype("float32")), rtol=2e-3, atol=2e-3)
+
+
+@I.ir_module
+class OuterProduct:
+    """One ``R.outer`` of two float32 vectors."""
+
+    @R.function
+    def main(x: R.Tensor((2,), "float32"), y: R.Tensor((3,), "float32")
+             ) -> R.Tensor((2, 3), "float32"):
+        with R.dataflow():
+            o = R.outer(x, y)
+            R.output(o)
+        return o
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 ToMixedPrecision has no mixed-precision policy for "
+                          "R.outer: 'Check failed: (attr_map.count(op))'")
+def test_to_mixed_precision_accepts_an_outer_product():
+    after = relax.transform.ToMixedPrecision()(OuterProduct)
+    comparison = numeric.compare(OuterProduct, after, rtol=2e-3, atol=2e-3)
+    assert comparison.ok, comparison
