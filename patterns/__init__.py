@@ -37,6 +37,7 @@ from . import (
     batchnorm,
     conv,
     gated_mlp,
+    groupnorm,
     layernorm,
     matmul,
     rmsnorm,
@@ -77,7 +78,8 @@ def _family_expansions(module: Any) -> RuleSet:
 # those bindings first, and a root already taken is not matched again; the families
 # accept disjoint graphs (a batch norm's statistics are constants, a layer norm's are
 # computed), so the order changes no result, only the wasted matches.
-LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(rmsnorm)
+LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(groupnorm)
+           | _family_rules(rmsnorm)
            | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
            | _family_rules(gated_mlp) | _family_rules(rope)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))

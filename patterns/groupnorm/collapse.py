@@ -1,0 +1,156 @@
+"""A group norm written out, collapsed to ``R.nn.group_norm``.
+
+A model that writes its group norm by hand (or normalises groups with ``F.layer_norm``)
+reshapes ``x: (N, C, *spatial)`` to ``(N, G, C / G * prod(spatial))``, normalises the last
+axis, reshapes back and applies a per-channel scale and shift.  The mean / variance steps
+are collapsed to ``R.nn.layer_norm`` over the last axis by ``layernorm.collapse`` first
+(with ``R.ones`` / ``R.zeros`` as its gamma and beta); the torch importer writes
+``F.layer_norm`` without weights as a ``layer_norm`` with constant ones and zeros.  So
+:class:`GroupNormCollapse` (``groupnorm.collapse``) matches::
+
+    reshape(x, (N, G, K)) -> layer_norm(axes=[-1], ones, zeros) -> reshape(x.shape)
+        -> multiply(scale) -> add(shift)
+
+and produces ``R.nn.group_norm(x, gamma, beta, num_groups=G, channel_axis=1,
+axes=[2, ...])`` with the scale and shift as ``(C,)`` parameters.
+
+Guards, each a reason in the log: the first reshape must keep the batch and split the
+channels into ``G`` equal groups (``K * G == C * prod(spatial)``, ``C % G == 0``); the
+second must give back ``x``'s shape; the layer norm must normalise only the last axis
+with gamma all ones and beta all zeros; scale and shift must vary along the channel axis
+1 only.  Not covered: channels-last grouping, a group norm without the affine step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.dpl import alt, is_constant, is_op, wildcard
+from patternkit.engine import RewriteRule, RoleMatch, reject
+from patternkit.ir import NotPerChannel, const_value, per_channel_axis, static_shape, type_of
+from patternkit.ir.shapes import prove_equal
+
+from .examples import written_out_group_norm
+
+
+@dataclass(frozen=True)
+class GroupNormPlan:
+    """What the check found, for the rewrite: groups, channels and the epsilon."""
+
+    groups: int
+    channels: int
+    epsilon: float
+
+
+def _shape_text(shape: Any) -> str:
+    return "(" + ", ".join(str(d) for d in shape or ()) + ")"
+
+
+class GroupNormCollapse(RewriteRule):
+    """Collapse a group norm written as reshape, layer norm, reshape, affine to
+    ``R.nn.group_norm``.
+    """
+
+    name = "groupnorm.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.grouped = is_op("reshape")(self.x, wildcard())
+        self.inner_gamma = is_constant()
+        self.inner_beta = is_constant()
+        gamma = alt(tag="gamma_form", constant=self.inner_gamma,
+                    filled=is_op("ones")(wildcard()))
+        beta = alt(tag="beta_form", constant=self.inner_beta,
+                   filled=is_op("zeros")(wildcard()))
+        self.norm = is_op("nn.layer_norm")(self.grouped, gamma, beta)
+        self.ungrouped = is_op("reshape")(self.norm, wildcard())
+        self.scale, self.shift = wildcard(), wildcard()
+        self.scaled = is_op("multiply")(self.ungrouped, self.scale)
+        self.pattern = is_op("add")(self.scaled, self.shift)
+
+    def check(self, match: RoleMatch) -> Any:
+        """A :class:`GroupNormPlan` when the reshapes group whole channels and the
+        affine step is per channel.
+        """
+        x_shape = static_shape(type_of(match.x))
+        grouped = static_shape(type_of(match.var_of("grouped")))
+        if x_shape is None or len(x_shape) < 3 or grouped is None or len(grouped) != 3:
+            return reject(f"x {_shape_text(x_shape)} is not reshaped from (N, C, *spatial) "
+                          f"to (N, G, K) but to {_shape_text(grouped)}", at=match.grouped)
+        channels, groups = x_shape[1], grouped[1]
+        if not (isinstance(channels, int) and isinstance(groups, int)):
+            return reject(f"channels {channels} and groups {groups} are not both static",
+                          at=match.grouped)
+        spatial = int(np.prod([int(d) for d in x_shape[2:]])) if all(
+            isinstance(d, int) for d in x_shape[2:]) else None
+        if (spatial is None or channels % groups != 0 or not prove_equal(grouped[0], x_shape[0])
+                or not prove_equal(grouped[2], channels // groups * spatial)):
+            return reject(f"the reshape of x {_shape_text(x_shape)} to {_shape_text(grouped)} "
+                          f"does not split its {channels} channels into {groups} groups of "
+                          f"whole channels", at=match.grouped)
+        norm = match.norm
+        axes = [int(a) for a in norm.attrs.axes]
+        if len(axes) != 1 or axes[0] % 3 != 2:
+            return reject(f"the layer_norm normalises axes {axes}, not only the group axis "
+                          f"(the last)", at=norm)
+        for role, value, fill in (("inner_gamma", "gamma", 1.0), ("inner_beta", "beta", 0.0)):
+            if role in match and not np.all(const_value(match[role]) == fill):
+                return reject(f"the layer_norm's {value} is not all {fill:g}: a group norm "
+                              f"scales and shifts per channel only", at=match[role])
+        back = static_shape(type_of(match.var_of("ungrouped")))
+        if back is None or len(back) != len(x_shape) or not all(
+                prove_equal(a, b) for a, b in zip(back, x_shape)):
+            return reject(f"the normalised groups are reshaped to {_shape_text(back)}, not "
+                          f"back to x's {_shape_text(x_shape)}", at=match.ungrouped)
+        for role in ("scale", "shift"):
+            shape = static_shape(type_of(match[role]))
+            try:
+                axis = per_channel_axis(shape, x_shape, name=f"the {role}", of="x")
+            except NotPerChannel as why:
+                return reject(str(why), at=match[role])
+            if axis != 1:
+                return reject(f"the {role} varies along axis {axis} of x "
+                              f"{_shape_text(x_shape)}, not along its channel axis 1",
+                              at=match[role])
+        return GroupNormPlan(groups, channels, float(norm.attrs.epsilon))
+
+    def rewrite(self, match: RoleMatch) -> Any:
+        """``R.nn.group_norm`` of ``x`` with the scale and shift as ``(C,)`` parameters."""
+        plan: GroupNormPlan = match.plan
+        ndim = len(static_shape(type_of(match.x)) or ())
+
+        def per_channel(value: Any) -> Any:
+            inner = value
+            if isinstance(value, relax.Call) and value.op.name == "relax.reshape":
+                inner = value.args[0]  # the (C,) parameter the importer reshaped
+            if static_shape(type_of(inner)) == (plan.channels,):
+                return inner
+            return relax.op.reshape(value, (plan.channels,))
+
+        return relax.op.nn.group_norm(match.x, per_channel(match.scale),
+                                      per_channel(match.shift), num_groups=plan.groups,
+                                      channel_axis=1, axes=list(range(2, ndim)),
+                                      epsilon=plan.epsilon)
+
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A written-out group norm: :func:`~.examples.written_out_group_norm`."""
+        return written_out_group_norm(**knobs)
+
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two group counts, 1-D and 2-D spatial shapes, the inner gamma and beta as
+        ``R.ones``/``R.zeros``, constants or learned values, channels-last grouping,
+        an affine step along the width, a reshape to another shape, two float dtypes,
+        a symbolic batch.
+        """
+        return {"groups": (2, 4), "channels": (8, 4), "spatial": (1, 2),
+                "inner": ("ones", "constant", "learned"),
+                "grouping": ("groups", "channels_last"), "affine_axis": ("channel", "last"),
+                "back": ("input", "other"), "dtype": ("float32", "float16"),
+                "batch": (2, "n"), "seed": (0, 1)}

@@ -1,0 +1,325 @@
+"""patterns/groupnorm/: a written-out group norm collapsed to R.nn.group_norm, its composites."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.byoc import composite_functions, merge_composite
+from patternkit.patterns import LIBRARY
+from patternkit.patterns.groupnorm import GroupNormCollapse, GroupNormComposite
+from patternkit.patterns.groupnorm.examples import group_norm_call, written_out_group_norm
+from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
+
+#: float32: the written-out form rounds the layer norm, the reshapes (exact), the scale
+#: and the shift separately; group_norm applies gamma and beta inside the one kernel.
+F32 = Tolerance(1e-5, 1e-5, "group_norm applies the affine step inside the kernel, the "
+                            "written-out form after the layer norm: float32 reordering")
+#: float16: both normalise in float32 internally; the written-out form rounds the layer
+#: norm's output to float16 before the scale and shift: a few float16 ulp below 8.
+F16 = Tolerance(1e-2, 1e-2, "the written-out float16 form rounds the normalised groups "
+                            "before the scale and shift: a few float16 ulp of outputs below 8")
+
+_BEFORE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "{dtype}"), w: R.Tensor((8,), "{dtype}"),
+             b: R.Tensor((8,), "{dtype}")) -> R.Tensor(("n", 8, 4, 4), "{dtype}"):
+        n = T.int64()
+        with R.dataflow():
+            grouped = R.reshape(x, R.shape([n, 4, 32]))
+            ones = R.ones(R.shape([32]), "{dtype}")
+            zeros = R.zeros(R.shape([32]), "{dtype}")
+            normed = R.nn.layer_norm(grouped, ones, zeros, axes=[-1], epsilon=1e-5)
+            back = R.reshape(normed, R.shape([n, 8, 4, 4]))
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            scaled = R.multiply(back, scale)
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            out = R.add(scaled, shift)
+            R.output(out)
+        return out
+'''
+
+_EXPECTED = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "{dtype}"), w: R.Tensor((8,), "{dtype}"),
+             b: R.Tensor((8,), "{dtype}")) -> R.Tensor(("n", 8, 4, 4), "{dtype}"):
+        n = T.int64()
+        with R.dataflow():
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            gamma = R.reshape(scale, R.shape([8]))
+            beta = R.reshape(shift, R.shape([8]))
+            out = R.nn.group_norm(x, gamma, beta, num_groups=4, channel_axis=1, axes=[2, 3],
+                                  epsilon=1e-5)
+            R.output(out)
+        return out
+'''
+
+
+def _script(text: str, dtype: str) -> tvm.IRModule:
+    return tvm.script.from_source(text.replace("{dtype}", dtype))
+
+
+def _collapse_case(dtype: str) -> RuleCase:
+    return RuleCase(
+        GroupNormCollapse(), _script(_BEFORE, dtype), _script(_EXPECTED, dtype),
+        negatives=[
+            Negative("learned_inner_gamma", written_out_group_norm(inner="learned", dtype=dtype),
+                     "the layer_norm's gamma is not all 1: a group norm scales and shifts "
+                     "per channel only"),
+            Negative("channels_last_grouping",
+                     written_out_group_norm(grouping="channels_last", dtype=dtype),
+                     "the scale varies along axis 3 of x (2, 4, 4, 8), not along its channel "
+                     "axis 1"),
+            Negative("affine_along_the_width",
+                     written_out_group_norm(affine_axis="last", channels=4, groups=2),
+                     "the scale varies along axis 3 of x (2, 4, 4, 4)"),
+            Negative("reshaped_back_to_another_shape", written_out_group_norm(back="other"),
+                     "the normalised groups are reshaped to (2, 8, 16), not back to x's "
+                     "(2, 8, 4, 4)"),
+            Negative("groups_split_a_channel", _groups_of_part_channels(),
+                     "does not split its 6 channels into 4 groups of whole channels"),
+            Negative("norm_over_two_axes", _norm_over_two_axes(),
+                     "the layer_norm normalises axes [1, 2], not only the group axis"),
+            Negative("full_tensor_scale", _written((2, 8, 4, 4), (2, 4, 32), full_scale=True),
+                     "the scale has shape (2, 8, 4, 4): a per-channel parameter varies along "
+                     "exactly one axis"),
+            Negative("rank_two_input", _rank_two_input(),
+                     "is not reshaped from (N, C, *spatial) to (N, G, K)"),
+            Negative("symbolic_channels", _symbolic_channels(),
+                     "are not both static"),
+        ],
+        tolerance=F32 if dtype == "float32" else F16)
+
+
+def _written(x_shape, grouped_shape, axes=(-1,), back=None, channels=None,
+             full_scale=False) -> tvm.IRModule:
+    """reshape -> layer_norm(ones, zeros) -> reshape -> * w + b, with seeded constants."""
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    normalised = [int(grouped_shape[a]) for a in axes]
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            grouped = bb.emit(relax.op.reshape(x, grouped_shape))
+            ones = relax.const(np.ones(normalised, "float32"))
+            zeros = relax.const(np.zeros(normalised, "float32"))
+            normed = bb.emit(relax.op.nn.layer_norm(grouped, ones, zeros, axes=list(axes)))
+            y = bb.emit(relax.op.reshape(normed, back or x_shape))
+            width = channels or int(x_shape[1])
+            param = [width if a == 1 else 1 for a in range(len(back or x_shape))]
+            scale_shape = list(x_shape) if full_scale else param
+            scale = relax.const(rng.uniform(0.5, 1.5, scale_shape).astype("float32"))
+            y = bb.emit(relax.op.multiply(y, scale))
+            out = bb.emit_output(relax.op.add(y, relax.const(np.zeros(param, "float32"))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _groups_of_part_channels() -> tvm.IRModule:
+    """Six channels in four groups: a group holds one and a half channels."""
+    return _written((2, 6, 4, 4), (2, 4, 24))
+
+
+def _norm_over_two_axes() -> tvm.IRModule:
+    return _written((2, 8, 4, 4), (2, 4, 32), axes=(1, 2))
+
+
+def _rank_two_input() -> tvm.IRModule:
+    return _written((2, 8), (2, 4, 2))
+
+
+def _symbolic_channels() -> tvm.IRModule:
+    c = tvm.tirx.Var("c", "int64")
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, c, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((1, c, 1), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            grouped = bb.emit(relax.op.reshape(x, (2, 2, c * 2)))
+            ones = bb.emit(relax.op.ones((c * 2,), "float32"))
+            zeros = bb.emit(relax.op.zeros((c * 2,), "float32"))
+            normed = bb.emit(relax.op.nn.layer_norm(grouped, ones, zeros, axes=[-1]))
+            y = bb.emit(relax.op.reshape(normed, (2, c, 4)))
+            y = bb.emit(relax.op.multiply(y, w))
+            out = bb.emit_output(relax.op.add(y, relax.const(rng.standard_normal(1), "float32")))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+COLLAPSE_CASE = _collapse_case("float32")
+COLLAPSE_FLOAT16_CASE = _collapse_case("float16")
+
+
+def test_group_norm_collapse_meets_the_rule_contract():
+    check_rule(COLLAPSE_CASE)
+
+
+def test_group_norm_collapse_meets_the_rule_contract_in_float16():
+    check_rule(COLLAPSE_FLOAT16_CASE)
+
+
+@pytest.mark.parametrize("inner", ["ones", "constant"])
+@pytest.mark.parametrize("spatial", [1, 2])
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("batch", [2, "n"])
+def test_every_grouping_collapses_with_the_same_numbers(inner, spatial, groups, batch):
+    before = written_out_group_norm(inner=inner, spatial=spatial, groups=groups, batch=batch)
+    log = pk.RewriteLog()
+    after = pk.rewrite(GroupNormCollapse(), before, log=log)
+    assert log.counts() == {"groupnorm.collapse": 1}
+    assert f"num_groups={groups}" in after.script()
+    pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
+
+
+def _torch_group_norms(torch, form: str):
+    class HandWritten(torch.nn.Module):
+        """A group norm written out as a model author writes it, or with F.layer_norm."""
+
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+            self.bias = torch.nn.Parameter(torch.randn(8))
+
+        def forward(self, x):
+            n, c, h, w = x.shape
+            grouped = x.reshape(n, 4, -1)
+            if form == "variance":
+                mean = grouped.mean(-1, keepdim=True)
+                var = grouped.var(-1, keepdim=True, unbiased=False)
+                grouped = (grouped - mean) / torch.sqrt(var + 1e-5)
+            else:
+                grouped = torch.nn.functional.layer_norm(grouped, grouped.shape[-1:])
+            y = grouped.reshape(n, c, h, w)
+            y = y * self.weight.view(1, c, 1, 1) + self.bias.view(1, c, 1, 1)
+            return torch.nn.functional.silu(y)
+
+    torch.manual_seed(0)
+    return HandWritten().eval()
+
+
+@pytest.mark.parametrize("form", ["variance", "layer_norm"])
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_a_torch_group_norm_written_by_hand_becomes_one_group_norm_and_a_composite(
+        form, dynamic_batch):
+    torch = pytest.importorskip("torch")
+    from patternkit.models.importing import from_torch
+
+    model = _torch_group_norms(torch, form)
+    x = torch.randn(3, 8, 4, 4)
+    dynamic = {"x": {0: torch.export.Dim("batch", min=2, max=64)}} if dynamic_batch else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (x,), dynamic_shapes=dynamic)
+    mod, _, _ = from_torch(program, keep_params=False, entry="main", text="group norm",
+                           seconds={})
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, mod, log=log)
+    assert log.counts().get("groupnorm.collapse") == 1
+    text = after.script()
+    assert text.count("R.nn.group_norm(") == 1 and "layer_norm" not in text
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    merged = merge_composite(after, [GroupNormComposite("ccompiler", silu=True)])
+    assert [str(f.attrs["Composite"]) for _, f in composite_functions(merged)] == [
+        "ccompiler.group_norm_silu"]
+
+
+# -- composites -----------------------------------------------------------------------------
+_COMPOSITE_BEFORE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "float32"), w: R.Tensor((8,), "float32"),
+             b: R.Tensor((8,), "float32")) -> R.Tensor(("n", 8, 4, 4), "float32"):
+        with R.dataflow():
+            y = R.nn.group_norm(x, w, b, num_groups=4, channel_axis=1, axes=[2, 3])
+            a = {activation}
+            out = R.add(a, a)
+            R.output(out)
+        return out
+'''
+
+_COMPOSITE_EXPECTED = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "float32"), w: R.Tensor((8,), "float32"),
+             b: R.Tensor((8,), "float32")) -> R.Tensor(("n", 8, 4, 4), "float32"):
+        n = T.int64()
+        with R.dataflow():
+            @R.function
+            def composite(x1: R.Tensor((n, 8, 4, 4), "float32"), w1: R.Tensor((8,), "float32"),
+                          b1: R.Tensor((8,), "float32")) -> R.Tensor((n, 8, 4, 4), "float32"):
+                R.func_attr({"Composite": "byoc.{name}", "PartitionedFromPattern": "{origin}"})
+                with R.dataflow():
+                    y1 = R.nn.group_norm(x1, w1, b1, num_groups=4, channel_axis=1, axes=[2, 3])
+                    {inner}
+                    R.output(a1)
+                return a1
+
+            a = composite(x, w, b)
+            out = R.add(a, a)
+            R.output(out)
+        return out
+'''
+
+
+def _composite_modules(silu: bool) -> tuple[tvm.IRModule, tvm.IRModule]:
+    before = _COMPOSITE_BEFORE.replace("{activation}", "R.nn.silu(y)")
+    expected = (_COMPOSITE_EXPECTED.replace("{name}", "group_norm_silu")
+                .replace("{origin}", "nn.group_norm_nn.silu_")
+                .replace("{inner}", "a1 = R.nn.silu(y1)"))
+    if not silu:  # the norm's result is what the add reads
+        before = before.replace("y = R.nn.group_norm(", "a = R.nn.group_norm(")
+        before = before.replace("            a = R.nn.silu(y)\n", "")
+        expected = (_COMPOSITE_EXPECTED.replace("{name}", "group_norm")
+                    .replace("{origin}", "nn.group_norm_")
+                    .replace("y1 = R.nn.group_norm(", "a1 = R.nn.group_norm(")
+                    .replace("                    {inner}\n", ""))
+    return tvm.script.from_source(before), tvm.script.from_source(expected)
+
+
+def _layer_norm_only() -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((2, 8, 16), "float32"))
+    g = relax.Var("g", relax.TensorType((16,), "float32"))
+    return pk.from_expr(relax.op.nn.layer_norm(x, g, g, axes=[-1]))
+
+
+GROUP_NORM_SILU_CASE = RuleCase(
+    GroupNormComposite(silu=True), *_composite_modules(True),
+    negatives=[Negative("no_silu", group_norm_call(silu=False),
+                        "no match: nn.silu(nn.group_norm(*, *, *)) (depth 1) vs", at="lv")],
+    tolerance=EXACT)
+
+GROUP_NORM_CASE = RuleCase(
+    GroupNormComposite(), *_composite_modules(False),
+    negatives=[Negative("layer_norm", _layer_norm_only(),
+                        "no match: nn.group_norm(*, *, *) (depth 1) vs")],
+    tolerance=EXACT)
+
+
+def test_group_norm_silu_composite_meets_the_rule_contract():
+    check_rule(GROUP_NORM_SILU_CASE)
+
+
+def test_group_norm_composite_meets_the_rule_contract():
+    check_rule(GROUP_NORM_CASE)
+
+
+def test_group_norm_composites_are_named_and_listed_most_specific_first():
+    assert GroupNormComposite("tensorrt").rule_name == "tensorrt.group_norm"
+    assert GroupNormComposite("tensorrt", silu=True).rule_name == "tensorrt.group_norm_silu"
+    names = [r.rule_name for r in LIBRARY.by_prefix("byoc.group_norm")]
+    assert names == ["byoc.group_norm_silu", "byoc.group_norm"]
