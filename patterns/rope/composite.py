@@ -11,10 +11,10 @@ from typing import Any, Sequence
 import tvm
 
 from patternkit.dpl import DFPattern, is_op, is_tuple, wildcard
-from patternkit.engine import CompositeRule, RoleMatch
+from patternkit.engine import CompositeRule, NoSuchExample, RoleMatch
 
 from .examples import rotary
-from .guards import concat_refusal, halves_refusal, tables_refusal
+from .guards import concat_refusal, halves_refusal, partial_refusal, tables_refusal
 
 
 class RopeComposite(CompositeRule):
@@ -29,12 +29,18 @@ class RopeComposite(CompositeRule):
         concat(-x[..., h:], x[..., :h])``.  ``True`` (``<compiler>.rope_interleaved``,
         GPT-J): the even and odd lanes pair up, ``rotate(x) = stack(-x[..., 1::2],
         x[..., ::2], -1).flatten(-2)``.
+    partial : bool
+        ``True`` (``..._partial``, Phi, NeoX ``rotary_pct``): only the first ``rotary_dim``
+        lanes of ``full`` are rotated, ``concat(rope(full[..., :rotary_dim]),
+        full[..., rotary_dim:])``; ``rotary_dim`` is the composite's first slice.
     """
 
-    def __init__(self, compiler: str = "byoc", interleaved: bool = False):
+    def __init__(self, compiler: str = "byoc", interleaved: bool = False, partial: bool = False):
         super().__init__(compiler)
-        self.interleaved = bool(interleaved)
-        self.x = wildcard()
+        self.interleaved, self.partial = bool(interleaved), bool(partial)
+        self.full = wildcard()
+        self.x = (is_op("strided_slice")(self.full, varg_default_wildcard=True) if self.partial
+                  else wildcard())
         self.negated = is_op("strided_slice")(self.x, varg_default_wildcard=True)
         self.kept = is_op("strided_slice")(self.x, varg_default_wildcard=True)
         parts: list[DFPattern] = [is_op("negative")(self.negated), self.kept]
@@ -52,14 +58,20 @@ class RopeComposite(CompositeRule):
         self.add = is_op("add")(is_op("multiply")(self.rotated, self.sin),
                                 is_op("multiply")(self.x, self.cos))
         self.pattern: DFPattern = self.add
-        self.pattern_name = "rope_interleaved" if self.interleaved else "rope"
+        if self.partial:
+            self.passed = is_op("strided_slice")(self.full, varg_default_wildcard=True)
+            self.joined = is_op("concat")(is_tuple([self.add, self.passed]))
+            self.pattern = self.joined
+        self.pattern_name = ("rope" + "_interleaved" * self.interleaved
+                             + "_partial" * self.partial)
 
     def check(self, match: RoleMatch) -> Any:
         """Accept unless the concat is no ``rotate_half`` of ``x`` (wrong halves, wrong
         axis), the tables do not broadcast against ``x`` alike, or constant tables are no
         cosine and sine of one angle.
         """
-        for refusal in (concat_refusal(match, self.interleaved),
+        checks = [partial_refusal(match)] if self.partial else []
+        for refusal in (*checks, concat_refusal(match, self.interleaved),
                         halves_refusal(match, self.interleaved), tables_refusal(match)):
             if refusal is not None:  # a refusal is falsy: compare with None
                 return refusal
@@ -67,6 +79,9 @@ class RopeComposite(CompositeRule):
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """Queries rotated in this variant's form: :func:`~.examples.rotary` with ``knobs``."""
+        knobs.setdefault("rotary_dim", 4 if self.partial else None)
+        if self.partial != (knobs["rotary_dim"] is not None):
+            raise NoSuchExample("rotary_dim= is the rotated lanes of a partial rotation")
         return rotary(interleaved=self.interleaved, **knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
@@ -77,4 +92,5 @@ class RopeComposite(CompositeRule):
                 "tables": ("inputs", "computed", "constants", "not_cos"),
                 "order": ("x_first", "rotated_first"),
                 "halves": ("rotation", "swapped", "uneven"), "concat_axis": (-1, -2),
-                "table_shape": ("per_position", "per_head_mismatch")}
+                "table_shape": ("per_position", "per_head_mismatch"),
+                **({"passed": ("rest", "overlapping")} if self.partial else {})}

@@ -21,7 +21,7 @@ _OPEN = 2**63 - 1  # torch's x[..., h:] as the importer writes it
 def rotary(interleaved: bool = False, dtype: str = "float32", symbolic: bool = True,
            tables: str = "inputs", order: str = "x_first", halves: str = "rotation",
            concat_axis: int = -1, table_shape: str = "per_position",
-           ) -> tvm.IRModule:
+           rotary_dim: int | None = None, passed: str = "rest") -> tvm.IRModule:
     """``x * cos + rotate(x) * sin`` of ``x`` shaped ``(batch, HEADS, seq, LANES)``.
 
     Parameters
@@ -45,7 +45,14 @@ def rotary(interleaved: bool = False, dtype: str = "float32", symbolic: bool = T
     table_shape : {"per_position", "per_head_mismatch"}
         ``"per_head_mismatch"`` (a refusal's edge): ``sin`` has one row per head, ``cos``
         one for all.
+    rotary_dim : int, optional
+        Rotate only lanes ``[0, rotary_dim)`` of ``x`` and concatenate the others back
+        (Phi, NeoX ``rotary_pct``); the tables then have ``rotary_dim`` lanes.
+    passed : {"rest", "overlapping"}
+        ``"overlapping"`` (a refusal's edge): the lanes passed through start one lane early.
     """
+    if rotary_dim is None and passed != "rest":
+        raise NoSuchExample("passed= is the lanes a partial rotation passes through")
     if interleaved and (halves == "uneven" or concat_axis != -1):
         raise NoSuchExample("the interleaved form pairs lanes 2k and 2k + 1 of the last axis")
     if (tables in ("constants", "not_cos") or concat_axis != -1) and symbolic:
@@ -56,11 +63,12 @@ def rotary(interleaved: bool = False, dtype: str = "float32", symbolic: bool = T
                   if symbolic else (2, SEQ))
     x = relax.Var("x", relax.TensorType((batch, HEADS, seq, LANES), dtype))
     params = [x]
-    table_dims = (1, 1, seq, LANES)
+    rotated_lanes = LANES if rotary_dim is None else rotary_dim
+    table_dims = (1, 1, seq, rotated_lanes)
     if tables == "inputs":
         cos = relax.Var("cos", relax.TensorType(table_dims, dtype))
         sin_heads = HEADS if table_shape == "per_head_mismatch" else 1
-        sin = relax.Var("sin", relax.TensorType((1, sin_heads, seq, LANES), dtype))
+        sin = relax.Var("sin", relax.TensorType((1, sin_heads, seq, rotated_lanes), dtype))
         params += [cos, sin]
     elif tables == "computed":
         positions = relax.Var("positions", relax.TensorType((seq,), dtype))
@@ -69,40 +77,48 @@ def rotary(interleaved: bool = False, dtype: str = "float32", symbolic: bool = T
     with bb.function("main", params):
         with bb.dataflow():
             if tables == "computed":
-                cos, sin = _computed_tables(bb, positions, interleaved, dtype)
+                cos, sin = _computed_tables(bb, positions, interleaved, dtype, rotated_lanes)
             elif tables in ("constants", "not_cos"):
-                angles = _angles(np.arange(SEQ, dtype="float64"), interleaved)
+                angles = _angles(np.arange(SEQ, dtype="float64"), interleaved, rotated_lanes)
                 cosine = np.cos(angles) if tables == "constants" else np.tanh(angles)
                 cos = relax.const(cosine.reshape(table_dims).astype(dtype))
                 sin = relax.const(np.sin(angles).reshape(table_dims).astype(dtype))
-            rotated = _rotate(bb, x, interleaved, halves, concat_axis)
+            full = x
+            if rotary_dim is not None:
+                x = bb.emit(_slice(full, 3, 0, rotary_dim))
+            rotated = _rotate(bb, x, interleaved, halves, concat_axis, rotated_lanes)
             direct = bb.emit(relax.op.multiply(x, cos) if order == "x_first"
                              else relax.op.multiply(cos, x))
             turned = bb.emit(relax.op.multiply(rotated, sin))
             pair = (direct, turned) if order == "x_first" else (turned, direct)
-            out = bb.emit_output(relax.op.add(*pair))
+            out = bb.emit(relax.op.add(*pair))
+            if rotary_dim is not None:
+                start = rotary_dim - 1 if passed == "overlapping" else rotary_dim
+                out = bb.emit(relax.op.concat([out, bb.emit(_slice(full, 3, start, _OPEN))],
+                                              axis=-1))
+            out = bb.emit_output(out)
         bb.emit_func_output(out)
     return bb.get()
 
 
-def _inv_freq() -> np.ndarray:
-    return 1.0 / (10000.0 ** (np.arange(0, LANES, 2, dtype="float64") / LANES))
+def _inv_freq(lanes: int) -> np.ndarray:
+    return 1.0 / (10000.0 ** (np.arange(0, lanes, 2, dtype="float64") / lanes))
 
 
-def _angles(positions: np.ndarray, interleaved: bool) -> np.ndarray:
-    freqs = np.outer(positions, _inv_freq())
+def _angles(positions: np.ndarray, interleaved: bool, lanes: int) -> np.ndarray:
+    freqs = np.outer(positions, _inv_freq(lanes))
     return np.repeat(freqs, 2, axis=-1) if interleaved else np.concatenate([freqs, freqs], -1)
 
 
 def _computed_tables(bb: relax.BlockBuilder, positions: relax.Expr, interleaved: bool,
-                     dtype: str) -> tuple[relax.Expr, relax.Expr]:
+                     dtype: str, lanes: int) -> tuple[relax.Expr, relax.Expr]:
     """``cos`` / ``sin`` of ``positions * inv_freq`` as HF's rotary embedding computes them."""
-    inv_freq = relax.const(_inv_freq().astype(dtype))
+    inv_freq = relax.const(_inv_freq(lanes).astype(dtype))
     freqs = bb.emit(relax.op.multiply(relax.op.expand_dims(positions, [-1]), inv_freq))
     if interleaved:
         pairs = [bb.emit(relax.op.expand_dims(freqs, [-1]))] * 2
         emb = bb.emit(relax.op.reshape(relax.op.concat(pairs, axis=-1),
-                                       (freqs.ty.shape[0], LANES)))
+                                       (freqs.ty.shape[0], lanes)))
     else:
         emb = bb.emit(relax.op.concat([freqs, freqs], axis=-1))
     cos = bb.emit(relax.op.expand_dims(bb.emit(relax.op.cos(emb)), [0, 1]))
@@ -115,7 +131,7 @@ def _slice(x: relax.Expr, axis: int, begin: int, end: int, stride: int = 1) -> r
 
 
 def _rotate(bb: relax.BlockBuilder, x: relax.Expr, interleaved: bool, halves: str,
-            concat_axis: int) -> relax.Expr:
+            concat_axis: int, lanes: int) -> relax.Expr:
     """``rotate_half(x)`` (or GPT-J's pair rotation) as the torch importer writes it."""
     if interleaved:
         even, odd = (bb.emit(_slice(x, 3, start, _OPEN, 2)) for start in (0, 1))
@@ -125,7 +141,7 @@ def _rotate(bb: relax.BlockBuilder, x: relax.Expr, interleaved: bool, halves: st
         stacked = bb.emit(relax.op.concat(parts, axis=-1))
         return bb.emit(relax.op.reshape(stacked, x.ty.shape))
     axis = 3 if concat_axis == -1 else 2
-    width = LANES if concat_axis == -1 else SEQ
+    width = lanes if concat_axis == -1 else SEQ
     half = 3 if halves == "uneven" else width // 2
     first, second = bb.emit(_slice(x, axis, 0, half)), bb.emit(_slice(x, axis, half, _OPEN))
     if halves == "swapped":

@@ -127,3 +127,23 @@ def _pair_refusal(match: RoleMatch) -> Any:
         return None
     return reject(f"the constant tables are not the cosine and sine of one angle: cos^2 + "
                   f"sin^2 differs from 1 by up to {worst:.3g}", at=cos)
+
+
+def partial_refusal(match: RoleMatch) -> Any:
+    """``None`` when the rotated lanes are ``full[..., :r]`` and the passed-through lanes
+    ``full[..., r:]``, joined back along the last axis in that order.
+    """
+    lanes = _lanes(match.full)
+    rotated, passed = read_slice(match.x), read_slice(match.passed)
+    if lanes is not None and rotated is not None:
+        rank, width = lanes
+        r = rotated.end
+        if (_same(rotated, Slice(rank - 1, 0, r, 1), rank, width) and 0 < r < width
+                and _same(passed, Slice(rank - 1, r, _END, 1), rank, width)
+                and int(match.joined.attrs.axis) % rank == rank - 1):
+            return None
+    return reject(f"the partial rotation rotates {_describe(rotated)} and passes "
+                  f"{_describe(passed)} through, joined along axis "
+                  f"{int(match.joined.attrs.axis)}: a partial rotary embedding rotates lanes "
+                  f"[0, r) of the last axis and concatenates lanes [r, end) after them",
+                  at=match.joined)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import tvm
 from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
@@ -196,6 +197,132 @@ INTERLEAVED_CASE = RuleCase(
     tolerance=EXACT)
 
 
+#: Phi's partial rotation (rotary_dim 8 of 16 lanes), its body shared by before and
+#: expected; ``{rotation}`` rotates ``kr`` into ``rot`` (half or interleaved form).
+PARTIAL_BODY = """
+kr = R.strided_slice({k}, (3,), (0,), (8,), (1,), assume_inbound=False)
+kp = R.strided_slice({k}, (3,), (8,), (9223372036854775807,), (1,), assume_inbound=False)
+{rotation}
+kc = R.multiply(kr, {cos})
+rs = R.multiply(rot, {sin})
+emb = R.add(kc, rs)
+{out} = R.concat((emb, kp), axis=-1)
+R.output({out})
+"""
+
+HALF_LINES = """
+k1 = R.strided_slice(kr, (3,), (0,), (4,), (1,), assume_inbound=False)
+k2 = R.strided_slice(kr, (3,), (4,), (9223372036854775807,), (1,), assume_inbound=False)
+rot = R.concat((R.negative(k2), k1), axis=-1)
+"""
+
+PAIR_LINES = """
+even = R.strided_slice(kr, (3,), (0,), (9223372036854775807,), (2,), assume_inbound=False)
+odd = R.strided_slice(kr, (3,), (1,), (9223372036854775807,), (2,), assume_inbound=False)
+pairs = R.concat((R.expand_dims(R.negative(odd), axis=[4]), R.expand_dims(even, axis=[4])),
+                 axis=-1)
+rot = R.reshape(pairs, R.shape([n, 4, s, 8]))
+"""
+
+PARTIAL = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(k: R.Tensor(("n", 4, "s", 16), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 16), "float32"):
+        n = T.int64()
+        s = T.int64()
+        with R.dataflow():
+{body}
+        return out
+"""
+
+PARTIAL_COMPOSITE = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(k: R.Tensor(("n", 4, "s", 16), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
+             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 16), "float32"):
+        n = T.int64()
+        s = T.int64()
+        with R.dataflow():
+            @R.function
+            def composite(k1_: R.Tensor((n, 4, s, 16), "float32"),
+                          sin1: R.Tensor((1, 1, s, 8), "float32"),
+                          cos1: R.Tensor((1, 1, s, 8), "float32"),
+                          ) -> R.Tensor((n, 4, s, 16), "float32"):
+                R.func_attr({{"Composite": "byoc.{name}", "PartitionedFromPattern": "{ops}"}})
+                with R.dataflow():
+{body}
+                return out1
+
+            out = composite(k, sin, cos)
+            R.output(out)
+        return out
+"""
+
+#: PartitionedFromPattern of the two partial composites (the ops in pattern order).
+_SLICE = "Tuple_Tuple_Tuple_Tuple_strided_slice_"
+PARTIAL_OPS = {
+    False: (f"{_SLICE}multiply_{_SLICE}negative_{_SLICE}Tuple_concatenate_multiply_add_"
+            f"{_SLICE}Tuple_concatenate_"),
+    True: (f"{_SLICE}multiply_{_SLICE}negative_expand_dims_{_SLICE}expand_dims_Tuple_"
+           f"concatenate_reshape_multiply_add_{_SLICE}Tuple_concatenate_"),
+}
+
+
+def _indent(text: str, spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in text.strip().splitlines())
+
+
+def _partial(interleaved: bool, composite: bool):
+    rotation = (PAIR_LINES if interleaved else HALF_LINES).strip()
+    names = (dict(k="k1_", cos="cos1", sin="sin1", out="out1") if composite
+             else dict(k="k", cos="cos", sin="sin", out="out"))
+    body = PARTIAL_BODY.strip().format(rotation=rotation, **names)
+    if not composite:
+        return tvm.script.from_source(PARTIAL.format(body=_indent(body, 12)))
+    name = "rope_interleaved_partial" if interleaved else "rope_partial"
+    return tvm.script.from_source(PARTIAL_COMPOSITE.format(
+        body=_indent(body, 20), name=name, ops=PARTIAL_OPS[interleaved]))
+
+
+def _partial_negatives(interleaved: bool) -> list[Negative]:
+    return [
+        Negative("passed_lanes_overlap_the_rotated_ones",
+                 rotary(interleaved=interleaved, rotary_dim=4, passed="overlapping"),
+                 "the partial rotation rotates axis 3 [0:4:1] and passes axis 3 "
+                 "[3:9223372036854775807:1] through, joined along axis -1: a partial rotary "
+                 "embedding rotates lanes [0, r) of the last axis and concatenates lanes "
+                 "[r, end) after them"),
+        Negative("first_lanes_swapped", rotary(interleaved=interleaved, rotary_dim=4,
+                                               halves="swapped"),
+                 "negated and axis 3 [")]
+
+
+PARTIAL_CASE = RuleCase(RopeComposite(partial=True), _partial(False, False), _partial(False, True),
+                        negatives=_partial_negatives(False), tolerance=EXACT)
+INTERLEAVED_PARTIAL_CASE = RuleCase(
+    RopeComposite(interleaved=True, partial=True), _partial(True, False), _partial(True, True),
+    negatives=_partial_negatives(True), tolerance=EXACT)
+
+
+def test_partial_rope_composite_meets_the_rule_contract():
+    check_rule(PARTIAL_CASE)
+
+
+def test_interleaved_partial_rope_composite_meets_the_rule_contract():
+    check_rule(INTERLEAVED_PARTIAL_CASE)
+
+
+def test_the_library_takes_a_partial_rotation_whole():
+    for interleaved in (False, True):
+        merged = merge_composite(rotary(interleaved=interleaved, rotary_dim=4),
+                                 LIBRARY.composites())
+        names = [str(f.attrs["Composite"]) for _, f in composite_functions(merged)]
+        assert names == [RopeComposite(interleaved=interleaved, partial=True).rule_name]
+
+
 def test_rope_composite_meets_the_rule_contract():
     check_rule(HALF_CASE)
 
@@ -288,3 +415,31 @@ def test_the_query_and_key_rotations_of_a_torch_exported_attention_form_two_comp
     expected = "byoc.rope" if family == "llama" else "byoc.rope_interleaved"
     assert names.count(expected) == 2
     pk.assert_same_numerics(collapsed, merged, rtol=0, atol=0)
+
+
+@pytest.mark.models
+def test_a_torch_exported_phi_style_partial_rotation_forms_one_composite_per_tensor():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    from patternkit.models.importing import from_torch
+
+    class PartialRotary(torch.nn.Module):
+        """Phi's attention: the first 4 of 8 lanes of q and k rotated, the rest passed."""
+
+        def forward(self, q, k, cos, sin):
+            out = []
+            for t in (q, k):
+                rot, passed = t[..., :4], t[..., 4:]
+                out.append(torch.cat([rot * cos + rotate_half(rot) * sin, passed], dim=-1))
+            return out[0] + out[1]
+
+    torch.manual_seed(0)
+    args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(1, 1, 5, 4),
+            torch.randn(1, 1, 5, 4))
+    mod, _, _ = from_torch(torch.export.export(PartialRotary(), args), False, "main", "phi", {})
+    merged = merge_composite(pk.rewrite(LIBRARY, mod), LIBRARY.composites())
+    names = [str(f.attrs["Composite"]) for _, f in composite_functions(merged)]
+    assert names == ["byoc.rope_partial", "byoc.rope_partial"]
+    pk.assert_same_numerics(mod, merged, rtol=0, atol=0)
