@@ -53,7 +53,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     # the main job and the rule library's verification
     "app.job": ("run",),
     "app.verify": ("verify",),
-    "errors": ("PatternkitError", "PatternError"),
+    "errors": ("PatternkitError", "PatternError", "PatternkitWarning", "RuleDeclinedEveryMatch"),
 }
 
 #: Names the top level exported before the façade was curated, with the layer that holds

@@ -43,7 +43,12 @@ from .engine import (
     rewrite as rewrite,
 )
 from .engine.from_rewriter import from_rewriter as from_rewriter
-from .errors import PatternError as PatternError, PatternkitError as PatternkitError
+from .errors import (
+    PatternError as PatternError,
+    PatternkitError as PatternkitError,
+    PatternkitWarning as PatternkitWarning,
+    RuleDeclinedEveryMatch as RuleDeclinedEveryMatch,
+)
 from .fusion import DefuseOps as DefuseOps
 from .ir import from_expr as from_expr
 from .verification import (
