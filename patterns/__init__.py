@@ -38,6 +38,7 @@ from . import (
     conv,
     gated_mlp,
     groupnorm,
+    instancenorm,
     layernorm,
     matmul,
     rmsnorm,
@@ -79,7 +80,7 @@ def _family_expansions(module: Any) -> RuleSet:
 # accept disjoint graphs (a batch norm's statistics are constants, a layer norm's are
 # computed), so the order changes no result, only the wasted matches.
 LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(groupnorm)
-           | _family_rules(rmsnorm)
+           | _family_rules(instancenorm) | _family_rules(rmsnorm)
            | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
            | _family_rules(gated_mlp) | _family_rules(rope)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))

@@ -1,0 +1,166 @@
+"""An instance norm written out, collapsed to ``R.nn.instance_norm``.
+
+A hand-written instance norm (``x.mean((2, 3))``, ``x.var((2, 3))``, normalise, then a
+per-channel scale and shift) has its mean / variance steps collapsed to
+``R.nn.layer_norm`` over the spatial axes by ``layernorm.collapse`` first, with
+``R.ones`` / ``R.zeros`` as its gamma and beta.  :class:`InstanceNormCollapse`
+(``instancenorm.collapse``) matches::
+
+    layer_norm(x, ones, zeros, axes=[2, ..., ndim - 1]) -> multiply(scale) -> add(shift)
+
+on ``x: (N, C, *spatial)`` and produces ``R.nn.instance_norm(x, gamma, beta,
+channel_axis=1, axes=[2, ...])`` with the scale and shift as ``(C,)`` parameters.
+
+Guards, each a reason in the log: the layer norm must normalise every spatial axis and
+only those (of a rank >= 3 input), with gamma all ones and beta all zeros; scale and
+shift must vary along the channel axis 1 only.  Not covered: channels-last instance
+norms, an instance norm without the affine step (it is a layer norm already), and
+``nn.InstanceNorm2d`` itself (the torch importer emits ``R.nn.instance_norm``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from patternkit.dpl import alt, is_constant, is_op, wildcard
+from patternkit.engine import NoSuchExample, RewriteRule, RoleMatch, reject
+from patternkit.ir import NotPerChannel, const_value, per_channel_axis, static_shape, type_of
+
+
+@dataclass(frozen=True)
+class InstanceNormPlan:
+    """What the check found, for the rewrite: channels, rank and the epsilon."""
+
+    channels: Any
+    ndim: int
+    epsilon: float
+
+
+def _shape_text(shape: Any) -> str:
+    return "(" + ", ".join(str(d) for d in shape or ()) + ")"
+
+
+class InstanceNormCollapse(RewriteRule):
+    """Collapse an instance norm written as a spatial layer norm and a per-channel affine
+    step to ``R.nn.instance_norm``.
+    """
+
+    name = "instancenorm.collapse"
+
+    def __init__(self, rewrite_once: bool = False):
+        super().__init__(rewrite_once=rewrite_once)
+        self.x = wildcard()
+        self.inner_gamma, self.inner_beta = is_constant(), is_constant()
+        gamma = alt(tag="gamma_form", constant=self.inner_gamma,
+                    filled=is_op("ones")(wildcard()))
+        beta = alt(tag="beta_form", constant=self.inner_beta,
+                   filled=is_op("zeros")(wildcard()))
+        self.norm = is_op("nn.layer_norm")(self.x, gamma, beta)
+        self.scale, self.shift = wildcard(), wildcard()
+        self.scaled = is_op("multiply")(self.norm, self.scale)
+        self.pattern = is_op("add")(self.scaled, self.shift)
+
+    def check(self, match: RoleMatch) -> Any:
+        """An :class:`InstanceNormPlan` when the norm covers exactly the spatial axes and
+        the affine step is per channel.
+        """
+        x_shape = static_shape(type_of(match.x))
+        norm = match.norm
+        ndim = len(x_shape) if x_shape is not None else 0
+        axes = sorted(int(a) % max(ndim, 1) for a in norm.attrs.axes)
+        if ndim < 3 or axes != list(range(2, ndim)):
+            return reject(f"the layer_norm normalises axes {[int(a) for a in norm.attrs.axes]} "
+                          f"of x {_shape_text(x_shape)}: an instance norm normalises every "
+                          f"spatial axis of (N, C, *spatial) and only those", at=norm)
+        for role, value, fill in (("inner_gamma", "gamma", 1.0), ("inner_beta", "beta", 0.0)):
+            if role in match and not np.all(const_value(match[role]) == fill):
+                return reject(f"the layer_norm's {value} is not all {fill:g}: an instance "
+                              f"norm scales and shifts per channel only", at=match[role])
+        assert x_shape is not None  # ndim >= 3 above
+        for role in ("scale", "shift"):
+            try:
+                axis = per_channel_axis(static_shape(type_of(match[role])), x_shape,
+                                        name=f"the {role}", of="x")
+            except NotPerChannel as why:
+                return reject(str(why), at=match[role])
+            if axis != 1:
+                return reject(f"the {role} varies along axis {axis} of x "
+                              f"{_shape_text(x_shape)}, not along its channel axis 1",
+                              at=match[role])
+        return InstanceNormPlan(x_shape[1], ndim, float(norm.attrs.epsilon))
+
+    def rewrite(self, match: RoleMatch) -> Any:
+        """``R.nn.instance_norm`` of ``x`` with the scale and shift as ``(C,)``."""
+        plan: InstanceNormPlan = match.plan
+        return relax.op.nn.instance_norm(
+            match.x, relax.op.reshape(match.scale, (plan.channels,)),
+            relax.op.reshape(match.shift, (plan.channels,)), channel_axis=1,
+            axes=list(range(2, plan.ndim)), epsilon=plan.epsilon)
+
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """A written-out instance norm: :func:`written_out_instance_norm`."""
+        return written_out_instance_norm(**knobs)
+
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        """1-D and 2-D spatial shapes, the inner gamma and beta as ``R.ones``/``R.zeros``,
+        constants or learned values, a norm over the channels too, an affine step along
+        the width, two float dtypes, a symbolic batch.
+        """
+        return {"spatial": (1, 2), "inner": ("ones", "constant", "learned"),
+                "axes": ("spatial", "channels_too"), "affine_axis": ("channel", "last"),
+                "dtype": ("float32", "float16"), "batch": (2, "n"), "seed": (0, 1)}
+
+
+def written_out_instance_norm(spatial: int = 2, inner: str = "ones", axes: str = "spatial",
+                              affine_axis: str = "channel", dtype: str = "float32",
+                              batch: int | str = 2, seed: int = 0) -> tvm.IRModule:
+    """``layer_norm(x, ones, zeros, axes=spatial) * w.reshape(1, C, 1, 1) +
+    b.reshape(1, C, 1, 1)`` on ``x: (N, 4, 4[, 4])``, then a SiLU; constants seeded.
+
+    ``inner``: the layer norm's gamma and beta as ``R.ones`` / ``R.zeros``, constants of
+    ones and zeros, or (an edge) learned values.  ``axes="channels_too"`` (an edge): the
+    norm covers the channel axis as well.  ``affine_axis="last"`` (an edge): the scale
+    and shift vary along the width.  ``batch``: a string is a symbolic dimension.
+    """
+    if axes == "channels_too" and inner == "learned":
+        raise NoSuchExample("one edge at a time: axes='channels_too' with inner='ones'")
+    rng = np.random.default_rng(seed)
+    n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+    shape = (n, 4, *(4,) * spatial)
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    normalised = list(range(1 if axes == "channels_too" else 2, len(shape)))
+    norm_shape = [4] * len(normalised)
+
+    def const(values):
+        return relax.const(np.asarray(values, dtype="float32").astype(dtype))
+
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if inner == "ones":
+                gamma = bb.emit(relax.op.ones(norm_shape, dtype))
+                beta = bb.emit(relax.op.zeros(norm_shape, dtype))
+            elif inner == "constant":
+                gamma, beta = const(np.ones(norm_shape)), const(np.zeros(norm_shape))
+            else:
+                gamma = const(rng.uniform(0.5, 1.5, norm_shape))
+                beta = const(rng.standard_normal(norm_shape))
+            y = bb.emit(relax.op.nn.layer_norm(x, gamma, beta, axes=normalised, epsilon=1e-5))
+            axis = 1 if affine_axis == "channel" else len(shape) - 1
+            param = [4 if a == axis else 1 for a in range(len(shape))]
+            scale = bb.emit(relax.op.reshape(const(rng.uniform(0.5, 1.5, 4)), param))
+            shift = bb.emit(relax.op.reshape(const(rng.standard_normal(4)), param))
+            y = bb.emit(relax.op.add(bb.emit(relax.op.multiply(y, scale)), shift))
+            out = bb.emit_output(relax.op.nn.silu(y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+#: The rewrite rules of this family.
+RULES = (InstanceNormCollapse,)

@@ -1,0 +1,156 @@
+"""patterns/instancenorm.py: a written-out instance norm collapsed to R.nn.instance_norm."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.patterns import LIBRARY
+from patternkit.patterns.instancenorm import InstanceNormCollapse, written_out_instance_norm
+from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
+
+#: float32: instance_norm applies the affine step inside the kernel, the written-out form
+#: after the layer norm: float32 reordering.
+F32 = Tolerance(1e-5, 1e-5, "instance_norm applies the affine step inside the kernel, the "
+                            "written-out form after the layer norm: float32 reordering")
+#: float16: the written-out form rounds the normalised values to float16 before the
+#: scale and shift: a few float16 ulp of outputs below 8.
+F16 = Tolerance(1e-2, 1e-2, "the written-out float16 form rounds the normalised values "
+                            "before the scale and shift: a few float16 ulp of outputs below 8")
+
+_BEFORE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "{dtype}"), w: R.Tensor((8,), "{dtype}"),
+             b: R.Tensor((8,), "{dtype}")) -> R.Tensor(("n", 8, 4, 4), "{dtype}"):
+        with R.dataflow():
+            ones = R.ones(R.shape([4, 4]), "{dtype}")
+            zeros = R.zeros(R.shape([4, 4]), "{dtype}")
+            normed = R.nn.layer_norm(x, ones, zeros, axes=[-2, -1], epsilon=1e-5)
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            scaled = R.multiply(normed, scale)
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            out = R.add(scaled, shift)
+            R.output(out)
+        return out
+'''
+
+_EXPECTED = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "{dtype}"), w: R.Tensor((8,), "{dtype}"),
+             b: R.Tensor((8,), "{dtype}")) -> R.Tensor(("n", 8, 4, 4), "{dtype}"):
+        with R.dataflow():
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            gamma = R.reshape(scale, R.shape([8]))
+            beta = R.reshape(shift, R.shape([8]))
+            out = R.nn.instance_norm(x, gamma, beta, channel_axis=1, axes=[2, 3],
+                                     epsilon=1e-5)
+            R.output(out)
+        return out
+'''
+
+
+def _script(text: str, dtype: str) -> tvm.IRModule:
+    return tvm.script.from_source(text.replace("{dtype}", dtype))
+
+
+def _full_tensor_shift() -> tvm.IRModule:
+    rng = np.random.default_rng(0)
+    x = relax.Var("x", relax.TensorType((2, 4, 4, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.layer_norm(x, relax.const(np.ones((4, 4), "float32")),
+                                               relax.const(np.zeros((4, 4), "float32")),
+                                               axes=[2, 3]))
+            y = bb.emit(relax.op.multiply(y, relax.const(np.ones((1, 4, 1, 1), "float32"))))
+            out = bb.emit_output(relax.op.add(y, relax.const(
+                rng.standard_normal((2, 4, 4, 4)).astype("float32"))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+NEGATIVES = [
+    Negative("learned_inner_gamma", written_out_instance_norm(inner="learned"),
+             "the layer_norm's gamma is not all 1: an instance norm scales and shifts per "
+             "channel only"),
+    Negative("norm_over_the_channels_too", written_out_instance_norm(axes="channels_too"),
+             "the layer_norm normalises axes [1, 2, 3] of x (2, 4, 4, 4): an instance norm "
+             "normalises every spatial axis"),
+    Negative("affine_along_the_width", written_out_instance_norm(affine_axis="last"),
+             "the scale varies along axis 3 of x (2, 4, 4, 4), not along its channel axis 1"),
+    Negative("full_tensor_shift", _full_tensor_shift(),
+             "the shift has shape (2, 4, 4, 4): a per-channel parameter varies along exactly "
+             "one axis"),
+]
+
+COLLAPSE_CASE = RuleCase(InstanceNormCollapse(), _script(_BEFORE, "float32"),
+                         _script(_EXPECTED, "float32"), negatives=NEGATIVES, tolerance=F32)
+COLLAPSE_FLOAT16_CASE = RuleCase(InstanceNormCollapse(), _script(_BEFORE, "float16"),
+                                 _script(_EXPECTED, "float16"), negatives=NEGATIVES,
+                                 tolerance=F16)
+
+
+def test_instance_norm_collapse_meets_the_rule_contract():
+    check_rule(COLLAPSE_CASE)
+
+
+def test_instance_norm_collapse_meets_the_rule_contract_in_float16():
+    check_rule(COLLAPSE_FLOAT16_CASE)
+
+
+@pytest.mark.parametrize("inner", ["ones", "constant"])
+@pytest.mark.parametrize("spatial", [1, 2])
+@pytest.mark.parametrize("batch", [2, "n"])
+def test_every_spelling_collapses_with_the_same_numbers(inner, spatial, batch):
+    before = written_out_instance_norm(inner=inner, spatial=spatial, batch=batch)
+    log = pk.RewriteLog()
+    after = pk.rewrite(InstanceNormCollapse(), before, log=log)
+    assert log.counts() == {"instancenorm.collapse": 1}
+    assert "R.nn.instance_norm(" in after.script()
+    pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
+
+
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_a_torch_instance_norm_written_by_hand_becomes_one_instance_norm(dynamic_batch):
+    torch = pytest.importorskip("torch")
+    from patternkit.models.importing import from_torch
+
+    class HandWritten(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+            self.bias = torch.nn.Parameter(torch.randn(8))
+
+        def forward(self, x):
+            mean = x.mean((2, 3), keepdim=True)
+            var = x.var((2, 3), keepdim=True, unbiased=False)
+            y = (x - mean) / torch.sqrt(var + 1e-5)
+            return y * self.weight.view(1, 8, 1, 1) + self.bias.view(1, 8, 1, 1)
+
+    torch.manual_seed(0)
+    model = HandWritten().eval()
+    x = torch.randn(3, 8, 4, 4)
+    dynamic = {"x": {0: torch.export.Dim("batch", min=2, max=64)}} if dynamic_batch else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (x,), dynamic_shapes=dynamic)
+    mod, _, _ = from_torch(program, keep_params=False, entry="main", text="instance norm",
+                           seconds={})
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, mod, log=log)
+    assert log.counts().get("instancenorm.collapse") == 1
+    text = after.script()
+    assert text.count("R.nn.instance_norm(") == 1 and "layer_norm" not in text
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
