@@ -1,7 +1,8 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
-One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``, ``softmax``,
-``attention``, ``conv``, ``matmul``, ``backward``); a family that outgrows one file (400
+One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``,
+``groupnorm``, ``instancenorm``, ``softmax``, ``attention``, ``conv``, ``matmul``,
+``gated_mlp``, ``rope``, ``backward``); a family that outgrows one file (400
 lines) is a subpackage instead (``conv/``: its rules, guards and ``examples.py``).  Each
 family documents what it recognises and produces, defines one class per rule and exports a
 ``RULES`` tuple (rewrite rules), and where it has them a ``COMPOSITES`` tuple (composite
