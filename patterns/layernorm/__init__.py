@@ -6,6 +6,8 @@ Recognises (:class:`LayerNormCollapse`, ``layernorm.collapse``)::
     d    = x - mean                              # one binding read twice, or computed twice
     var  = mean(d ** 2, axes, keepdims=True)     # power(d, 2) | d * d | square(d),
                                                  # or variance(x, axes, keepdims=True)
+                                                 # or either with keepdims=False, then a
+                                                 # reshape to the mean's shape
     y    = d / sqrt(var + eps)                   # or d * rsqrt(var + eps), d * (1 / sqrt(..))
     y    = y * gamma                             # optional
     y    = y + beta                              # optional
@@ -14,7 +16,11 @@ which is what ONNX exports below opset 17 (``ReduceMean, Sub, Pow, ReduceMean, A
 Div, Mul, Add``), hand-written torch modules, and TVM's own
 ``relax.transform.DecomposeOpsForTraining`` (the ``variance`` form) produce.  The
 multiplies match with their operands either way round, and ``gamma * d / sqrt(...)``
-(the association batch norms are written with) matches too.
+(the association batch norms are written with) matches too.  Spellings that differ only
+by bookkeeping match as one: ``mean(x)`` computed twice (the TorchScript exporter), its
+axes spelled positive in one and negative in the other, and the variance taken with
+``keepdims=False`` plus a reshape (the dynamo exporter); the check proves the two means
+reduce the same axes and the reshape restores the mean's shape.
 
 Produces ``R.nn.layer_norm(x, gamma, beta, axes=[-k, ..., -1], epsilon=eps)``.  An
 absent ``gamma`` / ``beta`` becomes ``R.ones`` / ``R.zeros`` of the normalised shape

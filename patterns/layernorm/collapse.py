@@ -22,6 +22,7 @@ from .guards import (
     as_feature_tensor,
     per_feature,
     reduced_trailing_axes,
+    same_as_mean,
     scalar_epsilon,
     shape_and_dtype,
 )
@@ -55,13 +56,19 @@ class LayerNormCollapse(RewriteRule):
         super().__init__(rewrite_once=rewrite_once)
         self.x = wildcard()
         self.mean = is_op("mean")(self.x)
-        # Two patterns for x - mean: the same binding read twice matches both, and so
-        # does x - mean computed once for the variance and once for the numerator.
-        centered = self.x - self.mean
+        # Two patterns for x - mean, and two for the mean itself: the same binding read
+        # twice matches both, and so does a mean (or x - mean) computed once for the
+        # variance and once for the numerator, as the ONNX exporters write it.  The
+        # check proves the two means equal (same x, same trailing axes, either spelling).
+        self.centering_mean = is_op("mean")(self.x)
+        centered = self.x - self.centering_mean
         self.variance_mean = is_op("mean")(square(centered))
         self.variance_op = is_op("variance")(self.x)
         self.eps = wildcard()
-        variance = alt(tag="variance", mean=self.variance_mean, op=self.variance_op)
+        reduced = alt(tag="variance", mean=self.variance_mean, op=self.variance_op)
+        # keepdims=False plus a reshape back to the mean's shape (the dynamo exporter).
+        self.variance_reshape = is_op("reshape")(reduced, wildcard())
+        variance = alt(tag="keepdims", kept=reduced, reshaped=self.variance_reshape)
         normalised = divide_by_sqrt(self.x - self.mean, variance + self.eps)
         self.gamma, self.beta = wildcard(), wildcard()
         self.scaled = normalised * self.gamma
@@ -79,10 +86,19 @@ class LayerNormCollapse(RewriteRule):
         k = reduced_trailing_axes(match.mean, ndim, "the mean")
         variance = (match.variance_mean if match.tag("variance") == "mean"
                     else match.variance_op)
-        k_var = reduced_trailing_axes(variance, ndim, "the variance")
+        reshaped = match.tag("keepdims") == "reshaped"
+        k_var = reduced_trailing_axes(variance, ndim, "the variance", reshaped=reshaped)
         if k_var != k:
             return reject(f"the mean reduces the last {k} axes of x but the variance the "
                           f"last {k_var}", at=variance)
+        if reshaped:
+            same_as_mean(match.variance_reshape, match.mean, "the variance")
+        if match.tag("variance") == "mean" and match.centering_mean is not match.mean:
+            k_centre = reduced_trailing_axes(match.centering_mean, ndim, "the centring mean")
+            if k_centre != k:
+                return reject(f"the variance centres x with a mean over its last {k_centre} "
+                              f"axes, the numerator with one over its last {k}: not one "
+                              f"mean computed twice", at=match.centering_mean)
         epsilon = scalar_epsilon(match.eps, ndim)
         reshape = frozenset(role for role in _affine_roles(match)
                             if per_feature(match[role], shape, k, dtype, role))
@@ -115,4 +131,5 @@ class LayerNormCollapse(RewriteRule):
                 "square": ("power", "multiply", "square", "variance"),
                 "centered": ("reused", "recomputed"), "mean_axes": ("trailing", "leading"),
                 "eps": ("scalar", "vector", "variable"),
-                "gamma": ("per_feature", "scalar", "full")}
+                "gamma": ("per_feature", "scalar", "full"), "mean": ("once", "twice"),
+                "variance_keepdims": ("kept", "reshaped")}

@@ -30,14 +30,19 @@ def example_shape(rank: int, symbolic: bool) -> tuple:
 def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: bool = False,
                 affine: str = "both", root: str = "sqrt", square: str = "power",
                 centered: str = "reused", mean_axes: str = "trailing", eps: str = "scalar",
-                gamma: str = "per_feature") -> tvm.IRModule:
+                gamma: str = "per_feature", mean: str = "once",
+                variance_keepdims: str = "kept") -> tvm.IRModule:
     """A written-out layer norm over the last ``axes`` axes of a rank-``rank`` ``x``.
 
     ``symbolic`` makes the leading dims of ``x`` symbolic (``n``, ``s``); ``affine``
     is ``"both"``, ``"gamma"``, ``"beta"`` or ``"none"``; ``root`` ``"sqrt"`` (divide)
     ``"rsqrt"`` (multiply) or ``"reciprocal"`` (times ``1 / sqrt``); ``square``
     ``"power"``, ``"multiply"``, ``"square"`` or ``"variance"`` (the ``variance`` op
-    instead of the second mean); ``centered`` ``"reused"`` or ``"recomputed"``.  Knobs
+    instead of the second mean); ``centered`` ``"reused"`` or ``"recomputed"``;
+    ``mean`` ``"once"`` or ``"twice"`` (the numerator's mean computed again, its axes
+    spelled positive: the ONNX exporters' form); ``variance_keepdims`` ``"kept"`` or
+    ``"reshaped"`` (the variance drops its axes, then a reshape puts them back: the dynamo
+    exporter's form).  Knobs
     the rule must refuse: ``mean_axes="leading"`` (the means reduce the first axes),
     ``eps="vector"`` or ``"variable"``, ``gamma="scalar"`` or ``"full"`` (not
     per-feature).
@@ -55,21 +60,28 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
                  "variable": relax.Var("eps", relax.TensorType((), dtype))}[eps]
     return layer_norm_graph(x, g if affine in ("gamma", "both") else None,
                             b if affine in ("beta", "both") else None, eps_value, reduce,
-                            square=square, root=root, centered=centered)
+                            square=square, root=root, centered=centered,
+                            numerator_reduce=([a % rank for a in reduce] if mean == "twice"
+                                              else None),
+                            reshape_variance=variance_keepdims == "reshaped")
 
 
 def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | None,
                      eps: relax.Expr, reduce: Sequence[int],
                      variance_reduce: Sequence[int] | None = None, keepdims: bool = True,
                      square: str = "power", root: str = "sqrt",
-                     centered: str = "reused") -> tvm.IRModule:
+                     centered: str = "reused", numerator_reduce: Sequence[int] | None = None,
+                     reshape_variance: bool = False,
+                     variance_shape: Sequence[int] | None = None) -> tvm.IRModule:
     """``main(x, [gamma], [beta], [eps])``: the layer norm of ``x`` written out, one binding
     per op, from the given parts (:func:`written_out` chooses them; a test may pass parts
     no knob makes, such as an ``x`` of unknown rank).
 
     ``reduce`` / ``variance_reduce`` are the axes of the two means (the same by default),
     ``eps`` a constant or a parameter; ``square``, ``root`` and ``centered`` as in
-    :func:`written_out`.
+    :func:`written_out`.  ``numerator_reduce``: the numerator centres ``x`` with a mean of
+    its own over these axes; ``reshape_variance``: the variance is taken without keepdims
+    and reshaped to the mean's shape (or to ``variance_shape``).
     """
     dtype = x.ty.dtype
     reduce = list(reduce)
@@ -81,15 +93,20 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
         with bb.dataflow():
             mean = bb.emit(relax.op.mean(x, reduce, keepdims=keepdims))
             d = bb.emit(relax.op.subtract(x, mean))
+            kept = keepdims and not reshape_variance
             if square == "variance":
-                var = bb.emit(relax.op.variance(x, variance_reduce, keepdims=keepdims))
+                var = bb.emit(relax.op.variance(x, variance_reduce, keepdims=kept))
             else:
                 sq = bb.emit({"power": lambda: relax.op.power(d, relax.const(2.0, dtype)),
                               "multiply": lambda: relax.op.multiply(d, d),
                               "square": lambda: relax.op.square(d)}[square]())
-                var = bb.emit(relax.op.mean(sq, variance_reduce, keepdims=keepdims))
+                var = bb.emit(relax.op.mean(sq, variance_reduce, keepdims=kept))
+            if reshape_variance:
+                var = bb.emit(relax.op.reshape(var, variance_shape or mean.ty.shape))
             radicand = bb.emit(relax.op.add(var, eps))
-            if centered == "recomputed":
+            if numerator_reduce is not None:
+                mean = bb.emit(relax.op.mean(x, list(numerator_reduce), keepdims=keepdims))
+            if centered == "recomputed" or numerator_reduce is not None:
                 d = bb.emit(relax.op.subtract(x, mean))
             if root == "sqrt":
                 y = bb.emit(relax.op.divide(d, bb.emit(relax.op.sqrt(radicand))))

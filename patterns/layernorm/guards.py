@@ -45,11 +45,14 @@ def shape_and_dtype(x: Any) -> tuple[tuple[Any, ...], str | None]:
     return shape, dtype_of(ty)
 
 
-def reduced_trailing_axes(call: Any, ndim: int, what: str) -> int:
-    """How many trailing axes the reduction ``call`` reduces, with ``keepdims=True``."""
+def reduced_trailing_axes(call: Any, ndim: int, what: str, reshaped: bool = False) -> int:
+    """How many trailing axes the reduction ``call`` reduces, with ``keepdims=True``, or
+    with ``keepdims=False`` where the result is ``reshaped`` back (checked by
+    :func:`same_as_mean`).
+    """
     attrs = call.attrs
     found = int_list(attrs.axis)
-    if not bool(attrs.keepdims):
+    if not bool(attrs.keepdims) and not reshaped:
         raise reject(f"{what} over axes {found} drops the reduced axes (keepdims=False): "
                      f"it does not broadcast back against x", at=call)
     try:
@@ -107,3 +110,18 @@ def same_shape(a: tuple | None, b: tuple | None) -> bool:
     if a is None or b is None or len(a) != len(b):
         return False
     return all(dims_equal(p, q) is True for p, q in zip(a, b))
+
+
+def same_as_mean(reshape: Any, mean: Any, what: str) -> None:
+    """Refuse unless ``reshape`` (a reduction reshaped back) has the shape of ``mean`` (the
+    same reduction with ``keepdims=True``): then it broadcasts against x as the mean does.
+    """
+    found, wanted = static_shape(type_of(reshape)), static_shape(type_of(mean))
+    if not same_shape(found, wanted):
+        raise reject(f"{what} is reshaped to {_dims(found)}, not to the mean's shape "
+                     f"{_dims(wanted)}: it does not broadcast against x as the mean does",
+                     at=reshape)
+
+
+def _dims(shape: tuple | None) -> str:
+    return "an unknown shape" if shape is None else f"({', '.join(str(d) for d in shape)})"

@@ -104,6 +104,17 @@ REFUSED = {
                      "eps is 'eps', not a constant"),
     "vector_eps": (lambda: LayerNormCollapse().example(eps="vector"),
                    "eps has shape (16,): epsilon must be a scalar constant"),
+    "centring_mean_over_more_axes": (
+        lambda: layer_norm_graph(relax.Var("x", relax.TensorType((2, 5, 16), "float32")),
+                                 None, None, relax.const(1e-5, "float32"), (-2, -1),
+                                 variance_reduce=(-1,), numerator_reduce=(-1,)),
+        "the variance centres x with a mean over its last 2 axes, the numerator with one "
+        "over its last 1: not one mean computed twice"),
+    "variance_reshaped_to_another_shape": (
+        lambda: layer_norm_graph(relax.Var("x", relax.TensorType((1, 5, 16), "float32")),
+                                 None, None, relax.const(1e-5, "float32"), (-1,),
+                                 reshape_variance=True, variance_shape=(5, 1)),
+        "the variance is reshaped to (5, 1), not to the mean's shape (1, 5, 1)"),
     "eps_of_higher_rank": (lambda: written_out(eps=relax.const(np.full((1, 1, 1, 1), 1e-5,
                                                                        "float32"))),
                            "eps has rank 4, more than x's 3"),
@@ -178,6 +189,9 @@ def test_layernorm_collapse_meets_the_rule_contract():
     {"square": "variance"}, {"centered": "recomputed"}, {"affine": "gamma"},
     {"affine": "beta"}, {"affine": "none"}, {"rank": 4, "axes": 2},
     {"rank": 4, "axes": 2, "symbolic": True}, {"rank": 2},
+    {"mean": "twice"}, {"variance_keepdims": "reshaped"},
+    {"mean": "twice", "variance_keepdims": "reshaped", "symbolic": True},
+    {"square": "variance", "variance_keepdims": "reshaped", "rank": 4, "axes": 2},
 ], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "onnx")
 def test_every_spelling_collapses_with_the_numbers_kept(knobs, dtype):
     rule = LayerNormCollapse()
@@ -518,3 +532,64 @@ def test_every_layer_norm_of_an_opset_14_zoo_model_collapses_with_the_output_kep
     got = _run(after, model)
     np.testing.assert_allclose(got, _run(model.mod, model), rtol=0, atol=1e-4)
     np.testing.assert_allclose(got, model.reference()[0], rtol=0, atol=1e-4)
+
+
+class _HandWrittenNorm:
+    """Builds the torch module of a layer norm written by hand (``form``: the variance as
+    ``x.var(unbiased=False)`` or as ``(x - x.mean()).pow(2).mean()``)."""
+
+    @staticmethod
+    def make(torch, form):
+        class HandWrittenNorm(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.rand(16) + 0.5)
+                self.b = torch.nn.Parameter(torch.rand(16) - 0.5)
+
+            def forward(self, x):
+                if form == "var":
+                    v = x.var(-1, keepdim=True, unbiased=False)
+                else:
+                    v = (x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True)
+                return (x - x.mean(-1, keepdim=True)) / torch.sqrt(v + 1e-5) * self.w + self.b
+
+        return HandWrittenNorm().eval()
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("exporter", ["14", "17", "dynamo"])
+@pytest.mark.parametrize("form", ["var", "pow"])
+def test_a_hand_written_norm_exported_by_either_onnx_exporter_collapses(form, exporter):
+    """The TorchScript exporter computes mean(x) twice; the dynamo exporter spells one
+    axis 2 and the other -1 and takes the variance with keepdims=False plus a reshape."""
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    import contextlib
+    import io
+    import warnings
+
+    from onnx.reference import ReferenceEvaluator
+    from tvm.relax.frontend.onnx import from_onnx
+
+    torch.manual_seed(0)
+    module = _HandWrittenNorm.make(torch, form)
+    x = torch.randn(2, 5, 16)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            model = torch.onnx.export(module, (x,), dynamo=True, input_names=["x"]).model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(module, (x,), buffer, opset_version=int(exporter), dynamo=False,
+                              input_names=["x"])
+            model = onnx.load_from_string(buffer.getvalue())
+    before = from_onnx(model, shape_dict={"x": [2, 5, 16]})
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count("layernorm.collapse") == 1
+    assert len(layer_norms(after)) == 1
+    pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(got, expected, rtol=F32.rtol, atol=F32.atol)
