@@ -16,6 +16,11 @@ order, every number in any float dtype within that dtype's rounding)
   ``R.nn.gelu_tanh`` legalises to) -> ``R.nn.gelu_tanh(x)``.
 * ``silu.collapse``: ``x * sigmoid(x)`` (swish; the torch importer writes ``nn.SiLU``
   this way, e.g. in a Llama MLP) -> ``R.nn.silu(x)``.
+* ``relu6.collapse``: ``minimum(maximum(x, 0), 6)``, ``maximum(minimum(x, 6), 0)`` and
+  the torch importer's two clips ``clip(clip(x, 0, inf), -inf, 6)`` (what it writes for
+  the ``clamp`` inside ``nn.Hardswish`` / ``nn.Hardsigmoid``) -> ``R.clip(x, 0, 6)``, the
+  one spelling TVM's ``relax.op.nn.relu6`` builds (0.27 has no relu6 op), so that the
+  composites that read a relu6 see one form.  Exact: clamps do not round.
 
 A match whose constants broadcast ``x`` to a higher rank (or of unknown rank) is refused:
 the fused op would have another shape.  The collapses are exact rewrites of the formula:
@@ -60,6 +65,7 @@ from .examples import (
     gelu_tanh_call,
     gelu_tanh_written_out,
     gelu_written_out,
+    relu6_written_out,
     swish as swish_example,
 )
 
@@ -144,6 +150,22 @@ SiluCollapse = example_rule_class(
     doc="Collapse swish, ``x * sigmoid(x)``, into ``R.nn.silu(x)``.")
 
 
+def _relu6_spellings() -> list[Spelling]:
+    return [lambda x: relax.op.minimum(relax.op.maximum(x, _c(0.0, x)), _c(6.0, x)),
+            lambda x: relax.op.maximum(relax.op.minimum(x, _c(6.0, x)), _c(0.0, x)),
+            lambda x: relax.op.clip(relax.op.clip(x, 0, math.inf), -math.inf, 6)]
+
+
+Relu6Collapse = example_rule_class(
+    "relu6.collapse", _relu6_spellings(), lambda x: relax.op.nn.relu6(x),
+    commutative=("maximum", "minimum"),
+    example=relu6_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES,
+                   "spelling": ("two_clips", "min_max", "max_min"), "upper": (6.0, 5.0)},
+    doc="Collapse relu6 written as ``minimum(maximum(x, 0), 6)`` or as two clips into "
+        "``R.clip(x, 0, 6)``.")
+
+
 # -- expansions --------------------------------------------------------------------------------
 def gelu_tanh_formula(x: relax.Expr) -> relax.Expr:
     """The tanh approximation in the dtype of ``x``, operation for operation as TVM
@@ -201,7 +223,7 @@ GeluExpand = example_rule_class(
         "function.")
 
 #: The collapse rules of this file, in priority order (``LIBRARY``).
-RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse)
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse)
 
 #: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
 EXPANSIONS = (GeluExpand, GeluTanhExpand)

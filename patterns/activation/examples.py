@@ -101,3 +101,20 @@ def gelu_tanh_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRMo
 def gelu_call(dtype: str = "float32", shape: str = "batch_seq") -> tvm.IRModule:
     """``R.nn.gelu(x)`` on ``x`` (see :func:`example_input`)."""
     return from_expr(relax.op.nn.gelu(example_input(dtype, shape)))
+
+
+def relu6_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                      spelling: str = "two_clips", upper: float = 6.0) -> tvm.IRModule:
+    """relu6 on ``x`` (see :func:`example_input`) as the importers write it:
+    ``"two_clips"`` ``clip(clip(x, 0, inf), -inf, 6)`` (the torch importer's ``add(x, 3)
+    -> clamp`` of hard-swish), ``"min_max"`` ``minimum(maximum(x, 0), 6)``,
+    ``"max_min"`` ``maximum(minimum(x, 6), 0)``.  ``upper`` other than 6 is not relu6
+    (the rule must refuse it).
+    """
+    x = example_input(dtype, shape)
+    zero, top = constant(0.0, dtype), constant(upper, dtype)
+    body = {"two_clips": lambda: relax.op.clip(relax.op.clip(x, 0, math.inf), -math.inf,
+                                               upper),
+            "min_max": lambda: relax.op.minimum(relax.op.maximum(x, zero), top),
+            "max_min": lambda: relax.op.maximum(relax.op.minimum(x, top), zero)}[spelling]()
+    return from_expr(body)

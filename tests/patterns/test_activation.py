@@ -7,12 +7,14 @@ import math
 
 import numpy as np
 import pytest
+import torch
 import tvm
 from tvm import relax
 from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import ir as C
+from patternkit.models.importing import from_torch
 from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.activation import (
     CUBIC,
@@ -24,13 +26,17 @@ from patternkit.patterns.activation import (
     GeluExpand,
     GeluTanhCollapse,
     GeluTanhExpand,
+    Relu6Collapse,
     SiluCollapse,
     rational_erf,
 )
-from patternkit.patterns.activation.examples import gelu_call, swish
+from patternkit.patterns.activation.examples import gelu_call, relu6_written_out, swish
 from patternkit.testing import Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification import rule_by_example, verify_by_example
 from patternkit.verification.numeric import build
+
+#: ``inf`` as a TIR float64, the bound of the torch importer's one-sided clips.
+T_INF = tvm.tirx.FloatImm("float64", math.inf)
 
 #: Inputs for the numeric proofs span [-6, 6): past GELU's bend on both sides, where the
 #: tanh and erf terms saturate, not only the near-linear [-1, 1) of the default draw.
@@ -52,6 +58,12 @@ F16 = {"rtol": 4e-3, "atol": 2e-3}
 ERF_APPROXIMATION = Tolerance(1e-6, 2e-6, "erf is replaced by a rational approximation "
                                           "within 3e-7 of it, scaled by x / 2 (|x| < 6), "
                                           "plus float32 rounding")
+
+
+def _torch_import(module, shape=(2, 16)) -> tvm.IRModule:
+    """``module`` exported with torch.export and imported as patternkit imports models."""
+    program = torch.export.export(module.eval(), (torch.randn(*shape),))
+    return from_torch(program, False, "main", type(module).__name__, {})[0]
 
 
 def _ops(mod: tvm.IRModule) -> list[str]:
@@ -220,6 +232,62 @@ def test_silu_collapse_meets_the_rule_contract():
     check_rule(SILU_CASE)
 
 
+# -- relu6.collapse -----------------------------------------------------------------------------
+@I.ir_module
+class Relu6TwoClips:
+    """The clamp inside ``nn.Hardswish`` as the torch importer writes it."""
+
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.clip(x, 0, R.prim_value(T_INF))
+            out = R.clip(a, R.prim_value(-T_INF), 6)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Relu6:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            out = R.clip(x, 0, 6)
+            R.output(out)
+        return out
+
+
+RELU6_CASE = RuleCase(
+    Relu6Collapse(), Relu6TwoClips, Relu6,
+    negatives=[
+        Negative("clip_to_five_is_not_relu6", relu6_written_out(upper=5.0), "no match"),
+        Negative("minimum_at_five_is_not_relu6",
+                 relu6_written_out(spelling="min_max", upper=5.0), "no match"),
+        Negative("maximum_at_one_is_not_relu6", pk.from_expr(relax.op.minimum(
+            relax.op.maximum(_var(), _c(1.0)), _c(6.0))), "no match"),
+        Negative("clips_of_two_tensors", pk.from_expr(relax.op.minimum(
+            relax.op.maximum(_var(), _c(0.0)), _var(name="y"))), "no match"),
+    ],
+    tolerance=Tolerance(0, 0, "clamps do not round"))
+
+
+def test_relu6_collapse_meets_the_rule_contract():
+    check_rule(RELU6_CASE)
+
+
+def test_relu6_collapse_takes_the_two_clips_torch_writes_for_hardswish():
+    """torch.export of ``nn.Hardswish``: the clamp is two clips; after the rule, the one
+    ``R.clip(x, 0, 6)`` that ``relax.op.nn.relu6`` builds."""
+    mod = _torch_import(torch.nn.Hardswish())
+    assert _ops(mod).count("relax.clip") == 2
+    after = pk.rewrite(Relu6Collapse(), mod)
+    clips = [b.value for b in after["main"].body.blocks[0].bindings
+             if C.op_name(b.value) == "relax.clip"]
+    assert len(clips) == 1
+    canonical = relax.op.nn.relu6(clips[0].args[0])
+    tvm.ir.assert_structural_equal(list(clips[0].args[1:]), list(canonical.args[1:]))
+    pk.assert_same_numerics(mod, after, **WIDE, rtol=0, atol=0)
+
+
 # -- gelu.expand --------------------------------------------------------------------------------
 def _written_gelu(x: relax.Var) -> relax.Expr:
     """GELU as TVM legalises it, erf as Eigen's rational approximation (float32 ``x``)."""
@@ -293,6 +361,7 @@ def _space(cls, refused: dict[str, tuple]) -> list:
 #: Knob values on which a rule must not fire: not GELU (cubic off), not swish (fast-gelu),
 #: beyond the erf approximation (float64).
 REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": ("scaled",)},
+           Relu6Collapse: {"upper": (5.0,)},
            GeluExpand: {"dtype": ("float64",)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
@@ -324,7 +393,7 @@ def test_every_example_variant_fires_or_is_refused_and_keeps_the_numbers(cls, kn
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_collapses_keep_symbolic_batch_and_sequence_dims(dtype):
     for cls, op in ((GeluCollapse, "relax.nn.gelu"), (GeluTanhCollapse, "relax.nn.gelu_tanh"),
-                    (SiluCollapse, "relax.nn.silu")):
+                    (SiluCollapse, "relax.nn.silu"), (Relu6Collapse, "relax.clip")):
         before = cls().example(dtype=dtype)
         after = pk.rewrite(cls(), before)
         assert _ops(after) == [op]
