@@ -74,7 +74,7 @@ def constant_text(expr: Any, limit: int = 6) -> str | None:
     if isinstance(expr, tvm.ir.GenericConst):
         dtype = dtype_of(expr.ty) or "?"
     elif isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        dtype = str(expr.dtype)
+        dtype = str(expr.ty)  # TVM 0.27's IntImm / FloatImm have no .dtype
     else:
         return None
     try:

@@ -21,6 +21,21 @@ order, every number in any float dtype within that dtype's rounding)
   the ``clamp`` inside ``nn.Hardswish`` / ``nn.Hardsigmoid``) -> ``R.clip(x, 0, 6)``, the
   one spelling TVM's ``relax.op.nn.relu6`` builds (0.27 has no relu6 op), so that the
   composites that read a relu6 see one form.  Exact: clamps do not round.
+* ``hardsigmoid.canonicalize``: TVM's ``from_onnx`` of ``HardSigmoid``, ``clip(x / 6 +
+  0.5, 0, 1)`` (the ``1/6`` as a constant factor), and ``clip(x + 3, 0, 6) * (1/6)`` ->
+  the canonical ``clip(x + 3, 0, 6) / 6`` (torch's ``nn.Hardsigmoid`` after
+  ``relu6.collapse``).
+* ``hardswish.canonicalize``: TVM's ``from_onnx`` of ``HardSwish``, ``x * (clip(x + 3, 0,
+  6) / 6)`` (also ``x * hardsigmoid(x)`` by hand, once hard-sigmoid is canonical), and
+  ``x * clip(x + 3, 0, 6) * (1/6)`` in any grouping -> the canonical ``x * clip(x + 3,
+  0, 6) / 6`` (torch's ``nn.Hardswish`` / ``F.hardswish`` and the hand-written ``x *
+  relu6(x + 3) / 6`` after ``relu6.collapse``).  Relax has no hard-sigmoid or hard-swish
+  op: the canonical spellings are what the composites take.  Both move roundings (a
+  division for a product, ``x / 6 + 0.5`` for ``(x + 3) / 6``): a few ulp.
+
+Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
+``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
+hard-sigmoid's).
 
 A match whose constants broadcast ``x`` to a higher rank (or of unknown rank) is refused:
 the fused op would have another shape.  The collapses are exact rewrites of the formula:
@@ -53,7 +68,7 @@ Deliberately not covered
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from tvm import relax
 
@@ -65,6 +80,8 @@ from .examples import (
     gelu_tanh_call,
     gelu_tanh_written_out,
     gelu_written_out,
+    hardsigmoid_written_out,
+    hardswish_written_out,
     relu6_written_out,
     swish as swish_example,
 )
@@ -166,6 +183,65 @@ Relu6Collapse = example_rule_class(
         "``R.clip(x, 0, 6)``.")
 
 
+def _hard_clip(x: relax.Expr) -> relax.Expr:
+    """``clip(x + 3, 0, 6)``: the relu6 both hard activations are made of."""
+    return relax.op.clip(x + _c(3.0, x), 0, 6)
+
+
+def hardsigmoid_canonical(x: relax.Expr) -> relax.Expr:
+    """The canonical hard-sigmoid, ``clip(x + 3, 0, 6) / 6``."""
+    return relax.op.divide(_hard_clip(x), _c(6.0, x))
+
+
+def hardswish_canonical(x: relax.Expr) -> relax.Expr:
+    """The canonical hard-swish, ``x * clip(x + 3, 0, 6) / 6``."""
+    return relax.op.divide(x * _hard_clip(x), _c(6.0, x))
+
+
+HardsigmoidCanonicalize = example_rule_class(
+    "hardsigmoid.canonicalize",
+    [lambda x: relax.op.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), 0, 1),
+     lambda x: _hard_clip(x) * _c(1.0 / 6.0, x)],
+    hardsigmoid_canonical,
+    example=hardsigmoid_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "spelling": ("onnx", "scaled"),
+                   "offset": (3.0, 2.0)},
+    doc="Rewrite hard-sigmoid as ``from_onnx`` writes it into the canonical ``clip(x + 3, 0, "
+        "6) / 6``.")
+
+HardswishCanonicalize = example_rule_class(
+    "hardswish.canonicalize",
+    [lambda x: x * relax.op.divide(_hard_clip(x), _c(6.0, x)),
+     lambda x: x * _hard_clip(x) * _c(1.0 / 6.0, x)],
+    hardswish_canonical, associative=True,
+    example=hardswish_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "spelling": ("onnx", "scaled"),
+                   "offset": (3.0, 2.0)},
+    doc="Rewrite hard-swish as ``from_onnx`` writes it into the canonical ``x * clip(x + 3, 0, "
+        "6) / 6``.")
+
+
+def _canonical_example(example: Callable[..., Any]) -> Callable[..., Any]:
+    """``example`` in its canonical spelling (the composites' examples)."""
+    def canonical(dtype: str = "float32", shape: str = "batch_seq",
+                  offset: float = 3.0) -> Any:
+        return example(dtype=dtype, shape=shape, spelling="canonical", offset=offset)
+    return canonical
+
+
+HardswishComposite = example_rule_class(
+    "hardswish", [hardswish_canonical],
+    example=_canonical_example(hardswish_written_out),
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "offset": (3.0, 2.0)},
+    doc="Hard-swish, ``x * clip(x + 3, 0, 6) / 6``, as one composite.")
+
+HardsigmoidComposite = example_rule_class(
+    "hardsigmoid", [hardsigmoid_canonical],
+    example=_canonical_example(hardsigmoid_written_out),
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "offset": (3.0, 2.0)},
+    doc="Hard-sigmoid, ``clip(x + 3, 0, 6) / 6``, as one composite.")
+
+
 # -- expansions --------------------------------------------------------------------------------
 def gelu_tanh_formula(x: relax.Expr) -> relax.Expr:
     """The tanh approximation in the dtype of ``x``, operation for operation as TVM
@@ -223,7 +299,11 @@ GeluExpand = example_rule_class(
         "function.")
 
 #: The collapse rules of this file, in priority order (``LIBRARY``).
-RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse)
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse, HardsigmoidCanonicalize,
+         HardswishCanonicalize)
+
+#: The composites of this file (``LIBRARY``, after every rewrite of the library).
+COMPOSITES = (HardswishComposite, HardsigmoidComposite)
 
 #: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
 EXPANSIONS = (GeluExpand, GeluTanhExpand)

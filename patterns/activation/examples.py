@@ -118,3 +118,44 @@ def relu6_written_out(dtype: str = "float32", shape: str = "batch_seq",
             "min_max": lambda: relax.op.minimum(relax.op.maximum(x, zero), top),
             "max_min": lambda: relax.op.maximum(relax.op.minimum(x, top), zero)}[spelling]()
     return from_expr(body)
+
+
+def _hard_clip(x: relax.Expr, dtype: str, offset: float) -> relax.Expr:
+    """``clip(x + offset, 0, 6)``: the relu6 of hard-sigmoid and hard-swish."""
+    return relax.op.clip(x + constant(offset, dtype), 0, 6)
+
+
+def hardsigmoid_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                            spelling: str = "onnx", offset: float = 3.0) -> tvm.IRModule:
+    """hard-sigmoid on ``x`` (see :func:`example_input`): ``"onnx"`` ``clip(x * 0.16667
+    + 0.5, 0, 1)`` (TVM's ``from_onnx`` of ``HardSigmoid``), ``"scaled"`` ``clip(x + 3,
+    0, 6) * 0.16667``, ``"canonical"`` ``clip(x + 3, 0, 6) / 6`` (torch's
+    ``nn.Hardsigmoid`` once relu6 is collapsed).  ``offset`` other than 3 (``"onnx"``:
+    ``offset / 6`` for the 0.5) is not hard-sigmoid (the rules must refuse it).
+    """
+    x = example_input(dtype, shape)
+    if spelling == "onnx":
+        body = relax.op.clip(constant(1.0 / 6.0, dtype) * x + constant(offset / 6.0, dtype),
+                             0, 1)
+    elif spelling == "scaled":
+        body = _hard_clip(x, dtype, offset) * constant(1.0 / 6.0, dtype)
+    else:
+        body = relax.op.divide(_hard_clip(x, dtype, offset), constant(6.0, dtype))
+    return from_expr(body)
+
+
+def hardswish_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                          spelling: str = "onnx", offset: float = 3.0) -> tvm.IRModule:
+    """hard-swish on ``x`` (see :func:`example_input`): ``"onnx"`` ``x * (clip(x + 3, 0,
+    6) / 6)`` (TVM's ``from_onnx`` of ``HardSwish``; also ``x * hardsigmoid(x)`` written
+    by hand), ``"scaled"`` ``x * clip(x + 3, 0, 6) * 0.16667``, ``"canonical"`` ``x *
+    clip(x + 3, 0, 6) / 6`` (torch's ``nn.Hardswish`` once relu6 is collapsed).
+    ``offset`` other than 3 is not hard-swish (the rules must refuse it).
+    """
+    x = example_input(dtype, shape)
+    clipped = _hard_clip(x, dtype, offset)
+    body = {"onnx": lambda: x * relax.op.divide(clipped, constant(6.0, dtype)),
+            "scaled": lambda: (x * clipped) * constant(1.0 / 6.0, dtype),
+            "canonical": lambda: relax.op.divide(x * clipped, constant(6.0, dtype)),
+            }[spelling]()
+    return from_expr(body)

@@ -14,6 +14,7 @@ from tvm.script import ir as I, relax as R
 
 import patternkit as pk
 from patternkit import ir as C
+from patternkit.byoc import composite_counts, merge_composite
 from patternkit.models.importing import from_torch
 from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.activation import (
@@ -26,12 +27,22 @@ from patternkit.patterns.activation import (
     GeluExpand,
     GeluTanhCollapse,
     GeluTanhExpand,
+    HardsigmoidCanonicalize,
+    HardsigmoidComposite,
+    HardswishCanonicalize,
+    HardswishComposite,
     Relu6Collapse,
     SiluCollapse,
     rational_erf,
 )
-from patternkit.patterns.activation.examples import gelu_call, relu6_written_out, swish
-from patternkit.testing import Negative, RuleCase, Tolerance, apply_rule, check_rule
+from patternkit.patterns.activation.examples import (
+    gelu_call,
+    hardsigmoid_written_out,
+    hardswish_written_out,
+    relu6_written_out,
+    swish,
+)
+from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification import rule_by_example, verify_by_example
 from patternkit.verification.numeric import build
 
@@ -288,6 +299,230 @@ def test_relu6_collapse_takes_the_two_clips_torch_writes_for_hardswish():
     pk.assert_same_numerics(mod, after, **WIDE, rtol=0, atol=0)
 
 
+# -- hard-sigmoid and hard-swish ----------------------------------------------------------------
+#: The canonicalisations move a rounding or two (a division for a product by 0.16667,
+#: ``x / 6 + 0.5`` for ``(x + 3) / 6``): a few float32 ulp of values up to 6 (hard-swish
+#: of 6 is 6).
+HARD_F32 = Tolerance(2e-6, 2e-6, "a division instead of a product by 1/6, or (x + 3) / 6 "
+                                 "instead of x / 6 + 0.5: a few float32 ulp of values up to 6")
+
+
+@I.ir_module
+class HardsigmoidOnnx:
+    """TVM's ``from_onnx`` of ``HardSigmoid`` (alpha 1/6, beta 0.5)."""
+
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.multiply(R.const(0.1666666716337204, "float32"), x)
+            b = R.add(a, R.const(0.5, "float32"))
+            out = R.clip(b, 0, 1)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class HardsigmoidCanonical:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.add(x, R.const(3.0, "float32"))
+            b = R.clip(a, 0, 6)
+            out = R.divide(b, R.const(6.0, "float32"))
+            R.output(out)
+        return out
+
+
+HARDSIGMOID_CASE = RuleCase(
+    HardsigmoidCanonicalize(), HardsigmoidOnnx, HardsigmoidCanonical,
+    negatives=[
+        Negative("beta_one_third_is_not_hardsigmoid", hardsigmoid_written_out(offset=2.0),
+                 "no match"),
+        Negative("add_two_is_not_hardsigmoid",
+                 hardsigmoid_written_out(spelling="scaled", offset=2.0), "no match"),
+        Negative("clip_to_two_is_not_hardsigmoid", pk.from_expr(relax.op.clip(
+            _var() * _c(1.0 / 6.0) + _c(0.5), 0, 2)), "no match"),
+    ],
+    tolerance=HARD_F32)
+
+
+def test_hardsigmoid_canonicalize_meets_the_rule_contract():
+    check_rule(HARDSIGMOID_CASE)
+
+
+@I.ir_module
+class HardswishOnnx:
+    """TVM's ``from_onnx`` of ``HardSwish``: the division inside the product."""
+
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.add(x, R.const(3.0, "float32"))
+            b = R.clip(a, 0, 6)
+            c = R.divide(b, R.const(6.0, "float32"))
+            out = R.multiply(x, c)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class HardswishCanonical:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.add(x, R.const(3.0, "float32"))
+            b = R.clip(a, 0, 6)
+            c = R.multiply(x, b)
+            out = R.divide(c, R.const(6.0, "float32"))
+            R.output(out)
+        return out
+
+
+HARDSWISH_CASE = RuleCase(
+    HardswishCanonicalize(), HardswishOnnx, HardswishCanonical,
+    negatives=[
+        Negative("add_two_is_not_hardswish", hardswish_written_out(offset=2.0), "no match"),
+        Negative("scaled_add_two_is_not_hardswish",
+                 hardswish_written_out(spelling="scaled", offset=2.0), "no match"),
+        Negative("hardsigmoid_of_another_tensor", pk.from_expr(
+            _var() * relax.op.divide(relax.op.clip(_var(name="y") + _c(3.0), 0, 6), _c(6.0))),
+            "no match"),
+    ],
+    tolerance=HARD_F32)
+
+
+def test_hardswish_canonicalize_meets_the_rule_contract():
+    check_rule(HARDSWISH_CASE)
+
+
+HARD_COMPOSITE = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            @R.function
+            def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+                R.func_attr({{"Composite": "byoc.{name}", "PartitionedFromPattern": "{ops}"}})
+                with R.dataflow():
+                    a = R.add(x1, R.const(3.0, "float32"))
+                    b = R.clip(a, 0, 6)
+                    {body}
+                    R.output(out1)
+                return out1
+
+            out = composite(x)
+            R.output(out)
+        return out
+"""
+
+HARDSWISH_COMPOSITE_CASE = RuleCase(
+    HardswishComposite(), HardswishCanonical, tvm.script.from_source(HARD_COMPOSITE.format(
+        name="hardswish", ops="add_clip_multiply_divide_",
+        body='c = R.multiply(x1, b)\n                    out1 = R.divide(c, R.const(6.0, '
+             '"float32"))')),
+    negatives=[
+        Negative("add_two_is_not_hardswish",
+                 hardswish_written_out(spelling="canonical", offset=2.0), "no match"),
+        Negative("sixth_applied_to_the_clip_waits_for_the_canonicalize_rule",
+                 hardswish_written_out(spelling="scaled"), "no match"),
+    ],
+    tolerance=EXACT)
+
+HARDSIGMOID_COMPOSITE_CASE = RuleCase(
+    HardsigmoidComposite(), HardsigmoidCanonical, tvm.script.from_source(HARD_COMPOSITE.format(
+        name="hardsigmoid", ops="add_clip_divide_",
+        body='out1 = R.divide(b, R.const(6.0, "float32"))')),
+    negatives=[
+        Negative("add_two_is_not_hardsigmoid",
+                 hardsigmoid_written_out(spelling="canonical", offset=2.0), "no match"),
+        Negative("written_as_onnx_writes_it_takes_the_canonicalize_rule_first",
+                 HardsigmoidOnnx, "no match"),
+    ],
+    tolerance=EXACT)
+
+
+def test_hardswish_composite_meets_the_rule_contract():
+    check_rule(HARDSWISH_COMPOSITE_CASE)
+
+
+def test_hardsigmoid_composite_meets_the_rule_contract():
+    check_rule(HARDSIGMOID_COMPOSITE_CASE)
+
+
+def _hard_sites(mod: tvm.IRModule) -> dict[str, int]:
+    """The library's rewrites, then its hard-activation composites: composites formed."""
+    rewritten = pk.rewrite(LIBRARY.by_prefix("relu6.") | LIBRARY.by_prefix("hardsigmoid.")
+                           | LIBRARY.by_prefix("hardswish."), mod)
+    return composite_counts(merge_composite(rewritten, LIBRARY.by_prefix("byoc.hard")))
+
+
+class _Applied(torch.nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x)
+
+
+#: Every spelling torch.export gives the importer, and the composite it must form.
+TORCH_SPELLINGS = [
+    ("nn_hardswish", torch.nn.Hardswish(), "hardswish"),
+    ("functional_hardswish", torch.nn.functional.hardswish, "hardswish"),
+    ("nn_hardsigmoid", torch.nn.Hardsigmoid(), "hardsigmoid"),
+    ("x_relu6_x_plus_3_over_6", lambda x: x * torch.nn.functional.relu6(x + 3) / 6,
+     "hardswish"),
+    ("x_times_relu6_over_6", lambda x: x * (torch.nn.functional.relu6(x + 3) / 6),
+     "hardswish"),
+    ("x_times_hardsigmoid", lambda x: x * torch.nn.functional.hardsigmoid(x), "hardswish"),
+    ("nn_relu6_module", lambda x: x * torch.nn.ReLU6()(x + 3) / 6, "hardswish"),
+    ("relu6_over_6", lambda x: torch.nn.functional.relu6(x + 3) / 6, "hardsigmoid"),
+    ("add_two_is_neither", lambda x: x * torch.nn.functional.relu6(x + 2) / 6, None),
+    ("over_five_is_neither", lambda x: torch.nn.functional.relu6(x + 3) / 5, None),
+]
+
+
+@pytest.mark.parametrize("name, function, composite", TORCH_SPELLINGS,
+                         ids=[case[0] for case in TORCH_SPELLINGS])
+def test_every_torch_spelling_of_the_hard_activations_forms_its_composite(name, function,
+                                                                           composite):
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(_Applied(function), (torch.randn(3, 16),),
+                                  dynamic_shapes=({0: batch},))
+    mod = from_torch(program, False, "main", name, {})[0]
+    assert _hard_sites(mod) == ({f"byoc.{composite}": 1} if composite else {})
+    rewritten = pk.rewrite(LIBRARY.by_prefix("relu6.") | LIBRARY.by_prefix("hardsigmoid.")
+                           | LIBRARY.by_prefix("hardswish."), mod)
+    pk.assert_same_numerics(mod, rewritten, shape_vars={"batch": 5}, **WIDE,
+                            rtol=HARD_F32.rtol, atol=HARD_F32.atol)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("module, composite", [(torch.nn.Hardswish(), "hardswish"),
+                                               (torch.nn.Hardsigmoid(), "hardsigmoid")],
+                         ids=["hardswish", "hardsigmoid"])
+def test_onnx_hard_activations_imported_by_from_onnx_form_their_composite(module, composite,
+                                                                         dynamo, tmp_path):
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(_Applied(module), (torch.randn(2, 16),), str(path), dynamo=dynamo,
+                      opset_version=18 if dynamo else 17)
+    mod = from_onnx(onnx.load(str(path)))
+    assert _hard_sites(mod) == {f"byoc.{composite}": 1}
+
+
+@pytest.mark.parametrize("cls, knobs", [
+    (cls, {"dtype": dtype, "shape": shape}) for cls in (HardswishComposite, HardsigmoidComposite)
+    for dtype in ("float32", "float16") for shape in ("batch_seq", "static", "vector")])
+def test_hard_composites_form_in_each_dtype_and_shape(cls, knobs):
+    before = cls().example(**knobs)
+    assert composite_counts(merge_composite(before, pk.RuleSet([cls()]))) == {
+        f"byoc.{cls.pattern_name}": 1}
+
+
 # -- gelu.expand --------------------------------------------------------------------------------
 def _written_gelu(x: relax.Var) -> relax.Expr:
     """GELU as TVM legalises it, erf as Eigen's rational approximation (float32 ``x``)."""
@@ -361,7 +596,8 @@ def _space(cls, refused: dict[str, tuple]) -> list:
 #: Knob values on which a rule must not fire: not GELU (cubic off), not swish (fast-gelu),
 #: beyond the erf approximation (float64).
 REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": ("scaled",)},
-           Relu6Collapse: {"upper": (5.0,)},
+           Relu6Collapse: {"upper": (5.0,)}, HardsigmoidCanonicalize: {"offset": (2.0,)},
+           HardswishCanonicalize: {"offset": (2.0,)},
            GeluExpand: {"dtype": ("float64",)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
