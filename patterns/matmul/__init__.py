@@ -65,9 +65,13 @@ Guards, each a reason in the log:
 * a branch whose result is also read elsewhere than by its bias add keeps all the bias
   adds unfolded (the raw matmul result is needed), the matmuls are still combined.
 
-On imported models, run ``relax.transform.EliminateCommonSubexpr()`` first: the torch
-importer reshapes the shared input once per ``nn.Linear``, so the matmuls read equal
-values through different Vars until CSE makes them one.
+The torch importer reshapes the shared input once per ``nn.Linear``, so the matmuls read
+equal values through different Vars: ``CombineParallelMatmul(reshaped=True)``
+(``matmul.combine_parallel_reshaped``) takes N >= 2 ``R.matmul(reshape(x, s), w_i)``
+whose reshapes of one ``x`` are all to one shape ``s`` and each read by its matmul alone
+(as its left operand), with the weight guards above, and reshapes ``x`` once for the
+combined matmul; a reshape to another shape, or read by anything else, is named in the
+log and left alone.
 
 The rule claims no speed-up on every target: one wide matmul usually beats N narrow
 ones on CPU and GPU, and the split is a view after legalisation only where the backend
@@ -90,7 +94,7 @@ from .fold import BatchnormFoldIntoMatmul as BatchnormFoldIntoMatmul
 __all__ = ["RULES", "COMPOSITES"]
 
 #: The rewrite rules of this family.
-RULES = (BatchnormFoldIntoMatmul, CombineParallelMatmul)
+RULES = (BatchnormFoldIntoMatmul, CombineParallelMatmul, CombineParallelMatmul(reshaped=True))
 
 #: Pattern table entries of this family, in priority order (see :func:`matmul_table`).
 COMPOSITES = tuple(matmul_table())

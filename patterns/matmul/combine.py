@@ -3,6 +3,10 @@
 :class:`CombineParallelMatmul` (``matmul.combine_parallel``) is a multi-root rule: a
 ``PatternContext`` whose ``x.used_by_all(matmul, 0, at_least=2)`` takes every matmul
 reading ``x`` at once (the family's docstring lists what it recognises and its guards).
+``CombineParallelMatmul(reshaped=True)`` (``matmul.combine_parallel_reshaped``) takes the
+same matmuls where the shared operand was reshaped separately for each of them, as the
+torch importer writes ``nn.Linear`` on a 3-D input (``reshape(x)`` once per Linear): the
+reshapes are one value computed N times, so one reshape feeds the combined matmul.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from patternkit.dpl import PatternContext, is_op, wildcard
@@ -38,6 +43,7 @@ class CombinePlan:
     outputs: tuple
     biases: tuple | None
     out_dtype: str
+    left_shape: Any = None  # the reshaped variant: the shape x is reshaped to, once
 
 
 def _out_dtype(call: relax.Call) -> str:
@@ -47,17 +53,55 @@ def _out_dtype(call: relax.Call) -> str:
 
 
 class CombineParallelMatmul(BindingsRewriteRule):
-    """Matmuls sharing their left operand: one matmul on concatenated weights and a split."""
+    """Matmuls sharing their left operand: one matmul on concatenated weights and a split.
 
-    name = "matmul.combine_parallel"
+    Parameters
+    ----------
+    reshaped : bool
+        ``False`` (``matmul.combine_parallel``): the matmuls read ``x`` itself.  ``True``
+        (``matmul.combine_parallel_reshaped``): each matmul reads its own
+        ``reshape(x, shape)``, all to one shape.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, reshaped: bool = False) -> None:
         super().__init__()
+        self.reshaped = bool(reshaped)
+        self.name = ("matmul.combine_parallel_reshaped" if self.reshaped
+                     else "matmul.combine_parallel")
         with PatternContext() as context:
             self.x = wildcard()
-            self.matmul = is_op("relax.matmul")(wildcard(), wildcard(), add_constraint=False)
-            self.x.used_by_all(self.matmul, index=0, at_least=2)
+            if self.reshaped:
+                self.reshape = is_op("relax.reshape")(wildcard(), wildcard(),
+                                                      add_constraint=False)
+                self.x.used_by_all(self.reshape, index=0, at_least=2)
+            else:
+                self.matmul = is_op("relax.matmul")(wildcard(), wildcard(),
+                                                    add_constraint=False)
+                self.x.used_by_all(self.matmul, index=0, at_least=2)
         self.context = context
+
+    def _matmuls_of_reshapes(self, match: RoleMatch, refusals: list[str]) -> tuple[list, Any]:
+        """The matmuls that each read one of the reshapes of ``x`` as their left operand,
+        every reshape to the first one's shape (the others are named in ``refusals``);
+        and that shape.
+        """
+        matmuls, first_ty, shape = [], None, None
+        for var in match.reshape:
+            readers = match.readers(var)
+            value = match.value(readers[0]) if len(readers) == 1 else None
+            if (match.escapes(var) or value is None or _op(value) != "relax.matmul"
+                    or not value.args[0].same_as(var)):
+                refusals.append(f"'{var.name}': this reshape of x is not read by one matmul "
+                                f"alone, as its left operand")
+                continue
+            if first_ty is None:
+                first_ty, shape = type_of(var), match.value(var).args[1]
+            elif not tvm_ffi.structural_equal(type_of(var), first_ty):
+                refusals.append(f"'{var.name}': x is reshaped to {_shape(var)}, not to the "
+                                f"first branch's {static_shape(first_ty)}")
+                continue
+            matmuls.append(readers[0])
+        return matmuls, shape
 
     # -- check ---------------------------------------------------------------------------
     def check(self, match: RoleMatch) -> Any:
@@ -72,7 +116,12 @@ class CombineParallelMatmul(BindingsRewriteRule):
         first_key: tuple[Any, ...] | None = None
         branches: list[tuple[Any, Any, int]] = []
         refusals: list[str] = []
-        for var in match.matmul:
+        left_shape = None
+        if self.reshaped:
+            candidates, left_shape = self._matmuls_of_reshapes(match, refusals)
+        else:
+            candidates = list(match.matmul)
+        for var in candidates:
             call = match.value(var)
             weight = call.args[1]
             why = self._weight_problem(match, weight)
@@ -95,6 +144,9 @@ class CombineParallelMatmul(BindingsRewriteRule):
                           f"{'; '.join(refusals)}", at=x)
         assert first_key is not None  # set by the first branch kept
         matmuls = tuple(v for v, _, _ in branches)
+        if self.reshaped:
+            for var in matmuls:  # each reads a reshape of the match: the rewrite replaces it
+                match.claim(var)
         biases = self._biases(match, matmuls, [n for _, _, n in branches])
         outputs = matmuls if biases is None else tuple(add for add, _ in biases)
         for out in outputs:
@@ -103,7 +155,7 @@ class CombineParallelMatmul(BindingsRewriteRule):
         return CombinePlan(matmuls, tuple(w for _, w, _ in branches),
                            tuple(n for _, _, n in branches), outputs,
                            None if biases is None else tuple(b for _, b in biases),
-                           first_key[2])
+                           first_key[2], left_shape)
 
     @staticmethod
     def _weight_problem(match: RoleMatch, weight: Any) -> str | None:
@@ -146,7 +198,9 @@ class CombineParallelMatmul(BindingsRewriteRule):
         branch's output.
         """
         plan: CombinePlan = match.plan
-        merged = relax.op.matmul(match.x, _concat(plan.weights),
+        left = (match.x if plan.left_shape is None
+                else relax.op.reshape(match.x, plan.left_shape))
+        merged = relax.op.matmul(left, _concat(plan.weights),
                                  out_dtype=plan.out_dtype or None)
         if plan.biases is not None:
             merged = relax.op.add(merged, _concat(plan.biases, axis=0))
@@ -156,8 +210,10 @@ class CombineParallelMatmul(BindingsRewriteRule):
 
     # -- example -------------------------------------------------------------------------
     def example(self, **knobs: Any) -> tvm.IRModule:
-        """A q/k/v-style projection: :func:`~.examples.parallel_projections` with ``knobs``."""
-        return parallel_projections(**knobs)
+        """A q/k/v-style projection: :func:`~.examples.parallel_projections` with ``knobs``
+        (``x`` reshaped once per branch in the reshaped variant).
+        """
+        return parallel_projections(**{"reshaped": self.reshaped, **knobs})
 
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Two to four branches, with or without biases, two dtypes."""
@@ -182,6 +238,11 @@ def _is_transposed_given(match: RoleMatch, expr: Any) -> bool:
     axes = value.attrs.axes
     return (_is_given(match, value.args[0]) and len(_shape(value.args[0]) or ()) == 2
             and (axes is None or [int(a) for a in axes] == [1, 0]))
+
+
+def _op(value: Any) -> str | None:
+    return (value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            else None)
 
 
 def _shape(expr: Any) -> tuple | None:

@@ -112,8 +112,14 @@ def _product(dims: Sequence[Any]) -> Any:
 
 
 def parallel_projections(branches: int = 3, bias: bool = False, dtype: str = "float32",
-                         seed: int = 0) -> tvm.IRModule:
-    """A q/k/v-style projection: ``branches`` matmuls of one input, seeded constants."""
+                         seed: int = 0, reshaped: bool = False,
+                         shapes: Sequence[tuple[int, ...]] | None = None) -> tvm.IRModule:
+    """A q/k/v-style projection: ``branches`` matmuls of one input, seeded constants.
+
+    ``reshaped``: each matmul reads its own ``reshape(x, (8, 8))`` (the torch importer's
+    ``nn.Linear`` on a 3-D input), or ``reshape(x, shapes[i])`` where ``shapes`` is given
+    (an edge: reshapes to different shapes).
+    """
     rng = np.random.default_rng(seed)
     x = relax.Var("x", relax.TensorType((2, 4, 8), dtype))
     bb = relax.BlockBuilder()
@@ -121,13 +127,17 @@ def parallel_projections(branches: int = 3, bias: bool = False, dtype: str = "fl
         with bb.dataflow():
             outs = []
             for i in range(branches):
-                w = relax.const(rng.standard_normal((8, 4 + i)).astype(dtype))
-                y = bb.emit(relax.op.matmul(x, w))
+                shape = (8, 8) if shapes is None else shapes[i]
+                left = bb.emit(relax.op.reshape(x, shape)) if reshaped else x
+                width = shape[-1] if reshaped else 8
+                w = relax.const(rng.standard_normal((width, 4 + i)).astype(dtype))
+                y = bb.emit(relax.op.matmul(left, w))
                 if bias:
                     y = bb.emit(relax.op.add(y, relax.const(
                         rng.standard_normal((4 + i,)).astype(dtype))))
                 outs.append(y)
-            out = bb.emit_output(relax.op.concat(outs, axis=-1))
+            out = bb.emit_output(relax.op.concat(outs, axis=-1) if shapes is None
+                                 else relax.Tuple(outs))
         bb.emit_func_output(out)
     return bb.get()
 

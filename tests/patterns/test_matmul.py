@@ -256,7 +256,8 @@ def test_variants_carry_tvm_table_names():
 
 def test_the_library_holds_the_table_in_priority_order():
     # the batch-norm fold first: combining parallel matmuls would hide each one's batch norm
-    assert RULES == (BatchnormFoldIntoMatmul, CombineParallelMatmul)
+    assert RULES[:2] == (BatchnormFoldIntoMatmul, CombineParallelMatmul)
+    assert [rule.name for rule in RULES[2:]] == ["matmul.combine_parallel_reshaped"]
     assert [r.name for r in COMPOSITES] == [r.name for r in matmul_table()]
     library = [r.rule_name for r in LIBRARY if isinstance(r, MatmulComposite)]
     assert library == [r.name for r in matmul_table()]
@@ -483,6 +484,22 @@ class UnknownWeightShape:
         return out
 
 
+@I.ir_module
+class ComputedWeightsReshaped:
+    @R.function
+    def main(x: R.Tensor((2, 4, 8), "float32"), w: R.Tensor((8, 4), "float32"),
+             ) -> R.Tensor((8, 8), "float32"):
+        with R.dataflow():
+            w2 = R.multiply(w, w)
+            ra = R.reshape(x, R.shape([8, 8]))
+            a = R.matmul(ra, w2)
+            rb = R.reshape(x, R.shape([8, 8]))
+            b = R.matmul(rb, w)
+            out = R.concat((a, b), axis=-1)
+            R.output(out)
+        return out
+
+
 CASE = RuleCase(
     CombineParallelMatmul(), QKVBias, QKVBiasCombined,
     negatives=[
@@ -502,6 +519,94 @@ CASE = RuleCase(
 
 def test_combine_parallel_meets_the_rule_contract():
     check_rule(CASE)
+
+
+@I.ir_module
+class TorchLinearsReshaped:  # the torch importer's q/k/v: x reshaped once per nn.Linear
+    @R.function
+    def main(x: R.Tensor((2, 4, 8), "float32"), wq: R.Tensor((6, 8), "float32"),
+             wk: R.Tensor((6, 8), "float32"), bq: R.Tensor((6,), "float32"),
+             bk: R.Tensor((6,), "float32")) -> R.Tensor((8, 6), "float32"):
+        with R.dataflow():
+            xq = R.reshape(x, R.shape([8, 8]))
+            tq = R.permute_dims(wq, axes=None)
+            q = R.matmul(xq, tq)
+            q1 = R.add(bq, q)
+            xk = R.reshape(x, R.shape([8, 8]))
+            tk = R.permute_dims(wk, axes=None)
+            k = R.matmul(xk, tk)
+            k1 = R.add(bk, k)
+            out = R.multiply(q1, k1)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class TorchLinearsReshapedCombined:
+    @R.function
+    def main(x: R.Tensor((2, 4, 8), "float32"), wq: R.Tensor((6, 8), "float32"),
+             wk: R.Tensor((6, 8), "float32"), bq: R.Tensor((6,), "float32"),
+             bk: R.Tensor((6,), "float32")) -> R.Tensor((8, 6), "float32"):
+        with R.dataflow():
+            tq = R.permute_dims(wq, axes=None)
+            tk = R.permute_dims(wk, axes=None)
+            left = R.reshape(x, R.shape([8, 8]))
+            merged = R.matmul(left, R.concat((tq, tk), axis=-1))
+            biased = R.add(merged, R.concat((bq, bk), axis=0))
+            parts = R.split(biased, indices_or_sections=[6], axis=-1)
+            q1 = parts[0]
+            k1 = parts[1]
+            out = R.multiply(q1, k1)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class ReshapedAlsoReadElsewhere:
+    @R.function
+    def main(x: R.Tensor((2, 4, 8), "float32"), w0: R.Tensor((8, 4), "float32"),
+             w1: R.Tensor((8, 4), "float32")) -> R.Tensor((8, 8), "float32"):
+        with R.dataflow():
+            a = R.reshape(x, R.shape([8, 8]))
+            p = R.matmul(a, w0)
+            b = R.reshape(x, R.shape([8, 8]))
+            q = R.matmul(b, w1)
+            s = R.concat((p, q), axis=-1)
+            out = R.add(s, a)
+            R.output(out)
+        return out
+
+
+RESHAPED_CASE = RuleCase(
+    CombineParallelMatmul(reshaped=True), TorchLinearsReshaped, TorchLinearsReshapedCombined,
+    negatives=[
+        Negative("reshaped_to_other_shapes",
+                 parallel_projections(branches=2, reshaped=True, shapes=[(8, 8), (4, 16)]),
+                 "fewer than two matmuls of 'x' can be combined: 'lv2': x is reshaped to "
+                 "(4, 16), not to the first branch's (8, 8)"),
+        Negative("reshape_also_read_elsewhere", ReshapedAlsoReadElsewhere,
+                 "'a': this reshape of x is not read by one matmul alone, as its left "
+                 "operand"),
+        Negative("computed_weights_after_reshapes", ComputedWeightsReshaped,
+                 "'a': its weight is computed in the function"),
+    ],
+    tolerance=SAME_DOT_PRODUCTS)
+
+
+def test_combine_parallel_reshaped_meets_the_rule_contract():
+    check_rule(RESHAPED_CASE)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"bias": True, "branches": 4},
+                                   {"dtype": "float16", "branches": 2}],
+                         ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()) or "qkv")
+def test_matmuls_of_x_reshaped_once_per_branch_are_combined_on_one_reshape(knobs):
+    rule = CombineParallelMatmul(reshaped=True)
+    before = rule.example(**knobs)
+    after = pk.rewrite(rule, before)
+    ops = _ops(after)
+    assert ops.count("relax.reshape") == 1 and ops.count("relax.matmul") == 1
+    pk.assert_same_numerics(before, after, rtol=0, atol=0)
 
 
 def test_constant_weights_and_biases_fold_into_one_constant_each():
@@ -637,3 +742,24 @@ def test_a_small_berts_query_key_value_projections_are_combined_in_every_layer()
 
 def test_batchnorm_fold_into_a_linear_meets_the_rule_contract():
     check_rule(FOLD_CASE)
+
+
+@pytest.mark.models
+def test_the_library_combines_a_torch_imported_berts_projections_without_cse(zoo):
+    """The torch importer reshapes the hidden states once per nn.Linear: before the reshaped
+    variant the library combined nothing there (0 of 2 layers)."""
+    from patternkit.patterns import LIBRARY
+
+    model = zoo("bert")
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, model.mod, log=log)
+    layers = model.spec.as_dict()["layers"]
+    # one combination per layer: query, key and value read the same hidden states
+    assert log.count("matmul.combine_parallel_reshaped") == layers
+    assert [len(r.replaced) for r in log.records
+            if r.rule == "matmul.combine_parallel_reshaped"] == [3] * layers
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
+    got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    # float32 through the whole model: within 1e-4 of the torch module's own output
+    np.testing.assert_allclose(got, model.reference()[0], rtol=0, atol=1e-4)
