@@ -24,7 +24,13 @@ chain a view of them: Falcon reshapes them to ``(B*N, S, T)`` and straight back)
 looked through.  Bloom's form (``baddbmm``) merges batch and heads first: the key is
 reshaped to ``(B*N, T, H)`` and transposed in 3-D, and its ALiBi bias, ``(B*N, 1, T)``,
 is added to the scaled ``(B*N, S, T)`` scores before they are split into heads and
-masked; the bias is reshaped to ``(B, N, 1, T)`` and summed with the mask.  Falcon's
+masked; the bias is reshaped to ``(B, N, 1, T)`` and summed with the mask.  The 3-D form
+(``torch.bmm`` / ``torch.baddbmm`` over ``(B*N, S, H)``, as older Hugging Face models
+write attention) keeps the scores merged through the softmax and the second ``bmm``: the
+softmax of the ``(B*N, S, T)`` scores over their last axis is the 4-D scores' softmax
+row for row, a mask added there (baddbmm's ``(B*N, S, T)`` input, an ``(S, T)``
+triangle) is reshaped to ``(B, N, S|1, T)``, and the form is taken only when the result
+is reshaped back into ``(B, N, S, Hv)`` (refused otherwise, with that reason).  Falcon's
 ALiBi is added to the 4-D scores *before* the scale: ``(scores + a) * c`` becomes the
 bias ``a * c`` (any mask-shaped ``a``), summed with the mask; with a power-of-two ``c``
 and a 0 / -inf mask the sums round as the model's do.  T5 adds two terms to the scores

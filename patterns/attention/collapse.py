@@ -109,19 +109,30 @@ class AttentionCollapse(RewriteRule):
         forms, first, more = self.forms, [], []
         if match.tag("merged_bias") == "added":
             more.append(guards.merged_bias_term(match, forms, scores))
+        # the mask is added where the scores are 4-D, or (the 3-D form) still merged
+        site = static_shape(type_of(match[forms.regrouped]))
+
+        def masked(expr: Any, what: str) -> BiasTerm:
+            return guards.term_at(expr, what, scores, site,
+                                  f"{what} added to the merged scores")
+
         mask_form = match.tag("mask_form")
         if mask_form == "added":
-            first.append(guards.bias_term(match.mask, "the mask", scores))
+            first.append(masked(match.mask, "the mask"))
             if match.tag("second_term") == "added":
-                more.append(guards.bias_term(match.second_mask, "the second additive term",
-                                             scores))
+                more.append(masked(match.second_mask, "the second additive term"))
         elif mask_form in ("fill", "keep"):
-            term = guards.bias_term(match.condition, "the masked_fill condition", scores)
-            first.append(BiasTerm(term.expr, term.rank, fill=guards.mask_fill(match, forms)))
+            term = masked(match.condition, "the masked_fill condition")
+            first.append(BiasTerm(term.expr, term.rank, term.shape,
+                                  fill=guards.mask_fill(match, forms)))
         if match.tag("prescale_bias") == "added":
-            term = guards.bias_term(match.prescale_bias,
-                                    "the bias added to the scores before the scale", scores)
-            more.append(BiasTerm(term.expr, term.rank, factor=guards.scale_factor(
+            scaled = match[forms.scaled]
+            added = call_args(scaled)[1 if match.tag("scores_scale") == "product_left" else 0]
+            term = guards.term_at(match.prescale_bias,
+                                  "the bias added to the scores before the scale", scores,
+                                  static_shape(type_of(added)),
+                                  "the bias added to the merged scores before the scale")
+            more.append(BiasTerm(term.expr, term.rank, term.shape, factor=guards.scale_factor(
                 match, "scores_scale", forms.scale)))
         return (*first, *more)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from patternkit.ir import from_expr
 
-from .written_out import attention_block
+from .written_out import attention_block, example_dims
 
 DTYPES = ("float32", "float16")
 SCALES = ("product", "divide", "query", "key", "none")
@@ -123,6 +124,49 @@ def key_grouped_by_batch_and_heads() -> tvm.IRModule:
     return bb.get()
 
 
+def merged_heads(dtype: str = "float32", shape: str = "static", mask: str = "none",
+                 split_back: bool = True) -> tvm.IRModule:
+    """``torch.bmm`` / ``torch.baddbmm`` attention as older models write it and the torch
+    importer emits it: q, k and v reshaped to (B*N, S, H), the scores, their softmax and
+    the result kept 3-D, the result reshaped back into the heads (``split_back``; else
+    into (B, S, N, H)).  ``mask``: ``"merged"``, a (B*N, S, T) bias input (baddbmm's);
+    ``"causal"``, a constant (S, T) triangle of -1e4; ``"heads_4d"``, a (1, B*N, S, T)
+    bias, which makes the sum and the rest 4-D; ``"none"``.
+    """
+    batch, seq, kv_len = example_dims(shape)
+    heads, head_dim = 2, 16
+    q = relax.Var("q", relax.TensorType((batch, heads, seq, head_dim), dtype))
+    k, v = (relax.Var(name, relax.TensorType((batch, heads, kv_len, head_dim), dtype))
+            for name in "kv")
+    params = [q, k, v]
+    bias: Any = None
+    if mask in ("merged", "heads_4d"):
+        bias = relax.Var("mask", relax.TensorType(
+            (batch * heads, seq, kv_len) if mask == "merged"
+            else (1, batch * heads, seq, kv_len), dtype))
+        params.append(bias)
+    elif mask == "causal":
+        bias = relax.const(np.where(np.tril(np.ones((seq, kv_len), bool)), 0.0, -1e4)
+                           .astype(dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            q3, k3, v3 = (bb.emit(relax.op.reshape(x, (batch * heads, rows, head_dim)))
+                          for x, rows in ((q, seq), (k, kv_len), (v, kv_len)))
+            k_t = bb.emit(relax.op.permute_dims(k3, [0, 2, 1]))
+            scores = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q3, k_t)),
+                                               relax.const(np.array(0.25, dtype))))
+            if bias is not None:
+                scores = bb.emit(relax.op.add(bias, scores))
+            p = bb.emit(relax.op.nn.softmax(scores, axis=-1))
+            out = bb.emit(relax.op.matmul(p, v3))
+            split = (batch, heads, seq, head_dim) if split_back else (batch, seq, heads,
+                                                                        head_dim)
+            result = bb.emit_output(relax.op.reshape(out, split))
+        bb.emit_func_output(result)
+    return bb.get()
+
+
 def _departure(what: str, **choices: Any) -> Callable[[], tvm.IRModule]:
     def build() -> tvm.IRModule:
         return attention_block(**choices)
@@ -133,7 +177,8 @@ def _departure(what: str, **choices: Any) -> Callable[[], tvm.IRModule]:
 
 #: The model forms the rule collapses, by name.
 FORMS: dict[str, Callable[..., tvm.IRModule]] = {
-    f.__name__: f for f in (torch_eager, onnx, sdpa, multi_query, bloom, falcon, t5)}
+    f.__name__: f for f in (torch_eager, onnx, sdpa, multi_query, bloom, falcon, t5,
+                            merged_heads)}
 
 #: One module per refusal of the rule, by the name its negative test case has.
 REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
@@ -176,6 +221,8 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
     "heads_folded_into_the_sequence": _departure("(B, N*S, H) against (B, N*T, H)",
                                                  key="folded", mask="none"),
     "query_of_unknown_shape": lambda: onnx_on_heads(relax.TensorType(ndim=4, dtype="float32")),
+    "mask_of_rank_4_on_merged_scores": lambda: merged_heads(mask="heads_4d"),
+    "merged_result_split_into_sequence_first": lambda: merged_heads(split_back=False),
 }
 
 
@@ -222,6 +269,9 @@ SPACE: list[dict[str, Sequence[Any]]] = [
             "mask": ("causal", "padding"), "regroup": (False,)}),
     *_form("t5", {"dtype": DTYPES, "frontend": ("torch", "onnx"), "shape": ("static", "cross"),
                   "mask": ("padding", "none", "causal")}),
+    *_form("merged_heads", {"dtype": DTYPES, "shape": ("static", "symbolic", "cross"),
+                            "mask": ("none", "merged")},
+           {"dtype": DTYPES, "shape": ("static", "cross"), "mask": ("causal",)}),
     {"form": tuple(REFUSALS)},
 ]
 

@@ -203,20 +203,30 @@ def bias_term(mask: Any, what: str, scores: tuple, **term: Any) -> BiasTerm:
 
 
 def merged_bias_term(match: RoleMatch, forms: AttentionForms, scores: tuple) -> BiasTerm:
-    """The bias added before the scores are split into heads, as a 4-D term: as it is
-    when the scores are 4-D there already, reshaped when they are ``(B*N, S, T)``.
+    """The bias added before the scores are split into heads (Bloom), as a 4-D term."""
+    return term_at(match[forms.merged_bias], "the bias added to the scores", scores,
+                   static_shape(type_of(match[forms.pre_biased])),
+                   "the bias added to the merged scores")
+
+
+def term_at(bias: Any, what: str, scores: tuple, site: tuple | None,
+            merged_what: str) -> BiasTerm:
+    """``bias``, added to a tensor of shape ``site``, as a 4-D term of attention's bias:
+    as it is when the scores are 4-D there (``what`` names it), reshaped when they are
+    ``(B*N, S, T)`` (``merged_what``: batch and heads merged, so a 3-D term's first axis
+    is batch * heads, not heads).
     """
-    bias, where = match[forms.merged_bias], match[forms.pre_biased]
-    at = static_shape(type_of(where))
-    if at is not None and len(at) == 4:
-        return bias_term(bias, "the bias added to the scores", scores)
+    if site is not None and len(site) == 4:
+        return bias_term(bias, what, scores)
     batch, heads, seq, kv_len = scores
     shape = static_shape(type_of(bias))
-    what = ("the bias added to the merged scores" if at is None
-            else f"the bias added to the merged scores {shape_text(at)}")
-    if shape is None:  # a 4-D bias would have made the scores 4-D
+    what = merged_what if site is None else f"{merged_what} {shape_text(site)}"
+    if shape is None:
         raise reject(f"{what} has no known shape: cannot tell whether it broadcasts as "
                      f"attention's bias", at=bias)
+    if len(shape) > 3:  # the sum is 4-D: the scores' merged axis meets the bias's heads
+        raise reject(f"{what} has shape {shape_text(shape)}: its heads would meet the "
+                     f"scores' batch * heads axis", at=bias)
     padded = (1,) * (3 - len(shape)) + tuple(shape)
     rows_ok = dims_equal(padded[1], 1) or prove_equal(padded[1], seq)
     merged_ok = dims_equal(padded[0], 1) or prove_equal(padded[0], batch * heads)
@@ -238,32 +248,35 @@ def regrouped(match: RoleMatch, forms: AttentionForms, scores: tuple) -> None:
     scaled = match[forms.pre_biased if match.tag("merged_bias") == "added" else forms.scaled]
     if chain_end.same_as(scaled):
         return
-    for what, expr, merged in (("from", scaled, True), ("to", chain_end, False)):
+    for what, expr in (("from", scaled), ("to", chain_end)):
         shape = static_shape(type_of(expr))
-        if not is_view(shape, scores, merged=merged):
+        if not is_view(shape, scores):
             raise reject(f"the scaled scores are reshaped {what} {shape_text(shape)}, not a "
                          f"view of the scores {shape_text(scores)}: the reshape regroups "
                          f"their elements", at=chain_end)
 
 
 def softmax_over_keys(match: RoleMatch, forms: AttentionForms, scores: tuple) -> None:
-    """The softmax normalises the key axis of the 4-D scores (and so does the safe
-    softmax's test of fully masked rows).
+    """The softmax normalises the key axis of the scores (and so does the safe softmax's
+    test of fully masked rows): the 4-D scores, or the ``(B*N, S, T)`` scores of the
+    3-D form (``bmm``/``baddbmm`` as older models write it), whose rows are the same
+    rows; that the result is split back into heads is the check's last guard.
     """
     softmax = match[forms.softmax]
     axis = int(softmax.attrs.axis)
-    if axis not in (-1, 3):
+    shape = static_shape(type_of(call_args(softmax)[0]))
+    if shape is None or not is_view(shape, scores):
+        raise reject(f"the softmax's input has shape {shape_text(shape)}, the scores "
+                     f"{shape_text(scores)}: neither the scores nor their batch and "
+                     f"heads merged", at=softmax)
+    last = len(shape) - 1
+    if axis not in (-1, last):
         raise reject(f"the softmax normalises axis {axis}, attention the key axis (-1)",
                      at=softmax)
-    shape = static_shape(type_of(call_args(softmax)[0]))
-    if not is_view(shape, scores, merged=False):
-        raise reject(f"the softmax's input has shape {shape_text(shape)}, the scores "
-                     f"{shape_text(scores)}: the batched matmul's result is not split "
-                     f"back into the query's heads", at=softmax)
     if match.tag("probabilities") == "safe":
         test = match[forms.row_test]
         axes, keepdims = int_list(test.attrs.axis), bool(test.attrs.keepdims)
-        if axes not in ([-1], [3]) or not keepdims:
+        if axes not in ([-1], [last]) or not keepdims:
             raise reject(f"the safe softmax zeroes the probabilities where max(axis="
                          f"{axes}, keepdims={keepdims}) finds no score "
                          f"above -inf, not on the fully masked rows (axis -1, kept): "

@@ -152,6 +152,12 @@ REFUSED = {
                                       "axes [0, 2, 1], not merged from (2, 2, 8, 16) into "
                                       "batch * heads",
     "query_of_unknown_shape": "the query has no known shape",
+    "mask_of_rank_4_on_merged_scores": "the mask added to the merged scores (4, 8, 8) has "
+                                       "shape (1, 4, 8, 8): its heads would meet the "
+                                       "scores' batch * heads axis",
+    "merged_result_split_into_sequence_first": "the attention's result has shape (2, 8, 2, "
+                                               "16), not (2, 2, 8, 16): the batched matmul's "
+                                               "result is not split back",
 }
 
 COLLAPSE_CASE = RuleCase(
