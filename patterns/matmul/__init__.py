@@ -71,7 +71,10 @@ equal values through different Vars: ``CombineParallelMatmul(reshaped=True)``
 whose reshapes of one ``x`` are all to one shape ``s`` and each read by its matmul alone
 (as its left operand), with the weight guards above, and reshapes ``x`` once for the
 combined matmul; a reshape to another shape, or read by anything else, is named in the
-log and left alone.
+log and left alone.  It is not in the library: on a torch-imported Llama it would combine
+the MLP's gate and up projections too, and the ``swiglu`` composites (2 of 2) would be
+lost to ``matmul_transposed`` ones; pass it to :func:`patternkit.rewrite` where no gated
+MLP composite is wanted (a BERT's q/k/v).
 
 The rule claims no speed-up on every target: one wide matmul usually beats N narrow
 ones on CPU and GPU, and the split is a view after legalisation only where the backend
@@ -94,7 +97,7 @@ from .fold import BatchnormFoldIntoMatmul as BatchnormFoldIntoMatmul
 __all__ = ["RULES", "COMPOSITES"]
 
 #: The rewrite rules of this family.
-RULES = (BatchnormFoldIntoMatmul, CombineParallelMatmul, CombineParallelMatmul(reshaped=True))
+RULES = (BatchnormFoldIntoMatmul, CombineParallelMatmul)
 
 #: Pattern table entries of this family, in priority order (see :func:`matmul_table`).
 COMPOSITES = tuple(matmul_table())

@@ -256,8 +256,7 @@ def test_variants_carry_tvm_table_names():
 
 def test_the_library_holds_the_table_in_priority_order():
     # the batch-norm fold first: combining parallel matmuls would hide each one's batch norm
-    assert RULES[:2] == (BatchnormFoldIntoMatmul, CombineParallelMatmul)
-    assert [rule.name for rule in RULES[2:]] == ["matmul.combine_parallel_reshaped"]
+    assert RULES == (BatchnormFoldIntoMatmul, CombineParallelMatmul)
     assert [r.name for r in COMPOSITES] == [r.name for r in matmul_table()]
     library = [r.rule_name for r in LIBRARY if isinstance(r, MatmulComposite)]
     assert library == [r.name for r in matmul_table()]
@@ -745,14 +744,15 @@ def test_batchnorm_fold_into_a_linear_meets_the_rule_contract():
 
 
 @pytest.mark.models
-def test_the_library_combines_a_torch_imported_berts_projections_without_cse(zoo):
-    """The torch importer reshapes the hidden states once per nn.Linear: before the reshaped
-    variant the library combined nothing there (0 of 2 layers)."""
-    from patternkit.patterns import LIBRARY
-
+def test_a_torch_imported_berts_projections_are_combined_without_cse(zoo):
+    """The torch importer reshapes the hidden states once per nn.Linear: there
+    matmul.combine_parallel combines nothing, the reshaped variant every layer's q/k/v."""
     model = zoo("bert")
+    plain = pk.RewriteLog()
+    pk.rewrite(CombineParallelMatmul(), model.mod, log=plain)
+    assert plain.count("matmul.combine_parallel") == 0
     log = pk.RewriteLog()
-    after = pk.rewrite(LIBRARY, model.mod, log=log)
+    after = pk.rewrite(CombineParallelMatmul(reshaped=True), model.mod, log=log)
     layers = model.spec.as_dict()["layers"]
     # one combination per layer: query, key and value read the same hidden states
     assert log.count("matmul.combine_parallel_reshaped") == layers
