@@ -32,6 +32,12 @@ order, every number in any float dtype within that dtype's rounding)
   relu6(x + 3) / 6`` after ``relu6.collapse``).  Relax has no hard-sigmoid or hard-swish
   op: the canonical spellings are what the composites take.  Both move roundings (a
   division for a product, ``x / 6 + 0.5`` for ``(x + 3) / 6``): a few ulp.
+* ``softplus.collapse``: torch's thresholded softplus, ``where(x * 1 > 20, x, log(exp(x *
+  1) + 1) / 1)`` (``nn.Softplus``; without the ``* 1`` and ``/ 1`` inside ``nn.Mish``),
+  and ``from_onnx``'s overflow-free ``max(x, 0) + log(1 + exp(-|x|))`` ->
+  ``R.nn.softplus(x)`` (beta 1, threshold 20).  The bare ``log(1 + exp(x))`` is *not*
+  collapsed: it overflows to inf where the op does not (x > 88 in float32), so the two
+  are not the same function.
 
 Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
 ``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
@@ -83,6 +89,7 @@ from .examples import (
     hardsigmoid_written_out,
     hardswish_written_out,
     relu6_written_out,
+    softplus_written_out,
     swish as swish_example,
 )
 
@@ -221,6 +228,29 @@ HardswishCanonicalize = example_rule_class(
         "6) / 6``.")
 
 
+def _torch_softplus(scaled: bool) -> Spelling:
+    def written(x: relax.Expr) -> relax.Expr:
+        s = x * _c(1.0, x) if scaled else x
+        log = relax.op.log(relax.op.exp(s) + _c(1.0, x))
+        if scaled:
+            log = relax.op.divide(log, _c(1.0, x))
+        return relax.op.where(relax.op.greater(s, _c(20.0, x)), x, log)
+    return written
+
+
+SoftplusCollapse = example_rule_class(
+    "softplus.collapse",
+    [_torch_softplus(scaled=True), _torch_softplus(scaled=False),
+     lambda x: relax.op.maximum(x, _c(0.0, x)) + relax.op.log(
+         _c(1.0, x) + relax.op.exp(relax.op.negative(relax.op.abs(x))))],
+    lambda x: relax.op.nn.softplus(x),
+    example=softplus_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "spelling": ("torch", "mish", "onnx"),
+                   "threshold": (20.0, 10.0)},
+    doc="Collapse torch's thresholded softplus and ``from_onnx``'s stable one into "
+        "``R.nn.softplus(x)``.")
+
+
 def _canonical_example(example: Callable[..., Any]) -> Callable[..., Any]:
     """``example`` in its canonical spelling (the composites' examples)."""
     def canonical(dtype: str = "float32", shape: str = "batch_seq",
@@ -300,7 +330,7 @@ GeluExpand = example_rule_class(
 
 #: The collapse rules of this file, in priority order (``LIBRARY``).
 RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse, HardsigmoidCanonicalize,
-         HardswishCanonicalize)
+         HardswishCanonicalize, SoftplusCollapse)
 
 #: The composites of this file (``LIBRARY``, after every rewrite of the library).
 COMPOSITES = (HardswishComposite, HardsigmoidComposite)

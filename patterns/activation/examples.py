@@ -159,3 +159,25 @@ def hardswish_written_out(dtype: str = "float32", shape: str = "batch_seq",
             "canonical": lambda: relax.op.divide(x * clipped, constant(6.0, dtype)),
             }[spelling]()
     return from_expr(body)
+
+
+def softplus_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                         spelling: str = "torch", threshold: float = 20.0) -> tvm.IRModule:
+    """Softplus on ``x`` (see :func:`example_input`): ``"torch"`` ``where(x * 1 >
+    threshold, x, log(exp(x * 1) + 1) / 1)`` (torch.export of ``nn.Softplus``),
+    ``"mish"`` the same without the ``* 1`` and ``/ 1`` (inside ``nn.Mish``), ``"onnx"``
+    ``max(x, 0) + log(1 + exp(-|x|))`` (TVM's ``from_onnx`` of ``Softplus``).  A
+    ``threshold`` other than 20 is not ``R.nn.softplus`` (the rule must refuse it).
+    """
+    x = example_input(dtype, shape)
+    one = constant(1.0, dtype)
+    if spelling == "onnx":
+        body = relax.op.maximum(x, constant(0.0, dtype)) + relax.op.log(
+            one + relax.op.exp(relax.op.negative(relax.op.abs(x))))
+    else:
+        scaled = x * one if spelling == "torch" else x
+        log = relax.op.log(relax.op.exp(scaled) + one)
+        if spelling == "torch":
+            log = relax.op.divide(log, one)
+        body = relax.op.where(relax.op.greater(scaled, constant(threshold, dtype)), x, log)
+    return from_expr(body)

@@ -33,6 +33,7 @@ from patternkit.patterns.activation import (
     HardswishComposite,
     Relu6Collapse,
     SiluCollapse,
+    SoftplusCollapse,
     rational_erf,
 )
 from patternkit.patterns.activation.examples import (
@@ -40,6 +41,7 @@ from patternkit.patterns.activation.examples import (
     hardsigmoid_written_out,
     hardswish_written_out,
     relu6_written_out,
+    softplus_written_out,
     swish,
 )
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
@@ -523,6 +525,59 @@ def test_hard_composites_form_in_each_dtype_and_shape(cls, knobs):
         f"byoc.{cls.pattern_name}": 1}
 
 
+# -- softplus.collapse --------------------------------------------------------------------------
+@I.ir_module
+class SoftplusThresholded:
+    """torch.export of ``nn.Softplus()`` (beta 1, threshold 20) as the importer writes it."""
+
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.multiply(x, R.const(1.0, "float32"))
+            b = R.exp(a)
+            c = R.add(b, R.const(1.0, "float32"))
+            d = R.log(c)
+            e = R.divide(d, R.const(1.0, "float32"))
+            f = R.greater(a, R.const(20.0, "float32"))
+            out = R.where(f, x, e)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Softplus:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            out = R.nn.softplus(x, beta=1.0, threshold=20.0)
+            R.output(out)
+        return out
+
+
+SOFTPLUS_CASE = RuleCase(
+    SoftplusCollapse(), SoftplusThresholded, Softplus,
+    negatives=[
+        Negative("threshold_ten_is_not_the_op", softplus_written_out(threshold=10.0),
+                 "no match"),
+        Negative("bare_log_one_plus_exp_overflows_where_the_op_does_not",
+                 pk.from_expr(relax.op.log(relax.op.exp(_var()) + _c(1.0))), "no match"),
+    ],
+    tolerance=F32)
+
+
+def test_softplus_collapse_meets_the_rule_contract():
+    check_rule(SOFTPLUS_CASE)
+
+
+@pytest.mark.parametrize("module", [torch.nn.Softplus(), torch.nn.Mish()],
+                         ids=["softplus", "mish"])
+def test_torch_softplus_and_the_softplus_inside_mish_collapse(module):
+    mod = _torch_import(module)
+    after = pk.rewrite(SoftplusCollapse(), mod)
+    assert "relax.nn.softplus" in _ops(after) and "relax.where" not in _ops(after)
+    pk.assert_same_numerics(mod, after, low=-30.0, high=30.0, rtol=F32.rtol, atol=F32.atol)
+
+
 # -- gelu.expand --------------------------------------------------------------------------------
 def _written_gelu(x: relax.Var) -> relax.Expr:
     """GELU as TVM legalises it, erf as Eigen's rational approximation (float32 ``x``)."""
@@ -597,7 +652,7 @@ def _space(cls, refused: dict[str, tuple]) -> list:
 #: beyond the erf approximation (float64).
 REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": ("scaled",)},
            Relu6Collapse: {"upper": (5.0,)}, HardsigmoidCanonicalize: {"offset": (2.0,)},
-           HardswishCanonicalize: {"offset": (2.0,)},
+           HardswishCanonicalize: {"offset": (2.0,)}, SoftplusCollapse: {"threshold": (10.0,)},
            GeluExpand: {"dtype": ("float64",)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
