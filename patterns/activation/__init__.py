@@ -41,7 +41,8 @@ order, every number in any float dtype within that dtype's rounding)
 
 Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
 ``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
-hard-sigmoid's).
+hard-sigmoid's); ``mish``, ``x * tanh(R.nn.softplus(x))`` (after ``softplus.collapse``);
+``quick_gelu``, ``x * sigmoid(1.702 * x)`` (CLIP's; no Relax op computes it exactly).
 
 A match whose constants broadcast ``x`` to a higher rank (or of unknown rank) is refused:
 the fused op would have another shape.  The collapses are exact rewrites of the formula:
@@ -88,6 +89,8 @@ from .examples import (
     gelu_written_out,
     hardsigmoid_written_out,
     hardswish_written_out,
+    mish_written_out,
+    quick_gelu_written_out,
     relu6_written_out,
     softplus_written_out,
     swish as swish_example,
@@ -272,6 +275,19 @@ HardsigmoidComposite = example_rule_class(
     doc="Hard-sigmoid, ``clip(x + 3, 0, 6) / 6``, as one composite.")
 
 
+MishComposite = example_rule_class(
+    "mish", [lambda x: x * relax.op.tanh(relax.op.nn.softplus(x))],
+    example=mish_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "inner": ("softplus", "sigmoid")},
+    doc="Mish, ``x * tanh(softplus(x))``, as one composite.")
+
+QuickGeluComposite = example_rule_class(
+    "quick_gelu", [lambda x: x * relax.op.sigmoid(x * _c(1.702, x))],
+    example=quick_gelu_written_out,
+    example_space={"dtype": _DTYPES, "shape": SHAPES, "scale": (1.702, 1.7)},
+    doc="Quick-GELU, ``x * sigmoid(1.702 * x)``, as one composite.")
+
+
 # -- expansions --------------------------------------------------------------------------------
 def gelu_tanh_formula(x: relax.Expr) -> relax.Expr:
     """The tanh approximation in the dtype of ``x``, operation for operation as TVM
@@ -333,7 +349,7 @@ RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse, Hardsigmoi
          HardswishCanonicalize, SoftplusCollapse)
 
 #: The composites of this file (``LIBRARY``, after every rewrite of the library).
-COMPOSITES = (HardswishComposite, HardsigmoidComposite)
+COMPOSITES = (HardswishComposite, HardsigmoidComposite, MishComposite, QuickGeluComposite)
 
 #: The expansion rules of this file (``EXPANSIONS``; never applied with :data:`RULES`).
 EXPANSIONS = (GeluExpand, GeluTanhExpand)

@@ -181,3 +181,23 @@ def softplus_written_out(dtype: str = "float32", shape: str = "batch_seq",
             log = relax.op.divide(log, one)
         body = relax.op.where(relax.op.greater(scaled, constant(threshold, dtype)), x, log)
     return from_expr(body)
+
+
+def mish_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                     inner: str = "softplus") -> tvm.IRModule:
+    """Mish, ``x * tanh(softplus(x))``, on ``x`` (see :func:`example_input`) once softplus
+    is collapsed; ``inner="sigmoid"`` gives ``x * tanh(sigmoid(x))``, which is not Mish (the
+    composite must refuse it).
+    """
+    x = example_input(dtype, shape)
+    inner_op = relax.op.nn.softplus(x) if inner == "softplus" else relax.op.sigmoid(x)
+    return from_expr(x * relax.op.tanh(inner_op))
+
+
+def quick_gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                           scale: float = 1.702) -> tvm.IRModule:
+    """Quick-GELU, ``x * sigmoid(1.702 * x)`` (CLIP's ``QuickGELUActivation``), on ``x``
+    (see :func:`example_input`); a ``scale`` other than 1.702 is not quick-GELU.
+    """
+    x = example_input(dtype, shape)
+    return from_expr(x * relax.op.sigmoid(x * constant(scale, dtype)))

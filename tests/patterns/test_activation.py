@@ -31,6 +31,8 @@ from patternkit.patterns.activation import (
     HardsigmoidComposite,
     HardswishCanonicalize,
     HardswishComposite,
+    MishComposite,
+    QuickGeluComposite,
     Relu6Collapse,
     SiluCollapse,
     SoftplusCollapse,
@@ -40,6 +42,8 @@ from patternkit.patterns.activation.examples import (
     gelu_call,
     hardsigmoid_written_out,
     hardswish_written_out,
+    mish_written_out,
+    quick_gelu_written_out,
     relu6_written_out,
     softplus_written_out,
     swish,
@@ -576,6 +580,123 @@ def test_torch_softplus_and_the_softplus_inside_mish_collapse(module):
     after = pk.rewrite(SoftplusCollapse(), mod)
     assert "relax.nn.softplus" in _ops(after) and "relax.where" not in _ops(after)
     pk.assert_same_numerics(mod, after, low=-30.0, high=30.0, rtol=F32.rtol, atol=F32.atol)
+
+
+# -- mish and quick_gelu composites -------------------------------------------------------------
+@I.ir_module
+class MishWritten:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.nn.softplus(x, beta=1.0, threshold=20.0)
+            b = R.tanh(a)
+            out = R.multiply(x, b)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class MishComposed:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            @R.function
+            def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+                R.func_attr({"Composite": "byoc.mish",
+                             "PartitionedFromPattern": "nn.softplus_tanh_multiply_"})
+                with R.dataflow():
+                    a = R.nn.softplus(x1, beta=1.0, threshold=20.0)
+                    b = R.tanh(a)
+                    out1 = R.multiply(x1, b)
+                    R.output(out1)
+                return out1
+
+            out = composite(x)
+            R.output(out)
+        return out
+
+
+MISH_CASE = RuleCase(
+    MishComposite(), MishWritten, MishComposed,
+    negatives=[Negative("tanh_of_sigmoid_is_not_mish", mish_written_out(inner="sigmoid"),
+                        "no match")],
+    tolerance=EXACT)
+
+
+@I.ir_module
+class QuickGeluWritten:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            a = R.multiply(x, R.const(1.702, "float32"))
+            b = R.sigmoid(a)
+            out = R.multiply(x, b)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class QuickGeluComposed:
+    @R.function
+    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+        with R.dataflow():
+            @R.function
+            def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
+                R.func_attr({"Composite": "byoc.quick_gelu",
+                             "PartitionedFromPattern": "multiply_sigmoid_multiply_"})
+                with R.dataflow():
+                    a = R.multiply(x1, R.const(1.702, "float32"))
+                    b = R.sigmoid(a)
+                    out1 = R.multiply(x1, b)
+                    R.output(out1)
+                return out1
+
+            out = composite(x)
+            R.output(out)
+        return out
+
+
+QUICK_GELU_CASE = RuleCase(
+    QuickGeluComposite(), QuickGeluWritten, QuickGeluComposed,
+    negatives=[Negative("scale_one_point_seven_is_not_quick_gelu",
+                        quick_gelu_written_out(scale=1.7), "no match"),
+               Negative("plain_swish_is_not_quick_gelu", swish(), "no match")],
+    tolerance=EXACT)
+
+
+def test_mish_composite_meets_the_rule_contract():
+    check_rule(MISH_CASE)
+
+
+def test_quick_gelu_composite_meets_the_rule_contract():
+    check_rule(QUICK_GELU_CASE)
+
+
+@pytest.mark.parametrize("cls, knobs, fires", [
+    *[(cls, {"dtype": d, "shape": s}, True) for cls in (MishComposite, QuickGeluComposite)
+      for d in ("float32", "float16") for s in ("batch_seq", "static", "vector")],
+    (MishComposite, {"inner": "sigmoid"}, False), (QuickGeluComposite, {"scale": 1.7}, False)])
+def test_mish_and_quick_gelu_composites_form_only_on_their_formula(cls, knobs, fires):
+    before = cls().example(**knobs)
+    merged = merge_composite(before, pk.RuleSet([cls()]))
+    assert composite_counts(merged) == ({f"byoc.{cls.pattern_name}": 1} if fires else {})
+    pk.assert_same_numerics(before, merged, shape_vars={"batch": 3, "seq": 5}, **WIDE,
+                            rtol=0, atol=0)
+
+
+def test_torch_mish_forms_the_mish_composite_once_softplus_is_collapsed():
+    mod = _torch_import(torch.nn.Mish())
+    assert composite_counts(merge_composite(mod, pk.RuleSet([MishComposite()]))) == {}
+    collapsed = pk.rewrite(SoftplusCollapse(), mod)
+    assert composite_counts(merge_composite(collapsed, pk.RuleSet([MishComposite()]))) == {
+        "byoc.mish": 1}
+
+
+def test_quick_gelu_is_not_taken_by_silu_collapse():
+    before = quick_gelu_written_out()
+    assert not apply_rule(SiluCollapse(), before).fired
+    assert composite_counts(merge_composite(before, pk.RuleSet([QuickGeluComposite()]))) == {
+        "byoc.quick_gelu": 1}
 
 
 # -- gelu.expand --------------------------------------------------------------------------------
