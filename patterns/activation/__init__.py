@@ -66,7 +66,7 @@ Deliberately not covered
 
 * **fast-gelu**, ``x * sigmoid(1.702 * x)``, is *not collapsed*: it differs from GELU by
   up to 0.02 (``rule_by_example`` refuses that pair with the counterexample), and it is
-  not ``silu`` either.  It stays written out.
+  not ``silu`` either.  It stays written out; the ``quick_gelu`` composite takes it.
 * No ``silu.expand``: ``R.nn.silu`` has a gradient in TVM 0.27 (the tests check it).
 * ``x / (1 + exp(-x))`` for swish, GELU with ``erfc``, ``x / 2`` for ``0.5 * x``,
   ``x^3`` written ``x * x**2``, and activations computed between casts.
