@@ -33,8 +33,14 @@ from tvm import relax
 
 from patternkit.dpl import alt, is_constant, is_op, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
-from patternkit.ir import NotPerChannel, const_value, per_channel_axis, static_shape, type_of
-from patternkit.ir.shapes import prove_equal
+from patternkit.ir import (
+    NotPerChannel,
+    const_value,
+    per_channel_axis,
+    prove_equal,
+    static_shape,
+    type_of,
+)
 
 from .examples import written_out_group_norm
 

@@ -41,10 +41,10 @@ from patternkit.ir import (
     dtype_of,
     machine_epsilon,
     per_channel_axis,
+    prove_equal,
     static_shape,
     type_of,
 )
-from patternkit.ir.shapes import prove_equal
 
 from .examples import linear_batch_norm
 
