@@ -30,8 +30,9 @@ directly.  The steps, each timed:
 6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
 7. **write** ``before.py`` and ``after.py`` (which load again), ``before.svg``,
    ``after.svg``, ``diff.svg`` (drawn within a layout budget, see
-   :mod:`patternkit.app.drawings`), ``report.md`` (a per-op table first) and
-   ``report.json`` to the output folder.
+   :mod:`patternkit.app.drawings`), ``report.md`` (a per-op table first),
+   ``report.html`` (the same in one page, drawings inline: :mod:`patternkit.app.report_html`)
+   and ``report.json`` to the output folder.
 
 What the steps found is a :class:`~patternkit.app.report.JobReport` of typed sections
 (:mod:`patternkit.app.report`, which also writes it as Markdown).  The other commands'
@@ -430,7 +431,8 @@ def _numeric_options(loaded: LoadedModel, entry: str, seed: int,
 def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: JobReport,
                   draw: bool = True, changes: Any = None, func: str = "main",
                   full_drawing: bool = False, adjoint: tvm.IRModule | None = None) -> None:
-    """TVMScript, drawings and the two reports."""
+    """TVMScript, drawings and the three reports (``report.html`` shows the drawings)."""
+    from .report_html import write_report_html
     from .scripts import write_script
 
     start = time.perf_counter()
@@ -443,7 +445,8 @@ def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: 
                          full=full_drawing, adjoint=adjoint)
         report.drawings = {name: how for name, how in drawn.items()}
         files += [f"{name}.svg" for name, how in drawn.items() if not how.startswith("not drawn")]
+    write_report_html(out, report)  # the drawings inline: after they are drawn
     report.seconds["write"] = round(time.perf_counter() - start, 3)
-    report.outputs = files + ["report.md", "report.json"]
+    report.outputs = files + ["report.md", "report.html", "report.json"]
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
     (out / "report.md").write_text(report_markdown(report))

@@ -68,7 +68,8 @@ def test_a_new_run_removes_the_files_of_the_previous_one_it_did_not_write(tmp_pa
     (out / "mine.svg").write_text("<svg/>")
     passing_run(out, "--no-draw")
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["after.py", "before.py", "mine.svg", "report.json", "report.md"]
+    assert names == ["after.py", "before.py", "mine.svg", "report.html", "report.json",
+                     "report.md"]
     assert not any(p.name.startswith(STAGING_PREFIX) for p in tmp_path.rglob("*"))
 
 
