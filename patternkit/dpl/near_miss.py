@@ -80,14 +80,25 @@ def explain(pattern: DFPattern, expr: Any, func: relax.Function | None = None) -
     >>> explain(wildcard() + wildcard(), relax.op.subtract(x, y))   # doctest: +SKIP
     'no match: add(*, *) (depth 1) vs R.subtract(x, y)'
     """
-    lookup = function_lookup(func) if func is not None else None
+    found = deepest_miss(pattern, expr, function_lookup(func) if func is not None else None)
+    return "matched" if found is None else found[1]
+
+
+def deepest_miss(pattern: DFPattern, expr: Any, lookup: Lookup | None = None
+                 ) -> tuple[int, str] | None:
+    """``None`` if ``pattern`` matches ``expr``, else ``(depth, account)``: how deep in the
+    pattern the deepest mismatch is, and :func:`explain`'s line for it.
+
+    The depth lets a caller weigh several patterns at one place and show the closest;
+    ``lookup`` (:func:`~patternkit.dpl.matcher.function_lookup`) is built once for many calls.
+    """
     matcher = _TracingMatcher(lookup)
     if matcher.match(as_pattern(pattern), expr) is not None:
-        return "matched"
+        return None
     assert matcher.deepest is not None  # a failed match failed somewhere
     depth, failed, where = matcher.deepest
     # the alternatives of alt(...) it was trying, by name (``key_form=transposed``)
     tags = "".join(f" in {t.tag}={t.name}" for t in matcher.deepest_tags
                    if t is not failed)
-    return (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}{tags}) vs "
-            f"{_describe(where, lookup)}")
+    return depth, (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}{tags}) "
+                   f"vs {_describe(where, lookup)}")

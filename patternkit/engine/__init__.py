@@ -19,6 +19,7 @@ multi-root ones through :mod:`~patternkit.engine.multi`); ``DFPatternCallback`` 
 from .callback import CallbackRule, DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
 from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
+from .near_misses import NearMiss, NearMissDetector, find_near_misses
 from .partitioning import partition
 from .proposal import match_bindings
 from .rule import (
@@ -47,5 +48,5 @@ __all__ = [
     "RewriteRecord", "SkippedMatch", "partition", "match_bindings", "assert_well_formed",
     "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",
     "Tolerance", "EXACT", "default_tolerance", "NoSuchExample",
-    "graph_split", "GraphSplitError",
+    "graph_split", "GraphSplitError", "NearMiss", "NearMissDetector", "find_near_misses",
 ]

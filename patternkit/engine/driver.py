@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import tvm
 from tvm import relax
@@ -79,6 +79,7 @@ from .declines import DeclineTally, warn_silent_declines
 from .emit import Emitted, emit_rewrites
 from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
 from .multi import rewrite_function_bindings
+from .near_misses import NearMiss, NearMissDetector, find_near_misses
 from .proposal import Group, find_groups, group_check
 from .rule import MatchCheck, RewriteRule, Rule, RuleMatch, as_rule, check_of, require_instance
 from .ruleset import RuleSet
@@ -148,6 +149,8 @@ class RewriteLog:
     records: list[RewriteRecord] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     rounds: int = 0
+    #: The module the last rewrite left (what :meth:`near_misses` looks in).
+    result: Any = field(default=None, repr=False)
 
     def count(self, rule: str | None = None) -> int:
         """How many rewrites ``rule`` made (all rules' if ``None``)."""
@@ -163,6 +166,16 @@ class RewriteLog:
     def reasons(self, rule: str | None = None) -> list[str]:
         """Why ``rule``'s matches were skipped (all rules' if ``None``), in skip order."""
         return [s.reason for s in self.skipped if rule is None or s.rule == rule]
+
+    def near_misses(self, detectors: Sequence[NearMissDetector]) -> list[NearMiss]:
+        """Where a family's skeleton is left in the rewritten module, and why its rules
+        declined it (:mod:`~patternkit.engine.near_misses`); the library's detectors are
+        ``patternkit.patterns.near_misses.NEAR_MISSES``.
+        """
+        if self.result is None:
+            raise ValueError("near_misses(): this log has seen no rewrite yet; pass it as "
+                             "rewrite(rules, mod, log=log) first")
+        return find_near_misses(self.result, detectors, self.skipped)
 
 
 def rewrite(rules: Any = None, target: Any = None, *,
@@ -234,7 +247,10 @@ def rewrite(rules: Any = None, target: Any = None, *,
 
     def transform(mod: tvm.IRModule) -> tvm.IRModule:
         with C.gc_paused():
-            return _run_rounds(rules, mod, options)
+            out = _run_rounds(rules, mod, options)
+        if log is not None:
+            log.result = out
+        return out
 
     return apply_to_target(target, transform)
 
