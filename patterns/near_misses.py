@@ -1,0 +1,150 @@
+"""Each family's near-miss detector: its skeleton, so that a miss is never silent.
+
+A family's rules match its spellings exactly; a spelling they do not know (an attention
+with a scale the rule refuses, a layer norm whose epsilon is a tensor, an einsum where a
+matmul was expected further up) is left as it is, and without a detector the only trace
+is a rewrite that did not happen.  :data:`NEAR_MISSES` declares, per family, a loose
+pattern of the ops any spelling of it has; after ``pk.rewrite(LIBRARY, mod, log=log)``,
+``log.near_misses(NEAR_MISSES)`` lists every such skeleton left in the rewritten model
+with the rule that looked at it and why it declined
+(:mod:`patternkit.engine.near_misses`), and ``patternkit run`` writes them to
+``report.md`` ("Near misses") and ``report.json``.
+
+The skeletons, most specific first (a site two detectors see is reported by the first):
+
+* attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
+  or a reshape);
+* softmax: ``exp(x - max(x)) / sum(...)`` written out;
+* norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
+  them starts with;
+* RMS norm: ``rsqrt|sqrt(mean(x * x) [+ eps])`` of an uncentred ``x``;
+* batch norm: ``(x - mean) / sqrt(var + eps)`` (or ``* rsqrt``) with the statistics given;
+* activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + ...))``, SiLU's
+  ``x * sigmoid(x)`` or ``x / (1 + exp(-x))``, hard-swish/hard-sigmoid's
+  ``clip(x + 3, ...)``;
+* rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
+* gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
+
+Each detector names its family's rules (rewrite rules and composites): their refusals
+explain a site, and a composite that takes a site makes it no miss.  Deliberately loose:
+a site that is no instance of the family (``x - mean(x)`` centring data for a cosine
+similarity) is reported with the family's reason, which says what it is not.
+"""
+
+from __future__ import annotations
+
+from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, through, up_to_cast, wildcard
+from patternkit.engine import NearMissDetector, Rule, RuleSet
+
+from . import LIBRARY, family_of
+
+__all__ = ["NEAR_MISSES", "detectors"]
+
+
+def _op(name: str) -> DFPattern:
+    return is_op(f"relax.{name}")
+
+
+def _attention() -> DFPattern:
+    softmax = _op("nn.softmax")(wildcard())
+    return _op("matmul")(up_to_cast(through(up_to_cast(softmax))), wildcard())
+
+
+def _softmax() -> DFPattern:
+    x = wildcard()
+    exponentials = _op("exp")(_op("subtract")(x, _op("max")(x)))
+    return _op("divide")(exponentials, _op("sum")(wildcard()))
+
+
+def _norm() -> DFPattern:
+    mean = _op("mean")(wildcard())
+    return _op("subtract")(wildcard(), up_to_cast(through(mean)))
+
+
+def _rms_norm() -> DFPattern:
+    uncentred = wildcard() & ~_op("subtract")(wildcard(), wildcard())
+    mean_square = _op("mean")(square(up_to_cast(uncentred)))
+    radicand = _op("add")(mean_square, wildcard()) | mean_square
+    return _op("rsqrt")(radicand) | _op("sqrt")(radicand)
+
+
+def _batch_norm() -> DFPattern:
+    centred = _op("subtract")(wildcard(), wildcard())
+    return divide_by_sqrt(centred, _op("add")(wildcard(), wildcard()))
+
+
+def _gelu() -> DFPattern:
+    return _op("erf")(wildcard())
+
+
+def _gelu_tanh() -> DFPattern:
+    inner = _op("add")(wildcard(), wildcard())
+    return _op("tanh")(_op("multiply")(wildcard(), inner) | inner)
+
+
+def _silu() -> DFPattern:
+    gate = _op("multiply")(wildcard(), _op("sigmoid")(wildcard()))
+    one_plus = _op("add")(wildcard(), _op("exp")(_op("negative")(wildcard())))
+    return gate | _op("divide")(wildcard(), one_plus)
+
+
+def _hard_swish() -> DFPattern:
+    return _op("clip")(_op("add")(wildcard(), wildcard()))
+
+
+def _rope() -> DFPattern:
+    rotated = _op("multiply")(_op("concat")(wildcard()), wildcard())
+    return _op("add")(_op("multiply")(wildcard(), wildcard()), rotated)
+
+
+def _gated_mlp() -> DFPattern:
+    act = _op("nn.silu")(wildcard()) | _op("nn.gelu")(wildcard()) | _op("nn.gelu_tanh")(
+        wildcard())
+    return _op("multiply")(act, wildcard())
+
+
+#: (family, what the skeleton is, its pattern, the families whose rules explain it, and
+#: the rule-name prefixes among them: ``()`` for all of them).
+_SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("attention", "softmax -> matmul", _attention(), ("attention",), ()),
+    ("softmax", "exp(x - max(x)) / sum", _softmax(), ("softmax",), ()),
+    ("norm", "x - mean(x)", _norm(), ("layernorm", "groupnorm", "instancenorm"), ()),
+    ("rmsnorm", "rsqrt(mean(x * x) + eps)", _rms_norm(), ("rmsnorm",), ()),
+    ("batchnorm", "(x - mean) / sqrt(var + eps)", _batch_norm(), ("batchnorm",), ()),
+    ("gelu", "erf(x / sqrt(2))", _gelu(), ("activation",), ("gelu.",)),
+    ("gelu_tanh", "tanh(c * (x + 0.044715 x^3))", _gelu_tanh(), ("activation",),
+     ("gelu_tanh.",)),
+    ("silu", "x * sigmoid(x)", _silu(), ("activation",), ("silu.", "byoc.quick_gelu")),
+    ("hardswish", "clip(x + 3, 0, 6)", _hard_swish(), ("activation",),
+     ("hardswish.", "hardsigmoid.", "relu6.", "byoc.hardswish", "byoc.hardsigmoid")),
+    ("rope", "x * cos + rotate_half(x) * sin", _rope(), ("rope",), ()),
+    ("gated_mlp", "act(x @ Wg) * (x @ Wu)", _gated_mlp(), ("gated_mlp",), ()),
+)
+
+
+def detectors(rules: RuleSet = LIBRARY) -> tuple[NearMissDetector, ...]:
+    """The families' detectors, each with its rules among ``rules`` (default the library).
+
+    A family none of whose rules is in ``rules`` has no detector: ``patternkit run
+    --patterns layernorm.collapse`` reports the norms it left, not the attention it was
+    never asked about.
+    """
+    found = []
+    for family, shape, pattern, families, prefixes in _SKELETONS:
+        own: list[Rule] = [rule for rule in rules if _library_family(rule) in families
+                           and (not prefixes or rule.name.startswith(prefixes))]
+        if own:
+            found.append(NearMissDetector(family, shape, pattern, tuple(own)))
+    return tuple(found)
+
+
+def _library_family(rule: Rule) -> str | None:
+    """The library family ``rule`` belongs to; ``None`` for a rule of the user's."""
+    try:
+        return family_of(rule)
+    except ValueError:
+        return None
+
+
+#: Every family's detector with its rules in :data:`patternkit.patterns.LIBRARY`.
+NEAR_MISSES = detectors()

@@ -1,0 +1,131 @@
+"""The library's near-miss detectors on real torch imports: a family's shape its rules
+leave is reported with the rule and its reason; a model whose families all collapse (or
+go to a composite) reports none."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import patternkit as pk
+from patternkit.patterns import LIBRARY
+from patternkit.patterns.near_misses import NEAR_MISSES, detectors
+
+torch = pytest.importorskip("torch")
+
+
+def imported(module, *args):
+    from patternkit.models.importing import from_torch
+
+    mod, _, _ = from_torch(torch.export.export(module.eval(), args), False, "main",
+                           type(module).__name__, {})
+    return mod
+
+
+def near_misses(mod):
+    log = pk.RewriteLog()
+    pk.rewrite(LIBRARY, mod, log=log)
+    return log.near_misses(NEAR_MISSES)
+
+
+class PerHeadScaledAttention(torch.nn.Module):
+    """Scores scaled by a learned per-head tensor, which attention.collapse refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.rand(4, 1, 1) + 0.5)
+
+    def forward(self, q, k, v):
+        return torch.softmax((q @ k.transpose(-1, -2)) * self.scale, -1) @ v
+
+
+class TensorEpsLayerNorm(torch.nn.Module):
+    """A layer norm written out whose epsilon is a per-feature tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("eps", torch.full((16,), 1e-5))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + self.eps)
+
+
+class OffGelu(torch.nn.Module):
+    """GELU written out with the wrong divisor (1.5, not sqrt(2))."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.erf(x / 1.5))
+
+
+class UnnegatedRotary(torch.nn.Module):
+    """A half rotation that forgets to negate the second half: no rotary embedding."""
+
+    def forward(self, x, cos, sin):
+        x1, x2 = x[..., :4], x[..., 4:]
+        return x * cos + torch.cat((x2, x1), dim=-1) * sin
+
+
+class Block(torch.nn.Module):
+    """A decoder block whose every family the library takes: a layer norm and an
+    attention written out, an RMS norm, a SwiGLU MLP and GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 16, bias=False)
+        self.up = torch.nn.Linear(8, 16, bias=False)
+
+    def forward(self, q, k, v):
+        mu = q.mean(-1, keepdim=True)
+        h = (q - mu) / torch.sqrt(((q - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+        attention = torch.softmax((h @ k.transpose(-1, -2)) / math.sqrt(8), -1) @ v
+        rms = attention * torch.rsqrt(attention.pow(2).mean(-1, keepdim=True) + 1e-6)
+        mlp = torch.nn.functional.silu(self.gate(rms)) * self.up(rms)
+        return torch.nn.functional.gelu(mlp)
+
+
+def test_an_attention_with_a_scale_the_rule_refuses_is_a_near_miss_with_the_reason():
+    args = (torch.randn(2, 4, 5, 8),) * 3
+    (miss,) = near_misses(imported(PerHeadScaledAttention(), *args))
+    assert (miss.family, miss.rule, miss.kind) == ("attention", "attention.collapse", "check")
+    assert "not split back into the query's heads" in miss.reason
+
+
+def test_a_layer_norm_whose_epsilon_is_a_tensor_is_a_near_miss_with_the_reason():
+    (miss,) = near_misses(imported(TensorEpsLayerNorm(), torch.randn(2, 5, 16)))
+    assert (miss.family, miss.rule, miss.kind) == ("norm", "layernorm.collapse", "check")
+    assert miss.reason == "eps has shape (16,): epsilon must be a scalar constant"
+
+
+def test_a_gelu_with_another_constant_names_the_gelu_rule():
+    (miss,) = near_misses(imported(OffGelu(), torch.randn(2, 8)))
+    assert (miss.family, miss.rule, miss.kind) == ("gelu", "gelu.collapse", "no match")
+    assert miss.reason.endswith("no match: const(1.41421) (depth 10) vs const float32 1.5")
+
+
+def test_a_rotation_that_is_no_rotary_embedding_names_a_rope_composite():
+    x, cos, sin = torch.randn(2, 5, 8), torch.randn(5, 8), torch.randn(5, 8)
+    (miss,) = near_misses(imported(UnnegatedRotary(), x, cos, sin))
+    assert (miss.family, miss.rule, miss.kind) == ("rope", "byoc.rope", "no match")
+    assert "no match: negative(strided_slice(*, ...))" in miss.reason
+
+
+def test_a_model_whose_families_all_collapse_has_no_near_miss():
+    mod = imported(Block(), *(torch.randn(2, 4, 5, 8),) * 3)
+    log = pk.RewriteLog()
+    pk.rewrite(LIBRARY, mod, log=log)
+    assert {"layernorm.collapse", "attention.collapse", "rmsnorm.collapse"} <= set(log.counts())
+    # the SwiGLU and the GELU stay for the composites, which take them: no miss either
+    assert log.near_misses(NEAR_MISSES) == []
+
+
+def test_the_detectors_follow_the_rules_chosen():
+    only_norms = detectors(LIBRARY.by_prefix("layernorm."))
+    assert [d.family for d in only_norms] == ["norm"]
+    assert [r.name for r in only_norms[0].rules] == ["layernorm.collapse"]
+    assert detectors(pk.RuleSet()) == ()
+    assert {d.family for d in NEAR_MISSES} >= {"attention", "norm", "rmsnorm", "batchnorm",
+                                               "gelu", "silu", "hardswish", "rope",
+                                               "gated_mlp"}
