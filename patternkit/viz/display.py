@@ -15,7 +15,8 @@ import subprocess
 from ..errors import PatternkitError
 from .options import VizError
 
-__all__ = ["DotUnavailable", "dot_binary", "fallback_html", "run_dot", "svg_for_html"]
+__all__ = ["DotUnavailable", "dot_binary", "fallback_html", "run_dot", "run_layout",
+           "svg_for_html"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,24 @@ def run_dot(source: str, fmt: str, timeout: float) -> bytes:
     """
     if fmt not in FORMATS:
         raise VizError(f"format={fmt!r} is not supported; expected one of {list(FORMATS)}")
+    return run_layout([f"-T{fmt}"], source.encode("utf-8"), timeout)
+
+
+def run_layout(flags: list[str], data: bytes, timeout: float, cwd: str | None = None) -> bytes:
+    """Run ``dot <flags>`` on the DOT bytes ``data`` within ``timeout`` s; its output.
+
+    Raises
+    ------
+    DotUnavailable
+        When ``dot`` is missing, exits with an error, or exceeds ``timeout`` seconds.
+    """
     exe = dot_binary()
     if exe is None:
         raise DotUnavailable("the Graphviz 'dot' executable was not found on PATH. " + HINT)
     try:
         proc = subprocess.run(
-            [exe, f"-T{fmt}"], input=source.encode("utf-8"), capture_output=True,
-            timeout=timeout, check=False
+            [exe, *flags], input=data, capture_output=True, timeout=timeout, check=False,
+            cwd=cwd
         )
     except subprocess.TimeoutExpired as e:
         raise DotUnavailable(

@@ -1,8 +1,8 @@
 """``VizGraph``: what ``viz_expr`` / ``viz_diff`` return.
 
 It holds the shaped graph model and writes it as DOT (``.source``), a rendered file
-(``.render``), a ``networkx.MultiDiGraph`` (``.to_networkx``) or JSON (``.to_json``),
-and displays itself inline in Jupyter.
+(``.render``), a ``graphviz.Source`` (``.to_graphviz``), a ``networkx.MultiDiGraph``
+(``.to_networkx``) or JSON (``.to_json``), and displays itself inline in Jupyter.
 """
 
 from __future__ import annotations
@@ -104,10 +104,40 @@ class VizGraph:
                        kind=e.kind, status=e.status)
         return g
 
+    def to_graphviz(self, **kwargs: Any):
+        """The drawing as a ``graphviz.Source`` (``.source``, ``.pipe``, ``.render``, Jupyter).
+
+        Its layouts keep this drawing's ``timeout=`` (see
+        :class:`~patternkit.viz.graphviz_source.TimedSource`).
+
+        Parameters
+        ----------
+        **kwargs
+            ``graphviz.Source``'s own: ``filename``, ``directory``, ``format``, ``engine``...
+
+        Returns
+        -------
+        patternkit.viz.graphviz_source.TimedSource
+            A ``graphviz.Source`` of :attr:`source`.
+        """
+        from .graphviz_source import TimedSource
+
+        return TimedSource(self.source, timeout=self.options.timeout,
+                           summary=repr(self) + "\n" + self.summary, **kwargs)
+
     # ----------------------------------------------------------------- rendering
     def pipe(self, format: str = "svg") -> bytes:
-        """Lay out with ``dot`` and return the bytes (raises ``DotUnavailable``)."""
-        return run_dot(self.source, format, self.options.timeout)
+        """Lay out with ``dot`` and return the bytes (raises ``DotUnavailable``).
+
+        The SVG is laid out once and kept (the display and :func:`~patternkit.viz.fit.fit`
+        reuse it).
+        """
+        if format == "svg" and self._svg is not None:
+            return self._svg.encode("utf-8")
+        data = run_dot(self.source, format, self.options.timeout)
+        if format == "svg":
+            self._svg = data.decode("utf-8")
+        return data
 
     def render(self, path: str | os.PathLike = "graph", format: str = "svg") -> str:
         """Write the drawing to ``path`` (the ``.<format>`` suffix is added when missing).
