@@ -152,7 +152,9 @@ VIZ_FORMATS = ("svg", "png", "pdf", "dot", "json", "plain")
 
 
 def _cmd_viz(args: argparse.Namespace) -> int:
-    from ..viz import viz_diff, viz_expr
+    from tvm import relax
+
+    from .drawings import fitted_drawing
     from .loading import JobError, entry_function, load_model
     from .rules import resolve_rules
 
@@ -175,14 +177,16 @@ def _cmd_viz(args: argparse.Namespace) -> int:
         if len(rules) != 1:
             raise JobError(f"--highlight takes one rule; {args.highlight!r} names {len(rules)}")
         options["highlight"] = rules[0]
-    if args.diff is not None:
-        other, _ = load_model(args.diff)
-        graph = viz_diff(mod, other, context=None if args.focus else args.context, **options)
-    else:
-        graph = viz_expr(mod, **options)
+    other = load_model(args.diff)[0] if args.diff is not None else None
+    relax_names = {gv.name_hint for gv, f in mod.functions.items()
+                   if isinstance(f, relax.Function)}
+    func = args.func or ("main" if "main" in relax_names else None)
+    graph, how = fitted_drawing(mod, func=func, options=options, full=args.full, other=other,
+                                context=None if args.focus else args.context,
+                                layout=fmt not in ("dot", "json"))
     path = graph.render(target, format=fmt)
     if not args.quiet:
-        print(f"wrote {path}")
+        print(f"wrote {path}" + (f" ({how}; --full draws every node)" if how else ""))
     return 0
 
 
@@ -341,8 +345,16 @@ def build_parser() -> argparse.ArgumentParser:
     viz.add_argument("--focus", help="draw only the nodes around this variable")
     viz.add_argument("--context", type=int, metavar="HOPS",
                      help="hops kept around --focus, or around the changes with --diff")
-    viz.add_argument("--collapse",
-                     help="auto (default), all, none, or globs of composite/function names")
+    viz.add_argument("--collapse", metavar="auto|all|none|GLOB[,GLOB...]",
+                     help="draw composite, codegen and fused functions as single boxes: auto "
+                          "(the default: whole kinds at a time, the largest first, until at "
+                          "most 150 nodes remain), all, none, or those whose composite or "
+                          "function name matches one of the comma-separated globs "
+                          "('dnnl.*,fused_*')")
+    viz.add_argument("--full", action="store_true",
+                     help="every node as Graphviz lays it out: no folding of repeated layers, "
+                          "no columns or scaling to fit 10,000 px a side, no auto-collapse "
+                          "(unless --collapse says), a 120 s layout timeout")
     viz.add_argument("--diff", metavar="OTHER", help="draw what changed from MODEL to OTHER")
     viz.add_argument("--highlight", metavar="RULE",
                      help="outline the matches of a library rule (or rules.py:NAME)")

@@ -12,6 +12,10 @@ So each picture is tried in steps, cheapest-to-read first, until one lays out in
 
 ``full=True`` (``--full-drawing``) draws every node, with a generous timeout.  What was
 drawn, and how, goes into the report.
+
+``patternkit viz`` draws one picture the same way (:func:`fitted_drawing`): repeated layers
+drawn once, then fitted into 10,000 px a side (:func:`patternkit.viz.fit.fit`: long chains
+in columns, the rest scaled down); ``--full`` draws every node as ``dot`` lays it out.
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ AS_IS_NODES = 400
 FULL_TIMEOUT = 120.0
 
 
+def _full_options() -> dict[str, Any]:
+    return {"collapse": "none", "max_nodes": 10**6, "hard_limit": 10**6,
+            "timeout": FULL_TIMEOUT}
+
+
 def _attempts(full: bool):
     if full:
-        return [("full drawing", {"collapse": "none", "max_nodes": 10**6,
-                                  "hard_limit": 10**6, "timeout": FULL_TIMEOUT}, "as is")]
+        return [("full drawing", _full_options(), "as is")]
     return [("as is", {}, "as is"),
             ("repeated layers drawn once, composites collapsed", {"collapse": "all"}, "fold"),
             ("the output's neighbourhood only (6 hops)",
@@ -105,6 +113,45 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
         name = func + "_loss_adjoint"
         drawn["adjoint"] = draw_picture(out / "adjoint", expr_drawer(adjoint, name), full)
     return drawn
+
+
+def fitted_drawing(mod: tvm.IRModule, *, func: str | None, options: dict[str, Any],
+                   full: bool = False, other: tvm.IRModule | None = None,
+                   context: int | None = None, layout: bool = True):
+    """``patternkit viz``'s drawing of ``mod``, or of what changed to ``other``.
+
+    Unless ``full``: ``func``'s repeated layers are drawn once (not with ``focus=``, whose
+    variable may be in a later copy, nor for a diff), and when ``layout`` (a picture, not
+    DOT or JSON) the drawing is fitted into :data:`~patternkit.viz.fit.MAX_PX` a side.
+    With ``full``, every node, no fold, as ``dot`` lays it out, with a generous timeout;
+    ``options`` (the user's) win over both.
+
+    Returns
+    -------
+    tuple[VizGraph, str]
+        The drawing, and how it was made to fit (empty when nothing was done).
+    """
+    from ..viz import viz_diff, viz_expr
+    from ..viz.fit import fit
+    from ..viz.repeats import fold_repeats
+
+    if full:
+        options = {**_full_options(), **options}
+    note = ""
+    if other is not None:
+        graph = viz_diff(mod, other, context=context, **options)
+    else:
+        if not full and func is not None and "focus" not in options:
+            mod, note = fold_repeats(mod, func)
+            if note:
+                options = {"title": func + note, **options}
+        graph = viz_expr(mod, **options)
+    notes = [note.removeprefix("; ")] if note else []
+    if layout and not full:
+        fitted = fit(graph)
+        graph = fitted.graph
+        notes.append(fitted.note)
+    return graph, "; ".join(n for n in notes if n)
 
 
 def _result_name(func) -> str:

@@ -14,9 +14,12 @@ from .model import Cluster, GraphModel, Node
 from .options import VizOptions
 from .palette import STATUS_COLORS, fill_color, outline_color, text_color
 
-__all__ = ["to_dot"]
+__all__ = ["column_of", "to_dot"]
 
 _FONT = "Helvetica"
+
+#: Graphviz's resolution for bitmaps, and the CSS pixels of an SVG's ``pt`` sizes.
+DPI = 96
 
 _NODE_SHAPES = {
     "param": {"shape": "ellipse", "style": "filled", "fillcolor": "#FFFFFF"},
@@ -107,6 +110,37 @@ def node_tooltip(node: Node) -> str:
     return "\n".join(lines)
 
 
+def column_of(model: GraphModel, columns: int) -> dict[str, int]:
+    """Node id -> column, cutting the walk order into ``columns`` runs of similar length.
+
+    Each cut is moved, within a quarter of a column's length, to where the fewest edges
+    cross it (between two layers rather than across a residual branch), so that few
+    edges run from one column to the next.
+    """
+    order = {node_id: i for i, node_id in enumerate(model.nodes)}
+    n = len(order)
+    columns = max(1, min(columns, n))
+    crossing = [0] * (n + 2)  # crossing[c]: edges from before position c to c or later
+    for e in model.edges:
+        s, d = order.get(e.src), order.get(e.dst)
+        if s is not None and d is not None and s != d:
+            crossing[min(s, d) + 1] += 1
+            crossing[max(s, d) + 1] -= 1
+    for c in range(1, n + 2):
+        crossing[c] += crossing[c - 1]
+    slack = max(1, n // (4 * columns))
+    cuts = [0]
+    for j in range(1, columns):
+        ideal = round(j * n / columns)
+        lo, hi = max(cuts[-1] + 1, ideal - slack), min(n - 1, ideal + slack)
+        if lo > hi:
+            break
+        cuts.append(min(range(lo, hi + 1), key=lambda c: (crossing[c], abs(c - ideal))))
+    cuts.append(n)
+    ids = list(model.nodes)
+    return {node_id: j for j in range(len(cuts) - 1) for node_id in ids[cuts[j]:cuts[j + 1]]}
+
+
 def to_dot(model: GraphModel, options: VizOptions) -> str:
     """The DOT text of ``model``.
 
@@ -115,7 +149,11 @@ def to_dot(model: GraphModel, options: VizOptions) -> str:
     model : GraphModel
         The graph to write (already collapsed/focused/highlighted).
     options : VizOptions
-        ``color_by``, ``legend``, ``header``, ``rankdir`` and ``title`` are used here.
+        ``color_by``, ``legend``, ``header``, ``rankdir``, ``title``, ``columns`` and
+        ``max_side`` are used here.  With ``columns > 1`` the walk order is cut into that
+        many runs and the edges between runs do not constrain the ranks, so each run
+        starts again at the top: a long chain is laid out side by side instead of in one
+        column.  ``max_side`` (pixels at 96 dpi) scales a larger layout down to fit.
     """
     legend: dict[str, str] = {}
     graph_attrs = {
@@ -125,6 +163,10 @@ def to_dot(model: GraphModel, options: VizOptions) -> str:
         "newrank": "true",
         "compound": "true",
     }
+    if options.max_side:
+        inches = f"{options.max_side / DPI:.2f}"
+        graph_attrs["size"] = f"{inches},{inches}"
+    column = column_of(model, options.columns) if options.columns > 1 else {}
     if options.header:
         header = "\n".join(model.summary_lines() + model.messages)
         title = model.title or ", ".join(model.functions)
@@ -230,6 +272,8 @@ def to_dot(model: GraphModel, options: VizOptions) -> str:
                 attrs["style"] = "dashed"
             else:
                 attrs["penwidth"] = "2"
+        if column and column.get(e.src) != column.get(e.dst):
+            attrs["constraint"] = "false"
         suffix = f" {_attrs(attrs)}" if attrs else ""
         out.append(f"  {_q(e.src)} -> {_q(e.dst)}{suffix};")
 

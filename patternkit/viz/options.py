@@ -41,6 +41,8 @@ class VizOptions:
     rankdir: str = "TB"
     timeout: float = 20.0
     title: str = ""
+    columns: int = 1
+    max_side: int = 0
 
 
 def make_options(**kwargs: Any) -> VizOptions:
@@ -57,7 +59,7 @@ def make_options(**kwargs: Any) -> VizOptions:
     _choice("calls", opts.calls, CALLS)
     _choice("color_by", opts.color_by, COLOR_BY)
     _choice("rankdir", opts.rankdir, ("TB", "LR", "BT", "RL"))
-    for name in ("max_nodes", "hard_limit", "radius", "max_attrs"):
+    for name in ("max_nodes", "hard_limit", "radius", "max_attrs", "columns", "max_side"):
         value = getattr(opts, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise VizError(f"option {name}= expects a non-negative int, found {value!r}")

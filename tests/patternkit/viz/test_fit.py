@@ -1,0 +1,173 @@
+"""Drawings that fit: long chains in columns, no side past the pixel limit, ``patternkit viz``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm import relax
+
+from patternkit.app.cli import main
+from patternkit.viz import viz_expr
+from patternkit.viz.dot import column_of
+from patternkit.viz.fit import MAX_PX, fit, svg_size
+from patternkit.viz.repeats import find_repeat
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="the Graphviz 'dot' binary is not installed")
+
+CHAIN_PY = '''
+import numpy as np
+from tvm import relax
+
+UNARY = (relax.op.nn.relu, relax.op.tanh, relax.op.sigmoid, relax.op.negative, relax.op.exp,
+         relax.op.abs, relax.op.sin, relax.op.cos)
+rng = np.random.default_rng(7)
+x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+bb = relax.BlockBuilder()
+with bb.function("main", [x]):
+    with bb.dataflow():
+        h = x
+        for _ in range({length}):
+            h = bb.emit(UNARY[rng.integers(len(UNARY))](h))
+        out = bb.emit_output(h)
+    bb.emit_func_output(out)
+mod = bb.get()
+'''
+
+
+def _chain(length: int) -> tvm.IRModule:
+    """One long chain of unary ops in a random order: nothing repeats, nothing to fold."""
+    namespace: dict = {}
+    exec(CHAIN_PY.format(length=length), namespace)  # the very module the CLI test loads
+    return namespace["mod"]
+
+
+def _diamonds(count: int) -> tvm.IRModule:
+    """``count`` blocks ``relu(tanh(h) + sigmoid(h))``: one edge enters each block's relu."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for _ in range(count):
+                a = bb.emit(relax.op.tanh(h))
+                b = bb.emit(relax.op.sigmoid(h))
+                h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(a, b))))
+            out = bb.emit_output(h)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_svg_size_reads_points_as_96_dpi_pixels():
+    assert svg_size('<svg width="429pt" height="6891pt"\n viewBox="0 0 429 6891">') == (572, 9188)
+    assert svg_size(b'<svg width="100px" height="50px">') == (100, 50)
+    with pytest.raises(ValueError, match="width and height"):
+        svg_size("<html></html>")
+
+
+def test_columns_are_cut_where_the_fewest_edges_cross():
+    graph = viz_expr(_diamonds(8))
+    column = column_of(graph.model, 4)
+    order = list(graph.model.nodes)
+    assert sorted(set(column.values())) == [0, 1, 2, 3]
+    assert [column[n] for n in order] == sorted(column[n] for n in order)  # runs, in order
+    crossing = [e for e in graph.model.edges if column[e.src] != column[e.dst]]
+    # elsewhere two edges cross (both branches, or the block's input read twice)
+    assert len(crossing) == 3
+    assert all(graph.model.nodes[e.dst].op == "relax.nn.relu" for e in crossing)
+
+
+def test_only_edges_between_columns_leave_the_ranks_free():
+    graph = viz_expr(_chain(40))
+    assert "constraint=" not in graph.source and " size=" not in graph.source
+    dot = viz_expr(_chain(40), columns=3).source
+    edges = [line for line in dot.splitlines() if " -> " in line]
+    assert len([e for e in edges if 'constraint="false"' in e]) == 2
+    assert 'size="20.83,20.83"' in viz_expr(_chain(40), max_side=2000).source
+
+
+@needs_dot
+def test_a_long_chain_is_laid_out_in_columns_that_fit():
+    mod = _chain(120)
+    assert find_repeat(mod["main"]) is None
+    graph = viz_expr(mod)
+    width, height = svg_size(graph.pipe("svg"))
+    assert height > MAX_PX and height > 10 * width  # before: one column past the limit
+    source = graph.source
+    fitted = fit(graph)
+    assert fitted.note.startswith("laid out in ") and "columns" in fitted.note
+    assert max(fitted.width, fitted.height) <= MAX_PX
+    assert fitted.height < height / 2 and fitted.height < 3 * fitted.width
+    assert (fitted.width, fitted.height) == svg_size(fitted.graph.pipe("svg"))
+    assert graph.source == source and graph.options.columns == 1  # the input is unchanged
+
+
+@needs_dot
+def test_what_columns_cannot_fit_is_scaled_down_to_the_limit():
+    fitted = fit(viz_expr(_chain(30)), max_px=400)
+    assert "scaled down" in fitted.note
+    assert max(fitted.width, fitted.height) <= 400 + 1
+
+
+@needs_dot
+def test_a_small_drawing_is_left_as_it_is():
+    graph = viz_expr(_chain(3))
+    fitted = fit(graph)
+    assert fitted.graph is graph and fitted.note == ""
+
+
+def _size(path: Path) -> tuple[int, int]:
+    return svg_size(path.read_bytes())
+
+
+@needs_dot
+def test_viz_command_fits_a_long_chain_and_draws_it_whole_with_full(tmp_path, capsys):
+    model = tmp_path / "chain.py"
+    model.write_text(CHAIN_PY.format(length=120))
+    fitted, whole = tmp_path / "fitted.svg", tmp_path / "whole.svg"
+    assert main(["viz", str(model), "-o", str(fitted)]) == 0
+    assert "laid out in" in capsys.readouterr().out
+    assert main(["viz", str(model), "-o", str(whole), "--full", "--quiet"]) == 0
+    assert max(_size(fitted)) <= MAX_PX < _size(whole)[1]
+    assert fitted.read_text().count("<g id=\"node") == whole.read_text().count("<g id=\"node")
+
+
+@needs_dot
+def test_viz_command_draws_repeated_layers_once_unless_full(tmp_path):
+    model = tmp_path / "blocks.py"
+    model.write_text(
+        "import numpy as np\nfrom tvm import relax\n"
+        "x = relax.Var('x', relax.TensorType((2, 4), 'float32'))\n"
+        "bb = relax.BlockBuilder()\nwith bb.function('main', [x]):\n"
+        "    with bb.dataflow():\n        h = bb.emit(relax.op.nn.relu(x))\n"
+        "        for i in range(12):\n"
+        "            w = relax.const(np.full((4, 4), i, 'float32'))\n"
+        "            y = bb.emit(relax.op.tanh(bb.emit(relax.op.add(\n"
+        "                bb.emit(relax.op.matmul(h, w)), relax.const(np.ones(4, 'float32'))))))\n"
+        "            h = bb.emit(relax.op.add(h, y))\n"
+        "        out = bb.emit_output(relax.op.sum(h))\n    bb.emit_func_output(out)\n"
+        "mod = bb.get()\n")
+    folded, whole = tmp_path / "folded.svg", tmp_path / "whole.svg"
+    assert main(["viz", str(model), "-o", str(folded), "--quiet"]) == 0
+    assert main(["viz", str(model), "-o", str(whole), "--quiet", "--full"]) == 0
+    text = folded.read_text()
+    assert "repeated x12 is drawn once" in text
+    nodes = [len(re.findall(r'<g id="node', p.read_text())) for p in (folded, whole)]
+    assert nodes[0] < nodes[1] / 4
+    assert "repeated" not in whole.read_text()
+    dot = tmp_path / "folded.dot"
+    assert main(["viz", str(model), "-o", str(dot), "--quiet"]) == 0  # no layout, still folded
+    assert "repeated x12 is drawn once" in dot.read_text()
+
+
+def test_viz_help_says_collapse_takes_a_value_and_what_full_does(capsys):
+    with pytest.raises(SystemExit):
+        main(["viz", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--collapse auto|all|none|GLOB[,GLOB...]" in text
+    assert "until at most 150 nodes remain" in text
+    assert "--full" in text and "10,000 px" in text
