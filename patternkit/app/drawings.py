@@ -10,8 +10,10 @@ So each picture is tried in steps, cheapest-to-read first, until one lays out in
 3. the same around the function's result only (``focus=`` the output, a few hops), which
    always lays out.
 
-``full=True`` (``--full-drawing``) draws every node, with a generous timeout.  What was
-drawn, and how, goes into the report.
+Each picture is then fitted into 10,000 px a side (:func:`patternkit.viz.fit.fit`: a long
+chain laid out in columns; one still too big is scaled down, except as it is, where the
+next step is tried first).  ``full=True`` (``--full-drawing``) draws every node, with a
+generous timeout, as ``dot`` lays it out.  What was drawn, and how, goes into the report.
 
 ``patternkit viz`` draws one picture the same way (:func:`fitted_drawing`): repeated layers
 drawn once, then fitted into 10,000 px a side (:func:`patternkit.viz.fit.fit`: long chains
@@ -60,7 +62,7 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
 
     Returns how it was drawn (or why not), for the report.
     """
-    from ..viz import VizError
+    from ..viz import VizError, fit as fitting
     from ..viz.display import DotUnavailable
 
     last = ""
@@ -74,6 +76,14 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
                 last = f"{nodes} nodes is past the layout limit"
                 logger.info("%s: %s has %d nodes; trying smaller", path.name, how, nodes)
                 continue
+            if not full:
+                fitted = fitting.fit(graph)
+                if fitted.scaled and mode == "as is":  # folded, it may fit unscaled
+                    last = f"{fitted.width} x {fitted.height} px is past {fitting.MAX_PX} px"
+                    logger.info("%s: %s is %s; trying smaller", path.name, how, last)
+                    continue
+                graph = fitted.graph
+                note += f"; {fitted.note}" if fitted.note else ""
             graph.render(path, format="svg")
         except (DotUnavailable, VizError) as err:  # a picture never fails the job
             last = str(err)

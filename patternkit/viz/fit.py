@@ -56,6 +56,8 @@ class Fitted:
     width: int
     height: int
     note: str
+    #: Whether it had to be scaled down (its text is smaller than Graphviz' default).
+    scaled: bool = False
 
 
 def _laid_out(graph: VizGraph, **options) -> tuple[VizGraph, int, int]:
@@ -64,7 +66,7 @@ def _laid_out(graph: VizGraph, **options) -> tuple[VizGraph, int, int]:
     return redrawn, width, height
 
 
-def fit(graph: VizGraph, max_px: int = MAX_PX) -> Fitted:
+def fit(graph: VizGraph, max_px: int | None = None) -> Fitted:
     """``graph`` laid out to fit ``max_px`` pixels on each side, and readable in shape.
 
     Lays the drawing out once; if one side is over ``LONG_PX`` and ``ASPECT`` times the
@@ -77,8 +79,8 @@ def fit(graph: VizGraph, max_px: int = MAX_PX) -> Fitted:
     ----------
     graph : VizGraph
         The drawing (as ``viz_expr`` or ``viz_diff`` made it).
-    max_px : int
-        The longest side allowed, in pixels at 96 dpi.
+    max_px : int, optional
+        The longest side allowed, in pixels at 96 dpi (default :data:`MAX_PX`).
 
     Returns
     -------
@@ -91,6 +93,7 @@ def fit(graph: VizGraph, max_px: int = MAX_PX) -> Fitted:
     patternkit.viz.DotUnavailable
         ``dot`` is missing, failed or timed out.
     """
+    limit = MAX_PX if max_px is None else max_px
     best, width, height = _laid_out(graph)
     notes = []
     long_side, short_side = max(width, height), max(1, min(width, height))
@@ -100,8 +103,9 @@ def fit(graph: VizGraph, max_px: int = MAX_PX) -> Fitted:
         if max(w, h) < long_side:
             best, width, height = redrawn, w, h
             notes.append(f"laid out in {columns} columns")
-    if max(width, height) > max_px:
+    scaled = max(width, height) > limit
+    if scaled:
         before = (width, height)
-        best, width, height = _laid_out(best, max_side=max_px)
-        notes.append(f"scaled down from {before[0]} x {before[1]} px to fit {max_px} px")
-    return Fitted(best, width, height, "; ".join(notes))
+        best, width, height = _laid_out(best, max_side=limit)
+        notes.append(f"scaled down from {before[0]} x {before[1]} px to fit {limit} px")
+    return Fitted(best, width, height, "; ".join(notes), scaled)

@@ -10,8 +10,9 @@ import pytest
 import tvm
 from tvm import relax
 
+from patternkit.app import drawings
 from patternkit.app.cli import main
-from patternkit.viz import viz_expr
+from patternkit.viz import fit as fitting, viz_expr
 from patternkit.viz.dot import column_of
 from patternkit.viz.fit import MAX_PX, fit, svg_size
 from patternkit.viz.repeats import find_repeat
@@ -39,11 +40,40 @@ mod = bb.get()
 '''
 
 
+BLOCKS_PY = '''
+import numpy as np
+from tvm import relax
+
+x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+bb = relax.BlockBuilder()
+with bb.function("main", [x]):
+    with bb.dataflow():
+        h = bb.emit(relax.op.nn.relu(x))
+        for i in range({count}):
+            w = relax.const(np.full((4, 4), i, "float32"))
+            y = bb.emit(relax.op.matmul(h, w))
+            y = bb.emit(relax.op.tanh(bb.emit(relax.op.add(y, relax.const(np.ones(4, "float32"))))))
+            h = bb.emit(relax.op.add(h, y))
+        out = bb.emit_output(relax.op.sum(h))
+    bb.emit_func_output(out)
+mod = bb.get()
+'''
+
+
+def _module(text: str) -> tvm.IRModule:
+    namespace: dict = {}
+    exec(text, namespace)  # the very module the command-line tests load from a file
+    return namespace["mod"]
+
+
+def _blocks(count: int) -> tvm.IRModule:
+    """A relu, ``count`` layers ``h + tanh(h @ w + 1)``, a sum: a layer to fold."""
+    return _module(BLOCKS_PY.format(count=count))
+
+
 def _chain(length: int) -> tvm.IRModule:
     """One long chain of unary ops in a random order: nothing repeats, nothing to fold."""
-    namespace: dict = {}
-    exec(CHAIN_PY.format(length=length), namespace)  # the very module the CLI test loads
-    return namespace["mod"]
+    return _module(CHAIN_PY.format(length=length))
 
 
 def _diamonds(count: int) -> tvm.IRModule:
@@ -139,18 +169,7 @@ def test_viz_command_fits_a_long_chain_and_draws_it_whole_with_full(tmp_path, ca
 @needs_dot
 def test_viz_command_draws_repeated_layers_once_unless_full(tmp_path):
     model = tmp_path / "blocks.py"
-    model.write_text(
-        "import numpy as np\nfrom tvm import relax\n"
-        "x = relax.Var('x', relax.TensorType((2, 4), 'float32'))\n"
-        "bb = relax.BlockBuilder()\nwith bb.function('main', [x]):\n"
-        "    with bb.dataflow():\n        h = bb.emit(relax.op.nn.relu(x))\n"
-        "        for i in range(12):\n"
-        "            w = relax.const(np.full((4, 4), i, 'float32'))\n"
-        "            y = bb.emit(relax.op.tanh(bb.emit(relax.op.add(\n"
-        "                bb.emit(relax.op.matmul(h, w)), relax.const(np.ones(4, 'float32'))))))\n"
-        "            h = bb.emit(relax.op.add(h, y))\n"
-        "        out = bb.emit_output(relax.op.sum(h))\n    bb.emit_func_output(out)\n"
-        "mod = bb.get()\n")
+    model.write_text(BLOCKS_PY.format(count=12))
     folded, whole = tmp_path / "folded.svg", tmp_path / "whole.svg"
     assert main(["viz", str(model), "-o", str(folded), "--quiet"]) == 0
     assert main(["viz", str(model), "-o", str(whole), "--quiet", "--full"]) == 0
@@ -171,3 +190,21 @@ def test_viz_help_says_collapse_takes_a_value_and_what_full_does(capsys):
     assert "--collapse auto|all|none|GLOB[,GLOB...]" in text
     assert "until at most 150 nodes remain" in text
     assert "--full" in text and "10,000 px" in text
+
+
+@needs_dot
+def test_the_job_lays_a_long_chain_out_in_columns(tmp_path):
+    mod = _chain(120)
+    drawn = drawings.draw_job(tmp_path, {"before": mod}, mod, mod)
+    assert drawn["before"].startswith("as is; laid out in ")
+    assert max(_size(tmp_path / "before.svg")) <= MAX_PX
+
+
+@needs_dot
+def test_the_job_folds_repeated_layers_before_it_scales_a_picture_down(tmp_path, monkeypatch):
+    monkeypatch.setattr(fitting, "MAX_PX", 1200)
+    mod = _blocks(12)
+    drawn = drawings.draw_job(tmp_path, {"before": mod}, mod, mod)
+    assert drawn["before"].startswith("repeated layers drawn once")
+    assert "repeated x12 is drawn once" in drawn["before"]
+    assert max(_size(tmp_path / "before.svg")) <= 1200 + 1
