@@ -208,3 +208,18 @@ def test_the_job_folds_repeated_layers_before_it_scales_a_picture_down(tmp_path,
     assert drawn["before"].startswith("repeated layers drawn once")
     assert "repeated x12 is drawn once" in drawn["before"]
     assert max(_size(tmp_path / "before.svg")) <= 1200 + 1
+
+
+@needs_dot
+def test_a_vit_drawn_by_patternkit_viz_shows_one_layer_and_fits():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from patternkit.app.loading import load_model
+
+    mod, _ = load_model("zoo:vit?layers=3")
+    graph, how = drawings.fitted_drawing(mod, func="main", options={})
+    assert "bindings repeated x2 is drawn once" in how
+    assert max(svg_size(graph.pipe("svg"))) <= MAX_PX
+    whole, how_whole = drawings.fitted_drawing(mod, func="main", options={}, full=True,
+                                               layout=False)
+    assert how_whole == "" and len(whole.model.nodes) > len(graph.model.nodes) + 40
