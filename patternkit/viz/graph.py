@@ -119,9 +119,17 @@ class VizGraph:
         -------
         patternkit.viz.graphviz_source.TimedSource
             A ``graphviz.Source`` of :attr:`source`.
-        """
-        from .graphviz_source import TimedSource
 
+        Raises
+        ------
+        ImportError
+            When the ``graphviz`` package is not installed, naming it.
+        """
+        try:
+            from .graphviz_source import TimedSource
+        except ImportError as err:
+            raise ImportError("VizGraph.to_graphviz needs the graphviz package: "
+                              "pip install graphviz") from err
         return TimedSource(self.source, timeout=self.options.timeout,
                            summary=repr(self) + "\n" + self.summary, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -106,3 +107,10 @@ def test_graphviz_source_without_dot_says_how_to_install_it(monkeypatch):
         source.pipe(format="svg")
     data, _ = DisplayFormatter().format(source)
     assert "No drawing" in data["text/html"] and "digraph" in data["text/html"]
+
+
+def test_to_graphviz_without_the_package_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "graphviz", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "patternkit.viz.graphviz_source", raising=False)
+    with pytest.raises(ImportError, match="pip install graphviz"):
+        viz_expr(ConvBiasReluSoftmax).to_graphviz()
