@@ -1,0 +1,77 @@
+"""Serve a folder :meth:`patternkit.viz.explorer.Explorer.write` wrote with Model Explorer.
+
+Run as a script (``python serve_folder.py FOLDER HOST PORT``) by
+:class:`~patternkit.viz.explorer.server.ExplorerServer`: a child process whose end ends
+the server, since Model Explorer's server runs until its process stops.  It imports only
+the standard library and ``model_explorer`` (not patternkit, not TVM), so it starts in a
+second.  Model Explorer's check for a newer release on PyPI is switched off: the app is
+served from the installed package and needs no network.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+#: The file listing what a folder holds (see ``Explorer.write``).
+INDEX = "explorer.json"
+
+
+def config_from_folder(folder: str | Path) -> Any:
+    """A ``ModelExplorerConfig`` with the folder's graphs in memory, side by side, and
+    each overlay applied to its model.
+
+    Model Explorer's in-memory graphs are ``graphs://<name>/<index>`` sources (as its
+    ``add_model_from_pytorch`` lists them), which its server answers from the config.
+    """
+    import model_explorer  # type: ignore[import-untyped]
+
+    base = Path(folder)
+    index = json.loads((base / INDEX).read_text())
+    config = model_explorer.config()
+    for model in index["models"]:
+        config.model_sources.append(
+            {"url": f"graphs://{model['name']}/{len(config.graphs_list)}"})
+        config.graphs_list.append((base / model["file"]).read_text())
+    for overlay in index["overlays"]:
+        config.add_node_data(name=overlay["name"], model_name=overlay["model"],
+                             node_data=(base / overlay["file"]).read_text())
+    return config
+
+
+def url_data(config: Any, panes: list[str]) -> str:
+    """The ``data=`` value of Model Explorer's URL: ``config``'s models and node data
+    (as ``ModelExplorerConfig.to_url_param_value``) and, with two ``panes`` (graph
+    ids), the two graphs opened side by side.
+    """
+    data: dict[str, Any] = {"models": config.model_sources}
+    if config.node_data_sources:
+        data["nodeData"] = config.node_data_sources
+        data["nodeDataTargets"] = config.node_data_target_models
+    if len(panes) == 2:
+        data["uiState"] = {"paneStates": [
+            {"deepestExpandedGroupNodeIds": [], "selectedNodeId": "",
+             "selectedGraphId": graph_id, "selectedCollectionLabel": "",
+             "widthFraction": 0.5} for graph_id in panes]}
+    return quote(json.dumps(data))
+
+
+def _offline_version_check(print_msg: bool = True) -> dict[str, str]:
+    return {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
+
+
+def main(argv: list[str]) -> None:
+    """Serve ``FOLDER`` on ``HOST:PORT`` until the process is stopped."""
+    folder, host, port = argv
+    from model_explorer import server  # type: ignore[import-untyped]
+
+    server._check_new_version = _offline_version_check  # no call to PyPI or GitHub
+    server.start(host=host, port=int(port), config=config_from_folder(folder),
+                 no_open_in_browser=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,147 @@
+"""Model Explorer's own server, on localhost, in a child process patternkit can stop.
+
+Model Explorer's ``server.start`` serves the web app bundled in its package and runs
+until its process ends; started in the caller's process it could not be stopped short of
+exiting.  :class:`ExplorerServer` runs it in a child (:mod:`.serve_folder`, on a folder
+:meth:`~.session.Explorer.write` wrote), waits until it answers its health check, and
+stops it by its process id on :meth:`~ExplorerServer.stop`, on leaving a ``with`` block,
+or when the interpreter exits.  Nothing is fetched from the network.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .serve_folder import INDEX, config_from_folder, url_data
+
+#: What Model Explorer's ``/check_health`` answers.
+HEALTHY = "model_explorer_ok"
+#: The child's error output, kept in the served folder.
+LOG = "server.log"
+
+
+class ExplorerError(RuntimeError):
+    """Model Explorer's server did not start."""
+
+
+def free_port(host: str = "localhost") -> int:
+    """A port nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/check_health", timeout=2) as reply:
+            return bool(reply.read().decode() == HEALTHY)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class ExplorerServer:
+    """A running Model Explorer server on one folder of graphs.
+
+    Attributes
+    ----------
+    url : str
+        Opens the graphs (Model Explorer's ``?data=`` parameter lists them).
+    base : str
+        ``http://host:port``.
+    folder : Path
+        The folder served.
+    """
+
+    def __init__(self, process: subprocess.Popen, base: str, url: str, folder: Path):
+        self.process = process
+        self.base = base
+        self.url = url
+        self.folder = folder
+        atexit.register(self.stop)
+
+    @classmethod
+    def start(cls, folder: Path, *, host: str = "localhost", port: int | None = None,
+              timeout: float = 60.0) -> ExplorerServer:
+        """Serve ``folder`` and return once the server answers.
+
+        Raises
+        ------
+        ExplorerError
+            The server exited or did not answer within ``timeout`` seconds (the message
+            has the last line of its error output); it is stopped.
+        """
+        port = free_port(host) if port is None else int(port)
+        script = Path(__file__).with_name("serve_folder.py")
+        log = (folder / LOG).open("w")
+        process = subprocess.Popen(  # noqa: S603 - our own script, with our arguments
+            [sys.executable, str(script), str(folder), host, str(port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        log.close()
+        base = f"http://{host}:{port}"
+        models = [m["name"] for m in json.loads((folder / INDEX).read_text())["models"]]
+        panes = [models[0], models[-1]] if len(models) > 1 else []
+        server = cls(process, base,
+                     f"{base}/?data={url_data(config_from_folder(folder), panes)}", folder)
+        deadline = time.monotonic() + timeout
+        while not _healthy(base):
+            if process.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise ExplorerError(f"Model Explorer's server did not start on {base}: "
+                                    f"{server.last_error() or 'no answer within ' + str(timeout)}"
+                                    f" s")
+            time.sleep(0.2)
+        return server
+
+    @property
+    def running(self) -> bool:
+        """The child process is alive."""
+        return self.process.poll() is None
+
+    def frame_url(self) -> str:
+        """:attr:`url` for a notebook frame (with Model Explorer's "open in new tab")."""
+        return f"{self.url}&show_open_in_new_tab=1"
+
+    def last_error(self) -> str:
+        """The last line the server wrote to its error output."""
+        path = self.folder / LOG
+        lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+        return lines[-1] if lines else ""
+
+    def stop(self) -> None:
+        """End the server (its process, by id) and wait for it; safe to call twice."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        atexit.unregister(self.stop)
+
+    def wait(self) -> None:
+        """Block until the server ends (Ctrl+C stops it)."""
+        try:
+            self.process.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def __enter__(self) -> ExplorerServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<ExplorerServer {self.base} ({state})>"
