@@ -8,7 +8,9 @@ directly.  The steps, each timed:
    an ``IRModule``, an ``.onnx`` file or a ``.pt2`` file (``torch.export.save``); choose
    its entry function (``func=``: default ``main``, else the only public function);
 2. **rewrite** with the library's rewrite rules, or the rules ``patterns=`` names:
-   library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`);
+   library names, rule objects, RuleSets, rule files (:mod:`patternkit.app.rules`); each
+   family's shape the rewrite left is reported with the rule that declined it and why
+   (:mod:`patternkit.app.near_misses`);
 3. **composites**: ``MergeComposite`` with the composite rules, renamed for
    ``compiler``, then ``PartitionGraph(compiler)``; or, with ``tables="cutlass"`` (TVM's
    registered tables, :meth:`patternkit.PatternTable.from_tvm`), with those tables and
@@ -69,6 +71,7 @@ from ..verification import numeric
 from ..verification.roundtrip import check_roundtrip
 from ..verification.sites import SiteReport, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
+from .near_misses import near_misses_of
 from .outfolder import OutputFolder
 from .precision import float64_check, low_precision_dtype
 from .report import (
@@ -201,6 +204,7 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
         rewritten = step("rewrite", rewrite, rules, before, log=log)
         _well_formed(rewritten, "rewrite", rules=log.counts())
         report.rewrites = log.counts()
+    report.near_misses = step("near_misses", near_misses_of, log, chosen, rewritten)
 
     after = rewritten
     merged = None

@@ -20,10 +20,11 @@ from typing import Any, Mapping
 
 from ..verification import numeric
 from ..verification.sites import SiteReport
+from .near_misses import NearMissSection
 from .summary import OpSummary, markdown_table
 
-__all__ = ["JobReport", "NumericResult", "OffloadSection", "RoundTripEntry", "SiteValidation",
-           "report_markdown"]
+__all__ = ["JobReport", "NearMissSection", "NumericResult", "OffloadSection", "RoundTripEntry",
+           "SiteValidation", "report_markdown"]
 
 _NAN = float("nan")
 
@@ -186,6 +187,8 @@ class JobReport:
     import_fixups: list[str] = field(default_factory=list)
     patterns: list[str] = field(default_factory=list)
     rewrites: dict[str, int] = field(default_factory=dict)
+    #: The families' skeletons the rewrite left, and why (``None``: not looked for).
+    near_misses: NearMissSection | None = None
     offload: OffloadSection = field(default_factory=OffloadSection)
     ops: list[OpSummary] = field(default_factory=list)
     numeric: NumericResult = field(default_factory=NumericResult)
@@ -261,6 +264,8 @@ class JobReport:
         return {"model": self.model, "compiler": self.compiler, "func": self.func,
                 "import_fixups": list(self.import_fixups), "patterns": list(self.patterns),
                 "rewrites": dict(self.rewrites),
+                **({"near_misses": self.near_misses.to_dict()}
+                   if self.near_misses is not None else {}),
                 "composites": dict(self.offload.composites),
                 "offloaded_ops": self.offload.offloaded_ops,
                 "host_ops": list(self.offload.host_ops),
@@ -315,6 +320,35 @@ def _sites_markdown(sites: SiteValidation) -> list[str]:
             lines.append(f"* ... and {len(skipped) - _LISTED_SITES} more (report.json)")
     lines += ["", f"({sites.report.builds} build(s); identical sites are validated "
                   f"once, on every duplicate's values)"]
+    return lines
+
+
+#: Near misses listed in report.md (report.json has them all).
+_LISTED_NEAR_MISSES = 40
+
+
+def _cell(text: str) -> str:
+    """``text`` inside a Markdown table cell: pipes escaped, one line."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _near_misses_markdown(section: NearMissSection | None) -> list[str]:
+    """The families' skeletons left in the rewritten model: family, function, binding,
+    the rule that looked at it and why it declined; or that there were none.
+    """
+    if section is None:
+        return []
+    lines = ["", "## Near misses (a family's shape left in the rewritten model, and why)", ""]
+    if section.not_run is not None:
+        return lines + [f"NOT RUN: {section.not_run}"]
+    if not section.misses:
+        return lines + [f"none: no skeleton of {', '.join(section.families)} is left"]
+    lines += ["| family | function | binding | rule | reason |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {m.family} (`{_cell(m.shape)}`) | `{m.function}` | `{m.binding}` | "
+              f"`{m.rule or '-'}` | {_cell(m.reason)} |"
+              for m in section.misses[:_LISTED_NEAR_MISSES]]
+    if len(section.misses) > _LISTED_NEAR_MISSES:
+        lines += ["", f"... and {len(section.misses) - _LISTED_NEAR_MISSES} more (report.json)"]
     return lines
 
 
@@ -396,6 +430,7 @@ def report_markdown(report: JobReport) -> str:
     lines += markdown_table(report.ops)
     lines += ["", "## Rewrites", ""]
     lines += [f"* `{k}`: {v}" for k, v in report.rewrites.items()] or ["* none"]
+    lines += _near_misses_markdown(report.near_misses)
     offload = report.offload
     lines += ["", "## Offload", "",
               f"{offload.offloaded_ops} op call(s) in {sum(offload.composites.values())} "
