@@ -21,6 +21,10 @@ order, every number in any float dtype within that dtype's rounding)
   the ``clamp`` inside ``nn.Hardswish`` / ``nn.Hardsigmoid``) -> ``R.clip(x, 0, 6)``, the
   one spelling TVM's ``relax.op.nn.relu6`` builds (0.27 has no relu6 op), so that the
   composites that read a relu6 see one form.  Exact: clamps do not round.
+* ``clip.collapse_onnx`` (:mod:`.onnx_clip`, a class: it has guards): TVM's
+  ``from_onnx`` of ``Clip``, two ``call_tir`` of TOPI's ``maximum`` and ``minimum`` with
+  NaN-guarded bounds -> ``R.clip(x, lo, hi)``, so an ONNX ``Clip(0, 6)`` (torch's
+  ``nn.ReLU6`` through either exporter) is the canonical relu6 too.
 * ``hardsigmoid.canonicalize``: TVM's ``from_onnx`` of ``HardSigmoid``, ``clip(x / 6 +
   0.5, 0, 1)`` (the ``1/6`` as a constant factor), and ``clip(x + 3, 0, 6) * (1/6)`` ->
   the canonical ``clip(x + 3, 0, 6) / 6`` (torch's ``nn.Hardsigmoid`` after
@@ -95,6 +99,7 @@ from .examples import (
     softplus_written_out,
     swish as swish_example,
 )
+from .onnx_clip import OnnxClipCollapse
 
 #: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
 SQRT_HALF = 0.5 ** 0.5
@@ -345,8 +350,8 @@ GeluExpand = example_rule_class(
         "function.")
 
 #: The collapse rules of this file, in priority order (``LIBRARY``).
-RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, Relu6Collapse, HardsigmoidCanonicalize,
-         HardswishCanonicalize, SoftplusCollapse)
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, OnnxClipCollapse, Relu6Collapse,
+         HardsigmoidCanonicalize, HardswishCanonicalize, SoftplusCollapse)
 
 #: The composites of this file (``LIBRARY``, after every rewrite of the library).
 COMPOSITES = (HardswishComposite, HardsigmoidComposite, MishComposite, QuickGeluComposite)

@@ -201,3 +201,33 @@ def quick_gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",
     """
     x = example_input(dtype, shape)
     return from_expr(x * relax.op.sigmoid(x * constant(scale, dtype)))
+
+
+def onnx_clip_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                          bounds: str = "sanitised", low: float = 0.0, high: float = 6.0,
+                          names: tuple[str, str] = ("maximum", "minimum"),
+                          tested: float | None = None) -> tvm.IRModule:
+    """``Clip(x, low, high)`` on ``x`` (see :func:`example_input`) as TVM's ``from_onnx``
+    writes it: ``call_tir`` of TOPI's ``maximum`` then ``minimum`` (PrimFuncs called
+    ``names``), each bound ``where(isnan(c), -+inf, c)`` (``"sanitised"``) or, after
+    ``FoldConstant``, ``c`` (``"folded"``).  ``tested`` replaces the number the NaN test
+    reads (a graph that is not a clip).
+    """
+    from tvm import topi
+
+    x = example_input(dtype, shape)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            result: relax.Expr = x
+            for value, infinity, te_op, name in ((low, -math.inf, topi.maximum, names[0]),
+                                                 (high, math.inf, topi.minimum, names[1])):
+                bound = constant(value, dtype)
+                if bounds == "sanitised":
+                    checked = constant(value if tested is None else tested, dtype)
+                    bound = bb.emit(relax.op.where(bb.emit(relax.op.isnan(checked)),
+                                                   constant(infinity, dtype), bound))
+                result = bb.emit_te(te_op, result, bound, primfunc_name_hint=name)
+            out = bb.emit_output(result)
+        bb.emit_func_output(out)
+    return bb.get()

@@ -32,6 +32,7 @@ from patternkit.patterns.activation import (
     HardswishCanonicalize,
     HardswishComposite,
     MishComposite,
+    OnnxClipCollapse,
     QuickGeluComposite,
     Relu6Collapse,
     SiluCollapse,
@@ -43,6 +44,7 @@ from patternkit.patterns.activation.examples import (
     hardsigmoid_written_out,
     hardswish_written_out,
     mish_written_out,
+    onnx_clip_written_out,
     quick_gelu_written_out,
     relu6_written_out,
     softplus_written_out,
@@ -303,6 +305,116 @@ def test_relu6_collapse_takes_the_two_clips_torch_writes_for_hardswish():
     canonical = relax.op.nn.relu6(clips[0].args[0])
     tvm.ir.assert_structural_equal(list(clips[0].args[1:]), list(canonical.args[1:]))
     pk.assert_same_numerics(mod, after, **WIDE, rtol=0, atol=0)
+
+
+# -- clip.collapse_onnx: from_onnx's Clip ------------------------------------------------------
+def _with_main(mod: tvm.IRModule, body: relax.Expr) -> tvm.IRModule:
+    """``mod`` with ``main`` replaced by ``main(x) = body`` (its PrimFuncs kept: the rewrite
+    leaves them for dead-code elimination)."""
+    functions = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
+    bb = relax.BlockBuilder()
+    with bb.function("main", relax.analysis.free_vars(body)):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(body))
+        bb.emit_func_output(out)
+    functions.update(bb.get().functions.items())
+    return tvm.IRModule(functions)
+
+
+def _clip_of_a_vector_bound() -> tvm.IRModule:
+    """``call_tir(maximum, (x, c))`` with ``c`` one bound per feature, then the upper bound."""
+    from tvm import topi
+
+    x = _var()
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            low = bb.emit_te(topi.maximum, x, _c(0.0, shape=(16,)))
+            out = bb.emit_output(bb.emit_te(topi.minimum, low, _c(6.0)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+_ONNX_CLIP = onnx_clip_written_out(shape="static")
+
+CLIP_ONNX_CASE = RuleCase(
+    OnnxClipCollapse(), _ONNX_CLIP,
+    _with_main(_ONNX_CLIP, relax.op.clip(_var((2, 8, 16)), 0, 6)),
+    negatives=[
+        Negative("lower_bound_above_the_upper", onnx_clip_written_out(low=7.0),
+                 "the lower bound 7 is above the upper bound 6: Clip gives the upper bound "
+                 "everywhere, R.clip the lower one"),
+        Negative("nan_bound", onnx_clip_written_out(high=math.nan),
+                 "the upper bound is NaN: Clip leaves that side unbounded"),
+        Negative("nan_test_of_another_number", onnx_clip_written_out(tested=1.0),
+                 "the NaN test reads 1.0, not the bound 0.0"),
+        Negative("callee_not_named_by_emit_te", onnx_clip_written_out(
+            names=("fused_maximum", "minimum")),
+                 "the call_tir's callee is 'fused_maximum', not a PrimFunc that emit_te names "
+                 "after TOPI's maximum"),
+        Negative("bound_per_feature", _clip_of_a_vector_bound(),
+                 "the lower bound is a float32 tensor of rank 1, not one float32 number"),
+    ],
+    tolerance=Tolerance(0, 0, "clamps do not round"))
+
+
+def test_onnx_clip_collapse_meets_the_rule_contract():
+    check_rule(CLIP_ONNX_CASE)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"bounds": "folded"}, {"dtype": "float16"}, {"low": -1.5, "high": 1.0},
+    {"shape": "vector", "bounds": "folded", "low": 0.25, "high": 0.5}])
+def test_onnx_clip_collapse_takes_folded_and_fractional_bounds_exactly(knobs):
+    before = onnx_clip_written_out(**knobs)
+    after = pk.rewrite(OnnxClipCollapse(), before)
+    (clip,) = [b.value for b in after["main"].body.blocks[0].bindings
+               if C.op_name(b.value) == "relax.clip"]
+    low, high = knobs.get("low", 0.0), knobs.get("high", 6.0)
+    assert [float(v.value) for v in clip.args[1:]] == [low, high]
+    pk.assert_same_numerics(before, after, **WIDE, rtol=0, atol=0,
+                            shape_vars={"batch": 2, "seq": 3})
+
+
+class _Relu6Net(torch.nn.Module):
+    """``nn.ReLU6`` and a ``clamp(0, 6)``: both export as ONNX ``Clip(x, 0, 6)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu6 = torch.nn.ReLU6()
+
+    def forward(self, x):
+        return self.relu6(x) + torch.clamp(2.0 * x, 0.0, 6.0)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript-14", "torchscript-17", "dynamo-18"])
+def test_onnx_clip_of_relu6_reaches_the_canonical_relu6(exporter):
+    import io
+
+    onnx = pytest.importorskip("onnx")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    kind, opset = exporter.split("-")
+    module, x = _Relu6Net().eval(), torch.randn(2, 16) * 5
+    if kind == "dynamo":
+        pytest.importorskip("onnxscript")
+        model = torch.onnx.export(module, (x,), dynamo=True, verbose=False,
+                                  opset_version=int(opset)).model_proto
+    else:
+        buffer = io.BytesIO()
+        torch.onnx.export(module, (x,), buffer, dynamo=False, opset_version=int(opset))
+        model = onnx.load_from_string(buffer.getvalue())
+    mod = from_onnx(model)
+    assert _ops(mod).count("relax.call_tir") == 4
+    after = pk.rewrite(LIBRARY, mod)
+    clips = [b.value for b in after["main"].body.blocks[0].bindings
+             if C.op_name(b.value) == "relax.clip"]
+    assert len(clips) == 2 and "relax.call_tir" not in _ops(after)
+    for clip in clips:  # what relax.op.nn.relu6 builds, as relu6.collapse writes it
+        tvm.ir.assert_structural_equal(list(clip.args[1:]),
+                                       list(relax.op.nn.relu6(clip.args[0]).args[1:]))
+    (got,) = pk.verification.numeric.run(after, [x.numpy()])
+    np.testing.assert_array_equal(got, module(x).detach().numpy())
 
 
 # -- hard-sigmoid and hard-swish ----------------------------------------------------------------
@@ -770,11 +882,11 @@ def _space(cls, refused: dict[str, tuple]) -> list:
 
 
 #: Knob values on which a rule must not fire: not GELU (cubic off), not swish (fast-gelu),
-#: beyond the erf approximation (float64).
+#: beyond the erf approximation (float64), a Clip with its bounds reversed.
 REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": ("scaled",)},
            Relu6Collapse: {"upper": (5.0,)}, HardsigmoidCanonicalize: {"offset": (2.0,)},
            HardswishCanonicalize: {"offset": (2.0,)}, SoftplusCollapse: {"threshold": (10.0,)},
-           GeluExpand: {"dtype": ("float64",)}}
+           GeluExpand: {"dtype": ("float64",)}, OnnxClipCollapse: {"low": (7.0,)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
 TOLERANCES = {"float32": {"rtol": F32.rtol, "atol": F32.atol}, "float16": F16,
@@ -891,7 +1003,9 @@ def test_rational_erf_is_erf_to_float32_rounding():
 
 
 # -- rules by example ---------------------------------------------------------------------------
-@pytest.mark.parametrize("cls", [*RULES, *ACTIVATION_EXPANSIONS], ids=lambda cls: cls.name)
+@pytest.mark.parametrize("cls", [c for c in (*RULES, *ACTIVATION_EXPANSIONS)
+                                 if c is not OnnxClipCollapse],  # a class: it has guards
+                         ids=lambda cls: cls.name)
 def test_each_rule_is_by_example_and_its_written_and_fused_sides_agree_on_llvm(cls):
     """The library builds these rules without the construction-time check (importing the
     library builds nothing); this is that check: every spelling against ``fused``, in each
