@@ -76,6 +76,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
               + f"{' (REFUSED: inputs out of bounds)' if numeric_.refused else ''}; "
               f"evidence: {report.evidence}; "
               f"round trips {_roundtrip_summary(report.roundtrip)}; "
+              + (f"{len(report.near_misses.misses)} near miss(es) (a family's shape its rules "
+                 f"declined, listed with the reason); " if report.near_misses
+                 and report.near_misses.misses else "")
               + (f"gradients {_training_summary(report.training)}; " if args.train else "")
               + f"report in {args.out}/report.md")
         for site in report.sites.report.sites if report.sites.report is not None else ():

@@ -9,6 +9,7 @@ NOT RUN with the reason; it never fails the job.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import tvm
@@ -18,6 +19,8 @@ from ..engine.near_misses import NearMiss, find_near_misses
 from ..engine.ruleset import RuleSet
 
 __all__ = ["NearMissSection", "near_misses_of"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,4 +56,6 @@ def near_misses_of(log: RewriteLog, rules: RuleSet, rewritten: tvm.IRModule) -> 
     except Exception as err:  # noqa: BLE001 - a report that cannot be made says why
         first_line = (str(err).splitlines() or [""])[0]
         return NearMissSection(not_run=f"{type(err).__name__}: {first_line}")
+    for miss in misses:
+        logger.info("near miss: %s", miss)
     return NearMissSection(misses, families=[d.family for d in chosen])

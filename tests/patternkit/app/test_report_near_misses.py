@@ -44,16 +44,17 @@ SCALAR_EPS_MODEL = TENSOR_EPS_MODEL.replace('self.register_buffer("eps", torch.f
                                             '1e-5))', 'self.eps = 1e-5')
 
 
-def run(tmp_path, source: str):
+def run(tmp_path, source: str, *options: str):
     model = tmp_path / "model.py"
     model.write_text(source)
     out = tmp_path / "out"
-    assert main(["run", str(model), "--out", str(out), "--quiet", "--no-draw"]) == 0
+    assert main(["run", str(model), "--out", str(out), "--no-draw", *options]) == 0
     return (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
 
 
-def test_run_names_the_rule_and_reason_of_a_near_miss_in_report_md_and_json(tmp_path):
+def test_run_names_the_rule_and_reason_of_a_near_miss_in_report_md_and_json(tmp_path, capsys):
     markdown, saved = run(tmp_path, TENSOR_EPS_MODEL)
+    assert "; 1 near miss(es) (a family's shape its rules declined" in capsys.readouterr().out
     section = markdown.split("## Near misses", 1)[1].split("\n## ", 1)[0]
     assert "| family | function | binding | rule | reason |" in section
     (row,) = [line for line in section.splitlines() if line.startswith("| norm")]
@@ -67,7 +68,7 @@ def test_run_names_the_rule_and_reason_of_a_near_miss_in_report_md_and_json(tmp_
 
 
 def test_run_on_a_model_without_near_misses_says_there_are_none(tmp_path):
-    markdown, saved = run(tmp_path, SCALAR_EPS_MODEL)
+    markdown, saved = run(tmp_path, SCALAR_EPS_MODEL, "--quiet")
     assert saved["rewrites"] == {"layernorm.collapse": 1}
     assert saved["near_misses"]["misses"] == []
     assert "norm" in saved["near_misses"]["families"]
