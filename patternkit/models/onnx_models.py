@@ -3,10 +3,15 @@
 ``onnx:gpt2`` and ``onnx:bert`` are the torch sources of :mod:`.torch_models` exported
 with ``torch.onnx.export(..., dynamo=False)``, the TorchScript exporter: it works offline
 and writes opset 14 (LayerNorm spelled out: ``ReduceMean``, ``Sub``, ``Pow``, ``Sqrt``,
-``Div``) and 17 (``LayerNormalization``) as asked.  The dynamo exporter (needs
-onnxscript) was tried and not used: it only writes opset >= 18, and its down-conversion
-keeps ``LayerNormalization`` at opset 14 (invalid) and fails ``check_model`` at 17
-(``Unrecognized attribute: num_outputs for operator Split``).
+``Div``) and 17 (``LayerNormalization``) as asked.  ``exporter=dynamo`` exports with
+``torch.onnx.export(..., dynamo=True)`` instead (through onnxscript, the exporter torch
+recommends since 2.9): it writes opset 18 and converts down to the opset asked for with
+onnx's version converter.  Where the conversion fails (``LayerNormalization`` has no
+version before 17, so a model with a layer norm cannot go to opset 14) the exporter keeps
+opset 18; :func:`export_to_onnx` then raises a one-line :class:`ZooImportError` naming
+the opset it got rather than hand out another opset than asked.  What the converter
+leaves of opset 18's ``Split(num_outputs=n)`` at 17 (an attribute 17 does not have) is
+repaired into the sizes input 17 takes (:func:`split_sizes_as_inputs`).
 
 The export goes through :func:`.onnx_fixups.prepare_for_tvm` before ``from_onnx``: the
 rewrites that work around TVM 0.27 importer bugs without changing what the graph
@@ -23,6 +28,7 @@ The reference is onnx's own ``ReferenceEvaluator`` on the same graph.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from typing import Any
@@ -79,29 +85,163 @@ def _exported(spec, source_fn) -> ZooModel:
     dynamic_axes = {s.name: {axis: d for axis, d in enumerate(s.shape) if d in roles}
                     for s in source.input_specs}
     seconds: dict[str, float] = {}
-    buffer = io.BytesIO()
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # TracerWarnings of the mask code
-            timed(seconds, "export", torch.onnx.export, source.module, example, buffer,
-                  input_names=names, output_names=["last_hidden_state"],
-                  opset_version=options["opset"], dynamo=False,
-                  dynamic_axes={k: v for k, v in dynamic_axes.items() if v} or None)
-    except Exception as err:
-        raise ZooImportError(f"{spec.text}: torch.onnx.export failed: {type(err).__name__}: "
-                             f"{str(err).strip().splitlines()[0]}") from err
-    exported = onnx.load_from_string(buffer.getvalue())
-    model = onnx.load_from_string(buffer.getvalue())
+    exporter = options.get("exporter", "torchscript")
+    data = timed(seconds, "export", export_to_onnx, source.module, example, names,
+                 opset=options["opset"], exporter=exporter, dynamic_axes=dynamic_axes,
+                 output_names=["last_hidden_state"], text=spec.text)
+    exported = onnx.load_from_string(data)
+    model = onnx.load_from_string(data)
     fixups = prepare_for_tvm(model)
     onnx.checker.check_model(model)
     families = count_module_families(source.module)
     families["softmax"] = count_softmax_in_onnx(model)
-    metadata = {**source.metadata, "exporter": "torch.onnx.export(dynamo=False)",
+    metadata = {**source.metadata, "exporter": EXPORTERS[exporter],
                 "opset": options["opset"], "onnx_fixups": fixups,
                 "onnx_ops": _op_counts(model)}
     bounds = {r: source.dim_bounds.get(r, (1, None)) for r in sizes}
     return _finish(spec, model, source.input_specs, families, seconds, metadata, sizes, bounds,
                    model, reference_model=exported)
+
+
+#: The exporters of ``torch.onnx.export``, by the zoo option's value.
+EXPORTERS = {"torchscript": "torch.onnx.export(dynamo=False)",
+             "dynamo": "torch.onnx.export(dynamo=True)"}
+
+
+def export_to_onnx(module, example: tuple, names: list[str], *, opset: int | None,
+                   exporter: str = "torchscript",
+                   dynamic_axes: dict[str, dict[int, str]] | None = None,
+                   output_names: list[str] | None = None, text: str = "") -> bytes:
+    """``module`` exported to ONNX on ``example`` (serialised ``ModelProto`` bytes).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        In eval mode; called on ``example``.
+    names : list of str
+        The ONNX graph's input names, one per example tensor.
+    opset : int or None
+        The opset asked for; ``None``: the exporter's default (18 for ``dynamo``).
+    exporter : {"torchscript", "dynamo"}
+        ``torch.onnx.export(dynamo=False)`` or ``dynamo=True`` (through onnxscript).
+    dynamic_axes : dict, optional
+        Input name -> {axis: dimension name} for the symbolic dimensions.
+    text : str
+        Names the model in errors.
+
+    Raises
+    ------
+    ZooImportError
+        The export failed, or the dynamo exporter could not convert its opset 18 to the
+        one asked for: one line.
+    """
+    import torch
+
+    if exporter not in EXPORTERS:
+        raise ZooImportError(f"{text}: unknown exporter {exporter!r} "
+                             f"(one of {', '.join(EXPORTERS)})")
+    axes = {k: v for k, v in (dynamic_axes or {}).items() if v}
+    kwargs: dict[str, Any] = dict(input_names=names, output_names=output_names)
+    if opset is not None:
+        kwargs["opset_version"] = opset
+    if exporter == "dynamo":
+        dims: dict[str, Any] = {}
+        kwargs["dynamic_shapes"] = tuple(
+            {axis: dims.setdefault(role, torch.export.Dim(role))
+             for axis, role in axes.get(name, {}).items()} or None
+            for name in names) if axes else None
+    else:
+        kwargs["dynamic_axes"] = axes or None
+    buffer = io.BytesIO()
+    try:
+        with warnings.catch_warnings(), torch.no_grad(), _quiet_exporter(), \
+                contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")  # TracerWarnings of the mask code
+            if exporter == "dynamo":
+                program = torch.onnx.export(module, example, dynamo=True, verbose=False,
+                                            **kwargs)
+                buffer.write(program.model_proto.SerializeToString())
+            else:
+                torch.onnx.export(module, example, buffer, dynamo=False, **kwargs)
+    except Exception as err:
+        raise ZooImportError(f"{text}: {EXPORTERS[exporter]} failed: "
+                             f"{type(err).__name__}: {_first_line(err)}") from err
+    data = buffer.getvalue()
+    if opset is not None and exporter == "dynamo":
+        model = onnx.load_from_string(data)
+        written = _default_opset(model)
+        if written != opset:
+            raise ZooImportError(f"{text}: torch.onnx.export(dynamo=True) wrote opset "
+                                 f"{written}, not {opset}: onnx's version converter cannot "
+                                 f"take this graph down to {opset}")
+        if split_sizes_as_inputs(model, text):
+            data = model.SerializeToString()
+    return data
+
+
+def split_sizes_as_inputs(model: onnx.ModelProto, text: str = "") -> int:
+    """Repair what onnx's version converter leaves of opset 18's ``Split(num_outputs=n)``
+    below opset 18 (where the attribute does not exist and ``check_model`` refuses it):
+    the equal parts become a ``split`` sizes input.  Returns the nodes repaired.
+
+    Raises
+    ------
+    ZooImportError
+        A split axis whose length is not known or not divisible by ``num_outputs``.
+    """
+    if _default_opset(model) >= 18:
+        return 0
+    splits = [n for n in model.graph.node if n.op_type == "Split"
+              and any(a.name == "num_outputs" for a in n.attribute)]
+    if not splits:
+        return 0
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: v.type.tensor_type.shape for v in (
+        *inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    for node in splits:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        parts, axis = attrs["num_outputs"], attrs.get("axis", 0)
+        shape = shapes.get(node.input[0])
+        dims = list(shape.dim) if shape is not None else []
+        length = dims[axis].dim_value if -len(dims) <= axis < len(dims) else 0
+        if not length or length % parts:
+            raise ZooImportError(f"{text}: Split {node.name!r} into {parts} parts along an axis "
+                                 f"of unknown or indivisible length: it cannot be written "
+                                 f"below opset 18")
+        sizes = f"{node.name}_sizes"
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.full(parts, length // parts, dtype=np.int64), sizes))
+        kept = [a for a in node.attribute if a.name != "num_outputs"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        del node.input[1:]
+        node.input.append(sizes)
+    return len(splits)
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """The dynamo exporter's logging (version conversion, skipped torchvision ops) silenced."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:

@@ -157,6 +157,8 @@ _T5_FEED_FORWARD = Option("gated-gelu", "T5's feed-forward (gated-gelu: T5 v1.1 
                           ("gated-gelu", "relu"))
 _TORCH = ("torch", "transformers")
 _ONNX = ("torch", "transformers", "onnx")
+_EXPORTER = Option("torchscript", "torch.onnx.export exporter (dynamo: through onnxscript, "
+                   "opset 18 converted down)", ("torchscript", "dynamo"))
 
 
 def _entries() -> dict[str, ZooEntry]:
@@ -204,15 +206,15 @@ def _entries() -> dict[str, ZooEntry]:
                   "width": Option(8, "stem width (64 in the paper)"),
                   "image": Option(32, "image size")}, "torch_models.resnet50", _TORCH),
         ZooEntry("onnx:gpt2", "GPT-2 through torch.onnx.export (opset 14 writes LayerNorm out)",
-                 {**text, "opset": Option(17, "ONNX opset", (14, 17))},
+                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17))},
                  "onnx_models.gpt2", _ONNX),
         ZooEntry("onnx:bert", "BERT through torch.onnx.export (opset 14 writes LayerNorm out)",
-                 {**text, "opset": Option(17, "ONNX opset", (14, 17)),
+                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
                   "type_vocab": Option(2, "token type vocabulary size")},
                  "onnx_models.bert", _ONNX),
         ZooEntry("onnx:t5", "T5 encoder through torch.onnx.export (every opset before 23 "
                  "writes RMS norms out)",
-                 {**text, "opset": Option(17, "ONNX opset", (14, 17)),
+                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
                   "feed_forward": _T5_FEED_FORWARD},
                  "onnx_models.t5", _ONNX),
         ZooEntry("onnx:conv_bn", "hand-made ONNX Conv + BatchNormalization + Relu; TVM's "

@@ -1,0 +1,496 @@
+"""Write ``docs/spellings.md``: which spellings of each family the library collapses.
+
+Rows are the spellings of :mod:`patternkit.models.spelling_sources` (one torch block per
+family and spelling: ``nn.LayerNorm`` and a layer norm written out, hard-swish as a
+module, a function and by hand, attention eager / SDPA / einsum / ``baddbmm``...), each
+model :data:`~patternkit.models.spelling_sources.COPIES` blocks long.  Columns are the
+front doors users import through (``torch.export`` + ``from_exported_program``; the
+TorchScript ONNX exporter at opsets 14 and 17 and the dynamo ONNX exporter at its
+default opset, each + ``from_onnx``), times the dtype (float32, float16, bfloat16) and
+the shape (static, or a symbolic batch and sequence).
+
+A cell is ``collapsed / instances`` (instances counted from the torch modules), with the
+reason the family's rules gave for the rest (from the rewrite log's and the composite
+log's skipped matches), or the front door's error (one line).  A float32 static cell's
+rewritten module is built for llvm and checked against the imported one on the same
+inputs (not the other cells: two builds a cell would double the run; the library's rules
+are checked in every dtype by their own tests).
+
+Run: ``python benchmarks/spellings.py [--rows 'layernorm/*'] [--columns '*/float32/static']
+[--jobs 2] [--out docs/spellings.md]``.  Imported modules (and front-door errors) are
+cached under the text of the sources and of the import code and torch's and TVM's
+versions (``--cache``, default ``~/.cache/patternkit/spellings``; ``--cache ''`` for
+none): a cold run spends most of its time in the exporters (the dynamo exporter takes
+3-5 s a model), a warm one only rewrites, forms composites and builds.  The file is
+generated: edit this script, not the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import time
+import warnings
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.byoc.merge.composites import CompositeLog, merge_composite
+from patternkit.ir import op_name
+from patternkit.ir.compat import to_tensor
+from patternkit.models import spelling_sources
+from patternkit.models.spelling_sources import SPELLINGS, Spelling, count_instances, spelling_model
+from patternkit.models.zoomodel import ZooImportError
+from patternkit.patterns import LIBRARY
+from patternkit.verification.numeric import build, flatten
+
+_LOG = logging.getLogger("spellings")
+
+#: Front doors: how a torch model becomes Relax.
+FRONT_DOORS = ("torch.export", "onnx14", "onnx17", "onnx-dynamo")
+DTYPES = ("float32", "float16", "bfloat16")
+SHAPES = ("static", "dynamic")
+#: Example sizes of the symbolic roles (>= 2: torch.export specialises 0 and 1).
+SIZES = {"batch": 2, "seq": 8}
+#: Bound on the rewritten module's distance to the imported one (float32 cells).
+FLOAT32_TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
+#: Front door -> what it is, for the document.
+DOOR_TEXT = {"torch.export": "`torch.export.export` + `from_exported_program`",
+             "onnx14": "`torch.onnx.export(dynamo=False, opset_version=14)` + `from_onnx`",
+             "onnx17": "`torch.onnx.export(dynamo=False, opset_version=17)` + `from_onnx`",
+             "onnx-dynamo": "`torch.onnx.export(dynamo=True)` (opset 18, its default) + "
+                            "`from_onnx`"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One front door, dtype and shape; ``str`` is its filter name."""
+
+    door: str
+    dtype: str
+    shape: str
+
+    def __str__(self) -> str:
+        return f"{self.door}/{self.dtype}/{self.shape}"
+
+
+COLUMNS = tuple(Column(d, t, s) for t in DTYPES for s in SHAPES for d in FRONT_DOORS)
+
+
+@dataclass
+class Cell:
+    """What one spelling became through one column.
+
+    ``collapsed`` of ``instances``; ``by_import``: the import already had them fused (or
+    the batch norms gone) before any rule ran; ``reasons``: rule -> skip reasons of the
+    family's rules; ``error``: the front door's one-line error (``collapsed`` is then
+    ``None``); ``numeric``: ``"ok"``, ``"NOT RUN"`` or the mismatch.
+    """
+
+    row: str
+    column: str
+    instances: int
+    collapsed: int | None = None
+    by_import: bool = False
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    error: str | None = None
+    numeric: str = "NOT RUN"
+    seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        """Every instance collapsed."""
+        return self.collapsed is not None and self.collapsed >= self.instances
+
+    def why(self) -> str:
+        """The named reason a cell is not complete ("" when it is)."""
+        if self.error is not None:
+            return self.error
+        if self.complete:
+            return ""
+        return "; ".join(f"{rule}: {reason}" for rule, reasons in self.reasons.items()
+                         for reason in dict.fromkeys(reasons))
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0][:240] if lines else ''}"
+
+
+# -- importing ---------------------------------------------------------------------------------
+def _example(spelling: Spelling, dtype):
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    shape = [SIZES[d] if isinstance(d, str) else d for d in spelling.shape]
+    return torch.randn(shape, generator=generator).to(dtype)
+
+
+def _dynamic_axes(spelling: Spelling, column: Column) -> dict[int, str]:
+    if column.shape == "static":
+        return {}
+    return {axis: d for axis, d in enumerate(spelling.shape) if isinstance(d, str)}
+
+
+#: The code an import depends on besides the sources: a change to any of them (or to
+#: torch's or TVM's version) is a new cache key.
+_IMPORT_CODE = ("importing", "torch_fixups", "low_precision", "onnx_fixups", "onnx_models")
+
+
+#: Bumped when what the cache holds changes.
+_CACHE_FORMAT = "2"
+
+
+@functools.lru_cache(maxsize=1)
+def _code_text() -> str:
+    import importlib
+
+    import torch
+
+    texts = [_CACHE_FORMAT, inspect.getsource(spelling_sources), torch.__version__,
+             tvm.__version__]
+    texts += [inspect.getsource(importlib.import_module(f"patternkit.models.{name}"))
+              for name in _IMPORT_CODE]
+    return "\0".join(texts)
+
+
+def _cache_key(spelling: Spelling, column: Column) -> str:
+    text = "\0".join((_code_text(), str(column), spelling.key))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cached_import(spelling: Spelling, column: Column, model, example,
+                  cache: Path | None = None) -> tvm.IRModule:
+    """:func:`import_spelling`, its module (or its error) kept in ``cache`` across runs.
+
+    TVM 0.27 cannot serialise Relax IR with tensor constants (``save_json`` crashes), so
+    the weights are imported as parameters and kept beside the module's text, which is
+    re-parsed and bound (:func:`bind_weights`); a module whose text still holds tensor
+    constants is not cached.
+    """
+    key = _cache_key(spelling, column) if cache is not None else ""
+    text_file, error_file = (cache / f"{key}.py", cache / f"{key}.error") if cache else (None,
+                                                                                          None)
+    if text_file is not None and text_file.exists():
+        with np.load(cache / f"{key}.npz") as saved:
+            weights = [saved[f"w{i}"] for i in range(len(saved.files))]
+        return bind_weights(tvm.script.from_source(text_file.read_text()), weights)
+    if error_file is not None and error_file.exists():
+        raise ZooImportError(error_file.read_text())
+    try:
+        mod, named = import_spelling(spelling, column, model, example)
+    except ZooImportError as err:
+        if error_file is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            error_file.write_text(str(err))
+        raise
+    weights = list(named.values())  # the entry's last parameters, in order
+    text = mod.script()
+    if text_file is not None and "metadata[" not in text:
+        cache.mkdir(parents=True, exist_ok=True)
+        np.savez(cache / f"{key}.npz", **{f"w{i}": w for i, w in enumerate(weights)})
+        text_file.write_text(text)
+    return bind_weights(mod, weights)
+
+
+def bind_weights(mod: tvm.IRModule, weights: list[np.ndarray]) -> tvm.IRModule:
+    """``mod`` with its last parameters (the weights, in order) bound to constants, as an
+    import without ``keep_params`` has them (the printer renames ``blocks.0.weight``, so
+    they are bound by position).
+    """
+    if not weights:
+        return mod
+    params = mod["main"].params[len(mod["main"].params) - len(weights):]
+    return relax.transform.BindParams("main", dict(zip(params, weights)))(mod)
+
+
+def _onnx_bytes(spelling: Spelling, column: Column, model, example) -> bytes:
+    from patternkit.models.onnx_models import export_to_onnx
+
+    exporter = "dynamo" if column.door == "onnx-dynamo" else "torchscript"
+    opset = None if exporter == "dynamo" else int(column.door[4:])
+    return export_to_onnx(model, (example,), ["x"], opset=opset, exporter=exporter,
+                          dynamic_axes={"x": _dynamic_axes(spelling, column)},
+                          output_names=["y"], text=f"{spelling.key} via {column.door}")
+
+
+def import_spelling(spelling: Spelling, column: Column, model, example
+                    ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """``model`` through ``column``'s front door: a Relax module (entry ``main``) whose
+    weights are parameters, and the weights by parameter name.
+
+    Raises
+    ------
+    ZooImportError
+        The exporter or the importer failed: one line.
+    """
+    import torch
+
+    from patternkit.models.importing import from_onnx_model, from_torch
+    from patternkit.models.onnx_fixups import prepare_for_tvm
+
+    text = f"{spelling.key} via {column.door}"
+    if column.door == "torch.export":
+        axes = _dynamic_axes(spelling, column)
+        dims = {role: torch.export.Dim(role, min=2) for role in axes.values()}
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                program = torch.export.export(
+                    model, (example,),
+                    dynamic_shapes=({a: dims[r] for a, r in axes.items()},) if axes else None)
+        except Exception as err:
+            raise ZooImportError(f"{text}: torch.export failed: {_first_line(err)}") from err
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod, weights, _ = from_torch(program, True, "main", text, {})
+        return mod, weights
+    import onnx
+
+    proto = onnx.load_from_string(_onnx_bytes(spelling, column, model, example))
+    try:
+        prepare_for_tvm(proto)
+    except Exception as err:
+        raise ZooImportError(f"{text}: the ONNX fix-ups failed: {_first_line(err)}") from err
+    return from_onnx_model(proto, True, "main", text, {})
+
+
+# -- measuring ---------------------------------------------------------------------------------
+def op_counts(mod: tvm.IRModule) -> Counter:
+    """Calls of each operator over the module's Relax functions."""
+    counts: Counter = Counter()
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(
+                func.body, lambda e: counts.update([op_name(e)]) if op_name(e) else None)
+    return counts
+
+
+def _family_reasons(spelling: Spelling, log, composite_log) -> dict[str, list[str]]:
+    reasons: dict[str, list[str]] = {}
+    # a match another match already claimed is bookkeeping, not a reason
+    skipped = [(s.rule, s.reason) for s in log.skipped if s.kind != "overlap"]
+    skipped += [(s.entry, s.reason) for s in composite_log.skipped if s.kind != "overlap"]
+    for rule, reason in skipped:
+        if rule.startswith(spelling.rules):
+            reasons.setdefault(rule, []).append(reason)
+    return reasons
+
+
+def _missing_rule_reason(spelling: Spelling) -> str | None:
+    """"the library has no ... rule" when no rule of the library carries the row's prefixes."""
+    names = [rule.rule_name for rule in LIBRARY]
+    if any(name.startswith(spelling.rules) for name in names):
+        return None
+    return f"the library has no {spelling.family} rule or composite"
+
+
+def measure(spelling: Spelling, column: Column, cache: Path | None = None,
+            numeric: bool = True) -> Cell:
+    """One cell: ``spelling`` through ``column``, the library applied, the result counted."""
+    import torch
+
+    start = time.perf_counter()
+    dtype = getattr(torch, column.dtype)
+    model = spelling_model(spelling, dtype)
+    cell = Cell(spelling.key, str(column), count_instances(model, spelling))
+    example = _example(spelling, dtype)
+    try:
+        mod = cached_import(spelling, column, model, example, cache)
+    except ZooImportError as err:
+        cell.error = str(err).split(": ", 1)[-1].splitlines()[0]
+        cell.seconds = time.perf_counter() - start
+        return cell
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY.rewrite_rules(), mod, log=log)
+    composite_log = CompositeLog()
+    merge_composite(after, LIBRARY.composites(), log=composite_log)
+    target = spelling.target
+    if target.kind == "composite":
+        formed = composite_log.counts()
+        cell.collapsed = sum(formed.get(name, 0) for name in target.names)
+    else:
+        imported, rewritten = op_counts(mod), op_counts(after)
+        found = sum(rewritten[name] for name in target.names)
+        before = sum(imported[name] for name in target.names)
+        if target.kind == "op":
+            cell.collapsed, cell.by_import = found, before >= cell.instances
+        else:  # "gone": what is left of them
+            cell.collapsed = max(cell.instances - found, 0)
+            cell.by_import = before == 0
+    cell.reasons = _family_reasons(spelling, log, composite_log)
+    missing = _missing_rule_reason(spelling)
+    if not cell.complete and not cell.reasons and missing:
+        cell.reasons = {"library": [missing]}
+    if numeric and column.dtype == "float32" and column.shape == "static" and log.records:
+        cell.numeric = _numeric_check(mod, after, example)
+    elif numeric and not log.records:
+        cell.numeric = "nothing rewritten"
+    cell.seconds = time.perf_counter() - start
+    return cell
+
+
+def _numeric_check(imported: tvm.IRModule, rewritten: tvm.IRModule, example) -> str:
+    """The rewritten module against the imported one on llvm, on the example input."""
+    args = [to_tensor(np.asarray(example.numpy()))]
+    try:
+        expected = flatten(build(imported)["main"](*args))
+        got = flatten(build(rewritten)["main"](*args))
+    except Exception as err:  # a build failure is the cell's finding, not the run's end
+        return f"NOT RUN ({_first_line(err)})"
+    for e, g in zip(expected, got):
+        if not np.allclose(g, e, **FLOAT32_TOLERANCE):
+            return f"max abs {float(np.abs(np.asarray(g) - np.asarray(e)).max()):.2g}"
+    return "ok"
+
+
+def _measure_row(args: tuple[str, list[str], str | None, bool]) -> list[Cell]:
+    key, columns, cache, numeric = args
+    logging.getLogger("patternkit").setLevel(logging.ERROR)
+    spelling = next(s for s in SPELLINGS if s.key == key)
+    by_name = {str(c): c for c in COLUMNS}
+    return [measure(spelling, by_name[c], Path(cache) if cache else None, numeric)
+            for c in columns]
+
+
+def run(rows: list[Spelling], columns: list[Column], cache: Path | None = None,
+        jobs: int = 1, numeric: bool = True) -> list[Cell]:
+    """Every cell of ``rows`` x ``columns``, row by row (``jobs`` worker processes)."""
+    work = [(s.key, [str(c) for c in columns], str(cache) if cache else None, numeric)
+            for s in rows]
+    if jobs <= 1:
+        return [cell for item in work for cell in _measure_row(item)]
+    import multiprocessing
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return [cell for cells in pool.map(_measure_row, work) for cell in cells]
+
+
+def select(patterns: list[str] | None, names: list[str]) -> list[int]:
+    """Indices of ``names`` matching any of the glob ``patterns`` (all without patterns)."""
+    if not patterns:
+        return list(range(len(names)))
+    return [i for i, n in enumerate(names) if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+# -- the document ------------------------------------------------------------------------------
+def _cell_text(cell: Cell, notes: dict[str, int]) -> str:
+    if cell.error is not None:
+        text = "error"
+    else:
+        text = f"{cell.collapsed}/{cell.instances}"
+        if cell.complete and cell.by_import:
+            text += " (import)"
+    why = cell.why()
+    if why:
+        number = notes.setdefault(why, len(notes) + 1)
+        text += f" [{number}]"
+    if cell.numeric not in ("ok", "NOT RUN", "nothing rewritten"):
+        text += f" **{cell.numeric}**"
+    return text
+
+
+def totals(cells: list[Cell]) -> dict[str, int]:
+    """Cells complete / with a named reason / failing at the front door / without a reason."""
+    out = Counter()
+    for c in cells:
+        out["cells"] += 1
+        if c.error is not None:
+            out["front door error"] += 1
+        elif c.complete:
+            out["collapsed"] += 1
+        elif c.why():
+            out["reason given"] += 1
+        else:
+            out["no reason"] += 1
+        out["instances"] += c.instances
+        out["instances collapsed"] += c.collapsed or 0
+    return dict(out)
+
+
+def render(cells: list[Cell], seconds: float) -> str:
+    """The whole grid as markdown: one table per dtype and shape, notes below."""
+    rows = list(dict.fromkeys(c.row for c in cells))
+    by = {(c.row, c.column): c for c in cells}
+    count = totals(cells)
+    lines = ["# Spelling matrix", "",
+             f"Generated by `benchmarks/spellings.py` on {datetime.date.today()} "
+             f"(tvm {tvm.__version__}, {seconds / 60:.1f} min); do not edit by hand.", "",
+             "Each row is one family spelled one way (`patternkit.models.spelling_sources`: "
+             f"a torch block, {spelling_sources.COPIES} chained per model, width "
+             f"{spelling_sources.WIDTH}, batch {SIZES['batch']}, sequence {SIZES['seq']}).  "
+             "Each cell: instances collapsed / instances in the source (counted from the "
+             "torch modules) after `pk.rewrite(LIBRARY)` and the library's composites; "
+             "`(import)`: the importer already emitted the fused op (or no batch norm); "
+             "`[n]`: the note below with the rules' reasons for the rest, or the front "
+             "door's error.  A batch norm counts as collapsed when it is gone (folded), a "
+             "family without a Relax op (hard-swish, mish, RoPE, gated MLPs) when the "
+             "library's composite took it.  float32 static cells are checked numerically: "
+             "the rewritten module against the imported one on llvm "
+             f"(rtol {FLOAT32_TOLERANCE['rtol']:g}, atol {FLOAT32_TOLERANCE['atol']:g}); "
+             "a mismatch is printed in bold.  torch's SDPA is the attention family's `SDPA` "
+             "row.", "",
+             "Front doors: " + "; ".join(f"{k}: {v}" for k, v in DOOR_TEXT.items()) + ".", "",
+             f"Totals: {count.get('cells', 0)} cells, {count.get('collapsed', 0)} collapsed, "
+             f"{count.get('reason given', 0)} with a named reason, "
+             f"{count.get('front door error', 0)} front-door errors, "
+             f"{count.get('no reason', 0)} without a reason; "
+             f"{count.get('instances collapsed', 0)} of {count.get('instances', 0)} instances "
+             "collapsed.", ""]
+    notes: dict[str, int] = {}
+    columns = list(dict.fromkeys(c.column for c in cells))
+    groups = list(dict.fromkeys(col.split("/", 1)[1] for col in columns))
+    for group in groups:
+        cols = [c for c in columns if c.endswith("/" + group)]
+        lines += [f"## {group.replace('/', ', ')}", "",
+                  "| family | spelling | " + " | ".join(c.split("/")[0] for c in cols) + " |",
+                  "|---|---|" + "---|" * len(cols)]
+        for row in rows:
+            family, source = row.split("/", 1)
+            lines.append(f"| {family} | {source} | " + " | ".join(
+                _cell_text(by[(row, c)], notes) if (row, c) in by else "-" for c in cols)
+                + " |")
+        lines.append("")
+    lines += ["## Notes", ""]
+    lines += [f"{n}. {text}" for text, n in notes.items()] or ["none"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="*", help="glob patterns over family/spelling")
+    parser.add_argument("--columns", nargs="*", help="glob patterns over door/dtype/shape")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--no-numeric", action="store_true", help="skip the llvm checks")
+    parser.add_argument("--cache", default=str(Path(os.environ.get(
+        "XDG_CACHE_HOME", Path.home() / ".cache")) / "patternkit" / "spellings"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
+                        / "docs" / "spellings.md")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    rows = [SPELLINGS[i] for i in select(args.rows, [s.key for s in SPELLINGS])]
+    columns = [COLUMNS[i] for i in select(args.columns, [str(c) for c in COLUMNS])]
+    if not rows or not columns:
+        parser.error("the filters leave no row or no column")
+    start = time.perf_counter()
+    cells = run(rows, columns, Path(args.cache) if args.cache else None, args.jobs,
+                not args.no_numeric)
+    seconds = time.perf_counter() - start
+    args.out.write_text(render(cells, seconds))
+    _LOG.info("wrote %s: %s (%.0f s)", args.out, totals(cells), seconds)
+
+
+if __name__ == "__main__":
+    main()
