@@ -17,16 +17,17 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
 from .console import Console
+from .progress import Progress
 
 if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a command runs
     from .report import RoundTripEntry
 
 
-def _progress(args: argparse.Namespace):
-    if getattr(args, "quiet", False):
-        return None
-    stream = _stream(args)
-    return lambda message: print(message, file=stream, flush=True)
+def _progress(args: argparse.Namespace) -> Progress:
+    """The command's progress (:mod:`.progress`: live on a terminal), one per command."""
+    if getattr(args, "progress", None) is None:
+        args.progress = Progress(_stream(args), quiet=getattr(args, "quiet", False))
+    return args.progress
 
 
 def _stream(args: argparse.Namespace):
@@ -61,6 +62,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                  seed=args.seed, draw=not args.no_draw, func=args.func,
                  input_ranges=dict(args.input_range or ()), train=args.train,
                  full_drawing=args.full_drawing, progress=_progress(args), tables=args.table)
+    _progress(args).close()  # before the results print
     if not args.quiet:
         composites = sum(report.offload.composites.values())
         numeric_ = report.numeric
@@ -113,7 +115,9 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
     from .coverage import table_coverage
 
     tables = [t.strip() for t in args.table.split(",") if t.strip()]
-    rows = table_coverage(args.models, tables, args.out, progress=_progress(args))
+    rows = table_coverage(args.models, tables, args.out, progress=_progress(args),
+                          tick=_progress(args).tick)
+    _progress(args).close()
     if not args.quiet:
         for r in rows:
             print(f"{r['model']}  {r['table']:<12} {r['stage']:<15} {r['share']:>5.0%} of "
@@ -200,10 +204,12 @@ def _campaign_options(args: argparse.Namespace) -> dict:
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as err:
         raise PatternkitError(str(err)) from None
-    return dict(budget=args.budget, seed=args.seed, jobs=args.jobs, shard=shard)
+    return dict(budget=args.budget, seed=args.seed, jobs=args.jobs, shard=shard,
+                tick=_progress(args).tick)
 
 
-def _print_campaign(report, quiet: bool) -> int:
+def _print_campaign(report, quiet: bool, progress: Progress) -> int:
+    progress.close()  # before the results print
     if quiet:
         for target in report.targets:
             print(target.summary())
@@ -224,7 +230,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                   f"(see patternkit list)")
         rules = [LIBRARY[name] for name in args.rules]
     report = verify(rules, progress=_progress(args), **_campaign_options(args))
-    return _print_campaign(report, args.quiet)
+    return _print_campaign(report, args.quiet, _progress(args))
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
@@ -236,7 +242,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     else:
         resolve_transform(args.target)  # a bad name is an error here, not in a worker
         report = fuzz_pass(args.target, strategy=args.strategy, **options)
-    return _print_campaign(report, args.quiet)
+    return _print_campaign(report, args.quiet, _progress(args))
 
 
 def _cmd_bisect(args: argparse.Namespace) -> int:
@@ -397,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     with Console(quiet=getattr(args, "quiet", False), debug=args.debug) as console:
         args.console = console
         try:
-            return args.handler(args)
+            with _progress(args):  # ends the live display, also when the command fails
+                return args.handler(args)
         except (PatternkitError, OSError) as err:
             if args.debug:
                 raise

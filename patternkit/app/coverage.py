@@ -21,7 +21,8 @@ __all__ = ["table_coverage"]
 
 def table_coverage(models: Sequence[str], tables: Sequence[str],
                    out_dir: str | Path | None = None,
-                   progress: Callable[[str], None] | None = None) -> list[dict]:
+                   progress: Callable[[str], None] | None = None,
+                   tick: Callable[[int, int, str], None] | None = None) -> list[dict]:
     """How much of each model each of TVM's tables offloads, before and after the rewrites.
 
     For every model (as :func:`~patternkit.app.loading.load_model` takes it) and table prefix
@@ -30,7 +31,8 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
     the fused ops the tables expect).  Writes ``coverage.json`` (every op record) and
     ``coverage.md`` (one row per model and table) and one bar chart per model
     (``coverage_<i>.svg``: a pair of bars per table, as loaded and after the rewrites) to
-    ``out_dir`` when given.
+    ``out_dir`` when given.  ``progress`` is called with a line per step, ``tick`` with
+    ``(done, total, model)`` as each model is done (:class:`patternkit.app.progress.Progress`).
     """
     from patternkit.patterns import LIBRARY
 
@@ -38,7 +40,8 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
     tables_ = {prefix: PatternTable.from_tvm(prefix) for prefix in tables}
     rules = LIBRARY.rewrite_rules()
     rows: list[dict] = []
-    for spec in models:
+    for done, spec in enumerate(models, 1):
+        say(f"loading {spec} ...")
         mod, description = load_model(spec)
         rewritten = rewrite(rules, mod)
         for prefix, table in tables_.items():
@@ -50,6 +53,8 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
                              "regions": report.regions, "largest_region": report.largest_region,
                              "host": report.host_reasons(), "split": report.split,
                              "report": json.loads(report.to_json())})
+        if tick is not None:
+            tick(done, len(models), description)
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

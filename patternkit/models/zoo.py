@@ -151,6 +151,9 @@ _ATTENTION = Option("eager", "attention implementation; with sdpa BERT, Llama an
 #: clamp (``torch.isinf(h).any()``) TVM 0.27's importer cannot convert ("Unsupported
 #: function types ['any.default']").  The matmuls and convs stay float16 through
 #: :mod:`.low_precision` (TVM's own converters return float32: docs/tvm-bugs.md).
+#: The decoders added for the rotary family take eager attention only: their SDPA
+#: imports were not checked.
+_ATTENTION_EAGER = Option("eager", "attention implementation", ("eager",))
 _DTYPE = Option("float32", "weights' dtype (float16: the torch module in half precision)",
                 ("float32", "float16"))
 _T5_FEED_FORWARD = Option("gated-gelu", "T5's feed-forward (gated-gelu: T5 v1.1 and Flan-T5)",
@@ -205,6 +208,52 @@ def _entries() -> dict[str, ZooEntry]:
                  {**_common(static_seq=True), "dtype": _DTYPE,
                   "width": Option(8, "stem width (64 in the paper)"),
                   "image": Option(32, "image size")}, "torch_models.resnet50", _TORCH),
+        ZooEntry("gptj", "GPT-J (GPTJModel): rotary embeddings on interleaved lanes over "
+                 "rotary_dim lanes of each head, parallel attention and MLP",
+                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
+                  "rotary_dim": Option(8, "lanes of each head the rotation takes (even)")},
+                 "torch_decoder_models.gptj", _TORCH),
+        ZooEntry("phi", "Phi (PhiModel): partial half-rotation rotary embeddings, parallel "
+                 "attention and MLP, GELU-tanh",
+                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
+                  "partial_rotary": Option(0.5, "share of each head the rotation takes"),
+                  "intermediate": Option(128, "MLP width")},
+                 "torch_decoder_models.phi", _TORCH),
+        ZooEntry("qwen2", "Qwen2 (Qwen2Model): SwiGLU decoder, RMS norms, RoPE, grouped-query "
+                 "attention with biased q/k/v",
+                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
+                  "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
+                  "intermediate": Option(128, "MLP width")},
+                 "torch_decoder_models.qwen2", _TORCH),
+        ZooEntry("mobilenet", "MobileNetV3-style net: depthwise convs, batch norms, "
+                 "squeeze-excite with hard-sigmoid, hard-swish and ReLU6",
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "width": Option(16, "stem width"), "classes": Option(10, "output classes"),
+                  "image": Option(32, "image size")},
+                 "torch_vision_models.mobilenet", ("torch",)),
+        ZooEntry("unet_block", "diffusion UNet middle block in torch: ResNet blocks (GroupNorm, "
+                 "SiLU, conv, time embedding) around a GroupNorm + transformer with GEGLU",
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "channels": Option(32, "channels"), "groups": Option(8, "group-norm groups"),
+                  "heads": Option(2, "attention heads"),
+                  "time_dim": Option(32, "time embedding size"),
+                  "image": Option(8, "latent size")},
+                 "torch_vision_models.unet_block", ("torch",)),
+        ZooEntry("levit", "LeViT (LevitModel): Linear + BatchNorm1d layers, hard-swish, "
+                 "attention with learned position biases",
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "layers": Option(1, "blocks per stage (two stages)"),
+                  "hidden": Option(32, "first stage width (a multiple of 8)"),
+                  "heads": Option(2, "first stage heads"), "image": Option(64, "image size")},
+                 "torch_vision_models.levit", _TORCH),
+        ZooEntry("swinv2", "Swin v2 (Swinv2Model, no pooler): shifted-window cosine "
+                 "attention with a log-spaced position bias MLP, two stages",
+                 {**_common(static_seq=True), "dtype": _DTYPE,
+                  "layers": Option(1, "blocks per stage (two stages)"),
+                  "hidden": Option(16, "embedding size"), "heads": Option(2, "first stage heads"),
+                  "window": Option(4, "window size"), "patch": Option(4, "patch size"),
+                  "image": Option(32, "image size")},
+                 "torch_vision_models.swinv2", _TORCH),
         ZooEntry("onnx:gpt2", "GPT-2 through torch.onnx.export (opset 14 writes LayerNorm out)",
                  {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17))},
                  "onnx_models.gpt2", _ONNX),

@@ -60,7 +60,7 @@ import os
 import pickle
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import tvm
@@ -213,6 +213,19 @@ def draw_instances(strategy: Any, budget: int, seed: int) -> list:
     return drawn[:budget]
 
 
+#: ``tick(done, total, what)``: progress of a campaign (``patternkit.app.progress``): the
+#: units that ended, or a single unit's instances.
+Tick = Callable[[int, int, str], None]
+
+
+def _ticking(indices: list[int], tick: Tick | None, what: str) -> Iterator[int]:
+    """``indices``, calling ``tick`` after each has been checked."""
+    for done, index in enumerate(indices, 1):
+        yield index
+        if tick is not None:
+            tick(done, len(indices), what)
+
+
 def _share(count: int, shard: tuple[int, int] | None, jobs: int, slot: int) -> list[int]:
     """Indices of this shard's instances that worker ``slot`` of ``jobs`` checks."""
     k, n = shard or (1, 1)
@@ -240,13 +253,25 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 # -- running units, in this process or in workers --------------------------------------------
-def _run_units(units: list[tuple], jobs: int) -> list[TargetReport]:
-    """Run ``(function, args)`` units; in ``jobs`` spawned processes when ``jobs > 1``."""
+def _run_units(units: list[tuple], jobs: int,
+               ended: Callable[[TargetReport], None] = lambda report: None,
+               **here: Any) -> list[TargetReport]:
+    """Run ``(function, args)`` units; in ``jobs`` spawned processes when ``jobs > 1``.
+
+    ``ended`` is called with each unit's report as it ends; ``here`` are keyword
+    arguments for units run in this process only (they need not pickle).
+    """
     if jobs <= 1 or len(units) <= 1:
-        return [function(*args) for function, args in units]
+        reports = []
+        for function, args in units:
+            reports.append(function(*args, **here))
+            ended(reports[-1])
+        return reports
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = [pool.submit(function, *args) for function, args in units]
+        for future in concurrent.futures.as_completed(futures):
+            ended(future.result())
         return [future.result() for future in futures]
 
 
@@ -343,11 +368,23 @@ def _units(worker: Callable, targets: list, jobs: int, args: tuple) -> tuple[lis
 
 
 def _campaign(what: str, worker: Callable, targets: list, *, budget: int, seed: int,
-              shard: tuple | None, jobs: int, args: tuple) -> CampaignReport:
+              shard: tuple | None, jobs: int, args: tuple, tick: Tick | None = None
+              ) -> CampaignReport:
     start = time.perf_counter()
     shard = _check_shard(shard)
     units, here = _units(worker, targets, jobs, (budget, seed, shard, *args))
-    reports = [f(*a) for f, a in here] + _run_units(units, jobs)
+    count = len(units) + len(here)
+    ended: list[TargetReport] = []
+
+    def unit_ended(report: TargetReport) -> None:
+        ended.append(report)
+        if tick is not None and count > 1:
+            tick(len(ended), count, report.target)
+
+    # one unit: its instances are the progress; more: the units that ended
+    per_instance = {"tick": tick} if tick is not None and count == 1 else {}
+    reports = _run_units(here, 1, unit_ended, **per_instance) + _run_units(
+        units, jobs, unit_ended, **per_instance)
     merged: dict[str, TargetReport] = {}
     for report in reports:
         if report.target in merged:
@@ -371,8 +408,8 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
                  shard: tuple[int, int] | None = None,
                  timeout: float | None = DEFAULT_TIMEOUT, shrink: bool = True,
                  progress: Callable[[str], None] | None = None,
-                 widen: Callable[[relax.Function], relax.Function] | None = None
-                 ) -> CampaignReport:
+                 widen: Callable[[relax.Function], relax.Function] | None = None,
+                 tick: Tick | None = None) -> CampaignReport:
     """Fuzz the guard of every rule (default: the library's) from its example space.
 
     Parameters
@@ -393,12 +430,15 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
     shrink : bool
         Shrink the first failure of each kind to the fewest non-default knobs.
     progress : callable, optional
-        Called with a line per rule.
+        Called with a line saying what the campaign checks.
     widen : callable, optional
         A site function -> the same function in float64, to arbitrate a rewrite site
         that misses (:func:`~patternkit.verification.sites.validate_sites`); it must
         pickle when ``jobs > 1`` (a module-level function, or a ``functools.partial``
         of one).
+    tick : callable, optional
+        ``tick(done, total, rule_name)`` as each rule is checked (each instance, for one
+        rule): the command line's progress bar.
 
     Returns
     -------
@@ -415,10 +455,9 @@ def verify_rules(rules: Rule | RuleSet | Sequence[Rule] | None = None, *,
             raise TypeError(f"verify takes rules, found a {type(rule).__name__}")
     say = progress or (lambda message: None)
     budget = default_budget("verify") if budget is None else budget
-    for rule in targets:
-        say(f"verifying {rule.rule_name} ({budget} instances) ...")
+    say(f"verifying {len(targets)} rule(s), {budget} instance(s) each ...")
     return _campaign("verify", _verify_unit, targets, budget=budget, seed=seed, shard=shard,
-                     jobs=jobs, args=(timeout, shrink, widen))
+                     jobs=jobs, args=(timeout, shrink, widen), tick=tick)
 
 
 #: Draws per instance of the budget: a rule whose knobs combine into few modules (most
@@ -485,15 +524,15 @@ def _describes_a_module(rule: Rule, knobs: dict) -> bool:
 
 
 def _verify_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
-                 timeout: float | None, shrink: bool, widen: Callable | None = None
-                 ) -> TargetReport:
+                 timeout: float | None, shrink: bool, widen: Callable | None = None,
+                 tick: Tick | None = None) -> TargetReport:
     rule = _target(spec)
     report = TargetReport(rule.rule_name)
     start = time.perf_counter()
     instances = knob_instances(rule, budget, seed)
     shrunk_kinds: set = set()
     validated = 0
-    for index in _share(len(instances), shard, jobs, slot):
+    for index in _ticking(_share(len(instances), shard, jobs, slot), tick, report.target):
         knobs = instances[index]
         fired = report.fired
         failure = _verify_instance(rule, knobs, report, timeout, seed,
@@ -683,7 +722,7 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
               tolerance: Tolerance | Callable[[str | None], Tolerance] | None = None,
               timeout: float | None = DEFAULT_TIMEOUT, jobs: int = 1,
               shard: tuple[int, int] | None = None, shrink: bool = True,
-              name: str | None = None) -> CampaignReport:
+              name: str | None = None, tick: Tick | None = None) -> CampaignReport:
     """Differential-test a transform on random programs; see the module docstring.
 
     Parameters
@@ -708,6 +747,9 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
         As for :func:`verify_rules`.
     name : str, optional
         The target's name in the report (default :func:`transform_name`).
+    tick : callable, optional
+        ``tick(done, total, name)`` as instances are checked (as workers end, with
+        ``jobs > 1``): the command line's progress bar.
 
     With a ``strategy`` of its own the campaign runs in this process (strategies need
     not pickle).
@@ -739,12 +781,12 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
     local = strategy is not None and not isinstance(strategy, str)
     return _campaign(f"fuzz {label}", _fuzz_unit, [transform], budget=budget, seed=seed,
                      shard=shard, jobs=1 if local else jobs,
-                     args=(strategy, tolerance, timeout, shrink, label))
+                     args=(strategy, tolerance, timeout, shrink, label), tick=tick)
 
 
 def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
                strategy: Any, tolerance: Any, timeout: float | None, shrink: bool,
-               label: str) -> TargetReport:
+               label: str, tick: Tick | None = None) -> TargetReport:
     target = _target(spec)
     if isinstance(target, str):
         target = resolve_target(target)
@@ -786,7 +828,7 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
         return outcome, f"{dtype or 'none'}: {tol}"
 
     skipped: list[str] = []
-    for index in _share(len(instances), shard, jobs, slot):
+    for index in _ticking(_share(len(instances), shard, jobs, slot), tick, label):
         mod = instances[index]
         outcome, tol_text = check(mod)
         for reason in skipped:  # the instance's own skips (not its shrinking's)
@@ -825,23 +867,25 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
 
 # -- round trips ------------------------------------------------------------------------------
 def fuzz_roundtrip(*, budget: int | None = None, seed: int = 0, jobs: int = 1,
-                   shard: tuple[int, int] | None = None, max_ops: int = 12) -> CampaignReport:
+                   shard: tuple[int, int] | None = None, max_ops: int = 12,
+                   tick: Tick | None = None) -> CampaignReport:
     """``DefuseOps(FuseOps(x)) == x`` on random graphs
-    (:func:`~patternkit.testing.graphs.relax_graphs`), structurally.
+    (:func:`~patternkit.testing.graphs.relax_graphs`), structurally; ``tick`` as for
+    :func:`fuzz_pass`.
     """
     budget = default_budget("roundtrip") if budget is None else budget
     return _campaign("fuzz roundtrip", _roundtrip_unit, ["roundtrip"], budget=budget,
-                     seed=seed, shard=shard, jobs=jobs, args=(max_ops,))
+                     seed=seed, shard=shard, jobs=jobs, args=(max_ops,), tick=tick)
 
 
 def _roundtrip_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
-                    max_ops: int) -> TargetReport:
+                    max_ops: int, tick: Tick | None = None) -> TargetReport:
     from .graphs import relax_graphs
 
     report = TargetReport("roundtrip")
     start = time.perf_counter()
     instances = draw_instances(relax_graphs(max_ops=max_ops), budget, seed)
-    for index in _share(len(instances), shard, jobs, slot):
+    for index in _ticking(_share(len(instances), shard, jobs, slot), tick, "roundtrip"):
         mod = instances[index]
         report.tried += 1
         try:
