@@ -43,7 +43,7 @@ def _family_of(module: torch.nn.Module) -> str | None:
         return "batchnorm"
     if isinstance(module, torch.nn.Conv2d):
         return "conv2d"
-    if name.endswith("Attention") and not any(
+    if name.endswith(("Attention", "AttentionSubsample")) and not any(  # LeViT's too
             type(child).__name__.endswith("Attention") for child in module.children()):
         return "attention"  # the innermost block: BertSelfAttention, not BertAttention
     return None
