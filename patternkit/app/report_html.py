@@ -8,8 +8,9 @@ fields, as ``report.md`` is (never from the Markdown), and it is one file: the s
 the drawings and the small script are in it, and it fetches nothing.
 
 Sections, each an anchor (``report.html#offload``): ``verdict`` (the verdict and what it
-rests on), ``ops``, ``rewrites`` (per rule, with the sites validated), ``offload`` (the
-composites, and every op call left on the host with the reason), ``numeric``,
+rests on), ``ops``, ``rewrites`` (per rule, with the sites validated), ``near-misses``
+(a family's shape left in the rewritten model, and the reason its rule gave), ``offload``
+(the composites, and every op call left on the host with the reason), ``numeric``,
 ``roundtrips``, ``training`` (when the job differentiated the model), ``drawings`` and
 ``timings``.
 """
@@ -21,14 +22,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .html_page import Html, facts, page, section, table, tag
+from .near_misses import NearMissSection
 from .report import JobReport, NumericResult, SiteValidation
 from .svg_inline import SvgError, inline_svg
 
 __all__ = ["SECTIONS", "report_html", "write_report_html"]
 
 #: The sections' anchors, in page order (``training`` only when the job ran it).
-SECTIONS = ("verdict", "ops", "rewrites", "offload", "numeric", "roundtrips", "training",
-            "drawings", "timings")
+SECTIONS = ("verdict", "ops", "rewrites", "near-misses", "offload", "numeric", "roundtrips",
+            "training", "drawings", "timings")
 
 #: Drawings larger than this are linked, not inlined: the page must stay quick to open.
 MAX_INLINE_SVG = 8 * 2**20
@@ -44,12 +46,15 @@ def write_report_html(folder: Path, report: JobReport) -> Path:
 def report_html(report: JobReport, folder: Path | None = None) -> str:
     """The page for ``report``; the drawings come from ``folder`` (``None``: none inlined)."""
     verdict = "PASS" if report.ok else "FAIL"
-    shown = [s for s in SECTIONS if s != "training" or report.training]
+    shown = [s for s in SECTIONS if (s != "training" or report.training)
+             and (s != "near-misses" or report.near_misses is not None)]
     nav = Html("<nav>" + "".join(tag("a", name, href=f"#{name}") for name in shown)
                + "</nav>")
     parts = [tag("h1", "patternkit run: ", _badge(report.ok, verdict), " ", report.model),
-             nav, _verdict(report), _ops(report), _rewrites(report), _offload(report),
-             _numeric(report.numeric), _roundtrips(report)]
+             nav, _verdict(report), _ops(report), _rewrites(report)]
+    if report.near_misses is not None:
+        parts.append(_near_misses(report.near_misses))
+    parts += [_offload(report), _numeric(report.numeric), _roundtrips(report)]
     if report.training:
         parts.append(_training(report.training))
     parts += [_drawings(report, folder), _timings(report.seconds)]
@@ -141,6 +146,20 @@ def _rewrites(report: JobReport) -> Html:
         parts.append(tag("p", f"{report.sites.report.builds} build(s); identical sites are "
                               f"validated once, on every duplicate's values.", class_="muted"))
     return section("rewrites", "Rewrites, and their sites validated one by one", *parts)
+
+
+def _near_misses(misses: NearMissSection) -> Html:
+    if misses.not_run is not None:
+        shown = tag("p", f"NOT RUN: {misses.not_run}", class_="muted")
+    elif not misses.misses:
+        shown = tag("p", f"none: no skeleton of {', '.join(misses.families)} is left")
+    else:
+        shown = table(["family", "shape", "site", "rule", "kind", "reason"],
+                      [(m.family, m.shape, f"{m.function}:{m.binding}", m.rule or "-", m.kind,
+                        m.reason) for m in misses.misses],
+                      filter_label="filter the near misses")
+    return section("near-misses", "Near misses (a family's shape left in the rewritten "
+                                  "model, and why)", shown)
 
 
 def _error(value: float) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from patternkit.app.job import run
+from patternkit.app.near_misses import NearMissSection
 from patternkit.app.report import (
     JobReport,
     NumericResult,
@@ -25,6 +26,7 @@ from patternkit.app.report import (
 from patternkit.app.report_html import SECTIONS, report_html, write_report_html
 from patternkit.app.summary import OpSummary
 from patternkit.app.svg_inline import SvgError, inline_svg
+from patternkit.engine.near_misses import NearMiss
 from patternkit.verification.sites import Site, SiteReport
 
 HOSTILE = '<script>alert("x")</script>'
@@ -48,7 +50,10 @@ def _report(**changes) -> JobReport:
         sites=SiteValidation(SiteReport([site], builds=1)),
         roundtrip={"FuseOps": RoundTripEntry(True)},
         drawings={"before": "not drawn: 9000 nodes is past the layout limit"},
-        seconds={"load": 1.5, "rewrite": 0.25})
+        seconds={"load": 1.5, "rewrite": 0.25},
+        near_misses=NearMissSection([NearMiss("softmax", "exp / sum(exp)", "main", "lv7",
+                                              "softmax.collapse", f"axis {HOSTILE}",
+                                              "check")], families=["softmax"]))
     fields.update(changes)
     return JobReport(**fields)
 
@@ -62,15 +67,22 @@ def test_every_text_from_the_model_is_escaped():
 
 def test_the_page_has_every_section_the_verdict_first_and_fetches_nothing():
     page = report_html(_report(training={"ok": True, "max_rel_error": 1e-5}))
-    found = re.findall(r'<section id="([a-z]+)"', page)
+    found = re.findall(r'<section id="([a-z-]+)"', page)
     assert found == list(SECTIONS)
     assert 'class="badge fail"' in page  # the failed site fails the run
     assert re.search(r'(?:src|href)="(?!#)', page) is None
 
 
 def test_the_training_section_is_left_out_when_the_job_did_not_differentiate():
-    found = re.findall(r'<section id="([a-z]+)"', report_html(_report()))
+    found = re.findall(r'<section id="([a-z-]+)"', report_html(_report()))
     assert "training" not in found and len(found) == len(SECTIONS) - 1
+
+
+def test_the_near_misses_are_listed_with_the_rules_reason_or_why_none_were_looked_for():
+    page = report_html(_report())
+    assert "main:lv7" in page and "axis &lt;script&gt;" in page
+    page = report_html(_report(near_misses=NearMissSection(not_run="no family detector")))
+    assert "NOT RUN: no family detector" in page
 
 
 def test_each_rules_sites_are_listed_with_their_verdicts():
@@ -158,7 +170,7 @@ def test_report_html_opens_offline_with_every_section_and_no_console_error(job_f
     done = _chromium("--dump-dom", page=job_folder / "report.html")
     assert done.returncode == 0, done.stderr[-2000:]
     assert _console_errors(done.stderr) == []
-    found = re.findall(r'<section id="([a-z]+)"', done.stdout)
+    found = re.findall(r'<section id="([a-z-]+)"', done.stdout)
     assert found == [s for s in SECTIONS if s != "training"]
     assert done.stdout.count('<details class="drawing-box">') == 3
 
