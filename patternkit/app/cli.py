@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
 from .console import Console
+from .explore import add_explore_command, add_run_options, explore_run
 from .progress import Progress
 
 if TYPE_CHECKING:  # the report loads TVM; the command line loads it only when a command runs
@@ -87,6 +88,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if site.status == "fail":
                 print(f"FAIL {site.rule} in {site.function} at {site.binding}: "
                       f"{site.reason}")
+    if args.explore:
+        explore_run(args, report)
     return 0 if report.ok else 1
 
 
@@ -329,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true",
                      help="print nothing but errors (and warnings about your own rules)")
     run.set_defaults(handler=_cmd_run)
+    add_run_options(run)
 
     cov = sub.add_parser("coverage", help="how much of a model TVM's pattern tables offload")
     cov.add_argument("models", nargs="+", help="built-in model names, .py or .onnx files")
@@ -369,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="outline the matches of a library rule (or rules.py:NAME)")
     viz.add_argument("--quiet", action="store_true")
     viz.set_defaults(handler=_cmd_viz)
+
+    add_explore_command(sub)
 
     ver = sub.add_parser("verify", help="fuzz the guard of every library rule on llvm")
     ver.add_argument("rules", nargs="*", help="library rule names (default: all)")

@@ -1,8 +1,10 @@
 """Serve a folder :meth:`patternkit.viz.explorer.Explorer.write` wrote with Model Explorer.
 
-Run as a script (``python serve_folder.py FOLDER HOST PORT``) by
+Run as a script (``python serve_folder.py FOLDER HOST PORT PARENT_PID``) by
 :class:`~patternkit.viz.explorer.server.ExplorerServer`: a child process whose end ends
-the server, since Model Explorer's server runs until its process stops.  It imports only
+the server, since Model Explorer's server runs until its process stops.  The child also
+ends when its parent does, however the parent ended (killed, crashed): no server is
+left behind on a port.  It imports only
 the standard library and ``model_explorer`` (not patternkit, not TVM), so it starts in a
 second.  Model Explorer's check for a newer release on PyPI is switched off: the app is
 served from the installed package and needs no network.
@@ -11,7 +13,10 @@ served from the installed package and needs no network.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -63,9 +68,22 @@ def _offline_version_check(print_msg: bool = True) -> dict[str, str]:
     return {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
 
 
+def _exit_with(parent: int) -> None:
+    """End this process once ``parent`` is gone (this process is then re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
 def main(argv: list[str]) -> None:
-    """Serve ``FOLDER`` on ``HOST:PORT`` until the process is stopped."""
-    folder, host, port = argv
+    """Serve ``FOLDER`` on ``HOST:PORT`` until the process is stopped or ``PARENT_PID``
+    ends.
+    """
+    folder, host, port, parent = argv
+    threading.Thread(target=_exit_with, args=(int(parent),), daemon=True).start()
+    # Model Explorer imports torch, if installed, for its PyTorch adapter, which serving
+    # graphs does not use: marked absent, the server starts in a fraction of the time
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
     from model_explorer import server  # type: ignore[import-untyped]
 
     server._check_new_version = _offline_version_check  # no call to PyPI or GitHub

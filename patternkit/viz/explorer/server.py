@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -83,7 +86,7 @@ class ExplorerServer:
         script = Path(__file__).with_name("serve_folder.py")
         log = (folder / LOG).open("w")
         process = subprocess.Popen(  # noqa: S603 - our own script, with our arguments
-            [sys.executable, str(script), str(folder), host, str(port)],
+            [sys.executable, str(script), str(folder), host, str(port), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         log.close()
         base = f"http://{host}:{port}"
@@ -128,12 +131,19 @@ class ExplorerServer:
         atexit.unregister(self.stop)
 
     def wait(self) -> None:
-        """Block until the server ends (Ctrl+C stops it)."""
+        """Block until the server ends; Ctrl+C (or SIGTERM) stops it."""
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, interrupt) if main else None
         try:
             self.process.wait()
         except KeyboardInterrupt:
             pass
         finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
             self.stop()
 
     def __enter__(self) -> ExplorerServer:

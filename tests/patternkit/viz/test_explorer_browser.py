@@ -177,21 +177,21 @@ def test_model_explorer_shows_both_graphs_their_groups_and_overlays(tmp_path):
     try:
         with ex.serve() as server:
             browser.open(server.url)
+            # the graphs are laid out, then each pane loads its overlays
+            expected = ["before | before", "after | after", "rewrites", "offload",
+                        "replaced by conv.fold_batchnorm", "host: uncovered"]
             deadline = time.monotonic() + LAYOUT_SECONDS
             text = ""
             while time.monotonic() < deadline:
                 time.sleep(1)
                 text = browser.text()
-                if "GRAPH INFO" in text and "Processing" not in text and \
-                        text.count("GRAPH INFO") == 2:
+                if text.count("GRAPH INFO") == 2 and "Processing" not in text and \
+                        all(e in text for e in expected):
                     break
             assert text.count("GRAPH INFO") == 2, f"the graphs were not laid out in " \
                                                   f"{LAYOUT_SECONDS} s: {text[:300]!r}"
-            # both panes, each with its graph and its overlays
-            assert "before | before" in text and "after | after" in text
-            assert "rewrites" in text and "offload" in text
-            assert "replaced by conv.fold_batchnorm" in text
-            assert "host: uncovered" in text
+            for item in expected:  # both panes, with their graphs and their overlays
+                assert item in text, f"{item!r} not on the page"
             # the groups, found by Model Explorer's own search
             _search(browser, 0, "layer")
             _search(browser, 1, "conv2d_add_relu")
