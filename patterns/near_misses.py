@@ -14,13 +14,14 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 
 * attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
   or a reshape);
-* softmax: ``exp(x - max(x)) / sum(...)`` written out;
+* softmax: ``exp(...) / sum(...)`` written out (shifted by a max or not);
 * norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
   them starts with;
 * RMS norm: ``rsqrt|sqrt(mean(x * x) [+ eps])`` of an uncentred ``x``;
 * batch norm: ``(x - mean) / sqrt(var + eps)`` (or ``* rsqrt``) with the statistics given;
 * activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + ...))``, SiLU's
-  ``x * sigmoid(x)`` or ``x / (1 + exp(-x))``, hard-swish/hard-sigmoid's
+  ``x * sigmoid(x)`` (or of a cast or a multiple of ``x``) or ``x / (1 + exp(-x))``,
+  hard-swish/hard-sigmoid's
   ``clip(x + 3, ...)``;
 * rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
 * gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
@@ -51,9 +52,8 @@ def _attention() -> DFPattern:
 
 
 def _softmax() -> DFPattern:
-    x = wildcard()
-    exponentials = _op("exp")(_op("subtract")(x, _op("max")(x)))
-    return _op("divide")(exponentials, _op("sum")(wildcard()))
+    # the shift is left out: torch's max(...).values arrives as a topk
+    return _op("divide")(_op("exp")(wildcard()), _op("sum")(wildcard()))
 
 
 def _norm() -> DFPattern:
@@ -83,13 +83,17 @@ def _gelu_tanh() -> DFPattern:
 
 
 def _silu() -> DFPattern:
-    gate = _op("multiply")(wildcard(), _op("sigmoid")(wildcard()))
-    one_plus = _op("add")(wildcard(), _op("exp")(_op("negative")(wildcard())))
-    return gate | _op("divide")(wildcard(), one_plus)
+    # the sigmoid of x, of a cast of x or of a multiple of x: a gate a * sigmoid(b) of two
+    # unrelated tensors is no SiLU
+    x = wildcard()
+    of_x = up_to_cast(x) | _op("multiply")(x, wildcard())
+    gate = _op("multiply")(x, up_to_cast(_op("sigmoid")(of_x)))
+    one_plus = _op("add")(wildcard(), _op("exp")(_op("negative")(up_to_cast(x))))
+    return gate | _op("divide")(x, one_plus)
 
 
 def _hard_swish() -> DFPattern:
-    return _op("clip")(_op("add")(wildcard(), wildcard()))
+    return _op("clip")(_op("add")(wildcard(), wildcard()), wildcard(), wildcard())
 
 
 def _rope() -> DFPattern:
@@ -107,7 +111,7 @@ def _gated_mlp() -> DFPattern:
 #: the rule-name prefixes among them: ``()`` for all of them).
 _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], ...] = (
     ("attention", "softmax -> matmul", _attention(), ("attention",), ()),
-    ("softmax", "exp(x - max(x)) / sum", _softmax(), ("softmax",), ()),
+    ("softmax", "exp(x - max(x)) / sum(...)", _softmax(), ("softmax",), ()),
     ("norm", "x - mean(x)", _norm(), ("layernorm", "groupnorm", "instancenorm"), ()),
     ("rmsnorm", "rsqrt(mean(x * x) + eps)", _rms_norm(), ("rmsnorm",), ()),
     ("batchnorm", "(x - mean) / sqrt(var + eps)", _batch_norm(), ("batchnorm",), ()),

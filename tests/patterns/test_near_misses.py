@@ -68,6 +68,79 @@ class UnnegatedRotary(torch.nn.Module):
         return x * cos + torch.cat((x2, x1), dim=-1) * sin
 
 
+class StatisticsAsInputsBatchNorm(torch.nn.Module):
+    """A batch norm whose statistics are inputs, not the constants batchnorm.collapse folds."""
+
+    def forward(self, x, mean, var):
+        return (x - mean) / torch.sqrt(var + 1e-5)
+
+
+class PlusTwoHardswish(torch.nn.Module):
+    """Hard-swish with 2 where 3 belongs."""
+
+    def forward(self, x):
+        return x * torch.clamp(x + 2, 0, 6) / 6
+
+
+class CrossGatedMlp(torch.nn.Module):
+    """A gate and an up projection of two different inputs: no gated MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 16, bias=False)
+        self.up = torch.nn.Linear(8, 16, bias=False)
+
+    def forward(self, x, y):
+        return torch.nn.functional.silu(self.gate(x)) * self.up(y)
+
+
+class TensorEpsRmsNorm(torch.nn.Module):
+    """An RMS norm whose epsilon is a per-feature tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("eps", torch.full((8,), 1e-6))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class DoublePrecisionSilu(torch.nn.Module):
+    """SiLU whose sigmoid runs in float64 between casts."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(x.double()).float()
+
+
+class WrongAxisSoftmax(torch.nn.Module):
+    """A hand-written softmax whose sum runs over another axis than its max."""
+
+    def forward(self, s):
+        e = torch.exp(s - s.max(-1, keepdim=True).values)
+        return e / e.sum(-2, keepdim=True)
+
+
+@pytest.mark.parametrize("module, shapes, family, rule, kind, reason", [
+    (StatisticsAsInputsBatchNorm(), [(2, 4, 8), (8,), (8,)], "batchnorm", "batchnorm.collapse",
+     "no match", "sqrt(add((… | …), const))) (depth 2) vs var"),
+    (PlusTwoHardswish(), [(2, 8)], "hardswish", "hardsigmoid.canonicalize", "no match",
+     "no match: const(3) (depth 5) vs const float32 2"),
+    (CrossGatedMlp(), [(2, 8), (2, 8)], "gated_mlp", "byoc.swiglu", "no match",
+     "(depth 6 in up_bias=plain) vs y"),
+    (TensorEpsRmsNorm(), [(2, 8)], "rmsnorm", "rmsnorm.collapse", "check",
+     "eps has shape (8,): epsilon must be a scalar constant"),
+    (DoublePrecisionSilu(), [(2, 8)], "silu", "silu.collapse", "no match",
+     "no match: sigmoid(*) (depth 2) vs 'lv2' = R.astype(lv1, dtype=\"float32\")"),
+    (WrongAxisSoftmax(), [(2, 5, 5)], "softmax", "softmax.collapse", "check",
+     "the max reduces axis 2 but the sum axis 1: the shift does not cancel"),
+], ids=lambda value: type(value).__name__ if isinstance(value, torch.nn.Module) else None)
+def test_each_family_names_its_rule_and_reason(module, shapes, family, rule, kind, reason):
+    args = [torch.rand(*shape) + 0.5 for shape in shapes]
+    (miss,) = near_misses(imported(module, *args))
+    assert (miss.family, miss.rule, miss.kind) == (family, rule, kind)
+    assert reason in miss.reason
+
+
 class Block(torch.nn.Module):
     """A decoder block whose every family the library takes: a layer norm and an
     attention written out, an RMS norm, a SwiGLU MLP and GELU."""
