@@ -172,6 +172,25 @@ def test_a_layer_norm_whose_epsilon_is_a_tensor_is_a_near_miss_with_the_reason()
     assert miss.reason == "eps has shape (16,): epsilon must be a scalar constant"
 
 
+def test_an_onnx_export_of_a_layer_norm_with_a_tensor_epsilon_is_a_near_miss():
+    onnx = pytest.importorskip("onnx")
+    import contextlib
+    import io
+    import warnings
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(TensorEpsLayerNorm(), (torch.randn(2, 5, 16),), buffer,
+                          opset_version=17, dynamo=False, input_names=["x"])
+    mod = from_onnx(onnx.load_from_string(buffer.getvalue()), shape_dict={"x": [2, 5, 16]})
+    (miss,) = near_misses(mod)
+    assert (miss.family, miss.rule, miss.kind) == ("norm", "layernorm.collapse", "check")
+    assert miss.reason == "eps has shape (16,): epsilon must be a scalar constant"
+
+
 def test_a_gelu_with_another_constant_names_the_gelu_rule():
     (miss,) = near_misses(imported(OffGelu(), torch.randn(2, 8)))
     assert (miss.family, miss.rule, miss.kind) == ("gelu", "gelu.collapse", "no match")
