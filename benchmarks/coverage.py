@@ -2,14 +2,18 @@
 
 For every zoo model (random weights, built offline) the table gives, per rule family:
 the instances in the source model (counted from its torch modules, see
-:mod:`patternkit.models.families`), the instances that are one fused op in Relax after the
-library's rewrites (the importer emits some fused already: ``nn.layer_norm`` from torch),
-and how many of those the library itself made; then the numeric error of the rewritten
-model against the imported one on the llvm VM (float32: the goal is max abs <= 1e-4), and
-the share of op calls that TVM's ``cutlass`` and ``tensorrt`` pattern tables take before
-and after the rewrites (:func:`patternkit.coverage`).  Every source instance that is not
-one fused op afterwards is listed below the table with the reasons the family's rules
-gave (their skipped matches), or "no match" when no rule of the family got as far.
+:mod:`patternkit.models.families` and, for the families issue 36 added,
+:mod:`patternkit.models.long_tail_families`), the instances that are one fused op in Relax
+after the library's rewrites (the importer emits some fused already: ``nn.layer_norm``
+from torch), or, for the families that have no Relax op (hard-swish, hard-sigmoid,
+rotary embeddings, gated MLPs), one of the library's composites once its composite table
+is merged into the rewritten module, and how many of those the library itself made; then
+the numeric error of the rewritten model against the imported one on the llvm VM
+(float32: the goal is max abs <= 1e-4), and the share of op calls that TVM's ``cutlass``
+and ``tensorrt`` pattern tables take before and after the rewrites
+(:func:`patternkit.coverage`).  Every source instance that is not one fused op afterwards
+is listed below the table with the reasons the family's rules gave (their skipped
+matches), or "no match" when no rule of the family got as far.
 
 Run: ``python benchmarks/coverage.py [--models gpt2 bert ...] [--out docs/coverage.md]``
 (needs the torch and onnx extras; about 10 minutes on the shared 2-core machine: every
@@ -33,9 +37,11 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
+from patternkit.byoc import CompositeLog, composite_counts, merge_composite
 from patternkit.ir import op_name
 from patternkit.ir.compat import to_tensor
 from patternkit.models import zoo_model
+from patternkit.models.long_tail_families import LONG_TAIL_FAMILIES, count_long_tail_families
 from patternkit.models.zoomodel import FAMILIES
 from patternkit.patterns import LIBRARY
 from patternkit.training.precision import as_float64
@@ -48,7 +54,21 @@ FUSED_OPS = {"layernorm": ("relax.nn.layer_norm",), "rmsnorm": ("relax.nn.rms_no
              "gelu": ("relax.nn.gelu",), "gelu_tanh": ("relax.nn.gelu_tanh",),
              "silu": ("relax.nn.silu",), "softmax": ("relax.nn.softmax",),
              "attention": ("relax.nn.attention", "relax.nn.attention_bias"),
-             "batchnorm": ("relax.nn.batch_norm",), "conv2d": ("relax.nn.conv2d",)}
+             "batchnorm": ("relax.nn.batch_norm",), "conv2d": ("relax.nn.conv2d",),
+             "groupnorm": ("relax.nn.group_norm",), "instancenorm": ("relax.nn.instance_norm",)}
+
+#: Families with no fused Relax op, only the library's composites: an instance is handled
+#: when the library's composite table (``LIBRARY``'s composites, compiler ``byoc``) wraps
+#: it, after the rewrites, in one of these composites.
+COMPOSITE_FAMILIES = {
+    "hardswish": ("byoc.hardswish",), "hardsigmoid": ("byoc.hardsigmoid",),
+    "rope": ("byoc.rope", "byoc.rope_interleaved", "byoc.rope_partial",
+             "byoc.rope_interleaved_partial"),
+    "swiglu": ("byoc.swiglu", "byoc.swiglu_packed"),
+    "geglu": ("byoc.geglu", "byoc.geglu_packed", "byoc.geglu_tanh", "byoc.geglu_tanh_packed")}
+
+#: Every column of the table: the zoo's families, then issue 36's.
+COLUMNS = tuple(FAMILIES) + LONG_TAIL_FAMILIES
 
 #: The zoo as the table shows it: small but real configurations (2 layers), eager and
 #: SDPA attention, ONNX at the opset that writes LayerNorm out (14) and the one that
@@ -59,6 +79,7 @@ MODELS = ["gpt2", "gpt2?attention=sdpa", "bert", "bert?attention=sdpa", "llama",
           "falcon?alibi=true", "falcon?layout=40b&kv_heads=2",
           "vit", "vit?attention=sdpa",
           "resnet50",
+          "mobilenet", "unet_block", "levit", "swinv2", "gptj", "phi", "qwen2",
           "onnx:gpt2?opset=14", "onnx:gpt2?opset=17", "onnx:bert?opset=14", "onnx:bert?opset=17",
           "onnx:t5?opset=14",
           "onnx:gpt2?opset=14&batch=dynamic&seq=dynamic",
@@ -88,8 +109,14 @@ def fused_counts(mod: tvm.IRModule) -> dict[str, int]:
 
 
 #: Rules that take a family's instance away without leaving its fused op: a batch norm
-#: folded into the conv before it is gone, not left over.
-REMOVES = {"conv.fold_batchnorm": "batchnorm"}
+#: folded into the conv or the matmul before it is gone, not left over (and one folded
+#: into a matmul is an instance of ``batchnorm_linear`` too).
+REMOVES = {"conv.fold_batchnorm": ("batchnorm",),
+           "matmul.fold_batchnorm": ("batchnorm", "batchnorm_linear")}
+
+#: The rule whose skipped matches explain a family's misses, where the family's name is
+#: not the rule's prefix.
+REASONS_FROM = {"batchnorm_linear": "matmul.fold_batchnorm"}
 
 #: Families whose collapse takes in an instance of another family: an attention
 #: collapse reads the ``R.nn.softmax`` between the two matmuls, which becomes part of
@@ -99,11 +126,103 @@ ABSORBS = {"attention": "softmax"}
 
 def family_of_rule(rule_name: str) -> str:
     """``"gelu_tanh.collapse"`` -> ``"gelu_tanh"`` (rule names start with their family)."""
-    return REMOVES.get(rule_name, rule_name.split(".", 1)[0])
+    return REMOVES.get(rule_name, (rule_name.split(".", 1)[0],))[0]
 
 
-#: Families the library has rewrite rules for.
-LIBRARY_FAMILIES = frozenset(family_of_rule(rule.rule_name) for rule in LIBRARY.rewrite_rules())
+#: Families the library has rewrite rules or composites for.
+LIBRARY_FAMILIES = (frozenset(family_of_rule(rule.rule_name) for rule in LIBRARY.rewrite_rules())
+                    | frozenset(COMPOSITE_FAMILIES) | frozenset(REASONS_FROM))
+
+#: The library's composites under the placeholder compiler ``byoc``.
+_COMPOSITE_TABLE = LIBRARY.for_compiler("byoc")
+
+
+def _is_relu6_clip(call: relax.Expr, bindings: dict) -> bool:
+    """``R.clip(x, 0, 6)`` of anything but ``x + 3`` (the clip inside a hard activation)."""
+    if op_name(call) != "relax.clip":
+        return False
+    bounds = []
+    for bound in call.args[1:]:  # IntImm / FloatImm, or a PrimValue holding one
+        value = getattr(bound, "value", None)
+        value = getattr(value, "value", value)
+        if not isinstance(value, (int, float)):
+            return False
+        bounds.append(float(value))
+    if bounds != [0.0, 6.0]:
+        return False
+    argument = bindings.get(call.args[0])
+    if op_name(argument) != "relax.add":
+        return True
+    return not any(isinstance(a, tvm.ir.GenericConst) and np.all(a.value.numpy() == 3)
+                   for a in argument.args)
+
+
+def relu6_count(mod: tvm.IRModule) -> int:
+    """``R.clip(x, 0, 6)`` calls in ``mod`` that are a ReLU6, not part of a hard activation."""
+    count = 0
+    for _, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        bindings = {}
+        calls = []
+
+        def visit(expr, bindings=bindings, calls=calls):
+            if isinstance(expr, relax.Call):
+                calls.append(expr)
+
+        for block in getattr(func.body, "blocks", ()):
+            for binding in block.bindings:
+                bindings[binding.var] = binding.value
+        relax.analysis.post_order_visit(func.body, visit)
+        count += sum(_is_relu6_clip(call, bindings) for call in calls)
+    return count
+
+
+def _spelling(expr: relax.Expr, bindings: dict, depth: int) -> str:
+    """``expr`` as its operators ``depth`` producers deep: ``reshape(matmul(...))``."""
+    value = bindings.get(expr, expr)
+    name = op_name(value)
+    if name is None:
+        return type(value).__name__
+    short = name.removeprefix("relax.")
+    if depth == 0:
+        return short
+    args = ", ".join(_spelling(a, bindings, depth - 1) for a in value.args
+                     if isinstance(a, relax.Expr)
+                     and not isinstance(a, (tvm.ir.Constant, relax.ShapeExpr)))
+    return f"{short}({args})" if args else short
+
+
+def leftover_spellings(mod: tvm.IRModule, op: str, depth: int = 3) -> Counter:
+    """What each call of ``op`` still in ``mod`` reads: why a rule did not take it.
+
+    A rule whose pattern does not match at all logs nothing; the input's spelling shows
+    which form it met instead (LeViT's linears written as a batched ``matmul`` of
+    ``broadcast_to`` operands, which ``matmul.fold_batchnorm`` does not take).
+    """
+    found: Counter = Counter()
+    for _, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        bindings = {b.var: b.value for block in getattr(func.body, "blocks", ())
+                    for b in block.bindings}
+        for value in bindings.values():
+            if op_name(value) == op:
+                found[_spelling(value.args[0], bindings, depth)] += 1
+    return found
+
+
+def long_tail_counts(mod: tvm.IRModule, log: CompositeLog | None = None) -> dict[str, int]:
+    """Handled instances of issue 36's families in ``mod``: relu6 clips, composites.
+
+    ``groupnorm`` / ``instancenorm`` are :func:`fused_counts`; ``batchnorm_linear`` is
+    counted from the rules that fold it (:data:`REMOVES`).
+    """
+    merged = composite_counts(merge_composite(mod, _COMPOSITE_TABLE, log=log))
+    counts = {family: sum(merged.get(name, 0) for name in names)
+              for family, names in COMPOSITE_FAMILIES.items()}
+    counts["relu6"] = relu6_count(mod)
+    return counts
 
 
 def max_abs_error(reference: list, outputs: list) -> float:
@@ -126,14 +245,38 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
     start = time.process_time()
     after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
     seconds = time.process_time() - start
+    families = dict(model.families)
+    if hasattr(model.source, "modules"):  # a torch module (an ONNX model has no census)
+        families.update(count_long_tail_families(model.source))
     made = Counter(family_of_rule(record.rule) for record in log.records)
     reasons: dict[str, Counter] = {}
     for skipped in log.skipped:
         reasons.setdefault(family_of_rule(skipped.rule), Counter())[skipped.reason] += 1
+        for family, rule in REASONS_FROM.items():
+            if skipped.rule == rule:
+                reasons.setdefault(family, Counter())[skipped.reason] += 1
+    composite_log = CompositeLog()
+    after_tail = long_tail_counts(after, composite_log)
+    # what the library made: every composite, and the ReLU6 clips it added
+    made.update({family: after_tail[family] for family in COMPOSITE_FAMILIES})
+    made["relu6"] = max(0, after_tail["relu6"] - relu6_count(model.mod))
+    composite_family = {name: family for family, names in COMPOSITE_FAMILIES.items()
+                        for name in names}
+    for skipped in composite_log.skipped:
+        if skipped.entry in composite_family and skipped.kind == "check":
+            reasons.setdefault(composite_family[skipped.entry], Counter())[
+                f"{skipped.entry}: {skipped.reason}"] += 1
+    if "batchnorm_linear" not in reasons:  # name the form of the batch norms left over
+        for spelling, n in leftover_spellings(after, "relax.nn.batch_norm").items():
+            reasons.setdefault("batchnorm_linear", Counter())[
+                f"left as R.nn.batch_norm of {spelling}, a form matmul.fold_batchnorm does "
+                "not take"] = n
     removed: Counter = Counter()
     for record in log.records:
-        if record.rule in REMOVES:
-            removed[REMOVES[record.rule]] += 1
+        for family in REMOVES.get(record.rule, ()):
+            removed[family] += 1
+            if family != family_of_rule(record.rule):
+                made[family] += 1
         family = family_of_rule(record.rule)
         if family in ABSORBS and ".collapse" in record.rule:
             removed[ABSORBS[family]] += 1
@@ -158,7 +301,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
                                   if r.composite is None and r.op in fused_ops)
                           - Counter(r.op for r in before_report.ops
                                     if r.composite is None and r.op in fused_ops))
-    return dict(spec=model.name, families=dict(model.families), fused=fused_counts(after),
+    return dict(spec=model.name, families=families, fused={**fused_counts(after), **after_tail},
                 removed=dict(removed), made=dict(made), error=error, scale=scale,
                 source_errors=source, float64_errors=float64,
                 shares=shares, left_on_host=left, rewrite_seconds=seconds, rules=log.counts(),
@@ -227,8 +370,13 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
              "Models: `patternkit.models.zoo_model` specs, random weights, 2 layers, hidden 64, "
              "batch 2, sequence 8.  Each family cell: instances in the source model (counted "
              "from its torch modules) / fused ops after the library's rewrites (of which the "
-             "library made); a batch norm folded into its conv (`conv.fold_batchnorm`) "
-             "and a softmax taken into an attention collapse count as collapsed.  `-`: the "
+             "library made); a batch norm folded into its conv or matmul (`conv.fold_batchnorm`, "
+             "`matmul.fold_batchnorm`) and a softmax taken into an attention collapse count as "
+             "collapsed.  Hardswish, hardsigmoid, rope, swiglu, geglu: instances inside the "
+             "library's composite of that name after its composite table is merged into the "
+             "rewritten module; relu6: `R.clip(x, 0, 6)` calls not part of a hard activation; "
+             "batchnorm_linear: the `BatchNorm1d` after a `Linear`, folded by "
+             "`matmul.fold_batchnorm`.  `-`: the "
              "family is absent.  Error: max abs difference of "
              "the rewritten model's outputs against the imported model's on the llvm VM "
              f"(float32, bound {FLOAT32_BOUND:g}), and in brackets relative to the largest "
@@ -236,7 +384,7 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float) -> str:
              "model against the torch (or onnx) model itself.  Tables: share of op calls TVM's "
              "pattern table takes, as imported -> after the rewrites.  Rewrite: CPU time of "
              "`pk.rewrite(LIBRARY, mod)`.", ""]
-    families = [f for f in FAMILIES if any(r["families"].get(f) or r["fused"].get(f) for r in rows)]
+    families = [f for f in COLUMNS if any(r["families"].get(f) or r["fused"].get(f) for r in rows)]
     tables = list(dict.fromkeys(t for r in rows for t in r["shares"]))
     lines.append("| model | " + " | ".join(families) + " | max abs error | vs source | "
                  + " | ".join(tables) + " | rewrite |")

@@ -1,10 +1,13 @@
 """The model zoo: real models built offline with seeded random weights, imported into Relax.
 
-Transformers models (GPT-2, BERT, a Llama-style decoder, ViT, ResNet-18/50) are built
-from small configs (nothing is downloaded), given seeded random weights and imported
-with ``torch.export`` + ``from_exported_program``; ``onnx:`` entries go through
-``torch.onnx.export`` and ``from_onnx`` instead, and ``onnx:conv_bn`` is a hand-made
-ONNX graph.  Each build returns a :class:`~patternkit.models.ZooModel`.
+Transformers models (GPT-2, BERT, a Llama-style decoder, Falcon, T5, ViT, ResNet-18/50,
+and for the families of issue 36 GPT-J, Phi, Qwen2, LeViT and Swin v2) and small nets
+written in torch here (a MobileNetV3-style net, a diffusion UNet middle block:
+:mod:`.torch_vision_models`) are built from small configs (nothing is downloaded), given
+seeded random weights and imported with ``torch.export`` + ``from_exported_program``;
+``onnx:`` entries go through ``torch.onnx.export`` and ``from_onnx`` instead, and
+``onnx:conv_bn`` is a hand-made ONNX graph.  Each build returns a
+:class:`~patternkit.models.ZooModel`.
 
 Spec syntax
 -----------
@@ -297,9 +300,11 @@ def parse_spec(text: str, **overrides: Any) -> ZooSpec:
     if name not in ZOO:
         raise ZooError(f"{PREFIX}{name}: " + _unknown("zoo model", name, ZOO))
     entry = ZOO[name]
-    given: dict[str, Any] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
-        given[key] = value
+    try:
+        given: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True,
+                                               strict_parsing=bool(query)))
+    except ValueError as err:  # "layers" without "=value"
+        raise ZooError(f"{PREFIX}{name}: {err} (options are option=value, joined by &)") from None
     given.update(overrides)
     values = {}
     for key, value in given.items():

@@ -74,3 +74,64 @@ def test_a_model_over_the_float32_bound_is_listed_with_the_rules_that_rewrote_it
     line = next(x for x in text.splitlines() if x.startswith(f"- `{row['spec']}`: 0.001 max abs"))
     for rule, count in row["rules"].items():
         assert f"`{rule}` x{count}" in line
+
+
+# -- issue 36's families ----------------------------------------------------------------------
+def _clips(body):
+    """A module ``main(x)`` whose body is ``body(x)`` (float32 (2, 8))."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_relu6_counts_clips_to_six_but_not_the_clip_inside_a_hard_activation(coverage_script):
+    from tvm import relax
+
+    def relu6_then_hardswish(bb, x):
+        r = bb.emit(relax.op.clip(x, 0, 6))
+        shifted = bb.emit(relax.op.add(r, relax.const(3.0, "float32")))
+        hard = bb.emit(relax.op.clip(shifted, 0, 6))
+        other = bb.emit(relax.op.clip(hard, 0, 5))
+        return relax.op.divide(relax.op.multiply(r, other), relax.const(6.0, "float32"))
+
+    assert coverage_script.relu6_count(_clips(relu6_then_hardswish)) == 1
+
+
+def test_a_batch_norm_left_over_is_named_by_the_form_it_reads(coverage_script):
+    import numpy as np
+    from tvm import relax
+
+    def broadcast_linear_bn(bb, x):
+        w = relax.const(np.ones((8, 8), "float32"))
+        wide = bb.emit(relax.op.broadcast_to(x, relax.ShapeExpr([1, 2, 8])))
+        mm = bb.emit(relax.op.matmul(wide, relax.op.broadcast_to(w, relax.ShapeExpr([1, 8, 8]))))
+        flat = bb.emit(relax.op.reshape(mm, (2, 8)))
+        stats = [relax.const(np.ones(8, "float32")) for _ in range(4)]
+        bn = bb.emit(relax.op.nn.batch_norm(flat, *stats, axis=1))
+        return relax.TupleGetItem(bn, 0)
+
+    spellings = coverage_script.leftover_spellings(_clips(broadcast_linear_bn),
+                                                   "relax.nn.batch_norm")
+    assert spellings == {"reshape(matmul(broadcast_to(Var), broadcast_to))": 1}
+
+
+@pytest.mark.models
+def test_the_long_tail_columns_count_a_mobilenets_hard_activations(coverage_script):
+    row = coverage_script.measure("mobilenet?width=8", numeric=False)
+    for family, composite in (("hardswish", "byoc.hardswish"),
+                              ("hardsigmoid", "byoc.hardsigmoid")):
+        # counted from the torch modules; handled: inside the library's composite
+        assert row["families"][family] == row["fused"][family] == row["made"][family] > 0
+    assert row["families"]["relu6"] == row["fused"]["relu6"] > 0
+    assert row["families"]["batchnorm"] == coverage_script.handled(row, "batchnorm")
+    row.pop("rewritten")
+    header = coverage_script.render([row], {}, 1.0).splitlines()
+    columns = next(line for line in header if line.startswith("| model |"))
+    assert "| hardswish | hardsigmoid | relu6 |" in columns
+    assert "rope" not in columns  # a family absent from every row gets no column

@@ -29,6 +29,7 @@ def test_option_values_are_typed_by_their_default():
     ("zoo:gpt2?layers=two", "option layers:"),
     ("zoo:gpt2?keep_params=maybe", "expected true or false"),
     ("zoo:onnx:bert?opset=13", "expected one of 14, 17"),
+    ("zoo:gpt2?layers", "zoo:gpt2: bad query field: 'layers'"),
 ])
 def test_a_bad_spec_is_a_zoo_error_naming_what_is_wrong(text, message):
     with pytest.raises(ZooError, match=message.replace("?", r"\?")):
