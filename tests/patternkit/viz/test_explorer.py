@@ -338,3 +338,14 @@ def test_in_a_notebook_the_explorer_is_a_frame_on_its_own_server(pipeline):
     finally:
         ex.stop()
     assert ex._server is None
+
+
+def test_without_the_extra_serving_says_how_to_install_it_and_writing_still_works(
+        monkeypatch, tmp_path):
+    ex = explore(conv_layers(1)["main"])  # a bare function is drawn as a module's main
+    monkeypatch.setitem(__import__("sys").modules, "model_explorer", None)
+    for call in (ex.config, ex.serve):
+        with pytest.raises(ImportError, match=r"^patternkit.explore needs Google's Model "
+                                              r"Explorer: pip install 'patternkit\[explorer\]'"):
+            call()
+    assert (tmp_path / "before.json") in ex.write(tmp_path)
