@@ -93,10 +93,10 @@ def find_repeat(func: relax.Function, mod: tvm.IRModule | None = None) -> Repeat
     """The period repeated over the most consecutive bindings of a block, or ``None``."""
     if not isinstance(func.body, relax.SeqExpr):
         return None
-    best = None
+    best, best_codes = None, None
     for b, block in enumerate(func.body.blocks):
         bindings = list(block.bindings)
-        whats, distance, source = _encode(bindings, mod)
+        codes = whats, distance, source = _encode(bindings, mod)
         n = len(bindings)
         for p in range(MIN_PERIOD, n // 2 + 1):
             args_alike = ((distance[p:] == distance[:-p]) | (source[p:] == source[:-p])).all(1)
@@ -110,8 +110,40 @@ def find_repeat(func: relax.Function, mod: tvm.IRModule | None = None) -> Repeat
             run, start = int(runs[k]), int(edges[::2][k])
             count = (run + p) // p
             if count >= 2 and (best is None or count * p > best.count * best.period):
-                best = Repeat(b, start, p, count)
-    return best
+                best, best_codes = Repeat(b, start, p, count), codes
+    return None if best is None else _aligned(best, *best_codes)
+
+
+def _aligned(found: Repeat, whats, distance, source) -> Repeat:
+    """``found`` moved back to where its copies begin, with the copy before it if alike.
+
+    The first layer reads the model's input, which may be made several bindings before it
+    (a transformer's attention mask is computed in between), where the others read the
+    layer just before them; compared by distance it differs, and the repeat found starts
+    part-way into it.  Here an argument read from before its own copy matches one read
+    from before the other's (each layer's input), so the copies start at the first layer
+    and count it.  The earliest start within one period back wins, one more copy first.
+    """
+    p = found.period
+    for count in (found.count + 1, found.count):
+        for start in range(max(0, found.start - p), found.start + 1):
+            if start + count * p <= len(whats) and _copies_alike(
+                    whats, distance, source, start, p, count):
+                return Repeat(found.block, start, p, count)
+    return found
+
+
+def _copies_alike(whats, distance, source, start: int, period: int, count: int) -> bool:
+    """Whether ``count`` copies of ``period`` bindings from ``start`` compute alike."""
+    j = np.arange(start, start + (count - 1) * period)
+    k = j + period
+    if not (whats[j] == whats[k]).all():
+        return False
+    first = (start + (j - start) // period * period)[:, None]  # where j's copy begins
+    same = (distance[j] == distance[k]) | (source[j] == source[k])
+    inputs = ((source[j] >= 0) & (source[j] < first)
+              & (source[k] >= 0) & (source[k] < first + period))
+    return bool((same | inputs).all())
 
 
 def fold_repeats(mod: tvm.IRModule, func_name: str = "main") -> tuple[tvm.IRModule, str]:

@@ -218,7 +218,7 @@ def test_a_vit_drawn_by_patternkit_viz_shows_one_layer_and_fits():
 
     mod, _ = load_model("zoo:vit?layers=3")
     graph, how = drawings.fitted_drawing(mod, func="main", options={})
-    assert "bindings repeated x2 is drawn once" in how
+    assert "bindings repeated x3 is drawn once" in how  # one copy per layer
     assert max(svg_size(graph.pipe("svg"))) <= MAX_PX
     whole, how_whole = drawings.fitted_drawing(mod, func="main", options={}, full=True,
                                                layout=False)

@@ -84,3 +84,27 @@ def test_a_value_every_layer_reads_does_not_break_the_repeat():
         bb.emit_func_output(out)
     found = find_repeat(bb.get()["main"])
     assert (found.period, found.count) == (4, 6)
+
+
+def test_the_first_layer_counts_when_its_input_is_made_before_the_mask():
+    """A transformer's mask is computed between its input and the first layer: the first
+    layer reads the input from further back than the others read theirs."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.tanh(x))
+            mask = bb.emit(relax.op.exp(bb.emit(relax.op.negative(bb.emit(relax.op.abs(x))))))
+            for _ in range(5):
+                y = bb.emit(relax.op.matmul(h, relax.const(np.eye(4, dtype="float32"))))
+                y = bb.emit(relax.op.add(y, mask))
+                y = bb.emit(relax.op.tanh(y))
+                h = bb.emit(relax.op.add(h, y))
+            out = bb.emit_output(relax.op.sum(h))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    found = find_repeat(mod["main"])
+    assert (found.start, found.period, found.count) == (4, 4, 5)  # after tanh and the mask
+    folded, note = fold_repeats(mod)
+    assert "repeated x5 is drawn once" in note
+    assert len(folded["main"].body.blocks[0].bindings) == 4 + 4 + 1
