@@ -42,6 +42,7 @@ from . import (
     instancenorm,
     layernorm,
     matmul,
+    quantize,
     rmsnorm,
     rope,
     softmax,
@@ -83,7 +84,7 @@ def _family_expansions(module: Any) -> RuleSet:
 LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(groupnorm)
            | _family_rules(instancenorm) | _family_rules(rmsnorm)
            | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
-           | _family_rules(gated_mlp) | _family_rules(rope)
+           | _family_rules(gated_mlp) | _family_rules(rope) | _family_rules(quantize)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 
 #: The expand rules (fused op -> written-out ops that ``relax.transform.Gradient`` can

@@ -83,7 +83,7 @@ def test_a_rule_set_is_a_table_of_its_composites():
         *(f"ccompiler.{kind}{packed}" for kind in ("swiglu", "geglu", "geglu_tanh")
           for packed in ("", "_packed")),
         "ccompiler.rope_partial", "ccompiler.rope_interleaved_partial", "ccompiler.rope",
-        "ccompiler.rope_interleaved",
+        "ccompiler.rope_interleaved", "ccompiler.qdq_conv2d", "ccompiler.qdq_matmul",
         "ccompiler.conv2d_add_silu_strict", "ccompiler.conv2d_add_clip_strict",
         "ccompiler.conv2d_add_relu", *(f"ccompiler.matmul{t}{parts}" for t in ("_transposed", "")
                                        for parts in ("_bias_relu", "_bias_gelu",
