@@ -21,8 +21,7 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 * batch norm: ``(x - mean) / sqrt(var + eps)`` (or ``* rsqrt``) with the statistics given;
 * activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + ...))``, SiLU's
   ``x * sigmoid(x)`` (or of a cast or a multiple of ``x``) or ``x / (1 + exp(-x))``,
-  hard-swish/hard-sigmoid's
-  ``clip(x + 3, ...)``;
+  hard-swish/hard-sigmoid's ``x * clip(x + 3, ...)`` or ``clip(x + 3, ...) / 6``;
 * rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
 * gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
 
@@ -34,7 +33,16 @@ similarity) is reported with the family's reason, which says what it is not.
 
 from __future__ import annotations
 
-from patternkit.dpl import DFPattern, divide_by_sqrt, is_op, square, through, up_to_cast, wildcard
+from patternkit.dpl import (
+    DFPattern,
+    divide_by_sqrt,
+    is_constant,
+    is_op,
+    square,
+    through,
+    up_to_cast,
+    wildcard,
+)
 from patternkit.engine import NearMissDetector, Rule, RuleSet
 
 from . import LIBRARY, family_of
@@ -93,7 +101,12 @@ def _silu() -> DFPattern:
 
 
 def _hard_swish() -> DFPattern:
-    return _op("clip")(_op("add")(wildcard(), wildcard()), wildcard(), wildcard())
+    # x * clip(x + c) or clip(x + c) / c': a relu6 of a biased conv, clip(conv + b), is none
+    x = wildcard()
+    once = _op("clip")(_op("add")(x, wildcard()), wildcard(), wildcard())
+    clipped = once | _op("clip")(once, wildcard(), wildcard())  # before relu6.collapse
+    return (_op("multiply")(x, clipped) | _op("divide")(clipped, wildcard())
+            | _op("multiply")(clipped, is_constant()))
 
 
 def _rope() -> DFPattern:
@@ -119,7 +132,7 @@ _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], 
     ("gelu_tanh", "tanh(c * (x + 0.044715 x^3))", _gelu_tanh(), ("activation",),
      ("gelu_tanh.",)),
     ("silu", "x * sigmoid(x)", _silu(), ("activation",), ("silu.", "byoc.quick_gelu")),
-    ("hardswish", "clip(x + 3, 0, 6)", _hard_swish(), ("activation",),
+    ("hardswish", "x * clip(x + 3, 0, 6) / 6", _hard_swish(), ("activation",),
      ("hardswish.", "hardsigmoid.", "relu6.", "byoc.hardswish", "byoc.hardsigmoid")),
     ("rope", "x * cos + rotate_half(x) * sin", _rope(), ("rope",), ()),
     ("gated_mlp", "act(x @ Wg) * (x @ Wu)", _gated_mlp(), ("gated_mlp",), ()),

@@ -213,6 +213,13 @@ def test_a_model_whose_families_all_collapse_has_no_near_miss():
     assert log.near_misses(NEAR_MISSES) == []
 
 
+def test_a_relu6_after_a_biased_conv_is_no_hard_swish_near_miss():
+    # clip(conv + bias, 0, 6): an add under a clip, as in hard-swish's clip(x + 3, 0, 6)
+    convs = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU6(),
+                                torch.nn.Conv2d(4, 4, 1))
+    assert near_misses(imported(convs, torch.randn(1, 3, 8, 8))) == []
+
+
 def test_the_detectors_follow_the_rules_chosen():
     only_norms = detectors(LIBRARY.by_prefix("layernorm."))
     assert [d.family for d in only_norms] == ["norm"]
