@@ -13,10 +13,8 @@ import socket
 import time
 import urllib.request
 
-import numpy as np
 import pytest
-import tvm
-from tvm import relax
+from explorer_cases import COMPILER, TanhIsRelu, conv_layers, tanh_model
 
 import patternkit as pk
 from patternkit.app.rules import resolve_rules
@@ -25,7 +23,6 @@ from patternkit.byoc.reports.offload import explain_offload
 from patternkit.byoc.tables import PatternTable
 from patternkit.testing.bisection import bisect
 from patternkit.viz.explorer import Explorer, explore, module_graph
-from tests.patternkit.testing.test_bisection import SigmoidIsRelu, pipeline_input
 
 model_explorer = pytest.importorskip("model_explorer", reason="the [explorer] extra is absent")
 from model_explorer import (
@@ -33,34 +30,6 @@ from model_explorer import (
     node_data_builder as ndb,  # noqa: E402
 )
 from model_explorer.utils import convert_adapter_response, remove_none  # noqa: E402
-
-COMPILER = "ccompiler"
-
-
-def conv_layers(count: int, stem: bool = False) -> tvm.IRModule:
-    """[a stem tanh,] ``count`` x (conv2d, batch_norm, relu), then a mean: the library
-    folds each batch norm into its conv and offloads conv + add + relu; the mean stays
-    on the host."""
-    rng = np.random.default_rng(0)
-    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
-    bb = relax.BlockBuilder()
-
-    def const(*shape, positive=False):
-        values = rng.standard_normal(shape).astype("float32")
-        return relax.const(np.abs(values) + 0.5 if positive else values)
-
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            h = bb.emit(relax.op.tanh(x)) if stem else x
-            for _ in range(count):
-                c = bb.emit(relax.op.nn.conv2d(h, const(4, 4, 3, 3), padding=1))
-                bn = bb.emit(relax.op.nn.batch_norm(c, const(4, positive=True), const(4),
-                                                    const(4), const(4, positive=True), axis=1,
-                                                    training=False))
-                h = bb.emit(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
-            out = bb.emit_output(relax.op.mean(h, axis=[2, 3]))
-        bb.emit_func_output(out)
-    return bb.get()
 
 
 @pytest.fixture(scope="module")
@@ -230,34 +199,34 @@ def test_site_verdicts_are_overlaid_pass_and_fail_with_the_error(pipeline):
                  sites=pipeline["sites"])
     verdicts = _values(ex, "site validation", "after")
     assert [(op, value) for op, _, value in verdicts] == [("add", "pass")] * 3
-    mod = pipeline_input()
+    mod = tanh_model()
     log = pk.RewriteLog()
-    wrong = pk.rewrite(SigmoidIsRelu(), mod, log=log)
+    wrong = pk.rewrite(TanhIsRelu(), mod, log=log)
     report = pk.validate_sites(mod, wrong, log)
     ex = explore(mod, wrong, log=log, sites=report)
     assert [(op, value) for op, _, value in _values(ex, "site validation", "after")] == \
         [("nn.relu", "FAIL")]
     node = next(n for n in ex.models["after"].graph["nodes"] if _attr(n, "site validation"))
-    assert _attr(node, "site validation").startswith("FAIL test.sigmoid_is_relu at main:")
+    assert _attr(node, "site validation").startswith("FAIL test.tanh_is_relu at main:")
 
 
 def test_bisects_first_diverging_step_is_overlaid_where_its_binding_is():
-    mod = pipeline_input()
-    found = bisect(mod, [SigmoidIsRelu()])
+    mod = tanh_model()
+    found = bisect(mod, [TanhIsRelu()])
     ex = explore(found.before, found.after, divergence=found)
-    step = "diverges at step 1 (test.sigmoid_is_relu)"
+    step = "diverges at step 1 (test.tanh_is_relu)"
     assert [(op, value) for op, _, value in _values(ex, "bisect", "after")] == \
         [("nn.relu", step)]
     assert [(op, value) for op, _, value in _values(ex, "bisect", "before")] == \
-        [("sigmoid", step)]
+        [("tanh", step)]
     node = next(n for n in ex.models["after"].graph["nodes"] if _attr(n, "bisect"))
     assert "max abs error" in _attr(node, "bisect")
 
 
 def test_a_divergence_per_binding_is_a_numeric_overlay_on_a_gradient():
-    mod = pipeline_input()
+    mod = tanh_model()
     names = [b.var.name for b in mod["main"].body.blocks[0].bindings]
-    ex = explore(mod, divergence={names[0]: 0.0, names[4]: 0.5})
+    ex = explore(mod, divergence={names[0]: 0.0, names[1]: 0.5})
     (overlay,) = ex.overlays
     data = overlay.node_data()["before"]
     assert data["gradient"][0]["stop"] == 0 and data["gradient"][-1]["stop"] == 1

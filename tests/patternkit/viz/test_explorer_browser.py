@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from explorer_cases import COMPILER, conv_layers
 
 import patternkit as pk
 from patternkit.app.rules import resolve_rules
@@ -26,7 +27,6 @@ from patternkit.byoc import CompositeLog, merge_composite, partition_graph
 from patternkit.byoc.reports.offload import explain_offload
 from patternkit.byoc.tables import PatternTable
 from patternkit.viz.explorer import explore
-from tests.patternkit.viz.test_explorer import COMPILER, conv_layers
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
