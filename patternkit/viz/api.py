@@ -75,11 +75,18 @@ def viz_expr(obj: Any, **options: Any) -> VizGraph:
     timeout : float
         Seconds allowed for ``dot``.
     title : str
+    columns : int
+        Cut the drawing (in walk order, where the fewest edges cross) into this many
+        side-by-side columns; default 1.  :func:`patternkit.viz.fit.fit` picks it.
+    max_side : int
+        Scale a layout larger than this many pixels (at 96 dpi) on a side down to fit;
+        default 0 (never).
 
     Returns
     -------
     VizGraph
-        ``.source`` (DOT), ``.render(path, format=...)``, ``.to_networkx()``, ``.to_json()``.
+        ``.source`` (DOT), ``.render(path, format=...)``, ``.to_graphviz()`` (a
+        ``graphviz.Source``), ``.to_networkx()``, ``.to_json()``.
 
     Raises
     ------

@@ -12,7 +12,7 @@ from tvm import relax
 
 from patternkit.app import drawings
 from patternkit.app.cli import main
-from patternkit.viz import fit as fitting, viz_expr
+from patternkit.viz import VizError, fit as fitting, viz_expr
 from patternkit.viz.dot import column_of
 from patternkit.viz.fit import MAX_PX, fit, svg_size
 from patternkit.viz.repeats import find_repeat
@@ -223,3 +223,10 @@ def test_a_vit_drawn_by_patternkit_viz_shows_one_layer_and_fits():
     whole, how_whole = drawings.fitted_drawing(mod, func="main", options={}, full=True,
                                                layout=False)
     assert how_whole == "" and len(whole.model.nodes) > len(graph.model.nodes) + 40
+
+
+def test_bad_columns_or_max_side_are_named():
+    with pytest.raises(VizError, match="columns= expects a non-negative int"):
+        viz_expr(_chain(3), columns=-2)
+    with pytest.raises(VizError, match="max_side= expects a non-negative int"):
+        viz_expr(_chain(3), max_side="big")
