@@ -111,7 +111,8 @@ class ZooEntry:
             try:
                 importlib.import_module(extra)
             except ImportError as err:
-                hint = "torch" if extra in ("torch", "transformers") else extra
+                hint = ("torch" if extra in ("torch", "transformers")
+                        else "onnx" if extra == "onnxruntime" else extra)
                 raise ZooError(f"zoo:{self.name} needs {extra}: pip install "
                                f"'patternkit[{hint}]'") from err
         module, function = self.builder.rsplit(".", 1)
@@ -269,6 +270,15 @@ def _entries() -> dict[str, ZooEntry]:
                  {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
                   "feed_forward": _T5_FEED_FORWARD},
                  "onnx_models.t5", _ONNX),
+        ZooEntry("onnx:qdq", "ONNX QDQ model (patternkit.models.onnx_qdq): Conv + Relu + "
+                 "MatMul + Add quantised by onnxruntime's quantize_static, one fixed input "
+                 "(1, 3, 8, 8)",
+                 {**_common(static_seq=True),
+                  "batch_size": Option(1, "example batch size (the model's is fixed at 1)"),
+                  "opset": Option(17, "ONNX opset of the float model", (13, 17)),
+                  "activations": Option("int8", "activations' quantised type",
+                                        ("int8", "uint8"))},
+                 "onnx_qdq_zoo.qdq", ("onnx", "onnxruntime")),
         ZooEntry("onnx:conv_bn", "hand-made ONNX Conv + BatchNormalization + Relu; TVM's "
                  "importer leaves dead bindings of the batch-norm statistics",
                  {**_common(static_seq=True), "opset": Option(17, "ONNX opset", (14, 17))},

@@ -148,3 +148,40 @@ def test_inconsistent_options_are_a_zoo_error_naming_them(zoo, name, options, me
 
     with pytest.raises(ZooError, match=message):
         zoo(name, **{**TINY[name], **options})
+
+
+def _output_step(model) -> float:
+    """The quantisation step of an ONNX QDQ model's output (its last DequantizeLinear)."""
+    from onnx import numpy_helper
+
+    output = model.graph.output[0].name
+    node = next(n for n in model.graph.node
+                if n.op_type == "DequantizeLinear" and output in n.output)
+    scale = next(i for i in model.graph.initializer if i.name == node.input[1])
+    return float(numpy_helper.to_array(scale).max())
+
+
+def test_onnx_qdq_quantised_conv_and_matmul_become_the_qdq_composites(zoo):
+    pytest.importorskip("onnxruntime")
+    from patternkit.patterns import LIBRARY
+
+    model = zoo("onnx:qdq")
+    assert model.families["qdq"] == 2  # the Conv and the MatMul, both operands dequantized
+    after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod)
+    merged = composite_counts(merge_composite(after, LIBRARY.for_compiler("byoc")))
+    assert merged.get("byoc.qdq_conv2d") == merged.get("byoc.qdq_matmul") == 1
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm[model.entry](*(to_tensor(a) for a in model.arguments())).numpy()
+    reference = model.reference()[0]  # onnxruntime
+    # TVM's integer arithmetic may round one output step apart from onnxruntime's
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1.01 * _output_step(model.source))
+    assert np.abs(reference).max() > 10 * _output_step(model.source)
+
+
+def test_onnx_qdq_refuses_another_batch_than_its_fixed_one(zoo):
+    pytest.importorskip("onnxruntime")
+    from patternkit.models import ZooError
+
+    with pytest.raises(ZooError, match=r"zoo:onnx:qdq\?batch_size=2: the QDQ model's input is "
+                                       r"fixed at \(1, 3, 8, 8\)"):
+        zoo("onnx:qdq", batch_size=2)
