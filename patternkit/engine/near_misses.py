@@ -105,8 +105,9 @@ class NearMiss:
         Why that rule left the site, in one line.
     kind : str
         ``"check"``, ``"declined"``, ``"overlap"``, ``"escape"``, ``"cycle"`` (a
-        :class:`~patternkit.engine.skip.SkipKind`), or ``"no match"`` (the rule's pattern
-        did not match; ``reason`` names the deepest point where it failed).
+        :class:`~patternkit.engine.skip.SkipKind`), ``"no match"`` (the rule's pattern
+        did not match; ``reason`` names the deepest point where it failed), or
+        ``"not applied"`` (the rule would take the site, but the rewrite was not given it).
     """
 
     family: str

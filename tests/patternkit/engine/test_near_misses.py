@@ -116,6 +116,23 @@ def test_a_site_a_composite_takes_is_no_near_miss():
     assert log.near_misses([detector(SiluCollapse(), GateComposite())]) == []
 
 
+def test_a_site_the_rule_would_take_had_the_rewrite_been_given_it_says_so():
+    class TanhToSigmoid(pk.RewriteRule):
+        name = "test.unrelated"
+
+        def __init__(self):
+            super().__init__()
+            self.pattern = pk.is_op("relax.tanh")(pk.wildcard())
+
+        def rewrite(self, match):
+            return relax.op.sigmoid(match.root.args[0])
+
+    log = rewrite_logged([TanhToSigmoid()], gate((4, 8)))
+    (miss,) = log.near_misses([detector()])
+    assert (miss.rule, miss.kind) == ("test.silu", "not applied")
+    assert "not among the rules the rewrite was given" in miss.reason
+
+
 def test_a_site_seen_by_two_detectors_is_reported_once_by_the_first():
     log = rewrite_logged([SiluCollapse()], gate((2, 4, 8)))
     sigmoid_only = NearMissDetector("sigmoid", "sigmoid(x)",
