@@ -12,10 +12,15 @@ from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
 from patternkit.byoc import composite_counts, merge_composite
+from patternkit.models.importing import from_torch
 from patternkit.patterns import LIBRARY
-from patternkit.patterns.quantize import QdqComposite
-from patternkit.patterns.quantize.examples import qdq_kernel
-from patternkit.testing import EXACT, Negative, RuleCase, check_rule
+from patternkit.patterns.quantize import DequantizeCollapse, QdqComposite, QuantizeCollapse
+from patternkit.patterns.quantize.examples import (
+    dequantize_written_out,
+    qdq_kernel,
+    quantize_written_out,
+)
+from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 from patternkit.verification.numeric import run
 
 
@@ -221,3 +226,149 @@ def test_tvm_runs_the_onnx_qdq_model_as_onnxruntime_does(onnx_qdq):
                 reversed(mod["main"].body.blocks[0].bindings)
                 if pk.ir.op_name(b.value) == "relax.quantize")  # the output's scale
     np.testing.assert_allclose(got, reference, rtol=0, atol=1.01 * step)
+
+
+# -- dequantize.collapse and quantize.collapse: quantisation written by hand --------------------
+#: Both rules produce the op whose legalisation is the written arithmetic: bit-identical.
+SAME_ARITHMETIC = Tolerance(0.0, 0.0, "R.dequantize / R.quantize legalise to the same "
+                                      "subtract-multiply / divide-round-add-clip-cast: "
+                                      "bit-identical")
+
+
+@I.ir_module
+class DequantizeWrittenOut:
+    """torch's ``(q.float() - 3) * 0.05`` as the torch importer writes it."""
+
+    @R.function
+    def main(q: R.Tensor(("n", 8), "int8")) -> R.Tensor(("n", 8), "float32"):
+        with R.dataflow():
+            f = R.astype(q, dtype="float32")
+            centred = R.subtract(f, R.const(3.0, "float32"))
+            out = R.multiply(centred, R.const(0.05, "float32"))
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Dequantized:
+    @R.function
+    def main(q: R.Tensor(("n", 8), "int8")) -> R.Tensor(("n", 8), "float32"):
+        with R.dataflow():
+            out = R.dequantize(q, R.const(0.05, "float32"), R.const(3, "int8"), axis=-1)
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class QuantizeWrittenOut:
+    """torch's ``clamp(round(x / 0.05) + 3, -128, 127).to(torch.int8)``, imported."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 8), "float32")) -> R.Tensor(("n", 8), "int8"):
+        with R.dataflow():
+            scaled = R.divide(x, R.const(0.05, "float32"))
+            rounded = R.round(scaled)
+            shifted = R.add(rounded, R.const(3.0, "float32"))
+            clipped = R.clip(shifted, -128, 127)
+            out = R.astype(clipped, dtype="int8")
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class Quantized:
+    @R.function
+    def main(x: R.Tensor(("n", 8), "float32")) -> R.Tensor(("n", 8), "int8"):
+        with R.dataflow():
+            out = R.quantize(x, R.const(0.05, "float32"), R.const(3, "int8"), axis=-1,
+                             out_dtype="int8")
+            R.output(out)
+        return out
+
+
+DEQUANTIZE_CASE = RuleCase(
+    DequantizeCollapse(), DequantizeWrittenOut, Dequantized,
+    negatives=[
+        Negative("int32_tensor", dequantize_written_out(dtype="int32"),
+                 "the integer tensor is int32, not int8 or uint8"),
+        Negative("to_float16", dequantize_written_out(float_dtype="float16"),
+                 "the float tensor is float16: R.dequantize / R.quantize compute in float32"),
+        Negative("zero_point_out_of_range", dequantize_written_out(zero_point=300.0),
+                 "the zero point 300 is not a whole number in int8's range [-128, 127]"),
+        Negative("fractional_zero_point", dequantize_written_out(zero_point=2.5),
+                 "the zero point 2.5 is not a whole number"),
+        Negative("scale_per_channel", dequantize_written_out(per_channel=True),
+                 "the scale has shape (8,), not one number: a per-channel quantisation needs "
+                 "its axis (not covered)"),
+    ],
+    tolerance=SAME_ARITHMETIC)
+
+QUANTIZE_CASE = RuleCase(
+    QuantizeCollapse(), QuantizeWrittenOut, Quantized,
+    negatives=[
+        Negative("symmetric_int8_clip", quantize_written_out(clip="symmetric"),
+                 "the clip to [-127, 127] is not int8's whole range [-128, 127], which "
+                 "R.quantize clips to"),
+        Negative("sixteen_bit", quantize_written_out(dtype="int16"),
+                 "the integer tensor is int16, not int8 or uint8"),
+        Negative("from_float16", quantize_written_out(float_dtype="float16"),
+                 "the float tensor is float16"),
+    ],
+    tolerance=SAME_ARITHMETIC)
+
+
+def test_dequantize_collapse_meets_the_rule_contract():
+    check_rule(DEQUANTIZE_CASE)
+
+
+def test_quantize_collapse_meets_the_rule_contract():
+    check_rule(QUANTIZE_CASE)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("zero_point", [0.0, 3.0])
+def test_written_quantisation_round_trips_bit_identically_after_the_collapses(dtype,
+                                                                              zero_point):
+    quantize = pk.rewrite(QuantizeCollapse(), quantize_written_out(dtype, zero_point))
+    dequantize = pk.rewrite(DequantizeCollapse(),
+                            dequantize_written_out(dtype, zero_point, "scale_first"))
+    assert "R.quantize" in quantize.script() and "R.dequantize" in dequantize.script()
+    # values past both ends of the range, and halves, where rounding and clipping decide
+    x = np.concatenate([np.linspace(-20, 20, 64), np.arange(-8, 8) * 0.05 + 0.025]
+                       ).astype("float32").reshape(-1, 8)
+    (want_q,), (got_q,) = run(quantize_written_out(dtype, zero_point), [x]), run(quantize, [x])
+    np.testing.assert_array_equal(got_q, want_q)
+    (want,), (got,) = run(dequantize_written_out(dtype, zero_point, "scale_first"), [got_q]), \
+        run(dequantize, [got_q])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_torch_quantisation_by_hand_collapses_then_forms_the_qdq_composite():
+    """A torch module that quantises by hand around a matmul (the weight symmetric): after
+    the library's rewrites the dequantize / quantize ops are there, and the QDQ matmul
+    composite takes them."""
+    import torch
+
+    class HandQuantisedLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            generator = torch.Generator().manual_seed(0)
+            self.wq = torch.randint(-128, 128, (24, 8), dtype=torch.int8, generator=generator)
+
+        def forward(self, q):
+            x = (q.float() - 3) * 0.02
+            w = self.wq.float() * 0.01
+            y = x @ w
+            return torch.clamp(torch.round(y / 0.05) + 3, -128, 127).to(torch.int8)
+
+    q = torch.randint(-128, 128, (2, 24), dtype=torch.int8)
+    mod = from_torch(torch.export.export(HandQuantisedLinear(), (q,)), False, "main",
+                     "HandQuantisedLinear", {})[0]
+    rewritten = pk.rewrite(LIBRARY, mod)
+    script = rewritten.script()
+    assert script.count("R.dequantize") == 2 and script.count("R.quantize(") == 1
+    merged = merge_composite(rewritten, LIBRARY.composites())
+    assert composite_counts(merged) == {"byoc.qdq_matmul": 1}
+    (want,), (got,) = run(mod, [q.numpy()]), run(merged, [q.numpy()])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, HandQuantisedLinear()(q).numpy())
