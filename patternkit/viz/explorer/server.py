@@ -24,15 +24,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ...errors import PatternkitError
 from .serve_folder import INDEX, config_from_folder, url_data
 
 #: What Model Explorer's ``/check_health`` answers.
 HEALTHY = "model_explorer_ok"
-#: The child's error output, kept in the served folder.
+#: The child's output, kept in the served folder.
 LOG = "server.log"
 
 
-class ExplorerError(RuntimeError):
+class ExplorerError(PatternkitError, RuntimeError):
     """Model Explorer's server did not start."""
 
 
@@ -41,6 +42,11 @@ def free_port(host: str = "localhost") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex((host, port)) == 0
 
 
 def _healthy(base: str) -> bool:
@@ -79,15 +85,19 @@ class ExplorerServer:
         Raises
         ------
         ExplorerError
-            The server exited or did not answer within ``timeout`` seconds (the message
-            has the last line of its error output); it is stopped.
+            ``port`` is in use, or the server exited or did not answer within ``timeout``
+            seconds (the message has the last line it wrote); it is stopped.
         """
-        port = free_port(host) if port is None else int(port)
+        if port is None:
+            port = free_port(host)
+        elif _in_use(host, int(port)):
+            raise ExplorerError(f"cannot serve Model Explorer on {host}:{port}: the port is "
+                                f"in use (leave --port out to take a free one)")
         script = Path(__file__).with_name("serve_folder.py")
         log = (folder / LOG).open("w")
         process = subprocess.Popen(  # noqa: S603 - our own script, with our arguments
             [sys.executable, str(script), str(folder), host, str(port), str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         base = f"http://{host}:{port}"
         models = [m["name"] for m in json.loads((folder / INDEX).read_text())["models"]]
@@ -98,9 +108,9 @@ class ExplorerServer:
         while not _healthy(base):
             if process.poll() is not None or time.monotonic() > deadline:
                 server.stop()
+                reason = server.last_error() or f"no answer within {timeout:g} s"
                 raise ExplorerError(f"Model Explorer's server did not start on {base}: "
-                                    f"{server.last_error() or 'no answer within ' + str(timeout)}"
-                                    f" s")
+                                    f"{reason}")
             time.sleep(0.2)
         return server
 
@@ -114,7 +124,7 @@ class ExplorerServer:
         return f"{self.url}&show_open_in_new_tab=1"
 
     def last_error(self) -> str:
-        """The last line the server wrote to its error output."""
+        """The last line the server wrote."""
         path = self.folder / LOG
         lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
         return lines[-1] if lines else ""

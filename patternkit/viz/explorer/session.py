@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...errors import PatternkitError
 from .graph import ModuleGraph
 from .overlays import Overlay
 from .serve_folder import INDEX, config_from_folder
@@ -27,7 +28,7 @@ from .serve_folder import INDEX, config_from_folder
 FRAME_HEIGHT = 850
 
 
-class ExplorerUnavailable(ImportError):
+class ExplorerUnavailable(PatternkitError, ImportError):
     """Model Explorer (the ``[explorer]`` extra) is not installed."""
 
 

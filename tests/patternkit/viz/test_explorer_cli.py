@@ -111,3 +111,24 @@ def test_a_server_whose_parent_is_killed_ends_too(tmp_path):
             parent.wait()
         parent.stdout.close()
     assert _freed(base)
+
+
+def test_explore_on_a_port_in_use_is_a_one_line_error(tmp_path, capsys):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("localhost", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["explore", "seed-batchnorm", "--no-browser", "--port", str(port),
+                     "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"patternkit: error: cannot serve Model Explorer on localhost:{port}: the "
+                   f"port is in use (leave --port out to take a free one)"]
+
+
+def test_explore_without_the_extra_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "model_explorer", None)
+    assert main(["explore", "seed-batchnorm", "--no-browser", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["patternkit: error: patternkit.explore needs Google's Model Explorer: pip "
+                   "install 'patternkit[explorer]' (ai-edge-model-explorer)"]
