@@ -93,7 +93,8 @@ def find_repeat(func: relax.Function, mod: tvm.IRModule | None = None) -> Repeat
     """The period repeated over the most consecutive bindings of a block, or ``None``."""
     if not isinstance(func.body, relax.SeqExpr):
         return None
-    best, best_codes = None, None
+    best: Repeat | None = None
+    best_codes: tuple = ()
     for b, block in enumerate(func.body.blocks):
         bindings = list(block.bindings)
         codes = whats, distance, source = _encode(bindings, mod)
