@@ -85,15 +85,26 @@ bias is, so the rewrite zeroes the result's rows whose bias row is all ``-inf``:
 ``where(max(bias != -inf, axis=-1), attention(...), 0)`` (nothing when there is no bias,
 or a constant bias masks no row whole).  The reduction must run over the key axis.
 
+A softmax computed in float32 between two casts of float16 or bfloat16 scores (Hugging
+Face's ``softmax(scores, dtype=torch.float32).to(query.dtype)``: Llama, Qwen3, ViT in half
+precision) is collapsed too: the fused op keeps the softmax in float32 (TVM 0.27's llvm
+legalisation multiplies the scores by its float32 scale first; flash-attention kernels
+accumulate it in float32) and does not round the probabilities back; the result stays
+within the dtype's tolerance (:mod:`.plan`), and the rule logs, at INFO on this module's
+logger, the softmax's binding, its precision and that tolerance.  Any other widening (a
+float32 model's softmax in float64) is refused with the dtypes named.
+
+The decomposed einsum spelling (``torch.einsum("bhqd,bhkd->bhqk", q, k)`` through
+``torch.export``: ``expand_dims``, permutes and reshapes around 3-D matmuls) is rewritten
+to the 4-D matmuls it computes first (:mod:`.einsum`, ``attention.einsum_matmul``), which
+this rule then takes.
+
 A float16 result is cast back to float16 (a no-op in Relax): TVM 0.27's llvm legalisation
 of a float16 ``R.nn.attention`` returns float32, and the next op with a float16 operand
 would not build (docs/tvm-bugs.md).
 
 Deliberately not covered:
 
-* a softmax computed in float32 between two casts of a float16 model (Llama's
-  ``softmax(..., dtype=float32).to(float16)``): the fused op would compute it in float16,
-  a precision the model did not ask for (matched, and refused with that reason in the log);
 * causal masks turned into ``causal_mask="TopLeft"`` (the mask would have to be proved
   triangular; it stays a correct bias), dropout between the softmax and the second
   matmul (training graphs), packed QKV layouts (BS3NH) and variable-length batches.
@@ -102,18 +113,21 @@ Layout of the family (each module says why it exists): :mod:`.forms` (the patter
 tagged alternatives), :mod:`.guards` (the refusals), :mod:`.plan` (what the check hands
 the rewrite), :mod:`.layout` and :mod:`.masking` (the permutation and bias algebra),
 :mod:`.causal` (``causal_mask`` and ``window_size`` as a bias, for the expansion),
-:mod:`.collapse`, :mod:`.expand` and :mod:`.composite` (the rules), :mod:`.examples`
-(one builder per model form and per refusal, written by :mod:`.written_out`).
+:mod:`.collapse`, :mod:`.einsum`, :mod:`.expand` and :mod:`.composite` (the rules),
+:mod:`.examples` (one builder per model form and per refusal, written by
+:mod:`.written_out`).
 """
 
 from __future__ import annotations
 
 from .collapse import AttentionCollapse
 from .composite import AttentionComposite
+from .einsum import EinsumMatmul
 from .expand import AttentionExpand
 
-#: The rewrite rules of this family.
-RULES = (AttentionCollapse,)
+#: The rewrite rules of this family: torch's decomposed einsums become the 4-D matmuls
+#: that the collapse reads.
+RULES = (EinsumMatmul, AttentionCollapse)
 
 #: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
 EXPANSIONS = (AttentionExpand,)

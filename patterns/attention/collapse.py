@@ -9,6 +9,7 @@ forms recognised and those deliberately not covered.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern
 from patternkit.engine import RewriteRule, RoleMatch, Tolerance, reject
-from patternkit.ir import call_args, dtype_of, static_shape, type_of
+from patternkit.ir import call_args, dtype_of, static_shape, type_of, var_name
 
 from . import guards
 from .examples import SPACE, attention_example
@@ -34,6 +35,8 @@ from .layout import (
 )
 from .masking import may_mask_a_whole_row, summed_bias, zero_masked_rows
 from .plan import AttentionPlan, BiasTerm, Operand, tolerance_of
+
+_LOG = logging.getLogger(__name__)
 
 
 class AttentionCollapse(RewriteRule):
@@ -59,7 +62,7 @@ class AttentionCollapse(RewriteRule):
     def check(self, match: RoleMatch) -> Any:
         """An :class:`AttentionPlan` when the shapes, axes, scale and mask are attention's."""
         forms = self.forms
-        guards.not_widened(match, forms)
+        widened = guards.widened_softmax(match, forms)
         q_axes, q_view = guards.operand_view(match, forms.q)
         k_axes, k_view = guards.operand_view(match, forms.k)
         v_axes, v_view = guards.operand_view(match, forms.v)
@@ -99,7 +102,7 @@ class AttentionCollapse(RewriteRule):
             biases=biases, scale=scale,
             out_axes=(HEADS_FIRST if out_call is None
                       else compose(HEADS_FIRST, axes_of(out_call, 4))),
-            zero_masked_rows=match.tag("probabilities") == "safe")
+            zero_masked_rows=match.tag("probabilities") == "safe", softmax_dtype=widened)
 
     def _biases(self, match: RoleMatch, scores: tuple) -> tuple[BiasTerm, ...]:
         """The additive terms, in the order the rewrite sums them: the mask (or the
@@ -144,6 +147,14 @@ class AttentionCollapse(RewriteRule):
         plan: AttentionPlan = match.plan
         dtype = dtype_of(type_of(plan.query.expr))
         assert dtype is not None  # the query matched a tensor type (forms._operand)
+        if plan.softmax_dtype is not None:
+            tol = tolerance_of(dtype)
+            _LOG.info("%s: the softmax at %s ran in %s between casts of %s scores; "
+                      "R.nn.attention keeps it in %s on llvm (its float32 scale widens the "
+                      "scores) but does not round the probabilities to %s: within %s of "
+                      "the written-out form (%s)", self.name,
+                      var_name(match.var_of(self.forms.softmax)), plan.softmax_dtype, dtype,
+                      plan.softmax_dtype, dtype, tol, tol.why)
         bias = summed_bias(plan.biases, dtype)
         out = relax.op.nn.attention(plan.query.bsnh(), plan.key.bsnh(), plan.value.bsnh(),
                                     bias, scale=plan.scale)
@@ -167,7 +178,7 @@ class AttentionCollapse(RewriteRule):
         return out
 
     def tolerance(self, dtype: str | None) -> Tolerance:
-        """:data:`~.plan.FLOAT32` or :data:`~.plan.FLOAT16`."""
+        """:data:`~.plan.FLOAT32`, :data:`~.plan.FLOAT16` or :data:`~.plan.BFLOAT16`."""
         return tolerance_of(dtype)
 
     # -- self-check examples (used by tests and `patternkit verify`): see .examples ------

@@ -48,6 +48,16 @@ def sdpa(dtype: str = "float32", shape: str = "static", mask: str = "boolean",
                            safe_softmax="keys")
 
 
+def widened_softmax(dtype: str = "float16", shape: str = "static", mask: str = "padding",
+                    kv_heads: int = 2) -> tvm.IRModule:
+    """Hugging Face's eager attention in float16 or bfloat16 (Llama, Qwen3, ViT, Falcon):
+    ``softmax(scores, dtype=float32).to(query.dtype)``, the float16 import's matmuls
+    accumulated in float32 and cast back.
+    """
+    return attention_block(dtype, "torch", shape, mask=mask, kv_heads=kv_heads,
+                           softmax_dtype="float32", accumulate="cast_back")
+
+
 def multi_query(dtype: str = "float32", frontend: str = "torch", shape: str = "static",
                 scale: str = "product", mask: str = "padding",
                 accumulate: str | None = None) -> tvm.IRModule:
@@ -177,8 +187,8 @@ def _departure(what: str, **choices: Any) -> Callable[[], tvm.IRModule]:
 
 #: The model forms the rule collapses, by name.
 FORMS: dict[str, Callable[..., tvm.IRModule]] = {
-    f.__name__: f for f in (torch_eager, onnx, sdpa, multi_query, bloom, falcon, t5,
-                            merged_heads)}
+    f.__name__: f for f in (torch_eager, onnx, sdpa, widened_softmax, multi_query, bloom,
+                            falcon, t5, merged_heads)}
 
 #: One module per refusal of the rule, by the name its negative test case has.
 REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
@@ -210,8 +220,8 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
                                                        regroup="scrambled"),
     "second_term_of_one_key": _departure("T5's second term of shape (B, 1, S, 1)",
                                          position_bias=True, mask="last_axis_one"),
-    "float16_softmax_run_in_float32": _departure("Llama's softmax(dtype=float32) in float16",
-                                                 dtype="float16", softmax_dtype="float32"),
+    "softmax_run_in_float64": _departure("a float32 model's softmax(dtype=float64)",
+                                         softmax_dtype="float64"),
     "merged_bias_over_the_queries": _departure("Bloom's bias of shape (B*N, S, 1)",
                                                key="merged", alibi="per_query"),
     "bias_before_the_scale_over_the_queries": _departure(
@@ -252,6 +262,11 @@ SPACE: list[dict[str, Sequence[Any]]] = [
             "mask": ("boolean", "padding", "none"), "kv_heads": (2, 1)},
            {"dtype": DTYPES, "shape": ("static", "cross"), "mask": ("masked_fill",),
             "kv_heads": (2, 1)}),
+    *_form("widened_softmax",
+           {"dtype": ("float16", "bfloat16"), "shape": ("static", "symbolic", "cross"),
+            "mask": ("padding", "none"), "kv_heads": (2, 1)},
+           {"dtype": ("float16", "bfloat16"), "shape": ("static", "cross"),
+            "mask": ("causal",), "kv_heads": (2, 1)}),
     *_form("multi_query",
            {"dtype": DTYPES, "frontend": ("torch", "onnx"), "shape": ("static", "symbolic"),
             "scale": SCALES, "mask": ("padding", "none"), "accumulate": (None, "cast_back")},

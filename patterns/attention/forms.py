@@ -17,7 +17,7 @@ tag                alternatives (tried in this order)
 ``merged_bias``    ``added`` (Bloom's ALiBi, on the merged scores), ``none``
 ``mask_form``      ``added`` (``+ mask``), ``fill`` / ``keep`` (masked_fill), ``none``
 ``second_term``    ``added`` (T5: a second additive term), ``none``
-``softmax_input``  ``scores``, ``widened`` (a cast to a wider dtype, refused by name)
+``softmax_input``  ``scores``, ``widened`` (a cast to a wider dtype: float16/bfloat16 -> float32)
 ``probabilities``  ``safe`` (torch's SDPA), ``recast``, ``cast`` (ONNX's no-op casts), ``plain``
 ``output``         ``permuted`` (back to BSNH), ``heads_first``
 =================  ==========================================================================
@@ -165,8 +165,8 @@ def attention_forms() -> AttentionForms:
     scores_masked = alt(tag="mask_form", added=masked,
                         fill=is_op("where")(condition, fill, regrouped),
                         keep=is_op("where")(condition, regrouped, fill), none=regrouped)
-    # Llama's eager softmax(scores, dtype=float32) in a float16 model: matched to be
-    # refused by name (see the family's docstring)
+    # Llama's eager softmax(scores, dtype=float32) in a float16 model: collapsed when the
+    # widening is one the fused op keeps (guards.widened_softmax)
     widened = is_op("astype")(scores_masked)
     softmax = is_op("nn.softmax")(alt(tag="softmax_input", scores=scores_masked,
                                       widened=widened))

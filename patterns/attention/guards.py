@@ -38,18 +38,31 @@ SCALE_OWNER = {"q_scale": "the query's", "k_scale": "the key's",
 AXIS_NAMES = ("batch", "heads", "sequence", "head size")
 
 
-def not_widened(match: RoleMatch, forms: AttentionForms) -> None:
-    """Refuse, by name, a softmax the model runs in a wider dtype than its scores."""
+#: The dtypes whose scores a model may widen for its softmax, and the dtype the collapse
+#: accepts it in: R.nn.attention's kernels keep the softmax in float32 for them (TVM 0.27's
+#: llvm legalisation multiplies the scores by its float32 scale first, and flash-attention
+#: kernels accumulate the softmax in float32), the precision the model asked for.
+WIDENED_SOFTMAX = {"float16": "float32", "bfloat16": "float32"}
+
+
+def widened_softmax(match: RoleMatch, forms: AttentionForms) -> str | None:
+    """The dtype the model's softmax runs in between casts of narrower scores (``None``:
+    the softmax runs in the scores' dtype); refused, by name, outside
+    :data:`WIDENED_SOFTMAX`.
+    """
     if match.tag("softmax_input") != "widened":
-        return
+        return None
     widened = match[forms.widened]
     scores = dtype_of(type_of(call_args(widened)[0]))
     wide = str(widened.attrs.dtype)
-    if wide != scores:
+    if wide == scores:
+        return None
+    if WIDENED_SOFTMAX.get(scores or "") != wide:
         raise reject(f"the softmax runs in {wide} between casts of the {scores} scores "
-                     f"(softmax(..., dtype={wide})): R.nn.attention would compute it in "
-                     f"{scores}, a precision the model did not ask for; deliberately not "
-                     f"collapsed", at=widened)
+                     f"(softmax(..., dtype={wide})): R.nn.attention keeps the softmax in "
+                     f"float32 only for float16 and bfloat16 scores, so {wide} is a "
+                     f"precision it would not compute", at=widened)
+    return wide
 
 
 def one_dtype(match: RoleMatch, forms: AttentionForms) -> None:
@@ -59,11 +72,14 @@ def one_dtype(match: RoleMatch, forms: AttentionForms) -> None:
     ``out_dtype`` (float16 scores accumulated in float32) or a cast after the softmax.
     A matmul accumulated in float32 and cast straight back passes: its result, the
     cast's, has the operands' dtype; a cast to any other dtype reaches the softmax or
-    the result and is refused here.
+    the result and is refused here.  The scores are read before a widened softmax's
+    cast (:func:`widened_softmax`); the probabilities must be cast back.
     """
     q, v, softmax = match[forms.q.source], match[forms.v.source], match[forms.softmax]
     dtype = dtype_of(type_of(q))
-    scores = dtype_of(type_of(call_args(softmax)[0]))
+    # a widened softmax (accepted by widened_softmax) reads the scores through its cast
+    scores_at = match[forms.widened] if match.tag("softmax_input") == "widened" else softmax
+    scores = dtype_of(type_of(call_args(scores_at)[0]))
     casts = {"recast": (forms.cast, forms.recast), "cast": (forms.cast,)}.get(
         match.tag("probabilities"), ())
     found_dtypes = (("values", dtype_of(type_of(v)), v), ("scores", scores, softmax),

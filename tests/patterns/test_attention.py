@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from test_attention_einsum import EINSUM_CASE  # the case lives with the einsum tests
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
@@ -140,8 +141,9 @@ REFUSED = {
                                             "not a view of the scores (2, 2, 8, 8)",
     "second_term_of_one_key": "the second additive term (2, 1, 8, 1) does not broadcast as "
                               "attention's bias: its last axis is 1",
-    "float16_softmax_run_in_float32": "the softmax runs in float32 between casts of the "
-                                      "float16 scores",
+    "softmax_run_in_float64": "the softmax runs in float64 between casts of the float32 "
+                              "scores (softmax(..., dtype=float64)): R.nn.attention keeps the "
+                              "softmax in float32 only for float16 and bfloat16 scores",
     "merged_bias_over_the_queries": "the bias added to the merged scores (4, 8, 8) has shape "
                                     "(4, 8, 1), which does not broadcast as attention's bias",
     "bias_before_the_scale_over_the_queries": "the bias added to the scores before the scale "
@@ -181,6 +183,10 @@ def op_names(mod: tvm.IRModule, func: str = "main") -> list:
 
 def test_attention_collapse_meets_the_rule_contract():
     check_rule(COLLAPSE_CASE)
+
+
+def test_attention_einsum_matmul_meets_the_rule_contract():
+    check_rule(EINSUM_CASE)
 
 
 def _form_instances() -> list[tuple[str, str, dict]]:
@@ -521,16 +527,17 @@ FLOAT16_ZOO = [("gpt2", {}), ("bert", {}), ("bert", {"attention": "sdpa"}),
                ("falcon", {"alibi": True, "attention": "sdpa"}), ("vit", {"attention": "sdpa"}),
                ("llama", {"attention": "sdpa"})]
 # Eager attention through transformers' shared eager_attention_forward (ViT, Llama, every
-# Falcon layout) runs its softmax in float32 between casts: refused by name, below.
+# Falcon layout) runs its softmax in float32 between casts: collapsed too, with the
+# precision named in the log (below).
 FLOAT32_SOFTMAX_ZOO = [("vit", {}), ("llama", {}), ("falcon", {}),
                        ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2}),
                        ("falcon", {"alibi": True})]
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name, options", FLOAT16_ZOO,
+@pytest.mark.parametrize("name, options", FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO,
                          ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
-                              for n, o in FLOAT16_ZOO])
+                              for n, o in FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO])
 def test_every_attention_of_a_float16_zoo_model_collapses_and_still_matches_torch(
         name, options, zoo):
     # The float16 import accumulates each batched matmul in float32 and casts it back
@@ -550,20 +557,16 @@ def test_every_attention_of_a_float16_zoo_model_collapses_and_still_matches_torc
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name, options", FLOAT32_SOFTMAX_ZOO,
-                         ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
-                              for n, o in FLOAT32_SOFTMAX_ZOO])
-def test_a_float16_eager_softmax_in_float32_is_refused_by_name(name, options, zoo):
+def test_a_float16_eager_softmax_in_float32_collapses_with_its_precision_logged(zoo, caplog):
     # eager_attention_forward: softmax(scores, dtype=float32).to(float16)
-    model = zoo(name, dtype="float16", **options)
-    log = pk.RewriteLog()
-    pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
-    assert log.count(RULE) == 0
-    # refused for that reason at every attention (each tried from several roots: the
-    # permute back, the reshape, the matmul)
-    refused = {s.root for s in log.skipped if s.rule == RULE and
-               "the softmax runs in float32 between casts of the float16 scores" in s.reason}
-    assert len(refused) >= model.families["attention"] > 0
+    model = zoo("llama", dtype="float16")
+    with caplog.at_level("INFO", logger="patternkit.patterns.attention.collapse"):
+        log = pk.RewriteLog()
+        pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
+    assert log.count(RULE) == model.families["attention"] > 0
+    named = [r.getMessage() for r in caplog.records
+             if "ran in float32 between casts of float16 scores" in r.getMessage()]
+    assert len(named) == log.count(RULE)
 
 
 @pytest.mark.models
