@@ -170,21 +170,23 @@ class _Builder:
         return node_id
 
     def group(self, namespace: str, attrs: dict[str, str], colour: str) -> str:
-        """Claim a unique group path under ``namespace``'s parent and describe it."""
+        """Claim a unique group path under ``namespace``'s parent and describe it (and
+        colour it, unless ``colour`` is empty).
+        """
         unique, n = namespace, 1
         while unique in self.used_namespaces:
             n += 1
             unique = f"{namespace}#{n}"
         self.used_namespaces.add(unique)
         self.group_attrs[unique] = attrs
-        self.group_configs.append({"namespaceRegex": "^" + re.escape(unique) + "$",
-                                   "backgroundColor": colour})
+        if colour:  # else Model Explorer's own group colour
+            self.group_configs.append({"namespaceRegex": "^" + re.escape(unique) + "$",
+                                       "backgroundColor": colour})
         return unique
 
     # -- functions -----------------------------------------------------------------------
     def entry_function(self, name: str, func: relax.Function) -> None:
         namespace = self.group(_safe(name), {"function": name}, "")
-        self.group_configs.pop()  # a function's group keeps Model Explorer's own colour
         env: dict[Any, Any] = {}
         for param in func.params:
             pname = C.var_name(param)
@@ -341,8 +343,6 @@ class _Builder:
         if kind == "partition":
             attrs["partitioned from"] = label
         inner = self.group(f"{namespace}/{_safe(group_name)}", attrs, colour)
-        if not colour:
-            self.group_configs.pop()
         inner_env = dict(env)
         for param, arg in zip(func.params, call.args):
             source = self.arg_source(arg, fname, namespace, env, (None, None))

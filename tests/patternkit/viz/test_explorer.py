@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import time
 import urllib.request
@@ -134,6 +135,9 @@ def test_codegen_regions_and_composites_are_groups_with_their_pattern_and_compil
     for ns in composites:
         assert ns.rsplit("/", 1)[0] == codegen[0]  # each composite inside the region
         assert attrs[ns]["composite"] == "ccompiler.conv2d_add_relu"
+    # composite and codegen groups are coloured; the function's group is Model Explorer's
+    coloured = {c["namespaceRegex"] for c in graph.graph["groupNodeConfigs"]}
+    assert coloured == {"^" + re.escape(ns) + "$" for ns in [*codegen, *composites]}
     inside = [n["label"] for n in graph.graph["nodes"] if n["namespace"] == composites[0]]
     assert inside == ["nn.conv2d", "add", "nn.relu"]
     mean = next(n for n in graph.graph["nodes"] if n["label"] == "mean")
