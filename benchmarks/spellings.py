@@ -17,22 +17,26 @@ inputs (not the other cells: two builds a cell would double the run; the library
 are checked in every dtype by their own tests).
 
 Run: ``python benchmarks/spellings.py [--rows 'layernorm/*'] [--columns '*/float32/static']
-[--jobs 2] [--out docs/spellings.md]``.  Imported modules (and front-door errors) are
-cached under the text of the sources and of the import code and torch's and TVM's
-versions (``--cache``, default ``~/.cache/patternkit/spellings``; ``--cache ''`` for
-none): a cold run spends most of its time in the exporters (the dynamo exporter takes
-3-5 s a model), a warm one only rewrites, forms composites and builds.  The file is
+[--jobs 2] [--out docs/spellings.md] [--json cells.json]``; ``--from-json a.json b.json``
+renders the cells of earlier runs (the grid measured in parts) without measuring.  The
+rows of a column go through the front door as one model, each row's graph cut out of
+the import afterwards (:class:`SideBySide`): exporting and importing cost mostly a fixed
+time per model.  Imported modules (and front-door errors) are cached under the text of
+the sources and of the import code and torch's and TVM's versions (``--cache``, default
+``~/.cache/patternkit/spellings``; ``--cache ''`` for none).  The file is
 generated: edit this script, not the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import fnmatch
 import functools
 import hashlib
 import inspect
+import json
 import logging
 import os
 import time
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 import tvm
 from tvm import relax
 
@@ -114,12 +119,21 @@ class Cell:
         """Every instance collapsed."""
         return self.collapsed is not None and self.collapsed >= self.instances
 
+    @property
+    def silent(self) -> bool:
+        """Not complete, and neither a rule nor the front door said why."""
+        return self.error is None and not self.complete and not self.reasons
+
     def why(self) -> str:
-        """The named reason a cell is not complete ("" when it is)."""
+        """Why a cell is not complete ("" when it is): the error, the rules' reasons, or
+        that no rule of the family matched (a silent miss, the issue's goal to remove).
+        """
         if self.error is not None:
             return self.error
         if self.complete:
             return ""
+        if self.silent:
+            return "SILENT: no rule of the family matched and none gave a reason"
         return "; ".join(f"{rule}: {reason}" for rule, reasons in self.reasons.items()
                          for reason in dict.fromkeys(reasons))
 
@@ -150,7 +164,7 @@ _IMPORT_CODE = ("importing", "torch_fixups", "low_precision", "onnx_fixups", "on
 
 
 #: Bumped when what the cache holds changes.
-_CACHE_FORMAT = "2"
+_CACHE_FORMAT = "3"
 
 
 @functools.lru_cache(maxsize=1)
@@ -171,38 +185,51 @@ def _cache_key(spelling: Spelling, column: Column) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def cached_import(spelling: Spelling, column: Column, model, example,
-                  cache: Path | None = None) -> tvm.IRModule:
-    """:func:`import_spelling`, its module (or its error) kept in ``cache`` across runs.
+def cached_imports(spellings: list[Spelling], column: Column, models: list, examples: list,
+                   cache: Path | None = None) -> dict[str, tvm.IRModule | ZooImportError]:
+    """Each spelling's module (weights bound, as a plain import has them) or its error.
 
+    The spellings not in ``cache`` are imported together (:func:`import_side_by_side`).
     TVM 0.27 cannot serialise Relax IR with tensor constants (``save_json`` crashes), so
-    the weights are imported as parameters and kept beside the module's text, which is
-    re-parsed and bound (:func:`bind_weights`); a module whose text still holds tensor
+    a cached module is its text with the weights as parameters, plus the weights, bound
+    again when read (:func:`bind_weights`); a module whose text still holds tensor
     constants is not cached.
     """
-    key = _cache_key(spelling, column) if cache is not None else ""
-    text_file, error_file = (cache / f"{key}.py", cache / f"{key}.error") if cache else (None,
-                                                                                          None)
-    if text_file is not None and text_file.exists():
-        with np.load(cache / f"{key}.npz") as saved:
-            weights = [saved[f"w{i}"] for i in range(len(saved.files))]
-        return bind_weights(tvm.script.from_source(text_file.read_text()), weights)
-    if error_file is not None and error_file.exists():
-        raise ZooImportError(error_file.read_text())
-    try:
-        mod, named = import_spelling(spelling, column, model, example)
-    except ZooImportError as err:
-        if error_file is not None:
+    found: dict[str, tvm.IRModule | ZooImportError] = {}
+    missing = []
+    for i, spelling in enumerate(spellings):
+        key = _cache_key(spelling, column)
+        if cache is not None and (cache / f"{key}.py").exists():
+            with np.load(cache / f"{key}.npz") as saved:
+                weights = [saved[f"w{j}"] for j in range(len(saved.files))]
+            text = (cache / f"{key}.py").read_text()
+            found[spelling.key] = bind_weights(tvm.script.from_source(text), weights)
+        elif cache is not None and (cache / f"{key}.error").exists():
+            found[spelling.key] = ZooImportError((cache / f"{key}.error").read_text())
+        else:
+            missing.append(i)
+    if not missing:
+        return found
+    imported = import_side_by_side([spellings[i] for i in missing], column,
+                                   [models[i] for i in missing], [examples[i] for i in missing])
+    for i in missing:
+        spelling = spellings[i]
+        key = _cache_key(spelling, column)
+        result = imported[spelling.key]
+        if isinstance(result, ZooImportError):
+            found[spelling.key] = result
+            if cache is not None:
+                cache.mkdir(parents=True, exist_ok=True)
+                (cache / f"{key}.error").write_text(str(result))
+            continue
+        mod, weights = result
+        text = mod.script()
+        if cache is not None and "metadata[" not in text:
             cache.mkdir(parents=True, exist_ok=True)
-            error_file.write_text(str(err))
-        raise
-    weights = list(named.values())  # the entry's last parameters, in order
-    text = mod.script()
-    if text_file is not None and "metadata[" not in text:
-        cache.mkdir(parents=True, exist_ok=True)
-        np.savez(cache / f"{key}.npz", **{f"w{i}": w for i, w in enumerate(weights)})
-        text_file.write_text(text)
-    return bind_weights(mod, weights)
+            np.savez(cache / f"{key}.npz", **{f"w{j}": w for j, w in enumerate(weights)})
+            (cache / f"{key}.py").write_text(text)
+        found[spelling.key] = bind_weights(mod, weights)
+    return found
 
 
 def bind_weights(mod: tvm.IRModule, weights: list[np.ndarray]) -> tvm.IRModule:
@@ -216,41 +243,87 @@ def bind_weights(mod: tvm.IRModule, weights: list[np.ndarray]) -> tvm.IRModule:
     return relax.transform.BindParams("main", dict(zip(params, weights)))(mod)
 
 
-def _onnx_bytes(spelling: Spelling, column: Column, model, example) -> bytes:
-    from patternkit.models.onnx_models import export_to_onnx
+def build_torchlib_table_once() -> bool:
+    """Make the dynamo exporter build onnxscript's table of torch ops once a process.
 
-    exporter = "dynamo" if column.door == "onnx-dynamo" else "torchscript"
-    opset = None if exporter == "dynamo" else int(column.door[4:])
-    return export_to_onnx(model, (example,), ["x"], opset=opset, exporter=exporter,
-                          dynamic_axes={"x": _dynamic_axes(spelling, column)},
-                          output_names=["y"], text=f"{spelling.key} via {column.door}")
-
-
-def import_spelling(spelling: Spelling, column: Column, model, example
-                    ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
-    """``model`` through ``column``'s front door: a Relax module (entry ``main``) whose
-    weights are parameters, and the weights by parameter name.
-
-    Raises
-    ------
-    ZooImportError
-        The exporter or the importer failed: one line.
+    ``torch.onnx.export(dynamo=True)`` re-reads the source of ~500 onnxscript functions on
+    every export (about half of a small model's export time, profiled); the table does
+    not change within a process, and the exported bytes are the same with the table
+    reused (checked in ``tests/benchmarks/test_spellings.py``).  A speed-up of this
+    script only; returns whether it applied (``False`` when torch's internals moved).
     """
+    import importlib
+
+    try:
+        from torch.onnx._internal._lazy_import import onnxscript_apis
+
+        build = onnxscript_apis.get_torchlib_ops
+        home = importlib.import_module(build.__module__)
+    except (ImportError, AttributeError):
+        return False
+    if not hasattr(build, "cache_info"):
+        cached = functools.lru_cache(maxsize=None)(build)
+        for module in {id(home): home, id(onnxscript_apis): onnxscript_apis}.values():
+            setattr(module, "get_torchlib_ops", cached)
+    return True
+
+
+class SideBySide(torch.nn.Module):
+    """Several spelling models as one torch module: input ``i`` -> model ``i`` -> output ``i``.
+
+    Exporting and importing have a large fixed cost (torch.export's decompositions, the
+    dynamo exporter's op table): the rows of a column go through the front door together
+    and each row's graph is then cut out of the import (:func:`branch`).  The models do
+    not share a tensor, so each output's graph is exactly its model's.
+    """
+
+    def __init__(self, models: list):
+        super().__init__()
+        self.models = torch.nn.ModuleList(models)
+
+    def forward(self, *xs):
+        """Each model on its own input."""
+        return tuple(m(x) for m, x in zip(self.models, xs))
+
+
+def import_side_by_side(spellings: list[Spelling], column: Column, models: list,
+                        examples: list) -> dict[str, tuple | ZooImportError]:
+    """Spelling -> (its module with the weights as parameters, the weights) or its error.
+
+    All rows are imported as one model; when that fails, each half is tried alone, down
+    to the rows that fail by themselves (their error is then their own, one line).
+    """
+    try:
+        mod, named = _import_all(spellings, column, models, examples)
+    except ZooImportError as err:
+        if len(spellings) == 1:
+            return {spellings[0].key: err}
+        half = len(spellings) // 2
+        return {**import_side_by_side(spellings[:half], column, models[:half], examples[:half]),
+                **import_side_by_side(spellings[half:], column, models[half:], examples[half:])}
+    return {s.key: branch(mod, named, i, len(spellings)) for i, s in enumerate(spellings)}
+
+
+def _import_all(spellings: list[Spelling], column: Column, models: list, examples: list
+                ) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
     import torch
 
     from patternkit.models.importing import from_onnx_model, from_torch
     from patternkit.models.onnx_fixups import prepare_for_tvm
+    from patternkit.models.onnx_models import export_to_onnx
 
-    text = f"{spelling.key} via {column.door}"
+    text = (spellings[0].key if len(spellings) == 1 else f"{len(spellings)} rows") + \
+        f" via {column.door}"
+    model = SideBySide(models).eval()
+    axes = [_dynamic_axes(s, column) for s in spellings]
     if column.door == "torch.export":
-        axes = _dynamic_axes(spelling, column)
-        dims = {role: torch.export.Dim(role, min=2) for role in axes.values()}
+        dims = {role: torch.export.Dim(role, min=2) for a in axes for role in a.values()}
+        shapes = tuple({a: dims[r] for a, r in axis.items()} or None for axis in axes)
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")
-                program = torch.export.export(
-                    model, (example,),
-                    dynamic_shapes=({a: dims[r] for a, r in axes.items()},) if axes else None)
+                program = torch.export.export(model, tuple(examples),
+                                              dynamic_shapes=shapes if dims else None)
         except Exception as err:
             raise ZooImportError(f"{text}: torch.export failed: {_first_line(err)}") from err
         with warnings.catch_warnings():
@@ -259,12 +332,61 @@ def import_spelling(spelling: Spelling, column: Column, model, example
         return mod, weights
     import onnx
 
-    proto = onnx.load_from_string(_onnx_bytes(spelling, column, model, example))
+    exporter = "dynamo" if column.door == "onnx-dynamo" else "torchscript"
+    if exporter == "dynamo":
+        build_torchlib_table_once()
+    names = [f"x{i}" for i in range(len(spellings))]
+    data = export_to_onnx(model, tuple(examples), names,
+                          opset=None if exporter == "dynamo" else int(column.door[4:]),
+                          exporter=exporter, dynamic_axes=dict(zip(names, axes)),
+                          output_names=[f"y{i}" for i in range(len(spellings))], text=text)
+    proto = onnx.load_from_string(data)
     try:
         prepare_for_tvm(proto)
     except Exception as err:
         raise ZooImportError(f"{text}: the ONNX fix-ups failed: {_first_line(err)}") from err
     return from_onnx_model(proto, True, "main", text, {})
+
+
+def branch(mod: tvm.IRModule, named: dict[str, np.ndarray], index: int, count: int
+           ) -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """Output ``index`` of ``count`` of ``mod``'s ``main`` with only the bindings and
+    parameters it reads, as a module of its own, and its weights (its last parameters).
+    """
+    from patternkit.ir import var_name
+    from patternkit.ir.walk import vars_read
+
+    func = mod["main"]
+    value_of = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+    result = func.body.body
+    if count > 1:
+        fields = (result if isinstance(result, relax.Tuple) else value_of[result]).fields
+        result = fields[index]
+    needed: set = set()
+    stack = [result]
+    while stack:
+        var = stack.pop()
+        if var in value_of and var not in needed:
+            needed.add(var)
+            stack.extend(vars_read(value_of[var]))
+    read = {v for var in needed for v in vars_read(value_of[var])} | {result}
+    params = [p for p in func.params if p in read]
+    blocks = []
+    out = result
+    for block in func.body.blocks:
+        kept = [b for b in block.bindings if b.var in needed]
+        if isinstance(block, relax.DataflowBlock) and result in {b.var for b in kept} \
+                and isinstance(result, relax.DataflowVar):
+            out = relax.Var("y", result.ty)
+            kept.append(relax.VarBinding(out, result))
+        if kept:
+            blocks.append(type(block)(kept))
+    new = relax.Function(params, relax.SeqExpr(blocks, out), ret_ty=out.ty, is_pure=True)
+    new = new.with_attr("global_symbol", "main")
+    weights = [named[var_name(p)] for p in params if var_name(p) in named]
+    # the importer's helper functions (from_onnx's ``maximum``, ``einsum``) stay, shared
+    others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
+    return tvm.IRModule({**others, tvm.ir.GlobalVar("main"): new}), weights
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -300,18 +422,31 @@ def _missing_rule_reason(spelling: Spelling) -> str | None:
 def measure(spelling: Spelling, column: Column, cache: Path | None = None,
             numeric: bool = True) -> Cell:
     """One cell: ``spelling`` through ``column``, the library applied, the result counted."""
+    return measure_column([spelling], column, cache, numeric)[0]
+
+
+def measure_column(spellings: list[Spelling], column: Column, cache: Path | None = None,
+                   numeric: bool = True) -> list[Cell]:
+    """The cells of ``spellings`` in ``column`` (imported together, measured one by one)."""
     import torch
 
     start = time.perf_counter()
     dtype = getattr(torch, column.dtype)
-    model = spelling_model(spelling, dtype)
+    models = [spelling_model(s, dtype) for s in spellings]
+    examples = [_example(s, dtype) for s in spellings]
+    imports = cached_imports(spellings, column, models, examples, cache)
+    per_row = (time.perf_counter() - start) / len(spellings)
+    return [_measure_cell(s, column, m, x, imports[s.key], numeric, per_row)
+            for s, m, x in zip(spellings, models, examples)]
+
+
+def _measure_cell(spelling: Spelling, column: Column, model, example,
+                  mod: tvm.IRModule | ZooImportError, numeric: bool, seconds: float) -> Cell:
+    start = time.perf_counter()
     cell = Cell(spelling.key, str(column), count_instances(model, spelling))
-    example = _example(spelling, dtype)
-    try:
-        mod = cached_import(spelling, column, model, example, cache)
-    except ZooImportError as err:
-        cell.error = str(err).split(": ", 1)[-1].splitlines()[0]
-        cell.seconds = time.perf_counter() - start
+    if isinstance(mod, ZooImportError):
+        cell.error = str(mod).split(": ", 1)[-1].splitlines()[0]
+        cell.seconds = seconds
         return cell
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY.rewrite_rules(), mod, log=log)
@@ -338,7 +473,7 @@ def measure(spelling: Spelling, column: Column, cache: Path | None = None,
         cell.numeric = _numeric_check(mod, after, example)
     elif numeric and not log.records:
         cell.numeric = "nothing rewritten"
-    cell.seconds = time.perf_counter() - start
+    cell.seconds = seconds + time.perf_counter() - start
     return cell
 
 
@@ -356,26 +491,25 @@ def _numeric_check(imported: tvm.IRModule, rewritten: tvm.IRModule, example) -> 
     return "ok"
 
 
-def _measure_row(args: tuple[str, list[str], str | None, bool]) -> list[Cell]:
-    key, columns, cache, numeric = args
+def _measure_column(args: tuple[list[str], str, str | None, bool]) -> list[Cell]:
+    keys, column, cache, numeric = args
     logging.getLogger("patternkit").setLevel(logging.ERROR)
-    spelling = next(s for s in SPELLINGS if s.key == key)
     by_name = {str(c): c for c in COLUMNS}
-    return [measure(spelling, by_name[c], Path(cache) if cache else None, numeric)
-            for c in columns]
+    rows = [next(s for s in SPELLINGS if s.key == key) for key in keys]
+    return measure_column(rows, by_name[column], Path(cache) if cache else None, numeric)
 
 
 def run(rows: list[Spelling], columns: list[Column], cache: Path | None = None,
         jobs: int = 1, numeric: bool = True) -> list[Cell]:
-    """Every cell of ``rows`` x ``columns``, row by row (``jobs`` worker processes)."""
-    work = [(s.key, [str(c) for c in columns], str(cache) if cache else None, numeric)
-            for s in rows]
+    """Every cell of ``rows`` x ``columns``, column by column (``jobs`` worker processes)."""
+    work = [([s.key for s in rows], str(c), str(cache) if cache else None, numeric)
+            for c in columns]
     if jobs <= 1:
-        return [cell for item in work for cell in _measure_row(item)]
+        return [cell for item in work for cell in _measure_column(item)]
     import multiprocessing
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return [cell for cells in pool.map(_measure_row, work) for cell in cells]
+        return [cell for cells in pool.map(_measure_column, work) for cell in cells]
 
 
 def select(patterns: list[str] | None, names: list[str]) -> list[int]:
@@ -411,10 +545,10 @@ def totals(cells: list[Cell]) -> dict[str, int]:
             out["front door error"] += 1
         elif c.complete:
             out["collapsed"] += 1
-        elif c.why():
-            out["reason given"] += 1
-        else:
+        elif c.silent:
             out["no reason"] += 1
+        else:
+            out["reason given"] += 1
         out["instances"] += c.instances
         out["instances collapsed"] += c.collapsed or 0
     return dict(out)
@@ -463,6 +597,10 @@ def render(cells: list[Cell], seconds: float) -> str:
                 _cell_text(by[(row, c)], notes) if (row, c) in by else "-" for c in cols)
                 + " |")
         lines.append("")
+    unmeasured = [str(c) for c in COLUMNS if str(c) not in columns]
+    if unmeasured:
+        lines += ["## Columns not measured in this generation", "",
+                  ", ".join(f"`{c}`" for c in unmeasured), ""]
     lines += ["## Notes", ""]
     lines += [f"{n}. {text}" for text, n in notes.items()] or ["none"]
     return "\n".join(lines) + "\n"
@@ -478,8 +616,17 @@ def main() -> None:
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "patternkit" / "spellings"))
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
                         / "docs" / "spellings.md")
+    parser.add_argument("--json", type=Path, help="also write the cells here")
+    parser.add_argument("--from-json", type=Path, nargs="+", metavar="JSON",
+                        help="render the cells of earlier runs (--json) instead of measuring")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.from_json:
+        runs = [json.loads(path.read_text()) for path in args.from_json]
+        cells = [Cell(**c) for r in runs for c in r["cells"]]
+        args.out.write_text(render(cells, sum(r["seconds"] for r in runs)))
+        _LOG.info("wrote %s: %s", args.out, totals(cells))
+        return
     rows = [SPELLINGS[i] for i in select(args.rows, [s.key for s in SPELLINGS])]
     columns = [COLUMNS[i] for i in select(args.columns, [str(c) for c in COLUMNS])]
     if not rows or not columns:
@@ -488,6 +635,9 @@ def main() -> None:
     cells = run(rows, columns, Path(args.cache) if args.cache else None, args.jobs,
                 not args.no_numeric)
     seconds = time.perf_counter() - start
+    if args.json:
+        args.json.write_text(json.dumps({"seconds": seconds,
+                                         "cells": [dataclasses.asdict(c) for c in cells]}))
     args.out.write_text(render(cells, seconds))
     _LOG.info("wrote %s: %s (%.0f s)", args.out, totals(cells), seconds)
 

@@ -66,7 +66,7 @@ def ci_column(spellings):
 def test_every_cell_of_the_float32_static_column_collapses_or_names_a_reason(ci_column):
     from patternkit.models.spelling_sources import COPIES
 
-    silent = [c.row for c in ci_column if not c.complete and not c.why()]
+    silent = [c.row for c in ci_column if c.silent]
     assert not silent, f"not collapsed and no reason given: {silent}"
     assert all(c.instances == COPIES for c in ci_column)
 
@@ -99,6 +99,10 @@ def test_a_cell_names_the_rules_reason_and_the_front_doors_error(spellings):
     text = spellings.render([cell, failed], 1.0)
     assert "| attention | x | 1/2 [1] |" in text and "1. attention.collapse: the mask" in text
     assert "2. from_onnx failed" in text
+    silent = spellings.Cell("relu6/x", "onnx17/float32/static", 2, collapsed=0)
+    assert silent.silent and not cell.silent and not failed.silent
+    assert "| relu6 | x | 0/2 [1] |" in spellings.render([silent], 1.0)
+    assert spellings.totals([silent, cell, failed])["no reason"] == 1
 
 
 def test_rows_and_columns_are_filtered_by_glob(spellings):
@@ -135,6 +139,35 @@ def test_a_float32_cell_is_checked_numerically_and_a_wrong_rewrite_is_caught(spe
     assert wrong.startswith("max abs")
 
 
+def _run(mod, example):
+    import tvm
+
+    from patternkit.verification.numeric import build, flatten
+
+    return flatten(build(mod)["main"](tvm.runtime.tensor(example.numpy())))[0]
+
+
+def test_rows_imported_side_by_side_are_cut_out_as_their_own_models(spellings):
+    import torch
+
+    from patternkit.models.spelling_sources import find_spelling, spelling_model
+
+    rows = [find_spelling("layernorm/written out"), find_spelling("gelu/nn.GELU"),
+            find_spelling("softmax/exp(x - amax) / sum")]  # the importer refuses amax
+    column = spellings.Column("torch.export", "float32", "static")
+    models = [spelling_model(s) for s in rows]
+    examples = [spellings._example(s, torch.float32) for s in rows]
+    imported = spellings.import_side_by_side(rows, column, models, examples)
+    assert isinstance(imported[rows[2].key], spellings.ZooImportError)
+    assert "amax" in str(imported[rows[2].key])
+    for spelling, model, example in zip(rows[:2], models, examples):
+        mod, weights = imported[spelling.key]
+        bound = spellings.bind_weights(mod, weights)
+        assert len(bound["main"].params) == 1  # the branch reads its own input only
+        np.testing.assert_allclose(_run(bound, example), model(example).detach().numpy(),
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_an_import_is_cached_and_the_cached_module_is_the_imported_one(spellings, tmp_path,
                                                                          monkeypatch):
     import torch
@@ -146,18 +179,16 @@ def test_an_import_is_cached_and_the_cached_module_is_the_imported_one(spellings
     column = spellings.Column("onnx17", "float32", "static")
     model = spelling_model(spelling)
     example = spellings._example(spelling, torch.float32)
-    first = spellings.cached_import(spelling, column, model, example, tmp_path)
+    first = spellings.cached_imports([spelling], column, [model], [example], tmp_path)
 
     def no_export(*args):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(spellings, "import_spelling", no_export)
-    again = spellings.cached_import(spelling, column, model, example, tmp_path)
-    tvm.ir.assert_structural_equal(again["main"], first["main"], map_free_vars=True)
-    args = [tvm.runtime.tensor(example.numpy())]
-    from patternkit.verification.numeric import build, flatten
-
-    np.testing.assert_allclose(flatten(build(again)["main"](*args))[0],
+    monkeypatch.setattr(spellings, "import_side_by_side", no_export)
+    again = spellings.cached_imports([spelling], column, [model], [example], tmp_path)
+    tvm.ir.assert_structural_equal(again[spelling.key]["main"], first[spelling.key]["main"],
+                                   map_free_vars=True)
+    np.testing.assert_allclose(_run(again[spelling.key], example),
                                model(example).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
@@ -170,3 +201,21 @@ def test_a_front_door_error_is_one_line_in_the_cell(spellings):
     if cell.error is None:
         pytest.skip("the importer converts amax now: the cell is no error any more")
     assert "\n" not in cell.error and "amax" in cell.error
+
+
+def test_the_dynamo_export_is_the_same_with_the_torch_op_table_built_once(spellings):
+    import torch
+
+    from patternkit.models.onnx_models import export_to_onnx
+    from patternkit.models.spelling_sources import find_spelling, spelling_model
+
+    spelling = find_spelling("gelu/written out (erf)")
+    model = spelling_model(spelling)
+    example = spellings._example(spelling, torch.float32)
+
+    def export():
+        return export_to_onnx(model, (example,), ["x"], opset=None, exporter="dynamo")
+
+    fresh = export()
+    assert spellings.build_torchlib_table_once()
+    assert export() == fresh
