@@ -31,7 +31,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.dpl import DFPattern, alt, is_constant, is_op, wildcard
+from patternkit.dpl import DFPattern, alt, has_dtype, is_constant, is_op, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import type_of
 
@@ -39,6 +39,8 @@ from .examples import QRANGE, dequantize_written_out, quantize_written_out
 
 #: The quantised dtypes these rules take.
 EIGHT_BIT = ("int8", "uint8")
+#: The integer dtypes whose cast ``dequantize.collapse`` looks at (and refuses unless 8-bit).
+CAST_FROM = ("int8", "uint8", "int16", "uint16", "int32")
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ class DequantizeCollapse(RewriteRule):
 
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
-        self.q, self.scale, self.zero_point = wildcard(), is_constant(), is_constant()
+        self.scale, self.zero_point = is_constant(), is_constant()
+        # Integer tensors only: a cast of a bool or int64 mask or index is no quantised value.
+        self.q = alt(*(has_dtype(dtype) for dtype in CAST_FROM), tag="integer")
         self.cast = is_op("astype")(self.q)
         centred = alt(tag="zero_point", subtracted=self.cast - self.zero_point,
                       symmetric=self.cast)

@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
 import patternkit as pk
@@ -20,7 +21,7 @@ from patternkit.patterns.quantize.examples import (
     qdq_kernel,
     quantize_written_out,
 )
-from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
+from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification.numeric import run
 
 
@@ -372,3 +373,14 @@ def test_torch_quantisation_by_hand_collapses_then_forms_the_qdq_composite():
     (want,), (got,) = run(mod, [q.numpy()]), run(merged, [q.numpy()])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, HandQuantisedLinear()(q).numpy())
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64"])
+def test_casts_of_masks_and_indices_are_not_taken_for_quantised_values(dtype):
+    """T5's ``(mask.astype(float32) - 1) * big``: a bool (or int64) cast is no dequantize,
+    and the rule does not even look at it (no refusal in the log)."""
+    mask = relax.Var("mask", relax.TensorType((2, 8), dtype))
+    mod = pk.from_expr((relax.op.astype(mask, "float32") - relax.const(1.0, "float32"))
+                       * relax.const(-1e9, "float32"))
+    applied = apply_rule(DequantizeCollapse(), mod)
+    assert applied.fired == 0 and applied.refusals == ()
