@@ -68,6 +68,8 @@ class ModuleGraph:
         inside a composite or a codegen region.
     ops : set
         Node ids of the operator calls (what the offload report talks about).
+    functions : list
+        The top-level groups: one per function drawn (``main`` first).
     """
 
     graph: dict[str, Any]
@@ -75,6 +77,7 @@ class ModuleGraph:
     by_var: dict[Any, str] = field(default_factory=dict)
     regions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     ops: set[str] = field(default_factory=set)
+    functions: list[str] = field(default_factory=list)
 
     @property
     def node_count(self) -> int:
@@ -187,6 +190,7 @@ class _Builder:
     # -- functions -----------------------------------------------------------------------
     def entry_function(self, name: str, func: relax.Function) -> None:
         namespace = self.group(_safe(name), {"function": name}, "")
+        self.result.functions.append(namespace)
         env: dict[Any, Any] = {}
         for param in func.params:
             pname = C.var_name(param)

@@ -47,21 +47,32 @@ def config_from_folder(folder: str | Path) -> Any:
     return config
 
 
-def url_data(config: Any, panes: list[str]) -> str:
+def url_data(config: Any, panes: list[tuple[str, list[str]]]) -> str:
     """The ``data=`` value of Model Explorer's URL: ``config``'s models and node data
-    (as ``ModelExplorerConfig.to_url_param_value``) and, with two ``panes`` (graph
-    ids), the two graphs opened side by side.
+    (as ``ModelExplorerConfig.to_url_param_value``) and the ``panes`` to open, each
+    ``(graph id, groups to open)``: two panes open side by side.  A group opened
+    (``main``) shows its own groups (the layers) folded.
     """
     data: dict[str, Any] = {"models": config.model_sources}
     if config.node_data_sources:
         data["nodeData"] = config.node_data_sources
         data["nodeDataTargets"] = config.node_data_target_models
-    if len(panes) == 2:
+    if panes:
         data["uiState"] = {"paneStates": [
-            {"deepestExpandedGroupNodeIds": [], "selectedNodeId": "",
-             "selectedGraphId": graph_id, "selectedCollectionLabel": "",
-             "widthFraction": 0.5} for graph_id in panes]}
+            {"deepestExpandedGroupNodeIds": [f"{group}___group___" for group in groups],
+             "selectedNodeId": "", "selectedGraphId": graph_id,
+             "selectedCollectionLabel": "", "widthFraction": 1 / len(panes)}
+            for graph_id, groups in panes]}
     return quote(json.dumps(data))
+
+
+def panes_of(folder: str | Path) -> list[tuple[str, list[str]]]:
+    """The panes a folder opens with: its first and last graphs (the first alone if it
+    has one), each with its top-level function groups open.
+    """
+    models = json.loads((Path(folder) / INDEX).read_text())["models"]
+    shown = [models[0], models[-1]] if len(models) > 1 else models
+    return [(m["name"], list(m.get("open", []))) for m in shown]
 
 
 def _offline_version_check(print_msg: bool = True) -> dict[str, str]:

@@ -11,7 +11,6 @@ or when the interpreter exits.  Nothing is fetched from the network.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import socket
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import PatternkitError
-from .serve_folder import INDEX, config_from_folder, url_data
+from .serve_folder import config_from_folder, panes_of, url_data
 
 #: What Model Explorer's ``/check_health`` answers.
 HEALTHY = "model_explorer_ok"
@@ -100,10 +99,8 @@ class ExplorerServer:
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         base = f"http://{host}:{port}"
-        models = [m["name"] for m in json.loads((folder / INDEX).read_text())["models"]]
-        panes = [models[0], models[-1]] if len(models) > 1 else []
-        server = cls(process, base,
-                     f"{base}/?data={url_data(config_from_folder(folder), panes)}", folder)
+        data = url_data(config_from_folder(folder), panes_of(folder))
+        server = cls(process, base, f"{base}/?data={data}", folder)
         deadline = time.monotonic() + timeout
         while not _healthy(base):
             if process.poll() is not None or time.monotonic() > deadline:

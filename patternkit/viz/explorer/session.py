@@ -82,12 +82,13 @@ class Explorer:
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
-        index: dict[str, list[dict[str, str]]] = {"models": [], "overlays": []}
+        index: dict[str, list[dict[str, Any]]] = {"models": [], "overlays": []}
         for model in self.models:
             path = out / f"{model}.json"
             path.write_text(self.graphs_json(model))
             written.append(path)
-            index["models"].append({"name": model, "file": path.name})
+            index["models"].append({"name": model, "file": path.name,
+                                    "open": self.models[model].functions})
         for overlay in self.overlays:
             path = out / f"{overlay.model}.{overlay.name.replace(' ', '_')}.nodedata.json"
             path.write_text(overlay.to_json())

@@ -289,10 +289,11 @@ def test_the_server_serves_the_graphs_and_stops_leaving_the_port_free(pipeline):
                                     timeout=10) as reply:
             assert json.loads(json.loads(reply.read())["content"]) == \
                 ex.overlays[0].node_data()
-        # the two graphs open side by side
+        # the two graphs open side by side, each with its main function's group open
         data = json.loads(urllib.parse.unquote(server.url.split("data=", 1)[1]))
-        assert [p["selectedGraphId"] for p in data["uiState"]["paneStates"]] == \
-            ["before", "after"]
+        panes = data["uiState"]["paneStates"]
+        assert [p["selectedGraphId"] for p in panes] == ["before", "after"]
+        assert [p["deepestExpandedGroupNodeIds"] for p in panes] == [["main___group___"]] * 2
         port = int(server.base.rsplit(":", 1)[1])
     assert not server.running and server.process.returncode is not None
     deadline = time.monotonic() + 10
