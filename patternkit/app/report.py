@@ -264,8 +264,6 @@ class JobReport:
         return {"model": self.model, "compiler": self.compiler, "func": self.func,
                 "import_fixups": list(self.import_fixups), "patterns": list(self.patterns),
                 "rewrites": dict(self.rewrites),
-                **({"near_misses": self.near_misses.to_dict()}
-                   if self.near_misses is not None else {}),
                 "composites": dict(self.offload.composites),
                 "offloaded_ops": self.offload.offloaded_ops,
                 "host_ops": list(self.offload.host_ops),
@@ -273,7 +271,11 @@ class JobReport:
                 "numeric": self.numeric.to_dict(), "sites": self.sites.to_dict(),
                 "roundtrip": {name: r.to_dict() for name, r in self.roundtrip.items()},
                 "training": self.training, "drawings": dict(self.drawings),
-                "seconds": dict(self.seconds), "outputs": list(self.outputs), "ok": self.ok}
+                "seconds": dict(self.seconds), "outputs": list(self.outputs),
+                # after the keys report.json has always written, in their order
+                **({"near_misses": self.near_misses.to_dict()}
+                   if self.near_misses is not None else {}),
+                "ok": self.ok}
 
 
 # -- report.md -----------------------------------------------------------------------------------

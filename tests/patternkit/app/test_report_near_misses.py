@@ -94,7 +94,11 @@ def test_report_md_lists_forty_near_misses_and_points_at_report_json_for_the_res
     markdown = report_markdown(report)
     assert sum(line.startswith("| norm") for line in markdown.splitlines()) == 40
     assert "... and 5 more (report.json)" in markdown
-    assert len(report.to_dict()["near_misses"]["misses"]) == 45
+    saved = report.to_dict()
+    assert len(saved["near_misses"]["misses"]) == 45
+    # a new key, after those report.json has always written (their order is kept)
+    assert list(saved)[-2:] == ["near_misses", "ok"]
+    assert list(saved)[:-2] == list(JobReport("m", "ccompiler").to_dict())[:-1]
 
 
 def test_near_misses_not_looked_for_or_not_run_say_so():
