@@ -323,3 +323,18 @@ def test_without_the_extra_serving_says_how_to_install_it_and_writing_still_work
                                               r"Explorer: pip install 'patternkit\[explorer\]'"):
             call()
     assert (tmp_path / "before.json") in ex.write(tmp_path)
+
+
+def test_show_displays_model_explorer_in_a_frame_and_reuses_its_server(monkeypatch):
+    display = pytest.importorskip("IPython.display", reason="IPython is not installed")
+    shown = []
+    monkeypatch.setattr(display, "display", shown.append)
+    ex = explore(tanh_model())
+    try:
+        first = ex.show()
+        assert ex.show() is first and first.running  # one server per Explorer
+        assert [type(f).__name__ for f in shown] == ["IFrame", "IFrame"]
+        assert shown[0].src == first.frame_url() and shown[0].height == 850
+    finally:
+        ex.stop()
+    assert not first.running
