@@ -39,6 +39,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import time
 import warnings
 from collections import Counter
@@ -286,6 +287,18 @@ class SideBySide(torch.nn.Module):
         return tuple(m(x) for m, x in zip(self.models, xs))
 
 
+def side_by_side(models: list) -> torch.nn.Module:
+    """:class:`SideBySide` of ``models`` whose ``forward`` takes one named input per model
+    (``x0, x1, ...``): the exporters pair dynamic shapes and input names with named
+    parameters, not with the items of ``*xs``.
+    """
+    names = ", ".join(f"x{i}" for i in range(len(models)))
+    forward = eval(f"lambda self, {names}: SideBySide.forward(self, {names})",
+                   {"SideBySide": SideBySide})
+    cls = type("SideBySideNamed", (SideBySide,), {"forward": forward})
+    return cls(models).eval()
+
+
 def import_side_by_side(spellings: list[Spelling], column: Column, models: list,
                         examples: list) -> dict[str, tuple | ZooImportError]:
     """Spelling -> (its module with the weights as parameters, the weights) or its error.
@@ -314,7 +327,7 @@ def _import_all(spellings: list[Spelling], column: Column, models: list, example
 
     text = (spellings[0].key if len(spellings) == 1 else f"{len(spellings)} rows") + \
         f" via {column.door}"
-    model = SideBySide(models).eval()
+    model = side_by_side(models)
     axes = [_dynamic_axes(s, column) for s in spellings]
     if column.door == "torch.export":
         dims = {role: torch.export.Dim(role, min=2) for a in axes for role in a.values()}
@@ -445,7 +458,8 @@ def _measure_cell(spelling: Spelling, column: Column, model, example,
     start = time.perf_counter()
     cell = Cell(spelling.key, str(column), count_instances(model, spelling))
     if isinstance(mod, ZooImportError):
-        cell.error = str(mod).split(": ", 1)[-1].splitlines()[0]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(mod))  # torch's coloured messages
+        cell.error = text.split(": ", 1)[-1].splitlines()[0]
         cell.seconds = seconds
         return cell
     log = pk.RewriteLog()
@@ -623,7 +637,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.from_json:
         runs = [json.loads(path.read_text()) for path in args.from_json]
-        cells = [Cell(**c) for r in runs for c in r["cells"]]
+        # a later run's cell replaces an earlier one's (a column measured again)
+        cells = list({(c["row"], c["column"]): Cell(**c)
+                      for r in runs for c in r["cells"]}.values())
         args.out.write_text(render(cells, sum(r["seconds"] for r in runs)))
         _LOG.info("wrote %s: %s", args.out, totals(cells))
         return

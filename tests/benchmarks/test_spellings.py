@@ -219,3 +219,12 @@ def test_the_dynamo_export_is_the_same_with_the_torch_op_table_built_once(spelli
     fresh = export()
     assert spellings.build_torchlib_table_once()
     assert export() == fresh
+
+
+@pytest.mark.parametrize("door", ["torch.export", "onnx17"])
+def test_rows_side_by_side_take_a_symbolic_batch_and_sequence(spellings, door):
+    from patternkit.models.spelling_sources import find_spelling
+
+    rows = [find_spelling("layernorm/written out"), find_spelling("hardswish/F.hardswish")]
+    cells = spellings.measure_column(rows, spellings.Column(door, "float32", "dynamic"))
+    assert [(c.error, c.complete) for c in cells] == [(None, True), (None, True)]
