@@ -22,6 +22,8 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 * activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + ...))``, SiLU's
   ``x * sigmoid(x)`` (or of a cast or a multiple of ``x``) or ``x / (1 + exp(-x))``,
   hard-swish/hard-sigmoid's ``x * clip(x + 3, ...)`` or ``clip(x + 3, ...) / 6``;
+* quantisation: ``(q.astype(f) - zero_point) * scale`` of an 8-bit ``q``, and
+  ``clip(round(x / scale) + zero_point, ...)``;
 * rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
 * gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 from patternkit.dpl import (
     DFPattern,
     divide_by_sqrt,
+    has_dtype,
     is_constant,
     is_op,
     square,
@@ -109,6 +112,18 @@ def _hard_swish() -> DFPattern:
             | _op("multiply")(clipped, is_constant()))
 
 
+def _dequantize() -> DFPattern:
+    # a cast of an 8-bit integer tensor, scaled: T5's (bool mask).astype(f) * big is none
+    q = has_dtype("int8", wildcard()) | has_dtype("uint8", wildcard())
+    widened = _op("astype")(q)
+    return _op("multiply")(_op("subtract")(widened, wildcard()) | widened, wildcard())
+
+
+def _quantize() -> DFPattern:
+    rounded = _op("round")(wildcard())
+    return _op("clip")(_op("add")(rounded, wildcard()) | rounded, wildcard(), wildcard())
+
+
 def _rope() -> DFPattern:
     rotated = _op("multiply")(_op("concat")(wildcard()), wildcard())
     return _op("add")(_op("multiply")(wildcard(), wildcard()), rotated)
@@ -134,6 +149,10 @@ _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], 
     ("silu", "x * sigmoid(x)", _silu(), ("activation",), ("silu.", "byoc.quick_gelu")),
     ("hardswish", "x * clip(x + 3, 0, 6) / 6", _hard_swish(), ("activation",),
      ("hardswish.", "hardsigmoid.", "relu6.", "byoc.hardswish", "byoc.hardsigmoid")),
+    ("dequantize", "(q.astype(f) - zero_point) * scale", _dequantize(), ("quantize",),
+     ("dequantize.", "byoc.qdq")),
+    ("quantize", "clip(round(x / scale) + zero_point)", _quantize(), ("quantize",),
+     ("quantize.", "byoc.qdq")),
     ("rope", "x * cos + rotate_half(x) * sin", _rope(), ("rope",), ()),
     ("gated_mlp", "act(x @ Wg) * (x @ Wu)", _gated_mlp(), ("gated_mlp",), ()),
 )

@@ -141,6 +141,34 @@ def test_each_family_names_its_rule_and_reason(module, shapes, family, rule, kin
     assert reason in miss.reason
 
 
+class PerChannelDequantize(torch.nn.Module):
+    """Dequantisation by hand with a scale per channel (dequantize.collapse: per tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.rand(8) + 0.1)
+
+    def forward(self, q):
+        return (q.float() - 3.0) * self.scale
+
+
+class PerChannelQuantize(PerChannelDequantize):
+    """Quantisation by hand with a scale per channel (quantize.collapse: per tensor)."""
+
+    def forward(self, x):
+        return torch.clamp(torch.round(x / self.scale) + 3, -128, 127).to(torch.int8)
+
+
+@pytest.mark.parametrize("module, x, family", [
+    (PerChannelDequantize(), torch.randint(-128, 127, (2, 8), dtype=torch.int8), "dequantize"),
+    (PerChannelQuantize(), torch.randn(2, 8), "quantize"),
+], ids=["dequantize", "quantize"])
+def test_a_per_channel_quantisation_names_the_quantize_rule_and_reason(module, x, family):
+    (miss,) = near_misses(imported(module, x))
+    assert (miss.family, miss.rule, miss.kind) == (family, f"{family}.collapse", "check")
+    assert miss.reason.startswith("the scale has shape (8,), not one number")
+
+
 class Block(torch.nn.Module):
     """A decoder block whose every family the library takes: a layer norm and an
     attention written out, an RMS norm, a SwiGLU MLP and GELU."""
@@ -227,4 +255,4 @@ def test_the_detectors_follow_the_rules_chosen():
     assert detectors(pk.RuleSet()) == ()
     assert {d.family for d in NEAR_MISSES} >= {"attention", "norm", "rmsnorm", "batchnorm",
                                                "gelu", "silu", "hardswish", "rope",
-                                               "gated_mlp"}
+                                               "gated_mlp", "dequantize", "quantize"}
