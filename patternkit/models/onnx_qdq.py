@@ -94,7 +94,7 @@ def qdq_model(seed: int = 0, activations: str = "int8", opset: int = 17) -> onnx
     onnx.ModelProto
         The quantised model; it passes ``onnx.checker.check_model``.
     """
-    from onnxruntime.quantization import (  # type: ignore[import-untyped]
+    from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
         QuantType,
