@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 
@@ -30,6 +31,7 @@ from patternkit.byoc.tables import PatternTable
 from patternkit.viz.explorer import explore
 
 TARGET_SECONDS = 2.0
+LAYER = re.compile(r"/layer\d+$")
 
 
 def _best(make, repeat: int) -> tuple[float, object]:
@@ -69,7 +71,7 @@ def main() -> None:
             "benchmark": "explore", "case": name, "model": args.model,
             "seconds": round(seconds, 3), "target_seconds": TARGET_SECONDS,
             "nodes": {m: g.node_count for m, g in ex.models.items()},
-            "layer_groups": {m: sum(1 for ns in g.namespaces() if "/layer" in ns)
+            "layer_groups": {m: sum(1 for ns in g.namespaces() if LAYER.search(ns))
                              for m, g in ex.models.items()},
             "overlays": [f"{o.name} on {o.model}" for o in ex.overlays]}))
 
