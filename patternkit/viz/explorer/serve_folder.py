@@ -32,7 +32,7 @@ def config_from_folder(folder: str | Path) -> Any:
     Model Explorer's in-memory graphs are ``graphs://<name>/<index>`` sources (as its
     ``add_model_from_pytorch`` lists them), which its server answers from the config.
     """
-    import model_explorer  # type: ignore[import-untyped]
+    import model_explorer
 
     base = Path(folder)
     index = json.loads((base / INDEX).read_text())
@@ -95,7 +95,7 @@ def main(argv: list[str]) -> None:
     # Model Explorer imports torch, if installed, for its PyTorch adapter, which serving
     # graphs does not use: marked absent, the server starts in a fraction of the time
     sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
-    from model_explorer import server  # type: ignore[import-untyped]
+    from model_explorer import server
 
     server._check_new_version = _offline_version_check  # no call to PyPI or GitHub
     server.start(host=host, port=int(port), config=config_from_folder(folder),

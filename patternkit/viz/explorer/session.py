@@ -35,7 +35,7 @@ class ExplorerUnavailable(PatternkitError, ImportError):
 def require_model_explorer() -> Any:
     """The ``model_explorer`` module, or a one-line :class:`ExplorerUnavailable`."""
     try:
-        import model_explorer  # type: ignore[import-untyped]
+        import model_explorer
     except ImportError as err:
         raise ExplorerUnavailable(
             "patternkit.explore needs Google's Model Explorer: pip install "
