@@ -50,6 +50,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "verification": ("compare", "assert_same_numerics", "check_roundtrip", "validate_sites"),
     "ir": ("from_expr",),
     "viz": ("viz_expr", "viz_diff"),
+    "viz.explorer": ("explore",),
     # the main job and the rule library's verification
     "app.job": ("run",),
     "app.verify": ("verify",),

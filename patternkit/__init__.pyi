@@ -59,6 +59,7 @@ from .verification import (
 )
 from .verification.by_example import rule_by_example as rule_by_example
 from .viz import viz_diff as viz_diff, viz_expr as viz_expr
+from .viz.explorer import explore as explore
 
 __version__: str
 __all__: list[str]
