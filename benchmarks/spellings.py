@@ -200,11 +200,11 @@ def cached_imports(spellings: list[Spelling], column: Column, models: list, exam
     missing = []
     for i, spelling in enumerate(spellings):
         key = _cache_key(spelling, column)
-        if cache is not None and (cache / f"{key}.py").exists():
+        parsed = _parse_cached(cache / f"{key}.py") if cache is not None else None
+        if parsed is not None:
             with np.load(cache / f"{key}.npz") as saved:
                 weights = [saved[f"w{j}"] for j in range(len(saved.files))]
-            text = (cache / f"{key}.py").read_text()
-            found[spelling.key] = bind_weights(tvm.script.from_source(text), weights)
+            found[spelling.key] = bind_weights(parsed, weights)
         elif cache is not None and (cache / f"{key}.error").exists():
             found[spelling.key] = ZooImportError((cache / f"{key}.error").read_text())
         else:
@@ -225,12 +225,32 @@ def cached_imports(spellings: list[Spelling], column: Column, models: list, exam
             continue
         mod, weights = result
         text = mod.script()
-        if cache is not None and "metadata[" not in text:
+        if cache is not None and "metadata[" not in text and _parses(text):
             cache.mkdir(parents=True, exist_ok=True)
             np.savez(cache / f"{key}.npz", **{f"w{j}": w for j, w in enumerate(weights)})
             (cache / f"{key}.py").write_text(text)
         found[spelling.key] = bind_weights(mod, weights)
     return found
+
+
+def _parses(text: str) -> bool:
+    """Whether TVMScript ``text`` parses back (0.27 prints ``R.const("-inf", ...)``, which
+    its parser refuses).
+    """
+    try:
+        tvm.script.from_source(text)
+    except Exception:  # the parser's refusal: the module is just not cached
+        return False
+    return True
+
+
+def _parse_cached(path: Path) -> tvm.IRModule | None:
+    if not path.exists():
+        return None
+    try:
+        return tvm.script.from_source(path.read_text())
+    except Exception:  # written by an older version of this script: import again
+        return None
 
 
 def bind_weights(mod: tvm.IRModule, weights: list[np.ndarray]) -> tvm.IRModule:
