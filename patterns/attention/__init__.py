@@ -105,8 +105,10 @@ would not build (docs/tvm-bugs.md).
 
 Deliberately not covered:
 
-* causal masks turned into ``causal_mask="TopLeft"`` (the mask would have to be proved
-  triangular; it stays a correct bias), dropout between the softmax and the second
+* causal masks turned into ``causal_mask="TopLeft"`` in the library: the opt-in
+  ``attention.causal_mask`` (:mod:`.causal_mask`) proves the triangle and does it, but
+  TVM 0.27's llvm causal attention gives NaN on a row whose kept scores all lie below
+  about -88, where the bias gives the softmax; dropout between the softmax and the second
   matmul (training graphs), packed QKV layouts (BS3NH) and variable-length batches.
 
 Layout of the family (each module says why it exists): :mod:`.forms` (the pattern, from
@@ -120,13 +122,15 @@ the rewrite), :mod:`.layout` and :mod:`.masking` (the permutation and bias algeb
 
 from __future__ import annotations
 
+from .causal_mask import AttentionCausalMask
 from .collapse import AttentionCollapse
 from .composite import AttentionComposite
 from .einsum import EinsumMatmul
 from .expand import AttentionExpand
 
 #: The rewrite rules of this family: torch's decomposed einsums become the 4-D matmuls
-#: that the collapse reads.
+#: that the collapse reads.  ``AttentionCausalMask`` (``attention.causal_mask``) is
+#: opt-in, not here: see :mod:`.causal_mask` for the llvm rows where it changes results.
 RULES = (EinsumMatmul, AttentionCollapse)
 
 #: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
@@ -136,4 +140,4 @@ EXPANSIONS = (AttentionExpand,)
 #: order only fixes how the table lists them).
 COMPOSITES = (AttentionComposite("byoc", bias=True), AttentionComposite("byoc"))
 
-__all__ = ["RULES", "EXPANSIONS", "COMPOSITES"]
+__all__ = ["RULES", "EXPANSIONS", "COMPOSITES", "AttentionCausalMask"]
