@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
+from .campaign import add_merge_command, add_record_options, record_options
 from .console import Console
 from .explore import add_explore_command, add_run_options, explore_run
 from .progress import Progress
@@ -232,7 +233,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise PatternkitError(f"no library rule {', '.join(unknown)} "
                                   f"(see patternkit list)")
         rules = [LIBRARY[name] for name in args.rules]
-    report = verify(rules, progress=_progress(args), **_campaign_options(args))
+    report = verify(rules, progress=_progress(args), **_campaign_options(args),
+                    **record_options(args))
     return _print_campaign(report, args.quiet, _progress(args))
 
 
@@ -380,7 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("rules", nargs="*", help="library rule names (default: all)")
     _add_campaign_options(ver, "instances per rule (default 8; 200 with "
                                "HYPOTHESIS_PROFILE=long)")
+    add_record_options(ver)
     ver.set_defaults(handler=_cmd_verify)
+    add_merge_command(sub)
 
     fuzz = sub.add_parser("fuzz", help="differential-test a pass or rule on random programs")
     fuzz.add_argument("target", help="a relax.transform pass (FoldBatchnormToConv2D), a "

@@ -22,6 +22,8 @@ def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs:
     parameters.
     Rewrites are held to ``rule.tolerance(dtype)``; composites, which only wrap bindings
     in functions, must give bit-identical results.
+    With ``out=DIR`` (and ``resume=True``) the campaign is recorded unit by unit in DIR
+    and shards by a stable hash of (rule, instance): :mod:`patternkit.app.campaign`.
     """
     from functools import partial
 
@@ -30,5 +32,10 @@ def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs:
 
     # a float16 site that misses is measured against itself in float64 (picklable: jobs)
     options.setdefault("widen", partial(as_float64, name="site"))
+    if options.get("out") is not None:  # recorded unit by unit: patternkit.app.campaign
+        from .campaign import verify_recorded
+        return verify_recorded(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
+                               progress=progress, **options)
+    options.pop("out", None), options.pop("resume", None)
     return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
                        progress=progress, **options)

@@ -684,6 +684,10 @@ def _shrink_knobs(rule: Rule, knobs: dict, failure: Failure, timeout: float | No
     return best_failure
 
 
+#: One instance's check and its shrinking, for campaigns run unit by unit (``campaign``).
+verify_instance, shrink_knobs = _verify_instance, _shrink_knobs
+
+
 def _knobs_text(knobs: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in knobs.items())
 

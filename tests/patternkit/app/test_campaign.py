@@ -1,0 +1,180 @@
+"""Recorded campaigns: example-level shards, JSON Lines records, merge, resume after SIGKILL.
+
+A campaign here is two cheap rules at a budget of 3 (a few seconds on llvm); the shards
+and the resumed runs are compared with one unsharded run, record for record, ignoring the
+timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from patternkit.app.cli import main
+from patternkit.testing.campaign import Campaign, Unit, merge_folders, read_records, shard_of
+from patternkit.testing.fuzz import verify_rules
+
+RULES = ["relu6.collapse", "batchnorm.collapse"]
+BUDGET = 3
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _verify(folder: Path, *extra: str, flag: str = "--out") -> int:
+    return main(["verify", *RULES, "--budget", str(BUDGET), flag, str(folder), "--quiet",
+                 *extra])
+
+
+def _without_timings(records: list[dict]) -> list[dict]:
+    return sorted(({k: v for k, v in r.items() if k != "seconds"} for r in records),
+                  key=lambda r: (r["subject"], r["instance"]))
+
+
+def _keys(records: list[dict]) -> list[str]:
+    return [f"{r['subject']}#{r['instance']}" for r in records]
+
+
+def _numbers(report) -> list[tuple]:
+    return [(t.target, t.tried, t.fired, t.rejected, t.max_abs_error, t.tolerances,
+             [(f.kind, f.error) for f in t.failures]) for t in report.targets]
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    """One unsharded recorded run of the campaign."""
+    folder = tmp_path_factory.mktemp("whole")
+    assert _verify(folder) == 0
+    return folder
+
+
+def test_units_are_rule_instance_pairs_and_shards_partition_them_evenly():
+    campaign = Campaign("verify", ("a.rule", "b.rule", "c.rule"), 200, 0)
+    units = campaign.units()
+    assert units[:2] == [Unit("a.rule", 0), Unit("a.rule", 1)] and len(units) == 600
+    shards = [campaign.units((k, 4)) for k in range(1, 5)]
+    assert sorted(u.key for s in shards for u in s) == sorted(u.key for u in units)
+    assert all(120 <= len(s) <= 180 for s in shards), [len(s) for s in shards]
+    # every rule is spread over every shard: one slow rule does not set the wall time
+    assert all({u.subject for u in s} == {"a.rule", "b.rule", "c.rule"} for s in shards)
+
+
+def test_the_shard_of_a_unit_does_not_depend_on_the_process():
+    code = ("from patternkit.testing.campaign import Unit, shard_of; "
+            "print([shard_of(Unit('r.x', i), 5) for i in range(40)])")
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True, timeout=120).stdout
+    assert out.strip() == str([shard_of(Unit("r.x", i), 5) for i in range(40)])
+
+
+@pytest.mark.parametrize("spec", ["3/2", "0/2", "2"])
+def test_a_bad_shard_is_a_one_line_error_before_any_work(tmp_path, capsys, spec):
+    assert _verify(tmp_path / "out", "--shard", spec) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "shard" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_records_are_one_json_line_per_unit_and_the_report_is_verifys(whole):
+    records = read_records(whole)
+    assert _keys(records) == [f"{r}#{i}" for r in RULES for i in range(BUDGET)]
+    assert {r["outcome"] for r in records} <= {"fired", "rejected", "no-instance"}
+    assert all(isinstance(r["seconds"], float) and r["seed"] == 0 for r in records)
+    header = json.loads((whole / "campaign.json").read_text())
+    assert header["subjects"] == RULES and header["budget"] == BUDGET
+    # the recorded campaign counts what the classic one counts
+    from patternkit.patterns import LIBRARY
+    classic = verify_rules([LIBRARY[name] for name in RULES], budget=BUDGET)
+    merged, missing = merge_folders([whole])
+    assert missing == 0
+    assert _numbers(merged) == _numbers(classic)
+
+
+def test_two_shards_merged_equal_one_run_record_for_record(whole, tmp_path, capsys):
+    shards = [tmp_path / "s1", tmp_path / "s2"]
+    for k, folder in enumerate(shards, 1):
+        assert _verify(folder, "--shard", f"{k}/2") == 0
+    parts = [read_records(folder) for folder in shards]
+    assert parts[0] and parts[1] and not set(_keys(parts[0])) & set(_keys(parts[1]))
+    assert _without_timings(parts[0] + parts[1]) == _without_timings(read_records(whole))
+    merged, missing = merge_folders(shards)
+    alone, _ = merge_folders([whole])
+    assert missing == 0 and _numbers(merged) == _numbers(alone)
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--quiet"]) == 0
+    from_shards = capsys.readouterr().out
+    assert main(["merge", str(whole), "--quiet"]) == 0
+    assert from_shards == capsys.readouterr().out and from_shards.count("\n") == len(RULES)
+    # a missing shard is reported, not passed off as the whole campaign
+    assert main(["merge", str(shards[0]), "--quiet"]) == 1
+    assert "incomplete:" in capsys.readouterr().out
+
+
+def test_a_run_killed_with_sigkill_resumes_losing_and_repeating_nothing(whole, tmp_path):
+    folder = tmp_path / "killed"
+    records = folder / "records.jsonl"
+    command = [sys.executable, "-m", "patternkit.app.cli", "verify", *RULES, "--budget",
+               str(BUDGET), "--out", str(folder), "--quiet"]
+    run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (records.exists() and records.read_bytes().count(b"\n") >= 1):
+            assert run.poll() is None, "the campaign ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        run.send_signal(signal.SIGKILL)
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+    before = read_records(folder)
+    assert 1 <= len(before) < len(RULES) * BUDGET
+    with records.open("ab") as out:  # as if killed in the middle of a line
+        out.write(b'{"subject": "relu6.coll')
+    assert _verify(folder, flag="--resume") == 0
+    after = read_records(folder)
+    assert Counter(_keys(after)).most_common(1)[0][1] == 1  # nothing repeated
+    assert _without_timings(after) == _without_timings(read_records(whole))  # nothing lost
+    assert _without_timings(after[:len(before)]) == _without_timings(before)
+
+
+def test_a_resume_folder_of_another_campaign_is_refused_before_any_work(whole, capsys):
+    before = (whole / "records.jsonl").read_bytes()
+    for argv in (["verify", RULES[0], "--budget", str(BUDGET)],
+                 ["verify", *RULES, "--budget", str(BUDGET + 1)],
+                 ["verify", *RULES, "--budget", str(BUDGET), "--seed", "1"]):
+        assert main([*argv, "--resume", str(whole), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "another campaign" in err, err
+    assert (whole / "records.jsonl").read_bytes() == before
+    # --out onto recorded units would mix two runs: refused as well
+    assert _verify(whole) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_resume_needs_a_recorded_campaign_and_merge_one_campaign(whole, tmp_path, capsys):
+    assert _verify(tmp_path / "empty", flag="--resume") == 2
+    assert "no campaign recorded" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "campaign.json").write_text(json.dumps(
+        {**json.loads((whole / "campaign.json").read_text()), "budget": 9}))
+    assert main(["merge", str(whole), str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another campaign" in err and "budget 9" in err
+    assert main(["merge", str(tmp_path / "nowhere")]) == 2
+    assert "no folder" in capsys.readouterr().err
+
+
+def test_out_with_several_jobs_is_a_one_line_error(tmp_path, capsys):
+    assert _verify(tmp_path / "jobs", "--jobs", "2") == 2
+    assert "--jobs 1" in capsys.readouterr().err
+    assert not (tmp_path / "jobs").exists()
+    assert shard_of(Unit("x", 0), 1) == 1
