@@ -541,16 +541,16 @@ FLOAT16_ZOO = [("gpt2", {}), ("bert", {}), ("bert", {"attention": "sdpa"}),
                ("llama", {"attention": "sdpa"})]
 # Eager attention through transformers' shared eager_attention_forward (ViT, Llama, every
 # Falcon layout) runs its softmax in float32 between casts: collapsed too, with the
-# precision named in the log (below).
+# precision named in the log (below); Llama's (index 1) is run against torch above.
 FLOAT32_SOFTMAX_ZOO = [("vit", {}), ("llama", {}), ("falcon", {}),
                        ("falcon", {"layout": "40b", "heads": 4, "kv_heads": 2}),
                        ("falcon", {"alibi": True})]
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name, options", FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO,
+@pytest.mark.parametrize("name, options", FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO[1:2],
                          ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
-                              for n, o in FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO])
+                              for n, o in FLOAT16_ZOO + FLOAT32_SOFTMAX_ZOO[1:2]])
 def test_every_attention_of_a_float16_zoo_model_collapses_and_still_matches_torch(
         name, options, zoo):
     # The float16 import accumulates each batched matmul in float32 and casts it back
@@ -570,9 +570,14 @@ def test_every_attention_of_a_float16_zoo_model_collapses_and_still_matches_torc
 
 
 @pytest.mark.models
-def test_a_float16_eager_softmax_in_float32_collapses_with_its_precision_logged(zoo, caplog):
-    # eager_attention_forward: softmax(scores, dtype=float32).to(float16)
-    model = zoo("llama", dtype="float16")
+@pytest.mark.parametrize("name, options", FLOAT32_SOFTMAX_ZOO,
+                         ids=[f"{n}{''.join(f'-{k}={v}' for k, v in o.items())}"
+                              for n, o in FLOAT32_SOFTMAX_ZOO])
+def test_a_float16_eager_softmax_in_float32_collapses_with_its_precision_logged(
+        name, options, zoo, caplog):
+    # eager_attention_forward: softmax(scores, dtype=float32).to(float16); the numbers
+    # are checked against torch on Llama above (one build: CI's budget)
+    model = zoo(name, dtype="float16", **options)
     with caplog.at_level("INFO", logger="patternkit.patterns.attention.collapse"):
         log = pk.RewriteLog()
         pk.rewrite(LIBRARY.rewrite_rules(), model.mod, log=log)
