@@ -20,12 +20,14 @@ one by one, and each failing unit is shrunk on its own.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
+import multiprocessing
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import PatternkitError
 from ..verification.report import CampaignReport, Failure, TargetReport
@@ -39,7 +41,7 @@ from .fuzz import (
 )
 
 __all__ = ["Unit", "Campaign", "CampaignMismatch", "shard_of", "run_verify_campaign",
-           "read_records", "report_of", "merge_folders", "HEADER", "FORMAT"]
+           "read_records", "report_of", "merge_folders", "check_library_rules", "HEADER", "FORMAT"]
 
 #: The file of a record folder that holds the campaign's identity.
 HEADER = "campaign.json"
@@ -248,7 +250,7 @@ def report_of(campaign: Campaign, records: Iterable[dict],
 
 def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int,
                         seed: int = 0, shard: tuple[int, int] | None = None,
-                        resume: bool = False, timeout: float | None = None,
+                        resume: bool = False, jobs: int = 1, timeout: float | None = None,
                         shrink: bool = True, widen: Callable | None = None,
                         tick: Tick | None = None) -> CampaignReport:
     """Verify ``rules`` unit by unit, one JSON line per unit in ``folder``.
@@ -265,6 +267,9 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
         Check only the units whose stable hash falls in shard ``k`` of ``n``.
     resume : bool
         Go on with the campaign recorded in ``folder``: its recorded units are skipped.
+    jobs : int
+        Worker processes (``spawn``); the rules must then be the library's (workers
+        rebuild them by name) and ``widen`` must pickle.
     timeout, shrink, widen :
         As for :func:`~patternkit.testing.fuzz.verify_rules`.
     tick : callable, optional
@@ -279,7 +284,11 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
     ------
     CampaignMismatch
         ``folder`` holds another campaign, or (``resume``) none; before any unit runs.
+    ValueError
+        ``jobs > 1`` with a rule that is not the library's; before any unit runs.
     """
+    if jobs > 1:
+        check_library_rules(rules)
     folder = Path(folder)
     campaign = Campaign("verify", tuple(rule.rule_name for rule in rules), budget, seed)
     path = _records_file(folder, shard)
@@ -288,22 +297,69 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
     mine = campaign.units(shard)
     done = {r["subject"] + "#" + str(r["instance"]) for r in read_records(folder)}
     todo = [unit for unit in mine if unit.key not in done]
-    by_name = {rule.rule_name: rule for rule in rules}
-    instances: dict[str, list[dict]] = {}
+    options = dict(budget=budget, seed=seed, timeout=timeout, shrink=shrink, widen=widen)
+    if jobs > 1 and len(todo) > 1:
+        ended = _in_workers(todo, jobs, options)
+    else:
+        ended = _here(todo, {rule.rule_name: rule for rule in rules}, options)
     with path.open("a") as out:
-        for count, unit in enumerate(todo, 1):
-            rule = by_name[unit.subject]
-            if unit.subject not in instances:
-                instances[unit.subject] = knob_instances(rule, budget, seed)
-            record = run_unit(rule, instances[unit.subject], unit, seed, timeout=timeout,
-                              shrink=shrink, widen=widen)
+        for count, record in enumerate(ended, 1):
             out.write(json.dumps(record, sort_keys=True) + "\n")
             out.flush()  # a SIGKILL after this line loses nothing recorded
             if tick is not None:
-                tick(count, len(todo), unit.subject)
+                tick(count, len(todo), record["subject"])
     keys = {unit.key for unit in mine}
     records = [r for r in read_records(folder) if f"{r['subject']}#{r['instance']}" in keys]
     return report_of(campaign, records, shard)
+
+
+def _here(units: list[Unit], by_name: dict[str, Any], options: dict) -> Iterator[dict]:
+    """The records of ``units``, checked in this process, in order."""
+    instances: dict[str, list[dict]] = {}
+    for unit in units:
+        rule = by_name[unit.subject]
+        if unit.subject not in instances:
+            instances[unit.subject] = knob_instances(rule, options["budget"], options["seed"])
+        yield _checked(rule, instances[unit.subject], unit, options)
+
+
+def _checked(rule: Any, instances: list[dict], unit: Unit, options: dict) -> dict:
+    return run_unit(rule, instances, unit, options["seed"], timeout=options["timeout"],
+                    shrink=options["shrink"], widen=options["widen"])
+
+
+def check_library_rules(rules: Sequence[Any]) -> None:
+    """Refuse (``ValueError``) a rule that worker processes cannot rebuild by name."""
+    from patternkit.patterns import LIBRARY
+
+    for rule in rules:
+        name = rule.rule_name
+        if name not in LIBRARY.names or type(LIBRARY[name]) is not type(rule):
+            raise ValueError(f"jobs > 1 checks library rules only (workers rebuild them by "
+                             f"name): {name} is not one; use jobs=1")
+
+
+#: A worker's drawn instances, per (rule, budget, seed): drawn once per process.
+_DRAWN: dict[tuple, list[dict]] = {}
+
+
+def _worker_unit(unit: Unit, options: dict) -> dict:
+    from patternkit.patterns import LIBRARY
+
+    rule = LIBRARY[unit.subject]
+    key = (unit.subject, options["budget"], options["seed"])
+    if key not in _DRAWN:
+        _DRAWN[key] = knob_instances(rule, options["budget"], options["seed"])
+    return _checked(rule, _DRAWN[key], unit, options)
+
+
+def _in_workers(units: list[Unit], jobs: int, options: dict) -> Iterator[dict]:
+    """The records of ``units``, checked in ``jobs`` spawned processes, as they end."""
+    context = multiprocessing.get_context("spawn")  # TVM is not fork-safe
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(_worker_unit, unit, options) for unit in units]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
 
 
 def merge_folders(folders: Sequence[str | Path]) -> tuple[CampaignReport, int]:

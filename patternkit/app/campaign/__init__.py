@@ -23,15 +23,11 @@ def verify_recorded(rules: Any = None, *, out: str | Path, resume: bool = False,
                     progress: Callable[[str], None] | None = None, **options: Any) -> Any:
     """Verify ``rules`` (default: the library's) unit by unit, recorded in ``out``.
 
-    See :func:`patternkit.testing.campaign.run_verify_campaign`; ``jobs`` must be 1 (run
-    one shard per process instead).
+    See :func:`patternkit.testing.campaign.run_verify_campaign`.
     """
-    from ...testing.campaign import run_verify_campaign
+    from ...testing.campaign import check_library_rules, run_verify_campaign
     from ...testing.fuzz import default_budget
 
-    if jobs != 1:
-        raise PatternkitError("--out/--resume record one unit at a time: use --jobs 1, "
-                              "and one --shard K/N per process to use more CPUs")
     if rules is None:
         from patternkit.patterns import LIBRARY
         rules = LIBRARY
@@ -40,8 +36,13 @@ def verify_recorded(rules: Any = None, *, out: str | Path, resume: bool = False,
     if progress is not None:
         progress(f"verifying {len(rules)} rule(s), {budget} instance(s) each, recorded in "
                  f"{out} ...")
+    if jobs > 1:
+        try:
+            check_library_rules(rules)
+        except ValueError as err:
+            raise PatternkitError(str(err)) from None
     return run_verify_campaign(rules, out, budget=budget, seed=seed, shard=shard,
-                               resume=resume, **options)
+                               resume=resume, jobs=jobs, **options)
 
 
 def add_record_options(parser: argparse.ArgumentParser) -> None:
