@@ -362,9 +362,11 @@ def handled(row: dict, family: str) -> int:
 
 
 def _cell(row: dict, family: str) -> str:
-    present, fused = row["families"].get(family, 0), handled(row, family)
+    present, fused = row["families"].get(family), handled(row, family)
     made = row["made"].get(family, 0)
-    return "-" if not present and not fused else f"{present} / {fused} ({made})"
+    if not present and not fused:
+        return "-"
+    return f"{'?' if present is None else present} / {fused} ({made})"
 
 
 def render(rows: list[dict], failed: dict[str, str], seconds: float, reused: int = 0) -> str:
@@ -383,7 +385,9 @@ def render(rows: list[dict], failed: dict[str, str], seconds: float, reused: int
              "library's composite of that name after its composite table is merged into the "
              "rewritten module; relu6: `R.clip(x, 0, 6)` calls not part of a hard activation; "
              "batchnorm_linear: the `BatchNorm1d` after a `Linear`, folded by "
-             "`matmul.fold_batchnorm`.  `-`: the "
+             "`matmul.fold_batchnorm`; qdq: the quantised Conv / MatMul nodes of an ONNX QDQ "
+             "graph, taken by the `qdq_conv2d` / `qdq_matmul` composites.  `?`: not counted "
+             "(the ONNX exports have no torch modules to count issue 36's families in).  `-`: the "
              "family is absent.  Error: max abs difference of "
              "the rewritten model's outputs against the imported model's on the llvm VM "
              f"(float32, bound {FLOAT32_BOUND:g}), and in brackets relative to the largest "

@@ -10,7 +10,8 @@ exporter or importer touched them, so that a spelling the library misses still c
   ``nn.ReLU6`` modules.
 * ``rope``: two per attention block (the query's rotation and the key's) in a model that
   has a rotary embedding module (a class named ``...RotaryEmbedding``: Llama, Qwen2, Phi,
-  GPT-J).
+  GPT-J) and whose config does not ask for ALiBi instead (Falcon builds its rotary
+  module either way).
 * ``swiglu``, ``geglu``: a gated MLP is a module with a gate and an up projection
   (``gate_proj`` / ``up_proj``, T5's ``wi_0`` / ``wi_1``) or a ``GEGLU`` module (one
   projection chunked in two); its activation (``act_fn``, ``act``, ``activation``) says
@@ -75,6 +76,7 @@ def count_long_tail_families(module: torch.nn.Module) -> dict[str, int]:
             if isinstance(child, torch.nn.BatchNorm1d) and any(
                     isinstance(c, torch.nn.Linear) for c in sub.children()):
                 counts["batchnorm_linear"] += 1
-    if any(type(sub).__name__.endswith("RotaryEmbedding") for sub in modules):
+    alibi = any(getattr(getattr(sub, "config", None), "alibi", False) for sub in modules)
+    if not alibi and any(type(sub).__name__.endswith("RotaryEmbedding") for sub in modules):
         counts["rope"] = 2 * sum(_is_innermost_attention(sub) for sub in modules)
     return counts

@@ -135,3 +135,13 @@ def test_the_long_tail_columns_count_a_mobilenets_hard_activations(coverage_scri
     columns = next(line for line in header if line.startswith("| model |"))
     assert "| hardswish | hardsigmoid | relu6 |" in columns
     assert "rope" not in columns  # a family absent from every row gets no column
+
+
+def test_a_family_not_counted_in_an_onnx_source_shows_a_question_mark(coverage_script):
+    # an ONNX export has no torch modules: its gated MLPs are not counted, only found
+    row = dict(spec="zoo:onnx:t5", families={"rmsnorm": 5}, fused={"rmsnorm": 5, "geglu": 2},
+               removed={}, made={"rmsnorm": 5, "geglu": 2}, error=None, scale=None,
+               shares={}, left_on_host={}, rewrite_seconds=0.01, rules={}, reasons={})
+    text = coverage_script.render([row], {}, 1.0)
+    assert "| 5 / 5 (5) | ? / 2 (2) |" in text
+    assert "## Not collapsed\n" in text and "- none" in text

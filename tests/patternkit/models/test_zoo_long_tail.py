@@ -185,3 +185,14 @@ def test_onnx_qdq_refuses_another_batch_than_its_fixed_one(zoo):
     with pytest.raises(ZooError, match=r"zoo:onnx:qdq\?batch_size=2: the QDQ model's input is "
                                        r"fixed at \(1, 3, 8, 8\)"):
         zoo("onnx:qdq", batch_size=2)
+
+
+@pytest.mark.parametrize("alibi, rotations", [(False, 2), (True, 0)])
+def test_rope_is_counted_only_where_the_model_rotates(alibi, rotations):
+    # Falcon builds its rotary module with ALiBi too, and never calls it then
+    from patternkit.models import parse_spec
+    from patternkit.models.long_tail_families import count_long_tail_families
+    from patternkit.models.torch_models import falcon_source
+
+    options = parse_spec("falcon", layers=1, hidden=32, heads=2, alibi=alibi).as_dict()
+    assert count_long_tail_families(falcon_source(options).module)["rope"] == rotations
