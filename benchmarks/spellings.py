@@ -203,7 +203,7 @@ def cached_imports(spellings: list[Spelling], column: Column, models: list, exam
         parsed = _parse_cached(cache / f"{key}.py") if cache is not None else None
         if parsed is not None:
             with np.load(cache / f"{key}.npz") as saved:
-                weights = [saved[f"w{j}"] for j in range(len(saved.files))]
+                weights = [_bfloat16_again(saved[f"w{j}"]) for j in range(len(saved.files))]
             found[spelling.key] = bind_weights(parsed, weights)
         elif cache is not None and (cache / f"{key}.error").exists():
             found[spelling.key] = ZooImportError((cache / f"{key}.error").read_text())
@@ -231,6 +231,15 @@ def cached_imports(spellings: list[Spelling], column: Column, models: list, exam
             (cache / f"{key}.py").write_text(text)
         found[spelling.key] = bind_weights(mod, weights)
     return found
+
+
+def _bfloat16_again(array: np.ndarray) -> np.ndarray:
+    """A bfloat16 array numpy saved as 2-byte voids (``|V2``), as bfloat16 again."""
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        import ml_dtypes
+
+        return array.view(ml_dtypes.bfloat16)
+    return array
 
 
 def _parses(text: str) -> bool:

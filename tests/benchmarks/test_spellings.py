@@ -228,3 +228,14 @@ def test_rows_side_by_side_take_a_symbolic_batch_and_sequence(spellings, door):
     rows = [find_spelling("layernorm/written out"), find_spelling("hardswish/F.hardswish")]
     cells = spellings.measure_column(rows, spellings.Column(door, "float32", "dynamic"))
     assert [(c.error, c.complete) for c in cells] == [(None, True), (None, True)]
+
+
+def test_bfloat16_weights_come_back_from_the_cache_as_bfloat16(spellings, tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+
+    weights = np.array([1.5, -2.0, 0.25], dtype=ml_dtypes.bfloat16)
+    np.savez(tmp_path / "w.npz", w0=weights)
+    with np.load(tmp_path / "w.npz") as saved:
+        again = spellings._bfloat16_again(saved["w0"])
+    assert again.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(again.astype("float32"), weights.astype("float32"))
