@@ -677,12 +677,16 @@ def main() -> None:
     if not rows or not columns:
         parser.error("the filters leave no row or no column")
     start = time.perf_counter()
-    cells = run(rows, columns, Path(args.cache) if args.cache else None, args.jobs,
-                not args.no_numeric)
-    seconds = time.perf_counter() - start
-    if args.json:
-        args.json.write_text(json.dumps({"seconds": seconds,
-                                         "cells": [dataclasses.asdict(c) for c in cells]}))
+    cache = Path(args.cache) if args.cache else None
+    cells: list[Cell] = []
+    # column by column, the cells so far written after each: a run stopped by a timeout
+    # keeps the columns it finished
+    for group in ([columns] if args.jobs > 1 else [[c] for c in columns]):
+        cells += run(rows, group, cache, args.jobs, not args.no_numeric)
+        seconds = time.perf_counter() - start
+        if args.json:
+            args.json.write_text(json.dumps({"seconds": seconds,
+                                             "cells": [dataclasses.asdict(c) for c in cells]}))
     args.out.write_text(render(cells, seconds))
     _LOG.info("wrote %s: %s (%.0f s)", args.out, totals(cells), seconds)
 
