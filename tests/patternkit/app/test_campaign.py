@@ -17,10 +17,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import tvm
+from tvm import relax
 
+import patternkit as pk
 from patternkit.app.cli import main
-from patternkit.testing.campaign import Campaign, Unit, merge_folders, read_records
+from patternkit.testing.campaign import (
+    Campaign,
+    Unit,
+    merge_folders,
+    read_records,
+    run_verify_campaign,
+)
 from patternkit.testing.fuzz import verify_rules
+from patternkit.verification.script import parse_module_text
 
 RULES = ["relu6.collapse", "batchnorm.collapse"]
 BUDGET = 3
@@ -171,7 +181,6 @@ def test_resume_needs_a_recorded_campaign_and_merge_one_campaign(whole, tmp_path
 
 def test_worker_processes_take_library_rules_only(tmp_path):
     from patternkit.patterns import LIBRARY
-    from patternkit.testing.campaign import run_verify_campaign
 
     class Mine(type(LIBRARY["batchnorm.collapse"])):  # type: ignore[misc]
         pass
@@ -179,3 +188,40 @@ def test_worker_processes_take_library_rules_only(tmp_path):
     with pytest.raises(ValueError, match="library rules only"):
         run_verify_campaign([Mine()], tmp_path / "mine", budget=1, jobs=2)
     assert not (tmp_path / "mine").exists()
+
+
+class ReluAsClip(pk.RewriteRule):
+    """``relu(x)`` -> ``clip(x, 0, 100)``: right on small values, wrong above 100."""
+
+    name = "user.relu_as_clip"
+
+    def __init__(self):
+        super().__init__()
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op("nn.relu")(self.x)
+
+    def rewrite(self, match):
+        return relax.op.clip(match.x, 0, 100)
+
+    @staticmethod
+    def example():
+        x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.nn.relu(x))
+            bb.emit_func_output(out)
+        return bb.get()
+
+
+def test_a_failure_is_recorded_with_its_reproducer_and_fails_the_merge(tmp_path, capsys):
+    report = run_verify_campaign([ReluAsClip()], tmp_path / "bad", budget=1)
+    [record] = read_records(tmp_path / "bad")
+    assert record["outcome"] == "failed" and record["failure"]["kind"] == "mismatch"
+    reproducer = parse_module_text(record["failure"]["reproducer"])  # pastes into a test
+    assert isinstance(reproducer, tvm.IRModule) and "R.nn.relu" in reproducer.script()
+    assert not report.ok and report.failures[0].kind == "mismatch"
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert "user.relu_as_clip: mismatch" in out and "R.nn.relu" in out
