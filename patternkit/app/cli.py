@@ -1,5 +1,5 @@
 """The ``patternkit`` command line: ``run``, ``coverage``, ``list``, ``viz``, ``verify``,
-``fuzz``, ``bisect``.
+``merge`` (:mod:`patternkit.app.campaign`), ``fuzz``, ``bisect``.
 
 Each command is a thin shell over :mod:`patternkit.app.job` (``run``, which returns a
 typed :class:`~patternkit.app.report.JobReport`), :mod:`patternkit.app.coverage`,
