@@ -2,8 +2,9 @@
 
 ``walker.cc`` is compiled at first use with ``tvm_ffi.cpp.load_inline`` (g++ and ninja;
 tvm-ffi's own headers, no TVM ones) and cached by tvm-ffi (``TVM_FFI_CACHE_DIR``).  It
-is optional: ``PATTERNKIT_NATIVE=0`` turns it off, and a failed build warns once and
-leaves the pure-Python reader in charge for the rest of the run.
+is optional: ``PATTERNKIT_NATIVE=0`` turns it off, and a failed build (or a failure of
+the walk itself) warns once and leaves the pure-Python reader in charge for the rest of
+the run.
 """
 
 from __future__ import annotations
@@ -51,11 +52,15 @@ def walker() -> Callable[..., Any] | None:
             _walker = module.snapshot_walk
         except Exception as exc:  # noqa: BLE001 - any build failure means: use Python
             _failed = True
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            warnings.warn(f"patternkit: the native snapshot reader could not be built "
-                          f"({first[:200]}); using the pure-Python reader",
-                          RuntimeWarning, stacklevel=3)
+            _warn("could not be built", exc)
     return _walker
+
+
+def _warn(what: str, exc: BaseException) -> None:
+    """Say once that the native reader is off for this run, and why (one line)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    warnings.warn(f"patternkit: the native snapshot reader {what} ({first[:200]}); using "
+                  f"the pure-Python reader", RuntimeWarning, stacklevel=4)
 
 
 def _seed_kinds() -> None:
@@ -93,10 +98,16 @@ def read(func: relax.Function) -> RawRead | None | bool:
     """The raw record of ``func``; ``None`` if its body is not a ``SeqExpr``; ``False``
     if the native walk is not available or met a type it does not know.
     """
+    global _walker, _failed
     walk = walker()
     if walk is None:
         return False
-    out = walk(func, _kind_table())
+    try:
+        out = walk(func, _kind_table())
+    except Exception as exc:  # noqa: BLE001 - a native failure must not end the run
+        _walker, _failed = None, True
+        _warn("failed", exc)
+        return False
     if int(out[0]) == 0:
         if type(func.body) is not relax.SeqExpr:
             return None

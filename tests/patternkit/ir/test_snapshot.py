@@ -197,3 +197,19 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
         warnings.simplefilter("error")
         second = snapshot(func, native_reader=True)
     assert first == second == snapshot(func, native_reader=False)
+
+
+def test_a_failing_native_walk_warns_once_and_falls_back(monkeypatch):
+    def crash(func, table):
+        raise RuntimeError("InternalError: field not found\nstack")
+
+    monkeypatch.setattr(native, "_walker", crash)
+    monkeypatch.setattr(native, "_failed", False)
+    func = _module()["main"]
+    with pytest.warns(RuntimeWarning, match=r"native snapshot reader failed \(InternalError: "
+                                            r"field not found\); using the pure-Python"):
+        first = snapshot(func, native_reader=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = snapshot(func, native_reader=True)
+    assert first == second == snapshot(func, native_reader=False)
