@@ -24,8 +24,9 @@ class ValueKind(IntEnum):
     GET_ITEM = 3      #: ``t[i]``
     CONSTANT = 4      #: a tensor constant
     VAR = 5           #: another Var (``y = x``)
-    OTHER = 6         #: anything else (a MatchCast, a local function, an ``If``, a shape...);
-    #: its reads are not recorded
+    #: anything else: a MatchCast (its one argument is the value it casts), a local
+    #: function, an ``If``, a shape... (no arguments recorded)
+    OTHER = 6
 
 
 #: Argument codes below zero; ``>= 0`` is the index of a binding.
@@ -73,9 +74,9 @@ class FunctionSnapshot:
     arg_start, args : list of int
         The argument codes of binding ``i`` are ``args[arg_start[i]:arg_start[i + 1]]``:
         a call's arguments, a tuple's fields, the tuple a tuple-get reads, the Var a Var
-        binding copies.  A code ``>= 0`` is a binding index; below zero see
-        :data:`ARG_CONSTANT`, :data:`ARG_LEAF`, :data:`ARG_TUPLE`, :data:`ARG_FREE` and
-        :func:`param_code`.
+        binding copies, the value a MatchCast casts.  A code ``>= 0`` is a binding
+        index; below zero see :data:`ARG_CONSTANT`, :data:`ARG_LEAF`, :data:`ARG_TUPLE`,
+        :data:`ARG_FREE` and :func:`param_code`.
     uses, param_uses : list of int
         How many reads of each binding's Var (of each parameter) the bindings and the
         function's result make, tuple literals' fields included.

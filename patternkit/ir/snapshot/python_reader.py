@@ -29,6 +29,7 @@ from .reading import RawRead
 
 _TENSOR_TYPE = relax.TensorType
 _VAR_BINDING = relax.VarBinding
+_MATCH_CAST = relax.MatchCast
 _DATAFLOW_BLOCK = relax.DataflowBlock
 _SHAPE_EXPR = relax.ShapeExpr
 _INT_IMM = tvm.tirx.IntImm
@@ -130,6 +131,8 @@ def read(func: relax.Function) -> RawRead | None:
                 elif k is VAR:
                     value_kind = ValueKind.VAR
                     args.append(w.arg(value, index, nested))
+            elif type(binding) is _MATCH_CAST:
+                args.append(w.arg(binding.value, index, nested))
             if nested[0] and not_normal < 0:
                 not_normal = index
             kind.append(value_kind)

@@ -46,6 +46,7 @@ struct Getters {
   FieldGetter block_bindings{"relax.expr.BindingBlock", "bindings"};
   FieldGetter binding_var{"relax.expr.Binding", "var"};
   FieldGetter binding_value{"relax.expr.VarBinding", "value"};
+  FieldGetter cast_value{"relax.expr.MatchCast", "value"};
   FieldGetter call_op{"ir.Call", "op"};
   FieldGetter call_args{"ir.Call", "args"};
   FieldGetter tuple_fields{"ir.Tuple", "fields"};
@@ -59,6 +60,7 @@ struct Getters {
   FieldGetter int_value{"ir.IntImm", "value"};
   int32_t seq = TypeIndex("relax.expr.SeqExpr");
   int32_t var_binding = TypeIndex("relax.expr.VarBinding");
+  int32_t match_cast = TypeIndex("relax.expr.MatchCast");
   int32_t dataflow_block = TypeIndex("relax.expr.DataflowBlock");
   int32_t tensor_type = TypeIndex("relax.TensorType");
   int32_t shape_expr = TypeIndex("relax.expr.ShapeExpr");
@@ -192,6 +194,8 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
           value_kind = vVar;
           args.push_back(w.Arg(value, index, &nested));
         }
+      } else if (b->type_index() == g.match_cast) {
+        args.push_back(w.Arg(g.cast_value(b), index, &nested));
       }
       if (w.unknown) return Array<Any>{Any(int64_t(0))};
       if (nested && not_normal < 0) not_normal = index;

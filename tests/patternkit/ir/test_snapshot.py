@@ -14,7 +14,7 @@ import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
 from tvm import relax
-from tvm.script import ir as I, relax as R
+from tvm.script import ir as I, relax as R, tirx as T
 
 from patternkit.engine.index import FunctionIndex
 from patternkit.errors import MalformedIRError
@@ -213,3 +213,24 @@ def test_a_failing_native_walk_warns_once_and_falls_back(monkeypatch):
         warnings.simplefilter("error")
         second = snapshot(func, native_reader=True)
     assert first == second == snapshot(func, native_reader=False)
+
+
+def test_match_cast_and_symbolic_reads_agree():
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor(("n",), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                y = R.match_cast(x, R.Tensor((n,), "float32"))
+                z = R.reshape(y, R.shape([n, 1]))
+                w = z
+                R.output(w)
+            return w
+
+    snap, python = _both(Module["main"])
+    assert snap == python
+    assert snap.kind == [ValueKind.OTHER, ValueKind.OP_CALL, ValueKind.VAR]
+    assert snap.args_of(0) == [param_code(0)] and snap.args_of(2) == [1]
+    assert snap.uses == [1, 1, 1] and snap.param_uses == [1]
+    assert snap.shape(1) == (SYMBOLIC, 1)
