@@ -97,7 +97,7 @@ def _exported(spec, source_fn) -> ZooModel:
     families["softmax"] = count_softmax_in_onnx(model)
     metadata = {**source.metadata, "exporter": EXPORTERS[exporter],
                 "opset": options["opset"], "onnx_fixups": fixups,
-                "onnx_ops": _op_counts(model)}
+                "onnx_ops": onnx_op_counts(model)}
     bounds = {r: source.dim_bounds.get(r, (1, None)) for r in sizes}
     return _finish(spec, model, source.input_specs, families, seconds, metadata, sizes, bounds,
                    model, reference_model=exported)
@@ -244,7 +244,8 @@ def _first_line(err: BaseException) -> str:
     return lines[0][:300] if lines else ""
 
 
-def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
+def onnx_op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many nodes of each ONNX op type ``model``'s graph holds (what an export wrote)."""
     counts: dict[str, int] = {}
     for node in model.graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
@@ -302,6 +303,6 @@ def conv_bn(spec) -> ZooModel:
     input_specs = (InputSpec("x", "float32", ("batch", 3, 8, 8)),)
     families = {f: int(f in ("batchnorm", "conv2d")) for f in FAMILIES}
     metadata = {"architecture": "Conv+BatchNormalization+Relu", "exporter": "onnx.helper",
-                "opset": options["opset"], "onnx_fixups": [], "onnx_ops": _op_counts(model)}
+                "opset": options["opset"], "onnx_fixups": [], "onnx_ops": onnx_op_counts(model)}
     return _finish(spec, model, input_specs, families, {}, metadata,
                    {"batch": options["batch_size"]}, {"batch": (1, None)}, model)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .importing import from_onnx_model, symbolic_dims
-from .onnx_models import _op_counts
+from .onnx_models import onnx_op_counts
 from .zoomodel import FAMILIES, InputSpec, ZooError, ZooModel
 
 
@@ -60,7 +60,7 @@ def qdq(spec) -> ZooModel:
                        f"batch=static and batch_size={INPUT_SHAPE[0]} only")
     model = qdq_model(options["seed"], options["activations"], options["opset"])
     input_specs = (InputSpec("x", "float32", tuple(INPUT_SHAPE)),)
-    counts = _op_counts(model)
+    counts = onnx_op_counts(model)
     seconds: dict[str, float] = {}
     mod, params = from_onnx_model(model, options["keep_params"], options["entry"], spec.text,
                                   seconds)

@@ -18,7 +18,7 @@ from typing import Any
 
 import transformers
 
-from .torch_models import TokenModel, TorchSource, _construct, _token_inputs, build
+from .torch_models import TokenModel, TorchSource, build, construct_seeded, token_inputs
 from .zoomodel import ZooError, ZooModel
 
 
@@ -36,7 +36,7 @@ def _head_dim(name: str, options: dict[str, Any]) -> int:
 
 
 def _source(module, options: dict[str, Any], metadata: dict[str, Any]) -> TorchSource:
-    return TorchSource(module, _token_inputs(options["vocab"]),
+    return TorchSource(module, token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])}, metadata)
 
 
@@ -51,7 +51,7 @@ def gptj_source(options: dict[str, Any]) -> TorchSource:
         vocab_size=ids.pop("vocab_size"), n_positions=ids.pop("max_position_embeddings"),
         n_embd=options["hidden"], n_layer=options["layers"], n_head=options["heads"],
         rotary_dim=options["rotary_dim"], **ids)
-    module = _construct(lambda: TokenModel(transformers.GPTJModel(config)), options["seed"])
+    module = construct_seeded(lambda: TokenModel(transformers.GPTJModel(config)), options["seed"])
     return _source(module, options, {"architecture": "GPTJModel",
                                      "attention": config._attn_implementation,
                                      "rotary": ("interleaved", options["rotary_dim"], head_dim)})
@@ -68,7 +68,7 @@ def phi_source(options: dict[str, Any]) -> TorchSource:
         hidden_size=options["hidden"], intermediate_size=options["intermediate"],
         num_hidden_layers=options["layers"], num_attention_heads=options["heads"],
         partial_rotary_factor=options["partial_rotary"], **_ids(options))
-    module = _construct(lambda: TokenModel(transformers.PhiModel(config)), options["seed"])
+    module = construct_seeded(lambda: TokenModel(transformers.PhiModel(config)), options["seed"])
     return _source(module, options, {"architecture": "PhiModel",
                                      "attention": config._attn_implementation,
                                      "rotary": ("half", rotary, head_dim)})
@@ -84,7 +84,7 @@ def qwen2_source(options: dict[str, Any]) -> TorchSource:
         hidden_size=options["hidden"], intermediate_size=options["intermediate"],
         num_hidden_layers=options["layers"], num_attention_heads=options["heads"],
         num_key_value_heads=options["kv_heads"], rms_norm_eps=1e-6, **_ids(options))
-    module = _construct(lambda: TokenModel(transformers.Qwen2Model(config)), options["seed"])
+    module = construct_seeded(lambda: TokenModel(transformers.Qwen2Model(config)), options["seed"])
     return _source(module, options, {"architecture": "Qwen2Model",
                                      "attention": config._attn_implementation,
                                      "gqa": (options["heads"], options["kv_heads"])})

@@ -87,7 +87,7 @@ class PixelModel(torch.nn.Module):
         return getattr(self.model(pixel_values=pixel_values), self.output)
 
 
-def _construct(factory: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
+def construct_seeded(factory: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Module:
     """``factory()`` with seeded weights, in eval mode, leaving torch's global RNG alone."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -96,7 +96,8 @@ def _construct(factory: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Mo
     return module.eval()
 
 
-def _token_inputs(vocab: int, with_types: int | None = None) -> tuple[InputSpec, ...]:
+def token_inputs(vocab: int, with_types: int | None = None) -> tuple[InputSpec, ...]:
+    """A text model's inputs: token ids below ``vocab``, an all-ones mask, token types."""
     ids = InputSpec("input_ids", "int64", ("batch", "seq"), 0, vocab)
     mask = InputSpec("attention_mask", "int64", ("batch", "seq"), 0, 2, fill=1)
     if with_types is None:
@@ -115,8 +116,8 @@ def gpt2_source(options: dict[str, Any]) -> TorchSource:
         vocab_size=options["vocab"], n_positions=options["positions"], n_embd=options["hidden"],
         n_layer=options["layers"], n_head=options["heads"], use_cache=False,
         bos_token_id=0, eos_token_id=0, attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: TokenModel(transformers.GPT2Model(config)), options["seed"])
-    return TorchSource(module, _token_inputs(options["vocab"]),
+    module = construct_seeded(lambda: TokenModel(transformers.GPT2Model(config)), options["seed"])
+    return TorchSource(module, token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "GPT2Model", "attention": config._attn_implementation})
 
@@ -129,9 +130,9 @@ def bert_source(options: dict[str, Any]) -> TorchSource:
         intermediate_size=2 * options["hidden"], max_position_embeddings=options["positions"],
         type_vocab_size=options["type_vocab"], pad_token_id=0,
         attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: TokenTypeModel(
+    module = construct_seeded(lambda: TokenTypeModel(
         transformers.BertModel(config, add_pooling_layer=False)), options["seed"])
-    inputs = _token_inputs(options["vocab"], with_types=options["type_vocab"])
+    inputs = token_inputs(options["vocab"], with_types=options["type_vocab"])
     return TorchSource(module, (inputs[0], inputs[1], inputs[2]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "BertModel", "attention": config._attn_implementation})
@@ -149,8 +150,8 @@ def llama_source(options: dict[str, Any]) -> TorchSource:
         max_position_embeddings=options["positions"], rms_norm_eps=1e-5, use_cache=False,
         bos_token_id=0, eos_token_id=0, pad_token_id=0,
         attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: TokenModel(transformers.LlamaModel(config)), options["seed"])
-    return TorchSource(module, _token_inputs(options["vocab"]),
+    module = construct_seeded(lambda: TokenModel(transformers.LlamaModel(config)), options["seed"])
+    return TorchSource(module, token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "LlamaModel", "attention": config._attn_implementation,
                         "gqa": (options["heads"], options["kv_heads"])})
@@ -177,8 +178,8 @@ def falcon_source(options: dict[str, Any]) -> TorchSource:
         parallel_attn=True, alibi=options["alibi"], bias=False,
         max_position_embeddings=options["positions"], use_cache=False,
         attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: TokenModel(transformers.FalconModel(config)), options["seed"])
-    return TorchSource(module, _token_inputs(options["vocab"]),
+    module = construct_seeded(lambda: TokenModel(transformers.FalconModel(config)), options["seed"])
+    return TorchSource(module, token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "FalconModel", "attention": config._attn_implementation,
                         "layout": options["layout"], "alibi": options["alibi"],
@@ -198,9 +199,9 @@ def t5_source(options: dict[str, Any]) -> TorchSource:
         feed_forward_proj=options["feed_forward"], use_cache=False, pad_token_id=0,
         eos_token_id=1, decoder_start_token_id=0,
         attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: TokenModel(transformers.T5EncoderModel(config)),
-                        options["seed"])
-    return TorchSource(module, _token_inputs(options["vocab"]),
+    module = construct_seeded(lambda: TokenModel(transformers.T5EncoderModel(config)),
+                               options["seed"])
+    return TorchSource(module, token_inputs(options["vocab"]),
                        {"seq": (1, options["positions"])},
                        {"architecture": "T5EncoderModel", "attention": config._attn_implementation,
                         "feed_forward": options["feed_forward"]})
@@ -213,7 +214,7 @@ def vit_source(options: dict[str, Any]) -> TorchSource:
         hidden_size=options["hidden"], num_hidden_layers=options["layers"],
         num_attention_heads=options["heads"], intermediate_size=2 * options["hidden"],
         attn_implementation=options.get("attention", "eager"))
-    module = _construct(lambda: PixelModel(
+    module = construct_seeded(lambda: PixelModel(
         transformers.ViTModel(config, add_pooling_layer=False), "last_hidden_state"),
         options["seed"])
     image = options["image"]
@@ -230,8 +231,8 @@ def _resnet_source(options: dict[str, Any], layer_type: str, depths, widths) -> 
         num_channels=3, embedding_size=options["width"],
         hidden_sizes=[options["width"] * m for m in widths], depths=list(depths),
         layer_type=layer_type)
-    module = _construct(lambda: PixelModel(transformers.ResNetModel(config), "pooler_output"),
-                        options["seed"])
+    module = construct_seeded(lambda: PixelModel(transformers.ResNetModel(config), "pooler_output"),
+                               options["seed"])
     image = options["image"]
     spec = InputSpec("pixel_values", "float32", ("batch", 3, image, image))
     # At 32 x 32 the last stage is 1 x 1: a batch norm there sees one value per image.

@@ -28,7 +28,7 @@ import torch
 import transformers
 from torch import nn
 
-from .torch_models import CALIBRATION_IMAGES, PixelModel, TorchSource, _construct, build
+from .torch_models import CALIBRATION_IMAGES, PixelModel, TorchSource, build, construct_seeded
 from .weights import calibrate_batchnorm
 from .zoomodel import InputSpec, ZooError, ZooModel
 
@@ -229,8 +229,8 @@ def _calibrated(module: nn.Module, spec: InputSpec, seed: int) -> nn.Module:
 
 def mobilenet_source(options: dict[str, Any]) -> TorchSource:
     """The MobileNetV3-style net (:class:`MobileNetV3Mini`) with calibrated batch norms."""
-    module = _construct(lambda: MobileNetV3Mini(options["width"], options["classes"]),
-                        options["seed"])
+    module = construct_seeded(lambda: MobileNetV3Mini(options["width"], options["classes"]),
+                               options["seed"])
     spec = _image_spec(options)
     return TorchSource(_calibrated(module, spec, options["seed"]), (spec,), {},
                        {"architecture": "MobileNetV3Mini"})
@@ -241,9 +241,9 @@ def unet_block_source(options: dict[str, Any]) -> TorchSource:
     if options["channels"] % options["groups"] or options["channels"] % options["heads"]:
         raise ZooError(f"unet_block: channels={options['channels']} is not a multiple of "
                        f"groups={options['groups']} and heads={options['heads']}")
-    module = _construct(lambda: UNetMidBlock(options["channels"], options["groups"],
-                                             options["heads"], options["time_dim"]),
-                        options["seed"])
+    module = construct_seeded(lambda: UNetMidBlock(options["channels"], options["groups"],
+                                                    options["heads"], options["time_dim"]),
+                               options["seed"])
     image = options["image"]
     inputs = (InputSpec("sample", "float32", ("batch", options["channels"], image, image)),
               InputSpec("time_embedding", "float32", ("batch", options["time_dim"])))
@@ -259,8 +259,8 @@ def levit_source(options: dict[str, Any]) -> TorchSource:
         depths=[options["layers"], options["layers"]], key_dim=[8, 8], drop_path_rate=0,
         mlp_ratio=[2, 2], attention_ratio=[2, 2],
         down_ops=[["Subsample", 8, hidden // 8, 4, 2, 2]])
-    module = _construct(lambda: PixelModel(transformers.LevitModel(config), "last_hidden_state"),
-                        options["seed"])
+    module = construct_seeded(
+        lambda: PixelModel(transformers.LevitModel(config), "last_hidden_state"), options["seed"])
     spec = _image_spec(options)
     return TorchSource(_calibrated(module, spec, options["seed"]), (spec,), {},
                        {"architecture": "LevitModel"})
@@ -273,7 +273,7 @@ def swinv2_source(options: dict[str, Any]) -> TorchSource:
         embed_dim=options["hidden"], depths=[options["layers"], options["layers"]],
         num_heads=[options["heads"], 2 * options["heads"]], window_size=options["window"],
         drop_path_rate=0.0)
-    module = _construct(lambda: PixelModel(
+    module = construct_seeded(lambda: PixelModel(
         transformers.Swinv2Model(config, add_pooling_layer=False), "last_hidden_state"),
         options["seed"])
     return TorchSource(module, (_image_spec(options),), {},
