@@ -145,6 +145,19 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
   arg_start.push_back(0);
   dims_start.push_back(0);
   Array<Any> blocks = g.seq_blocks(seq).cast<Array<Any>>();
+  size_t total = 0;
+  for (const Any& blk : blocks) {
+    total += g.block_bindings(blk.as<tvm::ffi::Object>()).cast<Array<Any>>().size();
+  }
+  w.bound.reserve(total + params.size());
+  var.reserve(total);
+  block.reserve(total);
+  kind.reserve(total);
+  op.reserve(total);
+  item.reserve(total);
+  dtype.reserve(total);
+  rank.reserve(total);
+  w.uses.reserve(total);
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     const tvm::ffi::Object* blk = blocks[bi].as<tvm::ffi::Object>();
     dataflow.push_back(blk->type_index() == g.dataflow_block);
