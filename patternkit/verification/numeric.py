@@ -41,7 +41,7 @@ from tvm import relax
 from ..engine.tolerance import ROUNDINGS
 from ..errors import BuildError
 from ..ir import compat as C
-from ..ir.dtypes import machine_epsilon
+from ..ir.dtypes import is_float_dtype, machine_epsilon
 from .indices import index_ranges, out_of_bounds
 
 #: Integers for inputs that index nothing known: small, so valid in small tensors.
@@ -201,7 +201,7 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
         shape = _concrete_shape(ty, shape_vars, default_dim)
         dtype = C.dtype_of(ty) or "float32"
         arr: np.ndarray
-        if dtype.startswith("float"):
+        if is_float_dtype(dtype):  # bfloat16 too: drawn as floats, rounded by the cast
             if any(tag in C.var_name(param) for tag in positive):
                 arr = rng.uniform(0.5, 1.5, size=shape)
             else:
@@ -213,7 +213,7 @@ def random_inputs(func: relax.Function, seed: int = 0, shape_vars: dict[str, int
             arr = rng.integers(lo, hi, size=shape)
         if dtype == "bool":
             arr = _not_constant(arr, 0, 2)
-        elif not dtype.startswith(("float", "bfloat")):
+        elif not is_float_dtype(dtype):
             arr = _not_constant(arr, lo, hi)
         arrays.append(np.asarray(arr).astype(dtype))
     return arrays

@@ -37,6 +37,17 @@ def test_random_inputs_draw_floats_in_the_requested_range():
     assert ((2 <= x) & (x < 3)).all()
 
 
+def test_random_bfloat16_inputs_are_fractions_in_the_range_not_integers():
+    # bfloat16 used to fall through to the integer branch: small whole numbers, no
+    # evidence for a bfloat16 model's numeric check.
+    x = relax.Var("x", relax.TensorType((64,), "bfloat16"))
+    (arr,) = random_inputs(relax.Function([x], x), seed=0)
+    values = arr.astype(np.float32)
+    assert str(arr.dtype) == "bfloat16"
+    assert ((-1 <= values) & (values < 1)).all()
+    assert np.any(values != np.round(values)) and len(set(values.tolist())) > 32
+
+
 def test_random_inputs_are_reproducible_from_the_seed():
     first = random_inputs(Mixed["main"], seed=7)
     again = random_inputs(Mixed["main"], seed=7)
