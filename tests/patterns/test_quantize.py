@@ -197,8 +197,13 @@ def onnx_qdq(request):
 
     from patternkit.models.onnx_qdq import qdq_model
 
-    logging.getLogger().setLevel(logging.ERROR)  # quantize_static's advice on pre-processing
-    model = qdq_model(seed=0, activations=request.param)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quantize_static's advice on pre-processing
+    try:
+        model = qdq_model(seed=0, activations=request.param)
+    finally:
+        root.setLevel(level)
     return model, from_onnx(model)
 
 
