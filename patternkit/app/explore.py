@@ -83,11 +83,18 @@ def show(explorer: Explorer, folder: Path, args: argparse.Namespace,
     if args.no_serve:
         return
     server = explorer.serve(port=args.port)
-    print(f"Model Explorer at {server.url}", flush=True)
-    print("press Ctrl+C to stop", flush=True)
-    if not args.no_browser:
-        webbrowser.open_new_tab(server.url)
-    server.wait()
+    # Ctrl+C may come as soon as the address is out, before wait() takes it over: the
+    # whole serving phase ends the same way, with the server stopped and exit code 0.
+    try:
+        print(f"Model Explorer at {server.url}", flush=True)
+        print("press Ctrl+C to stop", flush=True)
+        if not args.no_browser:
+            webbrowser.open_new_tab(server.url)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 def add_serving_options(parser: argparse.ArgumentParser) -> None:

@@ -94,6 +94,22 @@ def test_explore_serves_until_ctrl_c_and_leaves_no_server(tmp_path):
     assert _freed(base)
 
 
+def test_ctrl_c_the_moment_the_address_is_printed_still_exits_cleanly(tmp_path):
+    """A user who presses Ctrl+C as soon as the address shows (before the wait begins)."""
+    cli = _start(["-m", "patternkit.app.cli", "explore", "seed-batchnorm", "--no-browser",
+                  "--out", str(tmp_path)])
+    try:
+        base = _served(cli, "Model Explorer at ")
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(timeout=60) == 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        cli.stdout.close()
+    assert _freed(base)
+
+
 def test_a_server_whose_parent_is_killed_ends_too(tmp_path):
     (tmp_path / "explorer.json").write_text('{"models": [], "overlays": []}')
     parent = _start(["-c", "import sys, time; from pathlib import Path; "
