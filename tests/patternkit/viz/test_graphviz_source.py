@@ -10,34 +10,11 @@ import time
 from pathlib import Path
 
 import graphviz
-import numpy as np
 import pytest
 from IPython.core.formatters import DisplayFormatter
-from tvm.relax.dpl import is_const, is_op, wildcard
-from tvm.relax.transform import FuseOpsByPattern
-from tvm.script import ir as I, relax as R
+from viz_cases import ConvBiasReluSoftmax, composite_module
 
 from patternkit.viz import DotUnavailable, display as viz_display, viz_expr
-
-
-@I.ir_module
-class ConvBiasReluSoftmax:
-    @R.function
-    def main(x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32")):
-        with R.dataflow():
-            c = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
-            b = R.add(c, R.const(np.ones((1, 4, 1, 1), "float32")))
-            r = R.nn.relu(b)
-            s = R.nn.softmax(r, axis=1)
-            R.output(s)
-        return s
-
-
-def composite_module():
-    conv_bias_relu = is_op("relax.nn.relu")(
-        is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), is_const()))
-    return FuseOpsByPattern([("mybackend.conv2d_bias_relu", conv_bias_relu)])(
-        ConvBiasReluSoftmax)
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="the Graphviz 'dot' binary is not installed")

@@ -15,10 +15,11 @@ import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm.relax.op import add, divide, nn, sqrt, subtract
-from tvm.relax.transform import FuseOpsByPattern, FusionPattern, MergeCompositeFunctions
+from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
 from tvm.script import ir as I, relax as R, tirx as T
+from viz_cases import CONV_BIAS_RELU, SOFTMAX, ConvBiasReluSoftmax, composite_module
 
 from patternkit.viz import (
     DotUnavailable,
@@ -37,19 +38,6 @@ needs_dot = pytest.mark.skipif(not HAS_DOT, reason="the Graphviz 'dot' binary is
 
 
 # ---------------------------------------------------------------- IR under test
-@I.ir_module
-class ConvBiasReluSoftmax:
-    @R.function
-    def main(x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32")):
-        with R.dataflow():
-            c = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
-            b = R.add(c, R.const(np.ones((1, 4, 1, 1), "float32")))
-            r = R.nn.relu(b)
-            s = R.nn.softmax(r, axis=1)
-            R.output(s)
-        return s
-
-
 @I.ir_module
 class Symbolic:
     @R.function
@@ -74,16 +62,6 @@ class BatchNormRelu:
             out = (r, bn[1])
             R.output(out)
         return out
-
-
-CONV_BIAS_RELU = is_op("relax.nn.relu")(
-    is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), is_const()))
-SOFTMAX = is_op("relax.nn.softmax")(wildcard())
-
-
-def composite_module():
-    fuse = FuseOpsByPattern([FusionPattern("mybackend.conv2d_bias_relu", CONV_BIAS_RELU)])
-    return fuse(ConvBiasReluSoftmax)
 
 
 def codegen_module():
