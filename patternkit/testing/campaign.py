@@ -24,24 +24,18 @@ import concurrent.futures
 import hashlib
 import json
 import multiprocessing
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ..errors import PatternkitError
 from ..verification.report import CampaignReport, Failure, TargetReport
-from .fuzz import (
-    SHRUNK_KINDS,
-    SITE_INSTANCES,
-    Tick,
-    knob_instances,
-    shrink_knobs,
-    verify_instance,
-)
+from .fuzz import DEFAULT_TIMEOUT, Tick
 
 __all__ = ["Unit", "Campaign", "CampaignMismatch", "shard_of", "run_verify_campaign",
-           "read_records", "report_of", "merge_folders", "check_library_rules", "HEADER", "FORMAT"]
+           "read_records", "report_of", "merge_folders", "check_library_rules", "HEADER", "FORMAT",
+           "UnitCheck", "Executor", "local_executor", "process_executor", "run_campaign",
+           "run_with_db", "claim_folder", "run_fuzz_campaign", "run_roundtrip_campaign"]
 
 #: The file of a record folder that holds the campaign's identity.
 HEADER = "campaign.json"
@@ -81,11 +75,22 @@ class Campaign:
     subjects: tuple[str, ...]
     budget: int
     seed: int
+    #: What else decides the units' records (a fuzz campaign's strategy), as sorted pairs.
+    options: tuple[tuple[str, Any], ...] = ()
 
     def identity(self) -> dict:
         """The header's content."""
-        return {"format": FORMAT, "what": self.what, "subjects": list(self.subjects),
-                "budget": self.budget, "seed": self.seed}
+        identity = {"format": FORMAT, "what": self.what, "subjects": list(self.subjects),
+                    "budget": self.budget, "seed": self.seed}
+        if self.options:
+            identity["options"] = dict(self.options)
+        return identity
+
+    @classmethod
+    def from_identity(cls, header: dict) -> Campaign:
+        """The campaign a folder's header describes."""
+        return cls(header["what"], tuple(header["subjects"]), header["budget"],
+                   header["seed"], tuple(sorted((header.get("options") or {}).items())))
 
     def units(self, shard: tuple[int, int] | None = None) -> list[Unit]:
         """The campaign's units in order (of shard ``(k, n)`` only, when given)."""
@@ -172,49 +177,6 @@ def read_records(folder: Path) -> list[dict]:
     return records
 
 
-def _failure_record(failure: Failure) -> dict:
-    return {"kind": failure.kind, "error": failure.error, "reproducer": failure.script
-            if failure.module is not None else None, "shrunk": failure.shrunk,
-            "knobs": _plain(failure.knobs or {})}
-
-
-def _plain(knobs: dict) -> dict:
-    """Knobs as JSON values (their ``repr`` when they are not numbers or strings)."""
-    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
-            for k, v in knobs.items()}
-
-
-def run_unit(rule: Any, instances: list[dict], unit: Unit, seed: int, *,
-             timeout: float | None, shrink: bool, widen: Callable | None) -> dict:
-    """Check one unit; its record (``seconds`` is the only field that varies by run)."""
-    start = time.perf_counter()
-    record: dict[str, Any] = {"subject": unit.subject, "seed": seed,
-                              "instance": unit.instance}
-    report = TargetReport(unit.subject)
-    failure = None
-    if unit.instance < len(instances):
-        knobs = instances[unit.instance]
-        record["knobs"] = _plain(knobs)
-        failure = verify_instance(rule, knobs, report, timeout, seed,
-                                  sites=unit.instance < SITE_INSTANCES, widen=widen)
-        if failure is not None and shrink and failure.kind in SHRUNK_KINDS:
-            failure = shrink_knobs(rule, knobs, failure, timeout, seed, widen)
-    if failure is not None:
-        outcome = "failed"
-    elif report.fired:
-        outcome = "fired"
-    elif report.rejected:
-        outcome = "rejected"
-    else:  # fewer distinct instances than the budget, or knobs that describe no module
-        outcome = "no-instance"
-    record.update(outcome=outcome, tried=report.tried, fired=report.fired,
-                  rejected=next(iter(report.rejected), None),
-                  max_abs_error=report.max_abs_error, tolerances=report.tolerances,
-                  failure=None if failure is None else _failure_record(failure),
-                  seconds=time.perf_counter() - start)
-    return record
-
-
 def _unit_report(record: dict) -> TargetReport:
     report = TargetReport(record["subject"], tried=record["tried"], fired=record["fired"],
                           max_abs_error=record["max_abs_error"],
@@ -232,13 +194,20 @@ def _unit_report(record: dict) -> TargetReport:
 
 def report_of(campaign: Campaign, records: Iterable[dict],
               shard: tuple[int, int] | None = None) -> CampaignReport:
-    """The campaign's report from its records (each unit once, in campaign order)."""
+    """The campaign's report from its records (each unit once, in campaign order).
+
+    Records of replayed counterexamples (:mod:`patternkit.testing.example_db`) count
+    too, before their subject's units.
+    """
     by_key: dict[str, dict] = {}
     for record in records:
-        by_key.setdefault(f"{record['subject']}#{record['instance']}", record)
+        by_key.setdefault(_key(record), record)
     targets = []
     for subject in campaign.subjects:
         merged = TargetReport(subject)
+        for replay in by_key.values():  # replayed counterexamples come first
+            if replay["subject"] == subject and _replayed(replay):
+                merged.merge(_unit_report(replay))
         for index in range(campaign.budget):
             found = by_key.get(f"{subject}#{index}")
             if found is not None:
@@ -248,11 +217,138 @@ def report_of(campaign: Campaign, records: Iterable[dict],
                           sum(t.seconds for t in targets))
 
 
+# -- executors: where units are checked ----------------------------------------------------
+#: Checks one unit and returns its record (a JSON-ready ``dict`` with at least
+#: ``subject``, ``instance``, ``seed``, ``outcome`` and ``seconds``).  A check is plain
+#: data (names, numbers: a dataclass of :mod:`patternkit.testing.campaign_checks`) that
+#: pickles, so it can travel to a worker process or a remote worker; it rebuilds
+#: what it needs there (the rule by name, the drawn instances) and caches it per process.
+UnitCheck = Callable[[Unit], dict]
+
+
+class Executor(Protocol):
+    """Where a campaign's units are checked: ``executor(units, check)`` yields records.
+
+    The contract every executor keeps (the local one, ``--jobs N``'s processes, a
+    cluster's workers):
+
+    * ``check(unit)`` is called once for each unit of ``units``, in this process or
+      another (``check`` pickles; a worker may keep state between the units it checks);
+    * one record is yielded per unit, as soon as it ends, in any order;
+    * the records are ``check``'s return values unchanged: the caller writes each one
+      (to the campaign's JSON Lines file) as it arrives, so an executor writes nothing
+      itself and a run killed at any moment loses only the units not yet yielded;
+    * an exception in ``check`` is a bug of the campaign (a check records a failing unit
+      as a record, never raises): the executor lets it propagate.
+
+    Everything that must be refused (bad shard, folder of another campaign, a target a
+    worker cannot rebuild) is refused before the executor is called.
+    """
+
+    def __call__(self, units: Iterable[Unit], check: UnitCheck) -> Iterator[dict]:
+        """The records of ``units``, one per unit, as they end."""
+        ...
+
+
+def local_executor(units: Iterable[Unit], check: UnitCheck) -> Iterator[dict]:
+    """Check ``units`` one after the other in this process, in order."""
+    for unit in units:
+        yield check(unit)
+
+
+def process_executor(jobs: int) -> Executor:
+    """An executor on ``jobs`` spawned worker processes (``--jobs N``).
+
+    ``spawn``, since TVM is not fork-safe; each worker imports TVM once and keeps what the
+    check caches (rules, drawn instances) for the units it gets.
+    """
+
+    def run(units: Iterable[Unit], check: UnitCheck) -> Iterator[dict]:
+        units = list(units)
+        if len(units) <= 1:
+            yield from local_executor(units, check)
+            return
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
+                                                    mp_context=context) as pool:
+            futures = [pool.submit(check, unit) for unit in units]
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+
+    return run
+
+
+def run_campaign(campaign: Campaign, check: UnitCheck, folder: str | Path, *,
+                 shard: tuple[int, int] | None = None, resume: bool = False,
+                 executor: Executor = local_executor, tick: Tick | None = None,
+                 first: Sequence[dict] = ()) -> CampaignReport:
+    """Check ``campaign``'s units (of ``shard``) with ``executor``, recorded in ``folder``.
+
+    Parameters
+    ----------
+    campaign : Campaign
+        What is checked; its identity goes to ``folder``'s :data:`HEADER`.
+    check : callable
+        ``check(unit) -> record`` (:data:`UnitCheck`).
+    folder : path
+        Where the header and the records go (created if missing).
+    shard : (k, n), optional
+        Check only the units whose stable hash falls in shard ``k`` of ``n``.
+    resume : bool
+        Go on with the campaign recorded in ``folder``: its recorded units are skipped.
+    executor : Executor
+        Where the units are checked (default: here, in order).
+    tick : callable, optional
+        ``tick(done, total, subject)`` after each unit.
+    first : sequence of dict
+        Records written before any unit (replayed counterexamples).
+
+    Returns
+    -------
+    CampaignReport
+        The report of this shard's units: those checked now and those recorded before.
+
+    Raises
+    ------
+    CampaignMismatch
+        ``folder`` holds another campaign, or (``resume``) none; before any unit runs.
+    """
+    folder = Path(folder)
+    path = _records_file(folder, shard)
+    _claim(folder, campaign, path, resume)
+    _mend(path)
+    mine = campaign.units(shard)
+    done = {_key(r) for r in read_records(folder)}
+    todo = [unit for unit in mine if unit.key not in done]
+    with path.open("a") as out:
+        for record in first:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+            out.flush()
+        for count, record in enumerate(executor(todo, check), 1):
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+            out.flush()  # a SIGKILL after this line loses nothing recorded
+            if tick is not None:
+                tick(count, len(todo), record["subject"])
+    keys = {unit.key for unit in mine}
+    records = [r for r in read_records(folder) if _key(r) in keys or _replayed(r)]
+    return report_of(campaign, records, shard)
+
+
+def _key(record: dict) -> str:
+    return f"{record['subject']}#{record['instance']}"
+
+
+def _replayed(record: dict) -> bool:
+    """A record of a replayed counterexample (not one of the campaign's units)."""
+    return not isinstance(record["instance"], int)
+
+
 def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int,
                         seed: int = 0, shard: tuple[int, int] | None = None,
                         resume: bool = False, jobs: int = 1, timeout: float | None = None,
                         shrink: bool = True, widen: Callable | None = None,
-                        tick: Tick | None = None) -> CampaignReport:
+                        tick: Tick | None = None, executor: Executor | None = None,
+                        db: str | Path | None = None) -> CampaignReport:
     """Verify ``rules`` unit by unit, one JSON line per unit in ``folder``.
 
     Parameters
@@ -274,6 +370,12 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
         As for :func:`~patternkit.testing.fuzz.verify_rules`.
     tick : callable, optional
         ``tick(done, total, subject)`` after each unit.
+    executor : Executor, optional
+        Where the units are checked (default: here, or ``jobs`` processes); the rules
+        must be the library's for any executor but the local one.
+    db : path, optional
+        A counterexample database (:mod:`patternkit.testing.example_db`): its
+        counterexamples of these rules are replayed first, new ones are kept.
 
     Returns
     -------
@@ -285,47 +387,108 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
     CampaignMismatch
         ``folder`` holds another campaign, or (``resume``) none; before any unit runs.
     ValueError
-        ``jobs > 1`` with a rule that is not the library's; before any unit runs.
+        ``jobs > 1`` (or another executor) with a rule that is not the library's; before
+        any unit runs.
     """
-    if jobs > 1:
+    from .campaign_checks import VerifyCheck
+
+    remote = jobs > 1 or executor not in (None, local_executor)
+    if remote:
         check_library_rules(rules)
-    folder = Path(folder)
     campaign = Campaign("verify", tuple(rule.rule_name for rule in rules), budget, seed)
-    path = _records_file(folder, shard)
-    _claim(folder, campaign, path, resume)
-    _mend(path)
-    mine = campaign.units(shard)
-    done = {r["subject"] + "#" + str(r["instance"]) for r in read_records(folder)}
-    todo = [unit for unit in mine if unit.key not in done]
-    options = dict(budget=budget, seed=seed, timeout=timeout, shrink=shrink, widen=widen)
-    if jobs > 1 and len(todo) > 1:
-        ended = _in_workers(todo, jobs, options)
+    check = VerifyCheck(budget, seed, timeout, shrink, widen,
+                        rules=None if remote else {rule.rule_name: rule for rule in rules})
+    if executor is None:
+        executor = process_executor(jobs) if jobs > 1 else local_executor
+    return run_with_db(campaign, check, folder, db=db, shard=shard, resume=resume,
+                       executor=executor, tick=tick)
+
+
+def run_fuzz_campaign(target: Any, folder: str | Path, *, budget: int, seed: int = 0,
+                      strategy: str = "networks", shard: tuple[int, int] | None = None,
+                      resume: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
+                      shrink: bool = True, tick: Tick | None = None,
+                      executor: Executor = local_executor,
+                      db: str | Path | None = None) -> CampaignReport:
+    """Differential-test ``target`` program by program, one JSON line per program.
+
+    As :func:`~patternkit.testing.fuzz.fuzz_pass` judges each drawn program, recorded as
+    :func:`run_verify_campaign` records (``shard``, ``resume``, ``tick``, ``executor``,
+    ``db`` alike).  Each failing program is shrunk on its own, so a unit's record does
+    not depend on the units before it.
+
+    Parameters
+    ----------
+    target : str or transform
+        A name (:func:`~patternkit.testing.fuzz.resolve_target`; any executor), or a
+        transform object (checked with the local executor only).
+    strategy : str
+        A name of :data:`~patternkit.testing.fuzz.STRATEGIES`.
+
+    Raises
+    ------
+    CampaignMismatch
+        As for :func:`run_verify_campaign`.
+    ValueError
+        An unknown target name or strategy, or a target object with another executor;
+        before any unit runs.
+    """
+    from .campaign_checks import FuzzCheck
+    from .fuzz import STRATEGIES, resolve_target, transform_name
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"no strategy {strategy!r}: give one of {', '.join(STRATEGIES)}")
+    if isinstance(target, str):
+        resolve_target(target)  # a bad name is an error now, not in a worker
+        check = FuzzCheck(target, budget, seed, strategy, timeout, shrink)
+    elif executor is not local_executor:
+        raise ValueError(f"{transform_name(target)}: only a target given by name runs "
+                         f"in other processes; give its name or use the local executor")
     else:
-        ended = _here(todo, {rule.rule_name: rule for rule in rules}, options)
-    with path.open("a") as out:
-        for count, record in enumerate(ended, 1):
-            out.write(json.dumps(record, sort_keys=True) + "\n")
-            out.flush()  # a SIGKILL after this line loses nothing recorded
-            if tick is not None:
-                tick(count, len(todo), record["subject"])
-    keys = {unit.key for unit in mine}
-    records = [r for r in read_records(folder) if f"{r['subject']}#{r['instance']}" in keys]
-    return report_of(campaign, records, shard)
+        check = FuzzCheck(transform_name(target), budget, seed, strategy, timeout, shrink,
+                          local=target)
+    campaign = Campaign(f"fuzz {check.label}", (check.label,), budget, seed,
+                        (("strategy", strategy),))
+    return run_with_db(campaign, check, folder, db=db, shard=shard, resume=resume,
+                       executor=executor, tick=tick)
 
 
-def _here(units: list[Unit], by_name: dict[str, Any], options: dict) -> Iterator[dict]:
-    """The records of ``units``, checked in this process, in order."""
-    instances: dict[str, list[dict]] = {}
-    for unit in units:
-        rule = by_name[unit.subject]
-        if unit.subject not in instances:
-            instances[unit.subject] = knob_instances(rule, options["budget"], options["seed"])
-        yield _checked(rule, instances[unit.subject], unit, options)
+def run_roundtrip_campaign(folder: str | Path, *, budget: int, seed: int = 0,
+                           max_ops: int = 12, shard: tuple[int, int] | None = None,
+                           resume: bool = False, tick: Tick | None = None,
+                           executor: Executor = local_executor,
+                           db: str | Path | None = None) -> CampaignReport:
+    """``DefuseOps(FuseOps(g)) == g`` graph by graph, recorded as :func:`run_fuzz_campaign`."""
+    from .campaign_checks import RoundtripCheck
+
+    campaign = Campaign("fuzz roundtrip", ("roundtrip",), budget, seed,
+                        (("max_ops", max_ops),))
+    return run_with_db(campaign, RoundtripCheck(budget, seed, max_ops), folder, db=db,
+                       shard=shard, resume=resume, executor=executor, tick=tick)
 
 
-def _checked(rule: Any, instances: list[dict], unit: Unit, options: dict) -> dict:
-    return run_unit(rule, instances, unit, options["seed"], timeout=options["timeout"],
-                    shrink=options["shrink"], widen=options["widen"])
+def run_with_db(campaign: Campaign, check: Any, folder: str | Path, *,
+                db: str | Path | None, **options: Any) -> CampaignReport:
+    """:func:`run_campaign`, replaying ``db``'s counterexamples first and keeping new ones.
+
+    ``check`` has a ``replay(subject, counterexample) -> record`` method for the replays.
+    """
+    if db is None:
+        return run_campaign(campaign, check, folder, **options)
+    from .example_db import CounterexampleDB
+
+    store = CounterexampleDB(db)
+    claim_folder(Path(folder), campaign, options.get("shard"), options.get("resume", False))
+    replayed = store.replay(campaign, check, skip={_key(r) for r in read_records(Path(folder))})
+    report = run_campaign(campaign, check, folder, first=replayed, **options)
+    store.keep(campaign, read_records(Path(folder)))
+    return report
+
+
+def claim_folder(folder: Path, campaign: Campaign, shard: tuple[int, int] | None,
+                 resume: bool) -> None:
+    """Refuse ``folder`` (:class:`CampaignMismatch`) unless it may take ``campaign``."""
+    _claim(folder, campaign, _records_file(folder, shard), resume)
 
 
 def check_library_rules(rules: Sequence[Any]) -> None:
@@ -337,29 +500,6 @@ def check_library_rules(rules: Sequence[Any]) -> None:
         if name not in LIBRARY.names or type(LIBRARY[name]) is not type(rule):
             raise ValueError(f"jobs > 1 checks library rules only (workers rebuild them by "
                              f"name): {name} is not one; use jobs=1")
-
-
-#: A worker's drawn instances, per (rule, budget, seed): drawn once per process.
-_DRAWN: dict[tuple, list[dict]] = {}
-
-
-def _worker_unit(unit: Unit, options: dict) -> dict:
-    from patternkit.patterns import LIBRARY
-
-    rule = LIBRARY[unit.subject]
-    key = (unit.subject, options["budget"], options["seed"])
-    if key not in _DRAWN:
-        _DRAWN[key] = knob_instances(rule, options["budget"], options["seed"])
-    return _checked(rule, _DRAWN[key], unit, options)
-
-
-def _in_workers(units: list[Unit], jobs: int, options: dict) -> Iterator[dict]:
-    """The records of ``units``, checked in ``jobs`` spawned processes, as they end."""
-    context = multiprocessing.get_context("spawn")  # TVM is not fork-safe
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(_worker_unit, unit, options) for unit in units]
-        for future in concurrent.futures.as_completed(futures):
-            yield future.result()
 
 
 def merge_folders(folders: Sequence[str | Path]) -> tuple[CampaignReport, int]:
@@ -391,9 +531,8 @@ def merge_folders(folders: Sequence[str | Path]) -> tuple[CampaignReport, int]:
     if first.get("format") != FORMAT:
         raise CampaignMismatch(f"merge: {folders[0]} has record format "
                                f"{first.get('format')!r}, not {FORMAT}")
-    campaign = Campaign(first["what"], tuple(first["subjects"]), first["budget"],
-                        first["seed"])
+    campaign = Campaign.from_identity(first)
     records = [r for folder in folders for r in read_records(Path(folder))]
-    covered = {f"{r['subject']}#{r['instance']}" for r in records}
+    covered = {_key(r) for r in records}
     missing = sum(unit.key not in covered for unit in campaign.units())
     return report_of(campaign, records), missing

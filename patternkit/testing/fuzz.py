@@ -98,7 +98,7 @@ from ..verification.shrink import shrink_module
 from ..verification.sites import validate_sites
 
 __all__ = ["verify_rules", "fuzz_pass", "fuzz_roundtrip", "as_transform", "transform_name",
-           "resolve_target", "parse_shard",
+           "resolve_target", "parse_shard", "fuzz_instance", "roundtrip_instance",
            "default_budget", "EDGES", "BUDGETS", "SITE_INSTANCES", "STRATEGIES",
            "named_strategy"]
 
@@ -788,19 +788,14 @@ def fuzz_pass(transform: Any, strategy: Any = None, *, budget: int | None = None
                      args=(strategy, tolerance, timeout, shrink, label), tick=tick)
 
 
-def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
-               strategy: Any, tolerance: Any, timeout: float | None, shrink: bool,
-               label: str, tick: Tick | None = None) -> TargetReport:
-    target = _target(spec)
-    if isinstance(target, str):
-        target = resolve_target(target)
-    transform = as_transform(target)
-    if strategy is None or isinstance(strategy, str):
-        strategy = named_strategy(strategy or "networks")
-    report = TargetReport(label)
-    start = time.perf_counter()
-    instances = draw_instances(strategy, budget, seed)
-    shrunk_kinds: set = set()
+def _fuzz_checker(target: Any, transform: Callable, tolerance: Any, timeout: float | None,
+                  seed: int, skipped: list[str]) -> Callable[[tvm.IRModule],
+                                                         tuple[Outcome | None, str]]:
+    """``check(mod) -> (outcome, "dtype: tolerance")`` of ``transform`` on one program.
+
+    A program that does not build, or whose outputs are no evidence, is ``(None, "")``
+    with the reason appended to ``skipped``.
+    """
 
     def tolerance_of(mod):
         dtype = narrowest_float_dtype(mod)
@@ -831,7 +826,64 @@ def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: A
             return None, ""
         return outcome, f"{dtype or 'none'}: {tol}"
 
+    return check
+
+
+def fuzz_instance(target: Any, mod: tvm.IRModule, *, label: str, seed: int = 0,
+                  tolerance: Any = None, timeout: float | None = DEFAULT_TIMEOUT,
+                  shrink: bool = True) -> TargetReport:
+    """One program through ``target``, judged as :func:`fuzz_pass` judges each instance.
+
+    The hook of recorded campaigns (:mod:`patternkit.testing.campaign_checks`) and of
+    replayed counterexamples: a report of one instance, with its failure shrunk when
+    ``shrink`` and the failure's kind is one of :data:`SHRUNK_KINDS`.
+    """
+    transform = as_transform(target)
+    report = TargetReport(label)
+    start = time.perf_counter()
     skipped: list[str] = []
+    check = _fuzz_checker(target, transform, tolerance, timeout, seed, skipped)
+    outcome, tol_text = check(mod)
+    for reason in skipped:
+        report.reject(reason)
+    if outcome is not None:
+        report.tried += 1
+        report.fired += outcome.changed
+        report.tolerances[tol_text.split(":")[0]] = tol_text.split(": ", 1)[1]
+        if outcome.max_abs_error is not None:
+            report.max_abs_error = max(report.max_abs_error, outcome.max_abs_error)
+        if outcome.kind is not None:
+            failure = Failure(label, outcome.kind, outcome.error, mod, None, outcome.result)
+            if shrink and outcome.kind in SHRUNK_KINDS:
+                def still_fails(candidate, kind=outcome.kind):
+                    again, _ = check(candidate)
+                    return again is not None and again.kind == kind
+
+                small = shrink_module(mod, still_fails)
+                again, _ = check(small)
+                if again is not None and again.kind is not None:
+                    failure = Failure(label, again.kind, again.error, small, None,
+                                      again.result, shrunk=True)
+            report.failures.append(failure)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _fuzz_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, shard: Any,
+               strategy: Any, tolerance: Any, timeout: float | None, shrink: bool,
+               label: str, tick: Tick | None = None) -> TargetReport:
+    target = _target(spec)
+    if isinstance(target, str):
+        target = resolve_target(target)
+    transform = as_transform(target)
+    if strategy is None or isinstance(strategy, str):
+        strategy = named_strategy(strategy or "networks")
+    report = TargetReport(label)
+    start = time.perf_counter()
+    instances = draw_instances(strategy, budget, seed)
+    shrunk_kinds: set = set()
+    skipped: list[str] = []
+    check = _fuzz_checker(target, transform, tolerance, timeout, seed, skipped)
     for index in _ticking(_share(len(instances), shard, jobs, slot), tick, label):
         mod = instances[index]
         outcome, tol_text = check(mod)
@@ -890,16 +942,24 @@ def _roundtrip_unit(spec: Any, jobs: int, slot: int, budget: int, seed: int, sha
     start = time.perf_counter()
     instances = draw_instances(relax_graphs(max_ops=max_ops), budget, seed)
     for index in _ticking(_share(len(instances), shard, jobs, slot), tick, "roundtrip"):
-        mod = instances[index]
-        report.tried += 1
-        try:
-            result = check_roundtrip(mod, raise_on_failure=False)
-        except Exception as err:  # FuseOps or DefuseOps raised
-            report.failures.append(Failure("roundtrip", "raised",
-                                           f"{type(err).__name__}: {err}", mod))
-            continue
-        report.fired += 1
-        if not result.ok:
-            report.failures.append(Failure("roundtrip", "mismatch", str(result), mod))
+        report.merge(roundtrip_instance(instances[index]))
     report.seconds = time.perf_counter() - start
+    return report
+
+
+def roundtrip_instance(mod: tvm.IRModule) -> TargetReport:
+    """``DefuseOps(FuseOps(mod)) == mod`` on one graph: a report of one instance.
+
+    The hook of recorded ``fuzz roundtrip`` campaigns and of replayed counterexamples.
+    """
+    report = TargetReport("roundtrip", tried=1)
+    try:
+        result = check_roundtrip(mod, raise_on_failure=False)
+    except Exception as err:  # FuseOps or DefuseOps raised
+        report.failures.append(Failure("roundtrip", "raised",
+                                       f"{type(err).__name__}: {err}", mod))
+        return report
+    report.fired += 1
+    if not result.ok:
+        report.failures.append(Failure("roundtrip", "mismatch", str(result), mod))
     return report
