@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import PatternkitError
 from .campaign import add_merge_command, add_record_options, record_options
+from .campaign.executor_options import add_executor_options, executor_options
 from .console import Console
 from .explore import add_explore_command, add_run_options, explore_run
 from .progress import Progress
@@ -234,7 +235,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                   f"(see patternkit list)")
         rules = [LIBRARY[name] for name in args.rules]
     report = verify(rules, progress=_progress(args), **_campaign_options(args),
-                    **record_options(args))
+                    **record_options(args), **executor_options(args))
     return _print_campaign(report, args.quiet, _progress(args))
 
 
@@ -242,7 +243,11 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from ..testing.fuzz import fuzz_pass, fuzz_roundtrip
 
     options = _campaign_options(args)
-    if args.target == "roundtrip":
+    if record_options(args):  # recorded unit by unit: patternkit.app.campaign
+        from .campaign import fuzz_recorded
+        report = fuzz_recorded(args.target, strategy=args.strategy, progress=_progress(args),
+                               **options, **record_options(args))
+    elif args.target == "roundtrip":
         report = fuzz_roundtrip(**options)
     else:
         resolve_transform(args.target)  # a bad name is an error here, not in a worker
@@ -383,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_campaign_options(ver, "instances per rule (default 8; 200 with "
                                "HYPOTHESIS_PROFILE=long)")
     add_record_options(ver)
+    add_executor_options(ver)
     ver.set_defaults(handler=_cmd_verify)
     add_merge_command(sub)
 
@@ -395,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--strategy", choices=("ops", "networks"), default="ops",
                       help="the random programs: grown from every operator's typing rule "
                            "(ops, the default) or network-like (networks)")
+    add_record_options(fuzz)
     fuzz.set_defaults(handler=_cmd_fuzz)
 
     bis = sub.add_parser("bisect", help="the first rewrite or pass that changes the numbers")

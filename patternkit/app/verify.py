@@ -36,6 +36,8 @@ def verify(rules: Any = None, *, budget: int | None = None, seed: int = 0, jobs:
         from .campaign import verify_recorded
         return verify_recorded(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
                                progress=progress, **options)
+    if options.pop("db", None) is not None:
+        raise ValueError("db keeps the counterexamples of a recorded campaign: give out too")
     options.pop("out", None), options.pop("resume", None)
     return verify_rules(rules, budget=budget, seed=seed, jobs=jobs, shard=shard,
                        progress=progress, **options)

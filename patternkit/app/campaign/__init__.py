@@ -1,4 +1,4 @@
-"""Recorded campaigns on the command line: ``verify --out/--resume`` and ``merge``.
+"""Recorded campaigns on the command line: ``verify``/``fuzz --out/--resume/--db``, ``merge``.
 
 Why: a campaign's results are data (:mod:`patternkit.testing.campaign`: one JSON line per
 unit), so shards run on separate machines, a killed run goes on where it stopped, and
@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from ...errors import PatternkitError
 
-__all__ = ["verify_recorded", "add_record_options", "record_options", "add_merge_command"]
+__all__ = ["verify_recorded", "fuzz_recorded", "add_record_options", "record_options",
+           "add_merge_command"]
 
 
 def verify_recorded(rules: Any = None, *, out: str | Path, resume: bool = False,
@@ -52,15 +53,62 @@ def add_record_options(parser: argparse.ArgumentParser) -> None:
                              "shards' folders)")
     parser.add_argument("--resume", metavar="DIR", default=None,
                         help="go on with the campaign recorded in DIR, skipping its units")
+    parser.add_argument("--db", metavar="DIR", default=None,
+                        help="keep failing units' shrunk reproducers in DIR (Hypothesis's "
+                             "directory database) and replay them first next time")
 
 
 def record_options(args: argparse.Namespace) -> dict:
-    """``out``/``resume`` for :func:`patternkit.app.verify.verify` from the options."""
+    """``out``/``resume``/``db`` for :func:`patternkit.app.verify.verify` from the options."""
     if args.out and args.resume:
         raise PatternkitError("give --out DIR or --resume DIR, not both")
+    db = getattr(args, "db", None)
+    if db and not (args.out or args.resume):
+        raise PatternkitError(f"--db {db} keeps the counterexamples of a recorded campaign: "
+                              f"give --out DIR (or --resume DIR) too")
+    found: dict[str, Any] = {"db": db} if db else {}
     if args.resume:
-        return {"out": args.resume, "resume": True}
-    return {"out": args.out} if args.out else {}
+        return {"out": args.resume, "resume": True, **found}
+    return {"out": args.out, **found} if args.out else {}
+
+
+def fuzz_recorded(target: str, *, out: str | Path, resume: bool = False,
+                  db: str | Path | None = None, budget: int | None = None, seed: int = 0,
+                  jobs: int = 1, shard: tuple[int, int] | None = None,
+                  strategy: str = "ops", executor: Any = None,
+                  progress: Callable[[str], None] | None = None, **options: Any) -> Any:
+    """``patternkit fuzz TARGET --out DIR``: program by program, recorded in ``out``.
+
+    ``target`` is a name (``roundtrip`` for the round-trip campaign); see
+    :func:`patternkit.testing.campaign.run_fuzz_campaign` and
+    :func:`~patternkit.testing.campaign.run_roundtrip_campaign`.
+    """
+    from ...testing.campaign import (
+        local_executor,
+        process_executor,
+        run_fuzz_campaign,
+        run_roundtrip_campaign,
+    )
+    from ...testing.fuzz import default_budget
+
+    if executor is None:
+        executor = process_executor(jobs) if jobs > 1 else local_executor
+    common = dict(seed=seed, shard=shard, resume=resume, db=db, executor=executor,
+                  **options)
+    if target == "roundtrip":
+        budget = default_budget("roundtrip") if budget is None else budget
+        if progress is not None:
+            progress(f"round trips of {budget} graph(s), recorded in {out} ...")
+        return run_roundtrip_campaign(out, budget=budget, **common)
+    budget = default_budget("fuzz") if budget is None else budget
+    if progress is not None:
+        progress(f"fuzzing {target} on {budget} program(s), recorded in {out} ...")
+    try:
+        return run_fuzz_campaign(target, out, budget=budget, strategy=strategy, **common)
+    except ValueError as err:
+        if isinstance(err, PatternkitError):
+            raise
+        raise PatternkitError(str(err)) from None
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -85,6 +133,6 @@ def add_merge_command(sub: Any) -> None:
     """The ``merge`` subcommand."""
     cmd = sub.add_parser("merge", help="fold the record folders of a campaign's shards into "
                                        "one report")
-    cmd.add_argument("folders", nargs="+", help="folders written by verify --out")
+    cmd.add_argument("folders", nargs="+", help="folders written by verify/fuzz --out")
     cmd.add_argument("--quiet", action="store_true", help="one line per target")
     cmd.set_defaults(handler=_cmd_merge)
