@@ -5,10 +5,17 @@ reshapes ``x: (N, C, *spatial)`` to ``(N, G, C / G * prod(spatial))``, normalise
 axis, reshapes back and applies a per-channel scale and shift.  The mean / variance steps
 are collapsed to ``R.nn.layer_norm`` over the last axis by ``layernorm.collapse`` first
 (with ``R.ones`` / ``R.zeros`` as its gamma and beta); the torch importer writes
-``F.layer_norm`` without weights as a ``layer_norm`` with constant ones and zeros.  So
-:class:`GroupNormCollapse` (``groupnorm.collapse``) matches::
+``F.layer_norm`` without weights as a ``layer_norm`` with constant ones and zeros.
 
-    reshape(x, (N, G, K)) -> layer_norm(axes=[-1], ones, zeros) -> reshape(x.shape)
+``nn.GroupNorm`` exported to ONNX (the TorchScript exporter below opset 18, and the dynamo
+exporter) is ``InstanceNormalization`` over ``(N, G, K)`` with unit scale and zero bias
+between the two reshapes; TVM's importer writes that normalisation out, and
+``instancenorm.collapse`` makes it an ``R.nn.instance_norm`` with ``channel_axis=1,
+axes=[2]`` whose ``(G,)`` gamma and beta are the exporter's constants reshaped.  So
+:class:`GroupNormCollapse` (``groupnorm.collapse``) matches either inner norm::
+
+    reshape(x, (N, G, K)) -> layer_norm(axes=[-1], ones, zeros)       -> reshape(x.shape)
+                          |  instance_norm(channel_axis=1, axes=[2], ones, zeros)
         -> multiply(scale) -> add(shift)
 
 and produces ``R.nn.group_norm(x, gamma, beta, num_groups=G, channel_axis=1,
@@ -17,7 +24,8 @@ axes=[2, ...])`` with the scale and shift as ``(C,)`` parameters.
 Guards, each a reason in the log: the first reshape must keep the batch and split the
 channels into ``G`` equal groups (``K * G == C * prod(spatial)``, ``C % G == 0``); the
 second must give back ``x``'s shape; the layer norm must normalise only the last axis
-with gamma all ones and beta all zeros; scale and shift must vary along the channel axis
+(the instance norm: only the last, with the groups as its channel axis) with gamma all
+ones and beta all zeros; scale and shift must vary along the channel axis
 1 only.  Not covered: channels-last grouping, a group norm without the affine step.
 """
 
@@ -31,7 +39,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.dpl import alt, is_constant, is_op, wildcard
+from patternkit.dpl import alt, is_constant, is_op, through, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
@@ -76,7 +84,14 @@ class GroupNormCollapse(RewriteRule):
         beta = alt(tag="beta_form", constant=self.inner_beta,
                    filled=is_op("zeros")(wildcard()))
         self.norm = is_op("nn.layer_norm")(self.grouped, gamma, beta)
-        self.ungrouped = is_op("reshape")(self.norm, wildcard())
+        # the ONNX form: InstanceNormalization over the groups, its (G,) constants
+        # reshaped by the importer (to (G, 1) for the affine step, back to (G,))
+        self.group_gamma, self.group_beta = is_constant(), is_constant()
+        self.instance = is_op("nn.instance_norm")(
+            self.grouped, through(self.group_gamma, ("reshape",)),
+            through(self.group_beta, ("reshape",)))
+        inner = alt(tag="inner_norm", layer_norm=self.norm, instance_norm=self.instance)
+        self.ungrouped = is_op("reshape")(inner, wildcard())
         self.scale, self.shift = wildcard(), wildcard()
         self.scaled = is_op("multiply")(self.ungrouped, self.scale)
         self.pattern = is_op("add")(self.scaled, self.shift)
@@ -101,15 +116,10 @@ class GroupNormCollapse(RewriteRule):
             return reject(f"the reshape of x {_shape_text(x_shape)} to {_shape_text(grouped)} "
                           f"does not split its {channels} channels into {groups} groups of "
                           f"whole channels", at=match.grouped)
-        norm = match.norm
-        axes = [int(a) for a in norm.attrs.axes]
-        if len(axes) != 1 or axes[0] % 3 != 2:
-            return reject(f"the layer_norm normalises axes {axes}, not only the group axis "
-                          f"(the last)", at=norm)
-        for role, value, fill in (("inner_gamma", "gamma", 1.0), ("inner_beta", "beta", 0.0)):
-            if role in match and not np.all(const_value(match[role]) == fill):
-                return reject(f"the layer_norm's {value} is not all {fill:g}: a group norm "
-                              f"scales and shifts per channel only", at=match[role])
+        why = self._inner_norm_refusal(match)
+        if why is not None:
+            return why
+        norm = match.norm if match.tag("inner_norm") == "layer_norm" else match.instance
         back = static_shape(type_of(match.var_of("ungrouped")))
         if back is None or len(back) != len(x_shape) or not all(
                 prove_equal(a, b) for a, b in zip(back, x_shape)):
@@ -126,6 +136,32 @@ class GroupNormCollapse(RewriteRule):
                               f"{_shape_text(x_shape)}, not along its channel axis 1",
                               at=match[role])
         return GroupNormPlan(groups, channels, float(norm.attrs.epsilon))
+
+    @staticmethod
+    def _inner_norm_refusal(match: RoleMatch) -> Any:
+        """The refusal of a norm between the reshapes that is not one normalisation of
+        each group (``None`` when it is).
+        """
+        if match.tag("inner_norm") == "layer_norm":
+            norm, op, roles = match.norm, "layer_norm", ("inner_gamma", "inner_beta")
+            axes = [int(a) for a in norm.attrs.axes]
+            if len(axes) != 1 or axes[0] % 3 != 2:
+                return reject(f"the layer_norm normalises axes {axes}, not only the group "
+                              f"axis (the last)", at=norm)
+        else:
+            norm, op, roles = match.instance, "instance_norm", ("group_gamma", "group_beta")
+            axes = [int(a) % 3 for a in norm.attrs.axes]
+            channel_axis = int(norm.attrs.channel_axis) % 3
+            if axes != [2] or channel_axis != 1:
+                return reject(f"the instance_norm normalises axes {axes} with channel axis "
+                              f"{channel_axis} of the grouped (N, G, K): a group norm "
+                              f"normalises the last axis with the groups as channels",
+                              at=norm)
+        for role, value, fill in zip(roles, ("gamma", "beta"), (1.0, 0.0)):
+            if role in match and not np.all(const_value(match[role]) == fill):
+                return reject(f"the {op}'s {value} is not all {fill:g}: a group norm "
+                              f"scales and shifts per channel only", at=match[role])
+        return None
 
     def rewrite(self, match: RoleMatch) -> Any:
         """``R.nn.group_norm`` of ``x`` with the scale and shift as ``(C,)`` parameters."""
@@ -151,12 +187,13 @@ class GroupNormCollapse(RewriteRule):
 
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Two group counts, 1-D and 2-D spatial shapes, the inner gamma and beta as
-        ``R.ones``/``R.zeros``, constants or learned values, channels-last grouping,
+        ``R.ones``/``R.zeros``, constants or learned values, the ONNX instance-norm form
+        (unit or learned per-group values), channels-last grouping,
         an affine step along the width, a reshape to another shape, two float dtypes,
         a symbolic batch.
         """
         return {"groups": (2, 4), "channels": (8, 4), "spatial": (1, 2),
-                "inner": ("ones", "constant", "learned"),
+                "inner": ("ones", "constant", "learned", "instance", "instance_learned"),
                 "grouping": ("groups", "channels_last"), "affine_axis": ("channel", "last"),
                 "back": ("input", "other"), "dtype": ("float32", "float16"),
                 "batch": (2, "n"), "seed": (0, 1)}

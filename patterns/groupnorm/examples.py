@@ -39,11 +39,15 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
         ``N``; a string is a symbolic dimension.
     spatial : {1, 2}
         Spatial axes of ``x``.
-    inner : {"ones", "constant", "learned"}
+    inner : {"ones", "constant", "learned", "instance", "instance_learned"}
         The layer norm's own gamma and beta: ``R.ones`` / ``R.zeros`` (what
         ``layernorm.collapse`` gives a hand-written group norm), constants of ones and
         zeros (``F.layer_norm`` without weights, as the torch importer writes it), or
-        (an edge) learned values per position of the group.
+        (an edge) learned values per position of the group.  ``"instance"``: the ONNX
+        form instead, ``R.nn.instance_norm(channel_axis=1, axes=[2])`` over the groups
+        with ``(G,)`` ones and zeros reshaped to ``(G, 1)`` and back (what
+        ``instancenorm.collapse`` makes of ``InstanceNormalization`` as TVM imports it);
+        ``"instance_learned"`` (an edge): that form with learned per-group values.
     grouping : {"groups", "channels_last"}
         ``"channels_last"`` (an edge): ``x`` is ``(N, 4, 4, C)`` and reshaped to
         ``(N, G, -1)``, which groups positions, not channels.
@@ -75,15 +79,20 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
     with bb.function("main", [x]):
         with bb.dataflow():
             grouped = bb.emit(relax.op.reshape(x, (n, groups, size)))
-            if inner == "ones":
+            if inner.startswith("instance"):
+                normed = bb.emit(_instance_norm_of_groups(bb, grouped, groups, const,
+                                                          learned=inner != "instance",
+                                                          rng=rng))
+            elif inner == "ones":
                 gamma = bb.emit(relax.op.ones((size,), dtype))
                 beta = bb.emit(relax.op.zeros((size,), dtype))
             elif inner == "constant":
                 gamma, beta = const(np.ones(size)), const(np.zeros(size))
             else:
                 gamma, beta = const(rng.uniform(0.5, 1.5, size)), const(rng.standard_normal(size))
-            normed = bb.emit(relax.op.nn.layer_norm(grouped, gamma, beta, axes=[-1],
-                                                    epsilon=1e-5))
+            if not inner.startswith("instance"):
+                normed = bb.emit(relax.op.nn.layer_norm(grouped, gamma, beta, axes=[-1],
+                                                        epsilon=1e-5))
             target = shape if back == "input" else (n, channels, 4 ** spatial)
             y = bb.emit(relax.op.reshape(normed, target))
             axis = 1 if affine_axis == "channel" and grouping == "groups" else len(target) - 1
@@ -95,6 +104,20 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
             out = bb.emit_output(relax.op.nn.silu(y))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def _instance_norm_of_groups(bb: relax.BlockBuilder, grouped: Any, groups: int, const: Any,
+                             learned: bool, rng: np.random.Generator) -> Any:
+    """``R.nn.instance_norm`` of ``grouped: (N, G, K)`` over its last axis, the groups its
+    channels, gamma and beta ``(G,)`` constants reshaped to ``(G, 1)`` and back as TVM's
+    ONNX importer leaves them; ones and zeros unless ``learned``.
+    """
+    gamma = rng.uniform(0.5, 1.5, groups) if learned else np.ones(groups)
+    beta = rng.standard_normal(groups) if learned else np.zeros(groups)
+    params = [bb.emit(relax.op.reshape(bb.emit(relax.op.reshape(const(v), (groups, 1))),
+                                       (groups,))) for v in (gamma, beta)]
+    return relax.op.nn.instance_norm(grouped, *params, channel_axis=1, axes=[2],
+                                     epsilon=1e-5)
 
 
 def group_norm_call(silu: bool = False, dtype: str = "float32", batch: int | str = 2,

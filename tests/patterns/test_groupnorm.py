@@ -97,6 +97,7 @@ def _collapse_case(dtype: str) -> RuleCase:
                      "is not reshaped from (N, C, *spatial) to (N, G, K)"),
             Negative("symbolic_channels", _symbolic_channels(),
                      "are not both static"),
+            *_onnx_negatives(dtype),
         ],
         tolerance=F32 if dtype == "float32" else F16)
 
@@ -155,6 +156,65 @@ def _symbolic_channels() -> tvm.IRModule:
             out = bb.emit_output(relax.op.add(y, relax.const(rng.standard_normal(1), "float32")))
         bb.emit_func_output(out)
     return bb.get()
+
+
+# -- the ONNX form: InstanceNormalization over the groups ------------------------------------
+def _onnx_form(dtype: str, expected: bool = False, learned: bool = False,
+               axes: tuple[int, ...] = (2,), channel_axis: int = 1) -> tvm.IRModule:
+    """``nn.GroupNorm`` as TVM imports its ONNX export once ``instancenorm.collapse`` ran:
+    ``reshape`` to ``(n, 4, 32)``, ``R.nn.instance_norm`` over the groups with the
+    exporter's ``(4,)`` ones and zeros reshaped to ``(4, 1)`` and back, ``reshape`` back,
+    the per-channel affine step; ``expected``: the ``R.nn.group_norm`` it collapses to.
+    """
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 8, 4, 4), dtype))
+    w = relax.Var("w", relax.TensorType((8,), dtype))
+    b = relax.Var("b", relax.TensorType((8,), dtype))
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            scale = bb.emit(relax.op.reshape(w, (1, 8, 1, 1)))
+            shift = bb.emit(relax.op.reshape(b, (1, 8, 1, 1)))
+            if expected:
+                out = bb.emit_output(relax.op.nn.group_norm(
+                    x, bb.emit(relax.op.reshape(scale, (8,))),
+                    bb.emit(relax.op.reshape(shift, (8,))), num_groups=4, channel_axis=1,
+                    axes=[2, 3], epsilon=1e-5))
+            else:
+                grouped = bb.emit(relax.op.reshape(x, (n, 4, 32)))
+                size = 4 if channel_axis == 1 else 32  # gamma and beta: one per channel
+                values = ((rng.uniform(0.5, 1.5, size), rng.standard_normal(size)) if learned
+                          else (np.ones(size), np.zeros(size)))
+                gamma, beta = (bb.emit(relax.op.reshape(bb.emit(relax.op.reshape(
+                    relax.const(v.astype(dtype)), (size, 1))), (size,))) for v in values)
+                normed = bb.emit(relax.op.nn.instance_norm(
+                    grouped, gamma, beta, channel_axis=channel_axis, axes=list(axes),
+                    epsilon=1e-5))
+                back = bb.emit(relax.op.reshape(normed, (n, 8, 4, 4)))
+                out = bb.emit_output(relax.op.add(bb.emit(relax.op.multiply(back, scale)),
+                                                  shift))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _onnx_negatives(dtype: str) -> list[Negative]:
+    return [
+        Negative("learned_group_gamma", _onnx_form(dtype, learned=True),
+                 "the instance_norm's gamma is not all 1: a group norm scales and "
+                 "shifts per channel only"),
+        Negative("groups_normalised_across", _onnx_form(dtype, axes=(1,), channel_axis=2),
+                 "the instance_norm normalises axes [1] with channel axis 2 of the "
+                 "grouped (N, G, K)"),
+    ]
+
+
+def _onnx_case(dtype: str) -> RuleCase:
+    # built in the tests, not at module level: the library's meta-tests read one
+    # RuleCase per rule (COLLAPSE_CASE, which holds these negatives too)
+    return RuleCase(GroupNormCollapse(), _onnx_form(dtype), _onnx_form(dtype, expected=True),
+                    negatives=_onnx_negatives(dtype),
+                    tolerance=F32 if dtype == "float32" else F16)
 
 
 COLLAPSE_CASE = _collapse_case("float32")
@@ -323,3 +383,42 @@ def test_group_norm_composites_are_named_and_listed_most_specific_first():
     assert GroupNormComposite("tensorrt", silu=True).rule_name == "tensorrt.group_norm_silu"
     names = [r.rule_name for r in LIBRARY.by_prefix("byoc.group_norm")]
     assert names == ["byoc.group_norm_silu", "byoc.group_norm"]
+
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_group_norm_collapse_of_the_onnx_instance_norm_form_meets_the_rule_contract(dtype):
+    check_rule(_onnx_case(dtype))
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_an_onnx_export_of_torch_group_norm_becomes_one_group_norm(exporter):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from patternkit.models.onnx_models import export_to_onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.GroupNorm(4, 8).eval()
+    with torch.no_grad():  # not the identity affine of a fresh norm
+        model.weight.uniform_(0.5, 1.5)
+        model.bias.normal_()
+    x = torch.randn(2, 8, 4, 4)
+    data = export_to_onnx(model, (x,), ["x"], opset=None if exporter == "dynamo" else 14,
+                          exporter=exporter, dynamic_axes={"x": {}}, output_names=["y"],
+                          text="group norm")
+    proto = onnx.load_from_string(data)
+    ops = {node.op_type for node in proto.graph.node}
+    assert "GroupNormalization" in ops or "InstanceNormalization" in ops
+    mod = from_onnx(proto)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, mod, log=log)
+    assert log.counts().get("groupnorm.collapse") == 1
+    text = after.script()
+    assert text.count("R.nn.group_norm(") == 1 and "instance_norm" not in text
+    assert "num_groups=4" in text
+    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
