@@ -121,8 +121,8 @@ def _short_connect(timeout: float) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, value in before.items():
-            if value is None:
+        for name, kept in before.items():
+            if kept is None:
                 os.environ.pop(name, None)
 
 
