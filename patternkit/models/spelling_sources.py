@@ -617,12 +617,14 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("rope", "partial (Phi)", PartialRotary, _HEADS, _composite("rope_partial"),
              ("byoc.rope",)),
     # gated MLPs
-    Spelling("swiglu", "separate gate / up", GatedMLP, _TOKENS, _composite("swiglu"),
-             ("byoc.swiglu",)),
+    # separate projections of one x are one packed projection once matmul.combine_parallel
+    # joins them (the ONNX imports): the packed composite then takes the whole MLP
+    Spelling("swiglu", "separate gate / up", GatedMLP, _TOKENS,
+             _composite("swiglu", "swiglu_packed"), ("byoc.swiglu",)),
     Spelling("swiglu", "packed gate_up + chunk", PackedGatedMLP, _TOKENS,
              _composite("swiglu_packed"), ("byoc.swiglu",)),
-    Spelling("geglu", "separate gate / up", GegluMLP, _TOKENS, _composite("geglu"),
-             ("byoc.geglu",)),
+    Spelling("geglu", "separate gate / up", GegluMLP, _TOKENS,
+             _composite("geglu", "geglu_packed"), ("byoc.geglu",)),
     Spelling("geglu", "packed gate_up + chunk", PackedGegluMLP, _TOKENS,
              _composite("geglu_packed"), ("byoc.geglu",)),
 )

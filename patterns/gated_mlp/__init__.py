@@ -10,7 +10,9 @@ with ``act`` one of ``nn.silu`` (``<compiler>.swiglu``: Llama, Mistral, Qwen),
 ``nn.gelu`` (``<compiler>.geglu``) or ``nn.gelu_tanh`` (``<compiler>.geglu_tanh``:
 Gemma), the multiply's operands either way round, and, for the ``..._packed`` variants,
 one projection of twice the width split in two (``g, u = linear(x).chunk(2, -1)``:
-Phi-3, TensorRT-LLM's ``fuse_swiglu`` layout; the halves either way round).  The
+Phi-3, TensorRT-LLM's ``fuse_swiglu`` layout; the halves either way round, items of the
+``split`` or two ``strided_slice`` of the last axis, as the TorchScript ONNX exporter
+writes ``chunk``).  The
 composite takes both projections, the activation and the multiply, and leaves the down
 projection to the matmul composites.  It runs after ``silu.collapse`` / ``gelu.collapse``
 (the written-out ``x * sigmoid(x)`` the importer emits becomes ``nn.silu`` first) and
@@ -20,10 +22,10 @@ before the matmul family's composites, which would otherwise take the gate's
 Guards, each a reason in the log: a weight's ``permute_dims`` that does not swap its last
 two axes; an added tensor that is not a per-feature bias; a multiply that broadcasts; a
 packed projection split into other than two equal halves of its last axis, or whose one
-half is both the gate and the up product.
+half is both the gate and the up product; slices that are not the two halves of the last
+axis, or a gate and an up product cut two different ways.
 
-Deliberately not covered: the strided-slice spelling of the packed halves (the importer
-writes ``chunk`` as ``split``), a float16 matmul accumulated in float32 and cast back, a
+Deliberately not covered: a float16 matmul accumulated in float32 and cast back, a
 multiply by ``x @ Wu`` computed from another input than the gate's.
 """
 

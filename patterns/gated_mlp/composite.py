@@ -46,9 +46,15 @@ class GatedMlpComposite(CompositeRule):
         self.x = wildcard()
         if self.packed_weights:
             packed_product = self._projection("packed")
+            # the halves as ``chunk`` exports: items of one ``split`` (torch.export, the
+            # dynamo exporter) or two ``strided_slice`` (the TorchScript exporter's Slice)
             self.split = is_op("split")(packed_product)
-            self.gate = is_tuple_get_item(self.split)
-            self.up = is_tuple_get_item(self.split)
+            self.gate = alt(tag="gate_half", split=is_tuple_get_item(self.split),
+                            sliced=is_op("strided_slice")(packed_product,
+                                                          varg_default_wildcard=True))
+            self.up = alt(tag="up_half", split=is_tuple_get_item(self.split),
+                          sliced=is_op("strided_slice")(packed_product,
+                                                        varg_default_wildcard=True))
             gate, up = self.gate, self.up  # type: DFPattern, DFPattern
         else:
             gate, up = self._projection("gate"), self._projection("up")
@@ -97,7 +103,8 @@ class GatedMlpComposite(CompositeRule):
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Two dtypes, the input shapes, both multiply orders, the weight forms (and one
         no transpose), with and without biases (and one full tensor); the halves of a packed
-        variant either way round (and two refused splits), an up projection that broadcasts.
+        variant either way round (and two refused splits), cut by a split or by slices (and
+        one of each, refused); an up projection that broadcasts.
         """
         space: dict[str, Sequence[Any]] = {
             "dtype": ("float32", "float16"), "shape": ("batch_seq", "static", "matrix"),
@@ -106,6 +113,7 @@ class GatedMlpComposite(CompositeRule):
             "bias": (False, True), "bias_shape": ("feature", "full")}
         if self.packed_weights:
             space["halves"] = ("gate_up", "up_gate", "same", "thirds")
+            space["cut"] = ("split", "slices", "mixed")
         else:
             space["up_width"] = (32, 1)
         return space

@@ -5,7 +5,8 @@ the torch importer writes a Llama / Gemma / T5 v1.1 MLP: each ``nn.Linear`` is a
 ``permute_dims`` of the ``(out, in)`` weight, a ``reshape`` of the 3-D input to 2-D, the
 ``matmul``, the bias ``add`` when there is one, and a ``reshape`` back.  With
 ``packed=True`` one linear of twice the width is ``split`` into the gate and up halves
-(``torch.chunk(2, dim=-1)``).  Its knobs reach the composites' refusals.
+(``torch.chunk(2, dim=-1)``), or cut by two ``strided_slice`` (``cut="slices"``: the
+TorchScript ONNX exporter's ``Slice``).  Its knobs reach the composites' refusals.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ HIDDEN, INTERMEDIATE = 16, 32
 def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False,
               dtype: str = "float32", shape: str = "batch_seq", order: str = "gate_first",
               weights: str = "transposed", halves: str = "gate_up", bias_shape: str = "feature",
-              up_width: int = INTERMEDIATE, seed: int = 0) -> tvm.IRModule:
+              up_width: int = INTERMEDIATE, cut: str = "split", seed: int = 0) -> tvm.IRModule:
     """``down(act(x @ Wg [+ bg]) * (x @ Wu [+ bu]))`` with seeded constant weights.
 
     Parameters
@@ -55,9 +56,15 @@ def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False
         ``"full"`` (a refusal's edge) adds a tensor of the product's full shape.
     up_width : int
         The up projection's width; ``1`` (a refusal's edge) makes the multiply broadcast.
+    cut : {"split", "slices", "mixed"}
+        For ``packed``: the halves as items of one ``split``, as ``strided_slice`` of the
+        last axis (``halves`` picks the parts alike), or (a refusal's edge) the gate an
+        item of a split and the up product a slice.
     """
     if not packed and halves != "gate_up":
         raise NoSuchExample("halves= picks the items of a packed projection's split")
+    if not packed and cut != "split":
+        raise NoSuchExample("cut= is how a packed projection is cut in halves")
     if packed and up_width != INTERMEDIATE:
         raise NoSuchExample("up_width= is the width of a separate up projection")
     if not bias and bias_shape != "feature":
@@ -74,11 +81,9 @@ def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False
             if packed:
                 parts = 3 if halves == "thirds" else 2
                 both = _linear(bb, rng, x, parts * INTERMEDIATE, bias, weights, bias_shape)
-                split = bb.emit(relax.op.split(both, parts, axis=-1))
                 pick = {"gate_up": (0, 1), "up_gate": (1, 0), "same": (0, 0),
                         "thirds": (0, 1)}[halves]
-                gate = bb.emit(relax.TupleGetItem(split, pick[0]))
-                up = bb.emit(relax.TupleGetItem(split, pick[1]))
+                gate, up = _halves(bb, both, parts, pick, cut)
             else:
                 gate = _linear(bb, rng, x, INTERMEDIATE, bias, weights, bias_shape)
                 up = _linear(bb, rng, x, up_width, bias, weights, bias_shape)
@@ -114,6 +119,28 @@ def _linear(bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr, fea
     if flat:
         y = bb.emit(relax.op.reshape(y, (*dims[:-1], features)))
     return y
+
+
+def _halves(bb: relax.BlockBuilder, both: relax.Expr, parts: int, pick: tuple[int, int],
+            cut: str) -> tuple[relax.Expr, relax.Expr]:
+    """Parts ``pick`` of ``both`` cut in ``parts`` along the last axis, by ``cut``."""
+    def item(index: int) -> relax.Expr:
+        split = bb.emit(relax.op.split(both, parts, axis=-1))
+        return bb.emit(relax.TupleGetItem(split, index))
+
+    def sliced(index: int) -> relax.Expr:
+        rank = len(both.ty.shape)
+        return bb.emit(relax.op.strided_slice(
+            both, axes=[rank - 1], begin=[index * INTERMEDIATE],
+            end=[(index + 1) * INTERMEDIATE], strides=[1]))
+
+    if cut == "split":
+        split = bb.emit(relax.op.split(both, parts, axis=-1))
+        return (bb.emit(relax.TupleGetItem(split, pick[0])),
+                bb.emit(relax.TupleGetItem(split, pick[1])))
+    if cut == "slices":
+        return sliced(pick[0]), sliced(pick[1])
+    return item(pick[0]), sliced(pick[1])
 
 
 def _input(dtype: str, shape: str) -> relax.Var:

@@ -58,9 +58,16 @@ def broadcast_refusal(match: RoleMatch) -> Any:
 
 
 def split_refusal(match: RoleMatch) -> Any:
-    """``None`` unless the packed projection's ``split`` is not two equal halves of the last
-    axis read as two different items.
+    """``None`` unless the packed projection's halves are not two equal halves of its last
+    axis read as two different parts: the items of one ``split``, or two ``strided_slice``.
     """
+    forms = (match.tag("gate_half"), match.tag("up_half"))
+    if forms == ("sliced", "sliced"):
+        return slices_refusal(match)
+    if forms != ("split", "split"):
+        return reject(f"the gate is read {_FORM[forms[0]]} and the up product "
+                      f"{_FORM[forms[1]]} of the packed projection: a packed gate and up "
+                      f"projection is cut in two halves one way", at=match.multiply)
     split = match.split
     parts = type_of(match.var_of("split")).fields
     rank = len(static_shape(type_of(match.var_of("packed"))) or ())
@@ -75,3 +82,50 @@ def split_refusal(match: RoleMatch) -> Any:
                       f"({int(match.gate.index)}) of the packed projection: not a gate times "
                       f"an up product", at=match.multiply)
     return None
+
+
+#: How each form of a packed half reads, for the refusal of mixed forms.
+_FORM = {"split": "as an item of a split", "sliced": "by a strided_slice"}
+
+
+def slices_refusal(match: RoleMatch) -> Any:
+    """``None`` unless the two ``strided_slice`` halves are not ``[0, h)`` and ``[h, 2h)``
+    (either way round) of the packed product's static last axis, stride 1.
+    """
+    # the slices' input: the packed product, reshaped back to x's rank when x is 3-D
+    shape = static_shape(type_of(match.gate.args[0])) or ()
+    width = shape[-1] if shape and isinstance(shape[-1], int) else None
+    gate, up = (read_lanes(call, len(shape), width) for call in (match.gate, match.up))
+    if width is not None and width % 2 == 0 and gate is not None and up is not None:
+        half = width // 2
+        if {gate, up} == {(0, half), (half, width)}:
+            return None
+    return reject(f"the packed projection's halves are sliced as {_lanes_text(gate)} (the "
+                  f"gate) and {_lanes_text(up)} (the up product) of its last axis of "
+                  f"{width if width is not None else 'unknown'} lanes: a packed gate and up "
+                  f"projection is cut in two equal halves of its last axis", at=match.gate)
+
+
+def read_lanes(call: Any, rank: int, width: int | None) -> tuple[int, int] | None:
+    """``(begin, end)`` lanes of the last axis ``call`` (a ``strided_slice``) takes with
+    stride 1, bounds clamped to ``[0, width]``; ``None`` when it slices another axis,
+    several axes, with another stride, or with bounds that are not constants.
+    """
+    try:
+        axes, begins, ends, strides = ([int(e.value) for e in arg.fields]
+                                       for arg in call.args[1:5])
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return None
+    if width is None or len(axes) != 1 or axes[0] % max(rank, 1) != rank - 1:
+        return None
+    if len(begins) != 1 or len(ends) != 1 or strides not in ([1], []):
+        return None
+
+    def lane(bound: int) -> int:
+        return min(max(bound + width if bound < 0 else bound, 0), width)
+
+    return lane(begins[0]), lane(ends[0])
+
+
+def _lanes_text(lanes: tuple[int, int] | None) -> str:
+    return "other than one run of lanes" if lanes is None else f"[{lanes[0]}, {lanes[1]})"

@@ -162,6 +162,17 @@ def _negatives(act: str, packed: bool) -> list[Negative]:
             Negative("one_half_read_twice", example(halves="same"),
                      "the activation and the multiply read the same half (0) of the packed "
                      "projection: not a gate times an up product"),
+            Negative("one_slice_read_twice", example(halves="same", cut="slices"),
+                     "the packed projection's halves are sliced as [0, 32) (the gate) and "
+                     "[0, 32) (the up product) of its last axis of 64 lanes: a packed gate "
+                     "and up projection is cut in two equal halves of its last axis"),
+            Negative("slices_of_thirds", example(halves="thirds", cut="slices"),
+                     "the packed projection's halves are sliced as [0, 32) (the gate) and "
+                     "[32, 64) (the up product) of its last axis of 96 lanes"),
+            Negative("gate_split_up_sliced", example(cut="mixed"),
+                     "the gate is read as an item of a split and the up product by a "
+                     "strided_slice of the packed projection: a packed gate and up projection "
+                     "is cut in two halves one way"),
         ]
     else:
         cases.append(Negative("multiply_broadcasts", example(up_width=1),
@@ -237,6 +248,17 @@ def test_geglu_forms_in_float16_too(act, packed):
     rule = GatedMlpComposite(activation=act, packed=packed)
     _forms_one_composite(gated_mlp(activation=act, packed=packed, dtype="float16",
                                    order="up_first"), rule)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+@pytest.mark.parametrize("halves", ["gate_up", "up_gate"])
+def test_packed_halves_cut_by_two_strided_slices_form_the_packed_composite(act, halves):
+    # the TorchScript ONNX exporter writes chunk(2, -1) as two Slice: strided_slice [0, 32)
+    # and [32, 64) of the packed product's last axis
+    rule = GatedMlpComposite(activation=act, packed=True)
+    for dtype in ("float32", "float16"):
+        _forms_one_composite(gated_mlp(activation=act, packed=True, cut="slices",
+                                       halves=halves, dtype=dtype), rule)
 
 
 @pytest.mark.parametrize("packed", [False, True])
