@@ -43,6 +43,7 @@ from patternkit.ir import op_name
 from patternkit.ir.compat import to_tensor
 from patternkit.models import parse_spec, zoo_model
 from patternkit.models.long_tail_families import LONG_TAIL_FAMILIES, count_long_tail_families
+from patternkit.models.op_counting import op_counts
 from patternkit.models.zoomodel import FAMILIES
 from patternkit.patterns import LIBRARY
 from patternkit.training.precision import as_float64
@@ -94,16 +95,6 @@ TABLES = ("cutlass", "tensorrt")
 
 #: float32 bound on the max abs error of the rewritten model's outputs (issue 11).
 FLOAT32_BOUND = 1e-4
-
-
-def op_counts(mod: tvm.IRModule) -> Counter:
-    """Calls of each operator over the module's Relax functions."""
-    counts: Counter = Counter()
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(
-                func.body, lambda e: counts.update([op_name(e)]) if op_name(e) else None)
-    return counts
 
 
 def fused_counts(mod: tvm.IRModule) -> dict[str, int]:

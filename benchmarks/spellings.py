@@ -11,14 +11,19 @@ the shape (static, or a symbolic batch and sequence).
 
 A cell is ``collapsed / instances`` (instances counted from the torch modules), with the
 reason the family's rules gave for the rest (from the rewrite log's and the composite
-log's skipped matches), or the front door's error (one line).  A float32 static cell's
+log's skipped matches, and, where no rule matched and so none refused, from the family's
+near-miss detector: the rule that came closest to the skeleton left in the rewritten
+module and where its pattern failed), or the front door's error (one line).  A float32 static cell's
 rewritten module is built for llvm and checked against the imported one on the same
 inputs (not the other cells: two builds a cell would double the run; the library's rules
 are checked in every dtype by their own tests).
 
 Run: ``python benchmarks/spellings.py [--rows 'layernorm/*'] [--columns '*/float32/static']
 [--jobs 2] [--out docs/spellings.md] [--json cells.json]``; ``--from-json a.json b.json``
-renders the cells of earlier runs (the grid measured in parts) without measuring.  The
+renders the cells of earlier runs (the grid measured in parts) without measuring, a later
+file's cell replacing an earlier one's; ``--from-table docs/spellings.md`` starts from the
+cells of a committed table (read back by :func:`read_table`), so a generation that
+re-measures only some rows keeps the others, and the header says which came from where.  The
 rows of a column go through the front door as one model, each row's graph cut out of
 the import afterwards (:class:`SideBySide`): exporting and importing cost mostly a fixed
 time per model.  Imported modules (and front-door errors) are cached under the text of
@@ -54,12 +59,14 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit.byoc.merge.composites import CompositeLog, merge_composite
-from patternkit.ir import op_name
+from patternkit.engine import NearMissDetector
 from patternkit.ir.compat import to_tensor
 from patternkit.models import spelling_sources
+from patternkit.models.op_counting import op_counts
 from patternkit.models.spelling_sources import SPELLINGS, Spelling, count_instances, spelling_model
 from patternkit.models.zoomodel import ZooImportError
 from patternkit.patterns import LIBRARY
+from patternkit.patterns.near_misses import NEAR_MISSES
 from patternkit.verification.numeric import build, flatten
 
 _LOG = logging.getLogger("spellings")
@@ -95,14 +102,21 @@ class Column:
 COLUMNS = tuple(Column(d, t, s) for t in DTYPES for s in SHAPES for d in FRONT_DOORS)
 
 
+#: A silent cell's note: not collapsed, and neither a rule, a near-miss detector nor the
+#: front door said why.
+SILENT = "SILENT: no rule of the family matched and none gave a reason"
+
+
 @dataclass
 class Cell:
     """What one spelling became through one column.
 
     ``collapsed`` of ``instances``; ``by_import``: the import already had them fused (or
     the batch norms gone) before any rule ran; ``reasons``: rule -> skip reasons of the
-    family's rules; ``error``: the front door's one-line error (``collapsed`` is then
-    ``None``); ``numeric``: ``"ok"``, ``"NOT RUN"`` or the mismatch.
+    family's rules (rule ``""``: a reason read back from a table, already joined);
+    ``error``: the front door's one-line error (``collapsed`` is then ``None``);
+    ``numeric``: ``"ok"``, ``"NOT RUN"`` or the mismatch; ``source``: when and where the
+    cell was measured (``""``: by this run).
     """
 
     row: str
@@ -114,6 +128,7 @@ class Cell:
     error: str | None = None
     numeric: str = "NOT RUN"
     seconds: float = 0.0
+    source: str = ""
 
     @property
     def complete(self) -> bool:
@@ -134,8 +149,9 @@ class Cell:
         if self.complete:
             return ""
         if self.silent:
-            return "SILENT: no rule of the family matched and none gave a reason"
-        return "; ".join(f"{rule}: {reason}" for rule, reasons in self.reasons.items()
+            return SILENT
+        return "; ".join(f"{rule}: {reason}" if rule else reason
+                         for rule, reasons in self.reasons.items()
                          for reason in dict.fromkeys(reasons))
 
 
@@ -432,16 +448,6 @@ def branch(mod: tvm.IRModule, named: dict[str, np.ndarray], index: int, count: i
 
 
 # -- measuring ---------------------------------------------------------------------------------
-def op_counts(mod: tvm.IRModule) -> Counter:
-    """Calls of each operator over the module's Relax functions."""
-    counts: Counter = Counter()
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(
-                func.body, lambda e: counts.update([op_name(e)]) if op_name(e) else None)
-    return counts
-
-
 def _family_reasons(spelling: Spelling, log, composite_log) -> dict[str, list[str]]:
     reasons: dict[str, list[str]] = {}
     # a match another match already claimed is bookkeeping, not a reason
@@ -451,6 +457,63 @@ def _family_reasons(spelling: Spelling, log, composite_log) -> dict[str, list[st
         if rule.startswith(spelling.rules):
             reasons.setdefault(rule, []).append(reason)
     return reasons
+
+
+def family_detectors(spelling: Spelling) -> list[NearMissDetector]:
+    """The library's near-miss detectors narrowed to the row's rules (its prefixes).
+
+    A detector none of whose rules is the row's is left out: a row's cell names what its
+    own family's rules did, not what another family's skeleton happens to find there.
+    """
+    found = []
+    for detector in NEAR_MISSES:
+        narrowed = detector.only(rule.name for rule in detector.rules
+                                 if rule.name.startswith(spelling.rules))
+        if narrowed is not None:
+            found.append(narrowed)
+    return found
+
+
+def near_miss_reasons(spelling: Spelling, log: pk.RewriteLog) -> dict[str, list[str]]:
+    """Rule -> why it declined, for each skeleton of the row's family the rewrite left.
+
+    The family's detectors (:data:`~patternkit.patterns.near_misses.NEAR_MISSES`) look at
+    the rewritten module: where no rule matched, nothing is in the rewrite log, but the
+    detector still names the rule that came closest and where its pattern failed.  A
+    site no rule has a pattern for is keyed by the detector's family and skeleton.
+    """
+    reasons: dict[str, list[str]] = {}
+    for miss in log.near_misses(family_detectors(spelling)):
+        key = miss.rule or f"{miss.family} near miss ({miss.shape})"
+        reasons.setdefault(key, []).append(site_free(miss.reason))
+    return reasons
+
+
+#: Where a near miss's reason names its site: the cell is the site in the matrix.
+_SITE_PREFIX = re.compile(r"^at '[^']*': ")
+#: The printer's note after a module constant, in a reason that prints a binding.
+_PRINTER_NOTE = re.compile(
+    r"\s*# Metadata omitted\.(?: Use show_meta=True in script\(\)(?: method to show it\.)?)?")
+#: The importer's numbered binding names (``lv96``).
+_BINDING = re.compile(r"\blv\d+\b")
+
+
+def site_free(reason: str) -> str:
+    """``reason`` without the names of its site's bindings, so that the chained copies of
+    a spelling (and its dtypes) that miss for one reason share one note.
+    """
+    reason = _PRINTER_NOTE.sub("", _SITE_PREFIX.sub("", reason))
+    return _BINDING.sub("lv…", reason)
+
+
+def _merge_reasons(first: dict[str, list[str]], then: dict[str, list[str]]
+                   ) -> dict[str, list[str]]:
+    """``first``'s reasons, then those of ``then`` that ``first`` does not already give."""
+    merged = {rule: list(reasons) for rule, reasons in first.items()}
+    for rule, reasons in then.items():
+        known = merged.setdefault(rule, [])
+        known += [reason for reason in reasons if reason not in known]
+    return merged
 
 
 def _missing_rule_reason(spelling: Spelling) -> str | None:
@@ -509,6 +572,9 @@ def _measure_cell(spelling: Spelling, column: Column, model, example,
             cell.collapsed = max(cell.instances - found, 0)
             cell.by_import = before == 0
     cell.reasons = _family_reasons(spelling, log, composite_log)
+    if not cell.complete:
+        # no rule may have matched (nothing logged), but the family's skeleton is left
+        cell.reasons = _merge_reasons(cell.reasons, near_miss_reasons(spelling, log))
     missing = _missing_rule_reason(spelling)
     if not cell.complete and not cell.reasons and missing:
         cell.reasons = {"library": [missing]}
@@ -604,6 +670,37 @@ def totals(cells: list[Cell]) -> dict[str, int]:
     return dict(out)
 
 
+def provenance(cells: list[Cell]) -> list[str]:
+    """Which rows (and columns) each source measured, when the cells come from several
+    runs or tables; nothing when one run measured them all.
+    """
+    sources = list(dict.fromkeys(c.source for c in cells))
+    if len(sources) < 2:
+        return []
+    every = set(c.column for c in cells)
+    lines = ["This table joins several measurements (a later one's cells replace an earlier "
+             "one's); the totals count the table as shown:", ""]
+    for source in sources:
+        columns_of: dict[str, set[str]] = {}
+        for c in cells:
+            if c.source == source:
+                columns_of.setdefault(c.row, set()).add(c.column)
+        by_columns: dict[frozenset[str], list[str]] = {}
+        for row, columns in columns_of.items():
+            by_columns.setdefault(frozenset(columns), []).append(row)
+        for columns, rows in by_columns.items():
+            where = ("every column" if columns >= every else "columns " + ", ".join(
+                f"`{c}`" for c in sorted(columns, key=_column_order)))
+            lines.append(f"* {source or 'this run'}: {len(rows)} row(s) in {where}: "
+                         + ", ".join(f"`{row}`" for row in rows))
+    return lines + [""]
+
+
+def _column_order(column: str) -> int:
+    names = [str(c) for c in COLUMNS]
+    return names.index(column) if column in names else len(names)
+
+
 def render(cells: list[Cell], seconds: float) -> str:
     """The whole grid as markdown: one table per dtype and shape, notes below."""
     rows = list(dict.fromkeys(c.row for c in cells))
@@ -611,15 +708,20 @@ def render(cells: list[Cell], seconds: float) -> str:
     count = totals(cells)
     lines = ["# Spelling matrix", "",
              f"Generated by `benchmarks/spellings.py` on {datetime.date.today()} "
-             f"(tvm {tvm.__version__}, {seconds / 60:.1f} min); do not edit by hand.", "",
+             f"(tvm {tvm.__version__}, {seconds / 60:.1f} min"
+             f"{' measuring the cells measured again' if provenance(cells) else ''}); "
+             "do not edit by hand.", "",
              "Each row is one family spelled one way (`patternkit.models.spelling_sources`: "
              f"a torch block, {spelling_sources.COPIES} chained per model, width "
              f"{spelling_sources.WIDTH}, batch {SIZES['batch']}, sequence {SIZES['seq']}).  "
              "Each cell: instances collapsed / instances in the source (counted from the "
              "torch modules) after `pk.rewrite(LIBRARY)` and the library's composites; "
              "`(import)`: the importer already emitted the fused op (or no batch norm); "
-             "`[n]`: the note below with the rules' reasons for the rest, or the front "
-             "door's error.  A batch norm counts as collapsed when it is gone (folded), a "
+             "`[n]`: the note below saying why the rest did not collapse: a family rule's "
+             "logged refusal, what the family's near-miss detector "
+             "(`patternkit.patterns.near_misses`) found where its skeleton was left, or the "
+             "front door's error (`SILENT` where none of them said anything).  A batch "
+             "norm counts as collapsed when it is gone (folded), a "
              "family without a Relax op (hard-swish, mish, RoPE, gated MLPs) when the "
              "library's composite took it.  float32 static cells are checked numerically: "
              "the rewritten module against the imported one on llvm "
@@ -627,6 +729,7 @@ def render(cells: list[Cell], seconds: float) -> str:
              "a mismatch is printed in bold.  torch's SDPA is the attention family's `SDPA` "
              "row.", "",
              "Front doors: " + "; ".join(f"{k}: {v}" for k, v in DOOR_TEXT.items()) + ".", "",
+             *provenance(cells),
              f"Totals: {count.get('cells', 0)} cells, {count.get('collapsed', 0)} collapsed, "
              f"{count.get('reason given', 0)} with a named reason, "
              f"{count.get('front door error', 0)} front-door errors, "
@@ -656,6 +759,99 @@ def render(cells: list[Cell], seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- reading a table back ----------------------------------------------------------------------
+#: A cell as :func:`_cell_text` writes it: ``error [n]`` or ``1/2 (import) [n] **mismatch**``.
+_CELL_TEXT = re.compile(r"^(?:error|(?P<collapsed>\d+)/(?P<instances>\d+)"
+                        r"(?P<by_import> \(import\))?)"
+                        r"(?: \[(?P<note>\d+)\])?(?: \*\*(?P<numeric>.*)\*\*)?$")
+#: The header line that dates a table.
+_GENERATED = re.compile(r"^Generated by `benchmarks/spellings\.py` on (\S+) ")
+
+
+def read_table(text: str, source: str | None = None) -> list[Cell]:
+    """The cells of a table :func:`render` wrote, as :class:`Cell` s again.
+
+    A generation that cannot measure the whole grid in time keeps the rows it did not
+    measure again from the committed document (``--from-table``).  What a table does not
+    show is not invented: a cell's reasons come back as its note's text (under rule
+    ``""``), its numeric check as ``"NOT RUN"`` unless the table printed a mismatch, an
+    error cell's instances as its row's.  ``source`` (default: "the table generated on
+    <its date>") says where the cells came from.
+    """
+    lines = text.splitlines()
+    if source is None:
+        dated = next((m.group(1) for m in map(_GENERATED.match, lines) if m), "an unknown date")
+        source = f"the table generated on {dated}"
+    notes = {}
+    in_notes = False
+    for line in lines:
+        if line.startswith("## "):
+            in_notes = line == "## Notes"
+        elif in_notes and re.match(r"^\d+\. ", line):
+            number, note = line.split(". ", 1)
+            notes[number] = note
+    cells: list[Cell] = []
+    group, doors = None, []
+    for line in lines:
+        if line.startswith("## "):
+            title = line[3:].split(", ")
+            group = "/".join(title) if len(title) == 2 and title[0] in DTYPES else None
+        elif group and line.startswith("| family | spelling | "):
+            doors = line.strip("| ").split(" | ")[2:]
+        elif group and line.startswith("| ") and not line.startswith("|---"):
+            family, spelling, *texts = line.strip()[2:-2].split(" | ")
+            for door, text in zip(doors, texts):
+                if text != "-":
+                    cells.append(_read_cell(f"{family}/{spelling}", f"{door}/{group}", text,
+                                            notes, source))
+    instances = {c.row: c.instances for c in cells if c.error is None}
+    for c in cells:
+        if c.error is not None:
+            c.instances = instances.get(c.row, spelling_sources.COPIES)
+    return cells
+
+
+def _read_cell(row: str, column: str, text: str, notes: dict[str, str], source: str) -> Cell:
+    match = _CELL_TEXT.match(text)
+    if match is None:
+        raise ValueError(f"{row} in {column}: cannot read the cell {text!r}")
+    note = notes.get(match["note"] or "", "")
+    if match["note"] and not note:
+        raise ValueError(f"{row} in {column}: the table has no note {match['note']}")
+    cell = Cell(row, column, int(match["instances"] or 0), source=source,
+                numeric=match["numeric"] or "NOT RUN")
+    if match["collapsed"] is None:
+        cell.error = note
+        return cell
+    cell.collapsed = int(match["collapsed"])
+    cell.by_import = match["by_import"] is not None
+    if note and note != SILENT:
+        cell.reasons = {"": [note]}
+    return cell
+
+
+def merge_cells(layers: list[list[Cell]]) -> list[Cell]:
+    """The cells of ``layers``, a later layer's cell replacing an earlier one's (the same
+    row and column measured again), in the order the rows and columns first appear.
+    """
+    merged: dict[tuple[str, str], Cell] = {}
+    for layer in layers:
+        for cell in layer:
+            merged[(cell.row, cell.column)] = cell
+    return list(merged.values())
+
+
+def _json_cells(path: Path) -> tuple[list[Cell], float]:
+    """A ``--json`` file's cells, each with its source (when the run wrote the file)."""
+    run = json.loads(path.read_text())
+    when = run.get("generated") or datetime.datetime.fromtimestamp(
+        path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cells = [Cell(**c) for c in run["cells"]]
+    for cell in cells:
+        cell.source = cell.source or f"measured {when}"
+    return cells, run["seconds"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", help="glob patterns over family/spelling")
@@ -667,16 +863,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
                         / "docs" / "spellings.md")
     parser.add_argument("--json", type=Path, help="also write the cells here")
-    parser.add_argument("--from-json", type=Path, nargs="+", metavar="JSON",
-                        help="render the cells of earlier runs (--json) instead of measuring")
+    parser.add_argument("--from-json", type=Path, nargs="+", metavar="JSON", default=[],
+                        help="render the cells of earlier runs (--json) instead of measuring; "
+                             "a later file's cell replaces an earlier one's")
+    parser.add_argument("--from-table", type=Path, metavar="MD",
+                        help="with --from-json: start from the cells of this table (a "
+                             "committed docs/spellings.md), the runs' cells replacing them")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.from_json:
-        runs = [json.loads(path.read_text()) for path in args.from_json]
-        # a later run's cell replaces an earlier one's (a column measured again)
-        cells = list({(c["row"], c["column"]): Cell(**c)
-                      for r in runs for c in r["cells"]}.values())
-        args.out.write_text(render(cells, sum(r["seconds"] for r in runs)))
+    if args.from_json or args.from_table:
+        layers = [read_table(args.from_table.read_text())] if args.from_table else []
+        seconds = 0.0
+        for path in args.from_json:
+            cells, took = _json_cells(path)
+            layers.append(cells)
+            seconds += took
+        cells = merge_cells(layers)
+        args.out.write_text(render(cells, seconds))
         _LOG.info("wrote %s: %s", args.out, totals(cells))
         return
     rows = [SPELLINGS[i] for i in select(args.rows, [s.key for s in SPELLINGS])]
@@ -684,6 +887,7 @@ def main() -> None:
     if not rows or not columns:
         parser.error("the filters leave no row or no column")
     start = time.perf_counter()
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cache = Path(args.cache) if args.cache else None
     cells: list[Cell] = []
     # column by column, the cells so far written after each: a run stopped by a timeout
@@ -692,7 +896,7 @@ def main() -> None:
         cells += run(rows, group, cache, args.jobs, not args.no_numeric)
         seconds = time.perf_counter() - start
         if args.json:
-            args.json.write_text(json.dumps({"seconds": seconds,
+            args.json.write_text(json.dumps({"seconds": seconds, "generated": generated,
                                              "cells": [dataclasses.asdict(c) for c in cells]}))
     args.out.write_text(render(cells, seconds))
     _LOG.info("wrote %s: %s (%.0f s)", args.out, totals(cells), seconds)

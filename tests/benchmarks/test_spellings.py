@@ -11,6 +11,7 @@ cell below.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -239,3 +240,129 @@ def test_bfloat16_weights_come_back_from_the_cache_as_bfloat16(spellings, tmp_pa
         again = spellings._bfloat16_again(saved["w0"])
     assert again.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(again.astype("float32"), weights.astype("float32"))
+
+
+def test_the_matrix_and_the_coverage_table_count_ops_with_one_helper(spellings,
+                                                                      coverage_script):
+    from tvm import relax
+
+    from patternkit.models.op_counting import op_counts
+
+    assert spellings.op_counts is op_counts and coverage_script.op_counts is op_counts
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("helper", [x]):
+        bb.emit_func_output(bb.emit(relax.op.exp(x)))
+    y = relax.Var("y", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [y]):
+        with bb.dataflow():
+            twice = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.relu(y))))
+            out = bb.emit_output(relax.op.add(twice, y))
+        bb.emit_func_output(out)
+    counts = op_counts(bb.get())
+    assert counts == {"relax.nn.relu": 2, "relax.add": 1, "relax.exp": 1}
+
+
+def _centred_module():
+    """``(x - mean(x)) ** 2``: a norm's skeleton that no norm rule of the library takes."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((2, 8, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            mean = bb.emit(relax.op.mean(x, axis=[-1], keepdims=True))
+            centred = bb.emit(relax.op.subtract(x, mean))
+            out = bb.emit_output(relax.op.multiply(centred, centred))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_cell_no_rule_matched_gives_the_near_miss_detectors_reason(spellings):
+    from patternkit.models.spelling_sources import find_spelling, spelling_model
+
+    spelling = find_spelling("layernorm/written out")
+    mod = _centred_module()
+    before = mod.script()
+    cell = spellings._measure_cell(spelling, spellings.Column("onnx14", "float32", "static"),
+                                   spelling_model(spelling), None, mod, False, 0.0)
+    assert mod.script() == before  # the imported module is only read
+    assert cell.collapsed == 0 and not cell.silent
+    assert list(cell.reasons) == ["layernorm.collapse"]
+    # the cell is the site: the reason leaves out the binding names and the printer's note
+    reason = cell.reasons["layernorm.collapse"][0]
+    assert reason.startswith("no match: ") and "Metadata omitted" not in reason
+    assert not re.search(r"\blv\d+\b", cell.why())
+
+
+def test_a_detector_of_another_family_does_not_explain_a_row(spellings):
+    from patternkit.models.spelling_sources import find_spelling
+
+    names = {rule.name for detector in spellings.family_detectors(
+        find_spelling("layernorm/written out")) for rule in detector.rules}
+    assert names and all(name.startswith("layernorm.") for name in names)
+
+
+def test_the_committed_table_reads_back_into_the_cells_it_shows(spellings):
+    text = (SCRIPT.parents[1] / "docs" / "spellings.md").read_text()
+    cells = spellings.read_table(text)
+    again = spellings.render(cells, 1.0)
+    assert again[again.index("\n## "):] == text[text.index("\n## "):]
+    totals_line = next(line for line in text.splitlines() if line.startswith("Totals: "))
+    assert totals_line in again
+
+
+def test_a_cell_read_back_keeps_its_counts_reason_error_and_mismatch(spellings):
+    make = spellings.Cell
+    cells = [make("relu6/x", "onnx14/float32/static", 2, collapsed=1,
+                  reasons={"relu6.collapse": ["the bounds are not constants"]},
+                  numeric="max abs 0.5"),
+             make("relu6/x", "torch.export/float32/static", 2, collapsed=2, by_import=True),
+             make("relu6/x", "onnx17/float16/dynamic", 2, collapsed=0),
+             make("mish/y", "onnx14/float32/static", 2, error="from_onnx failed: no op")]
+    back = {(c.row, c.column): c for c in spellings.read_table(spellings.render(cells, 1.0),
+                                                               "the old table")}
+    for cell in cells:
+        read = back[(cell.row, cell.column)]
+        assert (read.collapsed, read.instances, read.by_import, read.error, read.silent,
+                read.complete, read.why()) == (cell.collapsed, cell.instances, cell.by_import,
+                                               cell.error, cell.silent, cell.complete,
+                                               cell.why())
+        assert read.source == "the old table"
+    assert back[("relu6/x", "onnx14/float32/static")].numeric == "max abs 0.5"
+    assert spellings.totals(list(back.values())) == spellings.totals(cells)
+
+
+def test_from_json_over_a_table_replaces_its_cells_and_says_which_rows_came_from_where(
+        spellings, tmp_path, monkeypatch):
+    import dataclasses
+    import json
+
+    make = spellings.Cell
+    old = [make("relu6/x", "onnx14/float32/static", 2, collapsed=0),
+           make("relu6/x", "onnx17/float32/static", 2, collapsed=0),
+           make("mish/y", "onnx14/float32/static", 2, collapsed=0),
+           make("mish/y", "onnx17/float32/static", 2, collapsed=2)]
+    table = tmp_path / "old.md"
+    table.write_text(spellings.render(old, 60.0).replace(
+        "Generated by `benchmarks/spellings.py` on ", "Generated by `benchmarks/spellings.py` "
+        "on 2026-01-02 (was ", 1))
+    new = [make("relu6/x", "onnx14/float32/static", 2, collapsed=0,
+                reasons={"relu6.collapse": ["the bounds are not 0 and 6"]})]
+    measured = tmp_path / "new.json"
+    measured.write_text(json.dumps({"seconds": 30.0, "generated": "2026-01-03 10:00 UTC",
+                                    "cells": [dataclasses.asdict(c) for c in new]}))
+    out = tmp_path / "out.md"
+    monkeypatch.setattr(sys, "argv", ["spellings.py", "--from-table", str(table),
+                                      "--from-json", str(measured), "--out", str(out)])
+    spellings.main()
+    text = out.read_text()
+    assert "| relu6 | x | 0/2 [1] | 0/2 [2] |" in text
+    assert "1. relu6.collapse: the bounds are not 0 and 6" in text
+    assert "* measured 2026-01-03 10:00 UTC: 1 row(s) in columns `onnx14/float32/static`: " \
+           "`relu6/x`" in text
+    assert "* the table generated on 2026-01-02: 1 row(s) in columns `onnx17/float32/static`: " \
+           "`relu6/x`" in text
+    assert "* the table generated on 2026-01-02: 1 row(s) in every column: `mish/y`" in text
+    assert "Totals: 4 cells, 1 collapsed, 1 with a named reason, 0 front-door errors, " \
+           "2 without a reason; 2 of 8 instances collapsed." in text
