@@ -17,11 +17,13 @@ directly.  The steps, each timed:
    TVM's semantics instead; the offload report says which ops went to the compiler and,
    for each op left on the host, why;
 4. **numeric check** of the entry function: ``before`` and ``after`` (external functions
-   inlined back) built for ``llvm`` and run on seeded random inputs, integer inputs drawn
-   inside the tables they index (or the user's ``input_ranges``); inputs that would read
-   out of bounds fail the check with the reason, never pass.  Symbolic dimensions are
-   checked at the example sizes and again at their smallest (not in a float16 model,
-   whose one run is the float64 arbitration's).  A float16/bfloat16 model,
+   inlined back) built for ``llvm`` (as one module with the per-site checks' functions,
+   :mod:`patternkit.verification.joint`: one build, not three) and run on seeded
+   random inputs, integer inputs drawn inside the tables they index (or the user's
+   ``input_ranges``); inputs that would read out of bounds fail the check with the
+   reason, never pass.  Symbolic dimensions are checked at the example sizes and again
+   at their smallest (not in a float16 model, whose one run is the float64
+   arbitration's).  A float16/bfloat16 model,
    and a float32 one that misses ``rtol = atol = 1e-4``, is judged against the model
    recomputed in float64 (:mod:`patternkit.app.precision`): the rewrite may round
    differently, not worse;
@@ -68,8 +70,9 @@ from ..engine.ruleset import RuleSet
 from ..engine.wellformed import assert_well_formed
 from ..errors import BuildError
 from ..verification import numeric
+from ..verification.joint import build_joint
 from ..verification.roundtrip import check_roundtrip
-from ..verification.sites import SiteReport, validate_sites
+from ..verification.sites import SitePlan, SiteReport, plan_sites, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
 from .near_misses import near_misses_of
 from .outfolder import OutputFolder
@@ -227,10 +230,14 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
     options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
     restored = _well_formed(inline_external(after), "inlining the external functions")
     first_sizes = _sizes_of(before[entry], options)
+    plan = _site_plan(before, log, entry)
+    joint = step("build", build_joint, before, restored, entry,
+                 plan.functions() if plan is not None else None)
     inputs = None
     try:
-        report.numeric, inputs = _numeric_check(before, restored, loaded, entry, options,
-                                                first_sizes, step, say)
+        report.numeric, inputs = _numeric_check(
+            before, restored, loaded, entry, options, first_sizes, step, say,
+            joint.comparison() if joint is not None else None)
     except BuildError as err:
         # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
         report.numeric = NumericResult.not_built_by(err.side, str(err), options["seed"])
@@ -238,7 +245,7 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
         say(f"validating {log.count()} rewrite site(s) on the model's own values and "
             f"adversarial draws ...")
         report.sites = step("sites", _validate_sites, before, rewritten, log, rules, entry,
-                            inputs, seed)
+                            inputs, seed, plan, joint.vm if joint is not None else None)
 
     say("checking the fuse/defuse round trips ...")
     fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
@@ -284,20 +291,34 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
     return report
 
 
+def _site_plan(before: tvm.IRModule, log: RewriteLog, entry: str) -> SitePlan | None:
+    """The rewrite sites cut out for their validation, to build beside the model; ``None``
+    when nothing was rewritten or they cannot be cut out (the validation then says why).
+    """
+    if not log.records:
+        return None
+    try:
+        return plan_sites(before, log, entry)
+    except Exception:  # noqa: BLE001 - validate_sites meets it again and reports it
+        return None
+
+
 def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteLog,
-                    rules: RuleSet, entry: str, inputs: list | None, seed: int
-                    ) -> SiteValidation:
+                    rules: RuleSet, entry: str, inputs: list | None, seed: int,
+                    plan: SitePlan | None = None, vm: Any = None) -> SiteValidation:
     """The report's ``sites`` section: every rewrite validated on its own
     (:func:`~patternkit.verification.sites.validate_sites`), each held to its rule's
     tolerance, a miss arbitrated against the site in float64.  Never raises: a
-    validation that cannot run is NOT RUN with the reason.
+    validation that cannot run is NOT RUN with the reason.  ``plan`` and ``vm``: the
+    sites already cut out and built with the model (the joint build).
     """
     from ..training.precision import as_float64  # loads only when a site needs it
 
     try:
         report: SiteReport = validate_sites(before, rewritten, log, inputs=inputs, seed=seed,
                                             func_name=entry, rules=rules,
-                                            widen=lambda func: as_float64(func, "site"))
+                                            widen=lambda func: as_float64(func, "site"),
+                                            plan=plan if vm is not None else None, vm=vm)
     except Exception as err:  # noqa: BLE001 - a check that cannot run says so
         return SiteValidation(not_run=f"{type(err).__name__}: {numeric._first_line(err)}")
     return SiteValidation(report)
@@ -305,8 +326,8 @@ def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteL
 
 def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedModel,
                    entry: str, options: Mapping[str, Any], first_sizes: dict[str, int],
-                   step: Callable, say: Callable[[str], None]
-                   ) -> tuple[NumericResult, list | None]:
+                   step: Callable, say: Callable[[str], None],
+                   built: numeric.Built | None = None) -> tuple[NumericResult, list | None]:
     """``(the report's numeric section, the inputs of the first comparison)``: before
     against the rewritten and partitioned module (its external functions inlined), at the
     first sizes and again at the smallest the model declares, and against float64 where
@@ -314,11 +335,12 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
     (``"pass"``, ``"fail"``, ``"inconclusive"``: outputs that are no evidence, or
     ``"refused"``), then the float64 arbitration's where it ran.
 
-    Raises :class:`BuildError` when either module does not build for llvm.
+    Raises :class:`BuildError` when either module does not build for llvm.  ``built``:
+    both modules' builds (the joint build), used at every size.
     """
     low_precision = low_precision_dtype(before[entry])
     comparison = step("numeric_check", numeric.compare, before, restored, keep_runs=True,
-                      **options)
+                      built=built, **options)
     result = NumericResult(
         ok=comparison.ok, max_abs_error=comparison.max_abs_error,
         max_rel_error=comparison.max_rel_error, rtol=options["rtol"], atol=options["atol"],
@@ -334,7 +356,7 @@ def _numeric_check(before: tvm.IRModule, restored: tvm.IRModule, loaded: LoadedM
     if smallest and not low_precision and not comparison.refused and not comparison.identical:
         say(f"comparing again at {', '.join(f'{k}={v}' for k, v in smallest.items())} ...")
         again = step("numeric_check_smallest", numeric.compare, before, restored,
-                     keep_runs=True,
+                     keep_runs=True, built=built,
                      **{**options, "shape_vars": {**options.get("shape_vars", {}), **smallest}})
         comparisons.append(again)
         result = replace(

@@ -9,9 +9,12 @@ whose inputs would read outside a table is refused, never reported as a match, s
 TVM's ``take`` does not check its indices on the CPU.
 
 Building is the slow part, and a pass is usually compared against the same "before"
-many times: :func:`compare` keeps the last few built reference modules, keyed by the
-module object *and* its structural hash (so a module edited in place is rebuilt), and
-the last ``after`` the same way (a job checks one rewrite at two sizes).  An
+many times: :func:`compare` keeps the last few built reference modules, looked up by
+structure (:mod:`patternkit.verification.builds`: a module edited in place is rebuilt,
+one that differs in a constant is never handed another's build), and the last
+``after`` the same way (a job checks one rewrite at two sizes).  A caller that built
+both sides already (the job builds them as one module,
+:mod:`patternkit.verification.joint`) hands the builds in (``built=``).  An
 ``after`` structurally equal to ``before`` (a pass that changed nothing) is not built
 again: the result says ``identical``.
 
@@ -29,7 +32,6 @@ with the reason and its magnitude); ``"refused"`` when the inputs could not be r
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -42,6 +44,7 @@ from ..engine.tolerance import ROUNDINGS
 from ..errors import BuildError
 from ..ir import compat as C
 from ..ir.dtypes import is_float_dtype, machine_epsilon
+from .builds import BuildCache
 from .indices import index_ranges, out_of_bounds
 
 #: Integers for inputs that index nothing known: small, so valid in small tensors.
@@ -250,42 +253,30 @@ def run(mod: tvm.IRModule, inputs: list[np.ndarray], func_name: str = "main",
     return flatten(vm[func_name](*[C.to_tensor(a) for a in inputs]))
 
 
-class _BuildCache:
-    """The last few reference builds: ``id(mod)`` -> ``(mod, structural hash, vm)``.
-
-    The module is held, so its ``id`` cannot be reused while the entry lives; the hash
-    catches a module changed in place (``mod["main"] = ...``) since it was built.
-    """
-
-    def __init__(self, size: int = 4):
-        self.size = size
-        self._entries: OrderedDict[int, tuple] = OrderedDict()
-
-    def vm(self, mod: tvm.IRModule) -> relax.VirtualMachine:
-        digest = tvm_ffi.structural_hash(mod)
-        entry = self._entries.get(id(mod))
-        if entry is not None and entry[0] is mod and entry[1] == digest:
-            self._entries.move_to_end(id(mod))
-            return entry[2]
-        vm = build(mod)
-        self._entries[id(mod)] = (mod, digest, vm)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-        return vm
-
-    def clear(self) -> None:
-        self._entries.clear()
+def _build_late(mod: tvm.IRModule, target: str) -> relax.VirtualMachine:
+    return build(mod, target)  # looked up at call time: tests count calls of ``build``
 
 
-REFERENCE_BUILDS = _BuildCache()
+REFERENCE_BUILDS = BuildCache(builder=_build_late)
 #: The last build of a compared module: checking one rewrite at a second size (a
 #: model's symbolic dimensions) runs the same build again.
-CANDIDATE_BUILDS = _BuildCache(size=1)
+CANDIDATE_BUILDS = BuildCache(size=1, builder=_build_late)
+
+
+@dataclass(frozen=True)
+class Built:
+    """One VM that runs both sides of a comparison: ``before``'s function under its own
+    name and ``after``'s under :attr:`after_func`.
+    """
+
+    vm: relax.VirtualMachine
+    after_func: str
 
 
 def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", seed: int = 0,
             rtol: float = 1e-5, atol: float = 1e-5, inputs: list[np.ndarray] | None = None,
-            keep_runs: bool = False, **input_options) -> Comparison:
+            keep_runs: bool = False, built: Built | None = None,
+            **input_options) -> Comparison:
     """Run both modules on the same seeded inputs and compare every output.
 
     ``before``'s build is reused across calls (see the module docstring), and so is
@@ -295,7 +286,8 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
     ``keep_runs``: the result also holds the inputs and both runs' outputs
     (:attr:`Comparison.runs`), so that nothing needs building or running again.
     A module that does not build raises :class:`~patternkit.errors.BuildError`, whose
-    ``side`` says which.
+    ``side`` says which.  ``built``: both sides' builds, made by the caller (the same
+    programs, built as one module: see :class:`Built`); nothing is built here then.
     """
     if inputs is None:
         inputs = random_inputs(before[func_name], seed=seed, **input_options)
@@ -303,17 +295,19 @@ def compare(before: tvm.IRModule, after: tvm.IRModule, func_name: str = "main", 
     if refused:
         return Comparison(float("nan"), float("nan"), 0, False, refused,
                           reason="; ".join(refused))
-    ref = run(before, inputs, func_name, vm=_built(REFERENCE_BUILDS, before, "before"))
+    ref = run(before, inputs, func_name,
+              vm=built.vm if built is not None else _built(REFERENCE_BUILDS, before, "before"))
     if after is before or tvm_ffi.structural_equal(after, before):
         # the same program: its build would run the same kernels on the same inputs
         return Comparison(0.0, 0.0, len(ref), True, identical=True, status=PASS,
                           runs=(inputs, ref, ref) if keep_runs else None)
-    got = run(after, inputs, func_name, vm=_built(CANDIDATE_BUILDS, after, "after"))
+    got = (run(after, inputs, built.after_func, vm=built.vm) if built is not None
+           else run(after, inputs, func_name, vm=_built(CANDIDATE_BUILDS, after, "after")))
     result = compare_outputs(ref, got, rtol=rtol, atol=atol)
     return replace(result, runs=(inputs, ref, got)) if keep_runs else result
 
 
-def _built(cache: _BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMachine:
+def _built(cache: BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMachine:
     """``cache.vm(mod)``; a module that does not build raises :class:`BuildError` naming
     the side, so a caller can tell a model TVM imported unbuildable from a broken pass.
     """

@@ -52,7 +52,8 @@ from ..ir import compat as C
 from ..ir.walk import substitute, vars_read
 from . import numeric
 
-__all__ = ["Site", "SiteReport", "validate_sites", "judge", "Judgement"]
+__all__ = ["Site", "SitePlan", "SiteReport", "plan_sites", "validate_sites", "judge",
+           "Judgement"]
 
 #: How much further from the float64 region the rewritten one may be (as the job's
 #: whole-model arbitration, :mod:`patternkit.app.precision`).
@@ -597,8 +598,8 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
                    inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
                    func_name: str | None = None, rules: Any = (),
                    tolerance: Callable[[str, str | None], Tolerance] | None = None,
-                   widen: Callable[[relax.Function], relax.Function] | None = None
-                   ) -> SiteReport:
+                   widen: Callable[[relax.Function], relax.Function] | None = None,
+                   plan: SitePlan | None = None, vm: Any = None) -> SiteReport:
     """Validate every rewrite ``log`` recorded; a :class:`SiteReport`.
 
     Parameters
@@ -623,9 +624,15 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
     widen : callable, optional
         A site function -> the same function in float64, for the arbitration of a draw
         that misses (see the module docstring).
+    plan, vm : optional
+        :func:`plan_sites` of the same ``before`` and ``log`` (made with ``probe=True``
+        when ``inputs`` are given) and a VM of a build holding ``plan.functions()``
+        beside ``before``'s functions: nothing is built here then.
     """
     del after  # see the docstring: the log is the record of what changed
     func_name = func_name or "main"
+    if plan is None:
+        plan = plan_sites(before, log, func_name, probe=inputs is not None)
     by_name = {getattr(r, "rule_name", None) or getattr(r, "name", ""): r for r in rules}
 
     def tol_of(rule: str, dtype: str | None) -> Tolerance:
@@ -634,36 +641,26 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
         found = by_name.get(rule)
         return found.tolerance(dtype) if found is not None else default_tolerance(dtype)
 
-    cache: dict[int, _Bindings] = {}
-    groups: dict[int, list[_Region]] = {}
-    report = SiteReport()
-    for record in log.records:
-        region = _cut(record, cache)
-        if isinstance(region, str):
-            report.sites.append(Site(record.rule, record.function, record.root, "not_run",
-                                     region))
-        else:
-            groups.setdefault(region.key, []).append(region)
-    probe = None
-    if inputs is not None and groups:
-        wanted = [x for regions in groups.values() for r in regions
-                  if r.record.function == func_name
-                  for x in r.inputs if isinstance(x, relax.Var)]
-        probe = _probe(before, func_name, wanted)
-    built = _build_all(list(groups.values()), before, probe, func_name)
+    report = SiteReport(sites=list(plan.unsplit))
+    groups = plan.groups
+    probe = plan.probe if inputs is not None else None
+    if vm is not None:
+        built = _Built(shared=vm, probe_vm=vm, builds=1)
+    else:
+        built = _build_all(groups, before, probe, func_name)
     report.builds += built.builds
     real_values: dict[int, np.ndarray] = {}
     capture_note = ""
     if probe is not None and inputs is not None:  # a probe is made only for inputs
         real_values, capture_note = _read_values(probe, built.probe_vm, list(inputs))
-    for number, regions in enumerate(groups.values()):
+    for number, regions in enumerate(groups):
         first = regions[0]
-        vm, why = built.vm_of(number)
+        site_vm, why = built.vm_of(number)
         tol = tol_of(first.record.rule, C.dtype_of(first.before.ret_ty))
         site = Site(first.record.rule, first.record.function, first.record.root, "not_run",
                     tolerance=str(tol), duplicates=[r.record.root for r in regions[1:]])
         report.sites.append(site)
-        if vm is None:
+        if site_vm is None:
             site.reason = why
             continue
         real = []
@@ -674,8 +671,55 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
         if not real and inputs is not None:
             site.inputs.append("real values: " + (capture_note or "not available (an input "
                                "is made by an earlier rewrite or lives in another function)"))
-        _run_site(site, vm, number, _draws(first, real, seed), tol, first, widen)
+        _run_site(site, site_vm, number, _draws(first, real, seed), tol, first, widen)
     return report
+
+
+@dataclass
+class SitePlan:
+    """The sites of a log cut out and grouped, before anything is built.
+
+    :meth:`functions` is what a build for them must hold beside the model's functions;
+    a caller that builds them with other functions (the job builds them with the model
+    before and after, :mod:`patternkit.verification.joint`) hands the plan and the VM to
+    :func:`validate_sites`.
+    """
+
+    groups: list[list[_Region]]  # structurally identical sites, the first one built
+    unsplit: list[Site]  # sites whose region could not be cut out: not run, with why
+    probe: _Probe | None  # the entry function returning the sites' inputs
+
+    def functions(self) -> dict[str, relax.Function]:
+        """Name -> function: each group's region and replacement, and the probe."""
+        functions: dict[str, relax.Function] = {}
+        for number, regions in enumerate(self.groups):
+            functions.update(_pair(number, regions[0]))
+        if self.probe is not None and self.probe.function is not None:
+            functions[PROBE] = self.probe.function
+        return functions
+
+
+def plan_sites(before: tvm.IRModule, log: RewriteLog, func_name: str = "main",
+               probe: bool = True) -> SitePlan:
+    """Cut every site of ``log`` out of ``before`` and group the identical ones; with
+    ``probe``, also make the entry function that returns the values the sites read.
+    """
+    cache: dict[int, _Bindings] = {}
+    groups: dict[int, list[_Region]] = {}
+    unsplit = []
+    for record in log.records:
+        region = _cut(record, cache)
+        if isinstance(region, str):
+            unsplit.append(Site(record.rule, record.function, record.root, "not_run", region))
+        else:
+            groups.setdefault(region.key, []).append(region)
+    made = None
+    if probe and groups:
+        wanted = [x for regions in groups.values() for r in regions
+                  if r.record.function == func_name
+                  for x in r.inputs if isinstance(x, relax.Var)]
+        made = _probe(before, func_name, wanted)
+    return SitePlan(list(groups.values()), unsplit, made)
 
 
 def _real_inputs(region: _Region, values: Mapping[int, np.ndarray], func_name: str

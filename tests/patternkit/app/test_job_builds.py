@@ -1,0 +1,76 @@
+"""``patternkit run`` builds the model once for before, after and the per-site checks,
+and reports exactly what it reports with every side built apart.
+"""
+
+import pytest
+import tvm
+from tvm import relax
+
+import patternkit as pk
+from patternkit.app.job import run
+from patternkit.verification import numeric
+from patternkit.verification.builds import caching
+
+
+class ScaledSoftmax(pk.DFPatternCallback):
+    """A wrong rule: ``softmax(x) -> softmax(x) * 1.5``."""
+
+    name = "demo.scaled_softmax"
+
+    def __init__(self):
+        super().__init__(rewrite_once=True)
+        self.x = pk.wildcard()
+        self.pattern = pk.is_op("nn.softmax")(self.x)
+
+    def callback(self, pre, post, node_map):
+        return relax.op.multiply(relax.op.nn.softmax(node_map[self.x][0], axis=-1),
+                                 relax.const(1.5, "float32"))
+
+
+def _model() -> tvm.IRModule:
+    """A written-out GELU, then a softmax, over a symbolic batch (checked at two sizes)."""
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 64), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            erf = bb.emit(relax.op.erf(relax.op.multiply(x, relax.const(2 ** -0.5,
+                                                                        "float32"))))
+            gelu = bb.emit(relax.op.multiply(relax.op.multiply(x, relax.const(0.5, "float32")),
+                                             relax.op.add(relax.const(1.0, "float32"), erf)))
+            out = bb.emit_output(relax.op.nn.softmax(gelu, axis=-1))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _without_timings(report) -> dict:
+    found = report.to_dict()
+    found.pop("seconds", None)
+    return found
+
+
+@pytest.mark.parametrize("patterns", [None, [ScaledSoftmax()]], ids=["library", "wrong"])
+def test_one_build_serves_every_check_and_the_report_is_the_same(monkeypatch, patterns):
+    builds = []
+    real = numeric.build
+    monkeypatch.setattr(numeric, "build", lambda m, *a, **k: builds.append(m) or real(m, *a, **k))
+    mod = _model()
+    text = mod.script()
+    reports, counts = {}, {}
+    for shared in (True, False):
+        numeric.REFERENCE_BUILDS.clear()
+        numeric.CANDIDATE_BUILDS.clear()
+        builds.clear()
+        with caching(shared):
+            reports[shared] = run(mod, patterns=patterns, out_dir=None, draw=False)
+        counts[shared] = len(builds)
+    # apart: before, after and the sites, and the two sides again at the second size; a
+    # miss also builds its float64 arbitration, either way
+    assert counts[False] - counts[True] == 4
+    assert counts[True] == 1 or patterns is not None
+    shared, apart = reports[True], reports[False]
+    assert shared.rewrites and shared.sites.report.sites
+    assert len(shared.numeric.sizes) == 2  # the symbolic batch checked at two sizes
+    assert shared.ok is (patterns is None)
+    assert _without_timings(shared) == _without_timings(apart)
+    assert mod.script() == text
