@@ -689,11 +689,26 @@ def provenance(cells: list[Cell]) -> list[str]:
         for row, columns in columns_of.items():
             by_columns.setdefault(frozenset(columns), []).append(row)
         for columns, rows in by_columns.items():
-            where = ("every column" if columns >= every else "columns " + ", ".join(
-                f"`{c}`" for c in sorted(columns, key=_column_order)))
+            where = "every column" if columns >= every else "columns " + _columns_text(columns)
             lines.append(f"* {source or 'this run'}: {len(rows)} row(s) in {where}: "
                          + ", ".join(f"`{row}`" for row in rows))
     return lines + [""]
+
+
+def _columns_text(columns: set[str]) -> str:
+    """``columns`` as the globs ``--columns`` takes: ``*/float32/static`` for a dtype and
+    shape measured through every front door, the column's own name otherwise.
+    """
+    parts = []
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            group = {f"{door}/{dtype}/{shape}" for door in FRONT_DOORS}
+            if group <= columns:
+                parts.append(f"*/{dtype}/{shape}")
+            else:
+                parts += sorted(group & columns, key=_column_order)
+    parts += sorted(c for c in columns if c not in {str(col) for col in COLUMNS})
+    return ", ".join(f"`{part}`" for part in parts)
 
 
 def _column_order(column: str) -> int:
@@ -844,11 +859,14 @@ def merge_cells(layers: list[list[Cell]]) -> list[Cell]:
 def _json_cells(path: Path) -> tuple[list[Cell], float]:
     """A ``--json`` file's cells, each with its source (when the run wrote the file)."""
     run = json.loads(path.read_text())
-    when = run.get("generated") or datetime.datetime.fromtimestamp(
-        path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if run.get("generated"):
+        when = f"measured by a run started {run['generated']}"
+    else:  # written before runs dated themselves: the file's time is the run's end
+        when = "measured by a run ended " + datetime.datetime.fromtimestamp(
+            path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cells = [Cell(**c) for c in run["cells"]]
     for cell in cells:
-        cell.source = cell.source or f"measured {when}"
+        cell.source = cell.source or when
     return cells, run["seconds"]
 
 

@@ -359,7 +359,8 @@ def test_from_json_over_a_table_replaces_its_cells_and_says_which_rows_came_from
     text = out.read_text()
     assert "| relu6 | x | 0/2 [1] | 0/2 [2] |" in text
     assert "1. relu6.collapse: the bounds are not 0 and 6" in text
-    assert "* measured 2026-01-03 10:00 UTC: 1 row(s) in columns `onnx14/float32/static`: " \
+    assert "* measured by a run started 2026-01-03 10:00 UTC: 1 row(s) in columns " \
+           "`onnx14/float32/static`: " \
            "`relu6/x`" in text
     assert "* the table generated on 2026-01-02: 1 row(s) in columns `onnx17/float32/static`: " \
            "`relu6/x`" in text
