@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -97,18 +98,7 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
              after: tvm.IRModule, *, changes: Any = None, func: str = "main",
              full: bool = False, adjoint: tvm.IRModule | None = None) -> dict[str, str]:
     """``before.svg``, ``after.svg``, ``diff.svg`` (and ``adjoint.svg``); name -> how drawn."""
-    from ..viz import viz_diff, viz_expr
-    from ..viz.repeats import fold_repeats
-
-    def expr_drawer(mod: tvm.IRModule, name: str):
-        def draw(mode: str, **options):
-            target, note = fold_repeats(mod, name) if mode != "as is" else (mod, "")
-            result = _result_name(target[name]) if mode == "output" else ""
-            if result:
-                options["focus"] = result
-            graph = viz_expr(target, functions=[name], title=f"{name}{note}", **options)
-            return graph, note
-        return draw
+    from ..viz import viz_diff
 
     def diff_drawer(mode: str, **options):
         context = {"as is": 2, "fold": 1, "output": 0}[mode]
@@ -117,12 +107,48 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
 
     drawn = {}
     for name, mod in pictures.items():
-        drawn[name] = draw_picture(out / name, expr_drawer(mod, func), full)
+        drawn[name] = draw_picture(out / name, _expr_drawer(mod, func), full)
     drawn["diff"] = draw_picture(out / "diff", diff_drawer, full)
     if adjoint is not None:
-        name = func + "_loss_adjoint"
-        drawn["adjoint"] = draw_picture(out / "adjoint", expr_drawer(adjoint, name), full)
+        drawn["adjoint"] = draw_adjoint(out, adjoint, func, full)
     return drawn
+
+
+def draw_adjoint(out: Path, adjoint: tvm.IRModule, func: str = "main",
+                 full: bool = False) -> str:
+    """``adjoint.svg``: the gradient function of ``func``; how it was drawn."""
+    return draw_picture(out / "adjoint", _expr_drawer(adjoint, func + "_loss_adjoint"), full)
+
+
+def _expr_drawer(mod: tvm.IRModule, name: str):
+    """``draw(mode, **options)`` of function ``name`` for :func:`draw_picture`."""
+    from ..viz import viz_expr
+    from ..viz.repeats import fold_repeats
+
+    def draw(mode: str, **options):
+        target, note = fold_repeats(mod, name) if mode != "as is" else (mod, "")
+        result = _result_name(target[name]) if mode == "output" else ""
+        if result:
+            options["focus"] = result
+        graph = viz_expr(target, functions=[name], title=f"{name}{note}", **options)
+        return graph, note
+    return draw
+
+
+def start_drawing(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
+                  after: tvm.IRModule, **options: Any) -> Future[dict[str, str]]:
+    """:func:`draw_job` in a thread of its own: what it returns, when it is done.
+
+    The job starts its drawings as soon as the rewritten module exists, so that ``dot``
+    (a process of its own, most of a drawing's time) lays them out while the job builds
+    and checks: the pictures and what the report says of them are the same, and the job
+    waits for them before it writes the report.  An error is raised by ``result()``.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="patternkit-drawing")
+    try:
+        return pool.submit(draw_job, out, pictures, before, after, **options)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one task
 
 
 def fitted_drawing(mod: tvm.IRModule, *, func: str | None, options: dict[str, Any],

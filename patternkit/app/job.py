@@ -34,7 +34,8 @@ directly.  The steps, each timed:
 6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
 7. **write** ``before.py`` and ``after.py`` (which load again), ``before.svg``,
    ``after.svg``, ``diff.svg`` (drawn within a layout budget, see
-   :mod:`patternkit.app.drawings`), ``report.md`` (a per-op table first),
+   :mod:`patternkit.app.drawings`; laid out in a thread from step 4 on, while the job
+   builds and checks), ``report.md`` (a per-op table first),
    ``report.html`` (the same in one page, drawings inline: :mod:`patternkit.app.report_html`)
    and ``report.json`` to the output folder.
 
@@ -54,6 +55,7 @@ import json
 import logging
 import math
 import time
+from concurrent import futures
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -226,69 +228,81 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
                              "PartitionGraph")
     report.ops = op_summary(before[entry], log.records, merged, host_ops, target)
 
-    say("building before and after for llvm and comparing ...")
-    options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
-    restored = _well_formed(inline_external(after), "inlining the external functions")
-    first_sizes = _sizes_of(before[entry], options)
-    plan = _site_plan(before, log, entry)
-    joint = step("build", build_joint, before, restored, entry,
-                 plan.functions() if plan is not None else None)
-    inputs = None
+    drawing = None
+    if staging is not None and draw:
+        # laid out by ``dot`` while the job builds and checks (see start_drawing)
+        from .drawings import start_drawing  # drawing is optional (draw=False): load it late
+
+        drawing = start_drawing(staging, {"before": before, "after": after}, before, after,
+                                changes=log, func=entry, full=full_drawing)
     try:
-        report.numeric, inputs = _numeric_check(
-            before, restored, loaded, entry, options, first_sizes, step, say,
-            joint.comparison() if joint is not None else None)
-    except BuildError as err:
-        # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
-        report.numeric = NumericResult.not_built_by(err.side, str(err), options["seed"])
-    if log.records:
-        say(f"validating {log.count()} rewrite site(s) on the model's own values and "
-            f"adversarial draws ...")
-        report.sites = step("sites", _validate_sites, before, rewritten, log, rules, entry,
-                            inputs, seed, plan, joint.vm if joint is not None else None)
+        say("building before and after for llvm and comparing ...")
+        options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
+        restored = _well_formed(inline_external(after), "inlining the external functions")
+        first_sizes = _sizes_of(before[entry], options)
+        plan = _site_plan(before, log, entry)
+        joint = step("build", build_joint, before, restored, entry,
+                     plan.functions() if plan is not None else None)
+        inputs = None
+        try:
+            report.numeric, inputs = _numeric_check(
+                before, restored, loaded, entry, options, first_sizes, step, say,
+                joint.comparison() if joint is not None else None)
+        except BuildError as err:
+            # nothing to compare: a model TVM imported unbuildable, or a pass that broke it
+            report.numeric = NumericResult.not_built_by(err.side, str(err), options["seed"])
+        if log.records:
+            say(f"validating {log.count()} rewrite site(s) on the model's own values and "
+                f"adversarial draws ...")
+            report.sites = step("sites", _validate_sites, before, rewritten, log, rules, entry,
+                                inputs, seed, plan, joint.vm if joint is not None else None)
 
-    say("checking the fuse/defuse round trips ...")
-    fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
-                 raise_on_failure=False)
-    report.roundtrip["FuseOps"] = RoundTripEntry.of(fused)
-    if table:
-        def partitioned_above(mod: tvm.IRModule) -> tvm.IRModule:
-            # the module the composites step partitioned: the round trip undoes what the
-            # job ran, not a second run of MergeComposite + PartitionGraph
-            assert mod is rewritten
-            return after
+        say("checking the fuse/defuse round trips ...")
+        fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
+                     raise_on_failure=False)
+        report.roundtrip["FuseOps"] = RoundTripEntry.of(fused)
+        if table:
+            def partitioned_above(mod: tvm.IRModule) -> tvm.IRModule:
+                # the module the composites step partitioned: the round trip undoes what the
+                # job ran, not a second run of MergeComposite + PartitionGraph
+                assert mod is rewritten
+                return after
 
-        partitioned = step("roundtrip_composites", check_roundtrip, rewritten,
-                           partitioned_above, func_name=entry, raise_on_failure=False)
-        report.roundtrip["MergeComposite+PartitionGraph"] = RoundTripEntry.of(partitioned)
+            partitioned = step("roundtrip_composites", check_roundtrip, rewritten,
+                               partitioned_above, func_name=entry, raise_on_failure=False)
+            report.roundtrip["MergeComposite+PartitionGraph"] = RoundTripEntry.of(partitioned)
 
-    adjoint = None
-    if train and report.numeric.not_built == "before":
-        report.training = {"status": "not_run", "reason": "the model as imported does not "
-                                                          "build for llvm (see the numeric check)"}
-    elif train:
-        from .training import train_check  # the training package loads only when asked
+        adjoint = None
+        if train and report.numeric.not_built == "before":
+            report.training = {"status": "not_run",
+                               "reason": "the model as imported does not build for llvm "
+                                         "(see the numeric check)"}
+        elif train:
+            from .training import train_check  # the training package loads only when asked
 
-        say("differentiating the model and checking the gradients ...")
-        zoo = loaded.zoo
-        report.training, adjoint = step(
-            "train", train_check, before, entry, seed=seed, int_ranges=options["int_ranges"],
-            inputs=zoo.arguments() if zoo is not None and zoo.params else None,
-            sizes=first_sizes)
-        if "reason" in report.training and zoo is not None and not zoo.params:
-            report.training["reason"] += (" (a zoo model keeps its weights as constants "
-                                          "unless keep_params=true)")
-        elif (report.training.get("status") == "not_run"
-              and loaded.description.endswith(".pt2")):
-            report.training["reason"] += (" (a .pt2 file's weights are constants unless "
-                                          "--keep-params / ?keep_params=true)")
+            say("differentiating the model and checking the gradients ...")
+            zoo = loaded.zoo
+            report.training, adjoint = step(
+                "train", train_check, before, entry, seed=seed, int_ranges=options["int_ranges"],
+                inputs=zoo.arguments() if zoo is not None and zoo.params else None,
+                sizes=first_sizes)
+            if "reason" in report.training and zoo is not None and not zoo.params:
+                report.training["reason"] += (" (a zoo model keeps its weights as constants "
+                                              "unless keep_params=true)")
+            elif (report.training.get("status") == "not_run"
+                  and loaded.description.endswith(".pt2")):
+                report.training["reason"] += (" (a .pt2 file's weights are constants unless "
+                                              "--keep-params / ?keep_params=true)")
 
-    report.seconds = seconds
-    if staging is not None:
-        say(f"writing {out}/ ...")
-        write_outputs(staging, before, after, report, draw=draw, changes=log, func=entry,
-                      full_drawing=full_drawing, adjoint=adjoint)
-    return report
+        report.seconds = seconds
+        if staging is not None:
+            say(f"writing {out}/ ...")
+            write_outputs(staging, before, after, report, draw=draw, changes=log, func=entry,
+                          full_drawing=full_drawing, adjoint=adjoint, drawing=drawing)
+        return report
+    finally:
+        if drawing is not None:
+            futures.wait([drawing])  # never leave it writing into a folder being removed
 
 
 def _site_plan(before: tvm.IRModule, log: RewriteLog, entry: str) -> SitePlan | None:
@@ -456,19 +470,29 @@ def _numeric_options(loaded: LoadedModel, entry: str, seed: int,
 
 def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: JobReport,
                   draw: bool = True, changes: Any = None, func: str = "main",
-                  full_drawing: bool = False, adjoint: tvm.IRModule | None = None) -> None:
-    """TVMScript, drawings and the three reports (``report.html`` shows the drawings)."""
+                  full_drawing: bool = False, adjoint: tvm.IRModule | None = None,
+                  drawing: futures.Future | None = None) -> None:
+    """TVMScript, drawings and the three reports (``report.html`` shows the drawings).
+
+    ``drawing``: the drawings of ``before``, ``after`` and their diff, started earlier
+    (:func:`patternkit.app.drawings.start_drawing`); only the adjoint is drawn here then.
+    """
     from .report_html import write_report_html
     from .scripts import write_script
 
     start = time.perf_counter()
     files = [write_script(out / "before.py", before), write_script(out / "after.py", after)]
     if draw:
-        from .drawings import draw_job  # drawing is optional (draw=False): load it late
+        from .drawings import draw_adjoint, draw_job  # optional (draw=False): load it late
 
-        pictures = {"before": before, "after": after}
-        drawn = draw_job(out, pictures, before, after, changes=changes, func=func,
-                         full=full_drawing, adjoint=adjoint)
+        if drawing is None:
+            pictures = {"before": before, "after": after}
+            drawn = draw_job(out, pictures, before, after, changes=changes, func=func,
+                             full=full_drawing, adjoint=adjoint)
+        else:
+            drawn = dict(drawing.result())
+            if adjoint is not None:
+                drawn["adjoint"] = draw_adjoint(out, adjoint, func, full_drawing)
         report.drawings = {name: how for name, how in drawn.items()}
         files += [f"{name}.svg" for name, how in drawn.items() if not how.startswith("not drawn")]
     write_report_html(out, report)  # the drawings inline: after they are drawn

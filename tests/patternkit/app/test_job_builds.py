@@ -2,6 +2,8 @@
 and reports exactly what it reports with every side built apart.
 """
 
+import threading
+
 import pytest
 import tvm
 from tvm import relax
@@ -74,3 +76,44 @@ def test_one_build_serves_every_check_and_the_report_is_the_same(monkeypatch, pa
     assert shared.ok is (patterns is None)
     assert _without_timings(shared) == _without_timings(apart)
     assert mod.script() == text
+
+
+def test_the_drawings_are_laid_out_while_the_model_builds(tmp_path, monkeypatch):
+    from patternkit.app import drawings
+
+    started = threading.Event()
+    real_draw = drawings.draw_job
+
+    def draw_job(*args, **kwargs):
+        started.set()
+        return real_draw(*args, **kwargs)
+
+    waited = []
+    real_build = numeric.build
+
+    def build(mod, *args, **kwargs):
+        waited.append(started.wait(timeout=10))  # sequential: the drawing never starts
+        return real_build(mod, *args, **kwargs)
+
+    monkeypatch.setattr(drawings, "draw_job", draw_job)
+    monkeypatch.setattr(numeric, "build", build)
+    report = run(_model(), out_dir=tmp_path / "out")
+    assert waited and all(waited)
+    assert list(report.drawings) == ["before", "after", "diff"]
+    for name, how in report.drawings.items():
+        assert not how.startswith("not drawn"), how
+        assert "<svg" in (tmp_path / "out" / f"{name}.svg").read_text()
+    assert {"before.svg", "after.svg", "diff.svg"} <= set(report.outputs)
+
+
+def test_a_run_that_fails_after_the_drawing_started_waits_for_it(tmp_path, monkeypatch):
+    from patternkit.app import job
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the build broke")
+
+    monkeypatch.setattr(job, "build_joint", broken)
+    with pytest.raises(RuntimeError, match="the build broke"):
+        run(_model(), out_dir=tmp_path / "out")
+    assert not [t for t in threading.enumerate() if t.name.startswith("patternkit-drawing")]
+    assert not list(tmp_path.rglob("*.svg"))  # the staged drawings went with the run
