@@ -78,6 +78,14 @@ def topk_shifted(k: int, largest: bool) -> tvm.IRModule:
     return bb.get()
 
 
+def sum_in(dtype: str, wide: str) -> tvm.IRModule:
+    """A ``dtype`` softmax whose max runs in ``dtype`` and whose sum runs in ``wide``."""
+    x = relax.Var("x", relax.TensorType((2, 5, 16), dtype))
+    e = relax.op.exp(x - relax.op.max(x, [-1], keepdims=True))
+    total = relax.op.sum(relax.op.astype(e, wide), [-1], keepdims=True)
+    return pk.from_expr(e / relax.op.astype(total, dtype))
+
+
 COLLAPSE_CASE = RuleCase(
     SoftmaxCollapse(), WrittenOut, Collapsed,
     negatives=[
@@ -94,12 +102,18 @@ COLLAPSE_CASE = RuleCase(
         Negative("max_over_two_axes", written_out(max_axes=(-2, -1)),
                  "the max reduces the axes [-2, -1]: a softmax normalises along one axis"),
         Negative("without_the_max", SoftmaxCollapse(shifted=False).example(),
-                 "no match: subtract(*, (max_form=reduce: max(*) | max_form=topk: "),
+                 "no match: subtract(*, (max_form=reduce: (max_width=narrowed: astype(…) | "
+                 "max_width=plain: max(…)) | max_form=topk: "),
         Negative("topk_of_two", topk_shifted(2, True),
                  "the topk takes the 2 largest values: only the single largest one is the "
                  "max that a softmax subtracts"),
         Negative("topk_of_the_smallest", topk_shifted(1, False),
                  "the topk takes the 1 smallest values"),
+        Negative("float32_max_and_sum_cast_to_float32", SoftmaxCollapse().example(wide="float32"),
+                 "the max runs in float32 on float32 values: only float16 and bfloat16 "
+                 "widened to float32 are taken"),
+        Negative("float16_sum_in_float64", sum_in("float16", "float64"),
+                 "the sum runs in float64 on float16 values"),
     ],
     tolerance=SAME_OPS)
 
@@ -248,7 +262,9 @@ LOG_SOFTMAX_CASE = RuleCase(
                  "the max reduces axis 0 but the sum axis 2: the shift does not cancel, so "
                  "this is not a log-softmax"),
         Negative("without_the_max", _log_softmax_of(shifted=False),
-                 "no match: add(log(sum(exp(…))), (max_form=reduce: max(*)"),
+                 "no match: add(log((sum_width=narrowed: astype(…) | sum_width=plain: "
+                 "sum(…))), (max_form=reduce: (max_width=narrowed: astype(…) | "
+                 "max_width=plain: max(…))"),
     ],
     tolerance=Tolerance(0.0, 0.0, "log_softmax legalises to the very max / subtract / exp / "
                                   "sum / log / subtract the model writes out: bit-identical"))
@@ -377,3 +393,59 @@ def test_onnx_exports_of_the_written_out_forms_collapse(module_cls, exporter):
                           opset_version=int(opset))
         model = onnx.load_from_string(buffer.getvalue())
     _only_op_after_the_library(from_onnx(model), module_cls)
+
+
+# -- the dynamo exporter's float16 / bfloat16 form: max and sum in float32 between casts ---------
+#: The written-out form rounds exp, the sum and the quotient to the narrow dtype, the collapse
+#: rounds once from float32: a few ulp apart, within 8 eps (the rules' default tolerance).
+NARROW_TOLERANCE = {"float16": 8 * 2.0**-10, "bfloat16": 8 * 2.0**-7}
+
+
+def _ops(mod: tvm.IRModule) -> list[str]:
+    return [str(pk.ir.op_name(b.value)) for block in mod["main"].body.blocks
+            for b in block.bindings if pk.ir.op_name(b.value)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("rule,op", [(SoftmaxCollapse(), "relax.nn.softmax"),
+                                     (LogSoftmaxCollapse(), "relax.nn.log_softmax")],
+                         ids=["softmax", "log_softmax"])
+def test_a_half_precision_softmax_widened_for_its_max_and_sum_collapses_in_float32(
+        rule, op, dtype, caplog):
+    before = rule.example(dtype=dtype, wide="float32", symbolic=True)
+    with caplog.at_level("INFO", logger="patternkit.patterns.softmax"):
+        applied = apply_rule(rule, before)
+    assert applied.fired == 1
+    assert _ops(applied.module) == ["relax.astype", op, "relax.astype"]
+    (cast_back,) = [b.value for b in applied.module["main"].body.blocks[0].bindings[-1:]]
+    assert str(cast_back.attrs.dtype) == dtype
+    assert f"ran in float32 on {dtype} values" in caplog.text
+    tol = NARROW_TOLERANCE[dtype]
+    pk.assert_same_numerics(before, applied.module, rtol=tol, atol=tol, shape_vars=SHAPE_VARS)
+
+
+def test_a_max_widened_alone_is_the_same_max_and_collapses_in_the_narrow_dtype():
+    x = relax.Var("x", relax.TensorType((2, 5, 16), "float16"))
+    wide_max = relax.op.astype(relax.op.max(relax.op.astype(x, "float32"), [-1], keepdims=True),
+                               "float16")
+    e = relax.op.exp(x - wide_max)
+    before = pk.from_expr(e / relax.op.sum(e, [-1], keepdims=True))
+    applied = apply_rule(SoftmaxCollapse(), before)
+    assert applied.fired == 1 and _ops(applied.module) == ["relax.nn.softmax"]
+    pk.assert_same_numerics(before, applied.module, rtol=0, atol=0)
+
+
+def test_the_dynamo_export_of_a_float16_written_out_softmax_collapses():
+    """The export the synthetic examples above copy (bfloat16 is written the same way)."""
+    pytest.importorskip("onnxscript")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    x = torch.randn(3, 16).to(torch.float16)
+    model = torch.onnx.export(AmaxShiftedSoftmax().eval(), (x,), dynamo=True, verbose=False
+                              ).model_proto
+    mod = from_onnx(model)
+    assert 'R.astype(x, dtype="float32")' in mod.script()  # its max and sum run in float32
+    after = pk.rewrite(LIBRARY, mod)
+    assert _ops(after) == ["relax.astype", "relax.nn.softmax", "relax.astype"]
+    tol = NARROW_TOLERANCE["float16"]
+    pk.assert_same_numerics(mod, after, rtol=tol, atol=tol)
