@@ -243,10 +243,11 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from ..testing.fuzz import fuzz_pass, fuzz_roundtrip
 
     options = _campaign_options(args)
+    executor = executor_options(args)  # a refused --executor is an error before any work
     if record_options(args):  # recorded unit by unit: patternkit.app.campaign
         from .campaign import fuzz_recorded
         report = fuzz_recorded(args.target, strategy=args.strategy, progress=_progress(args),
-                               **options, **record_options(args))
+                               **options, **record_options(args), **executor)
     elif args.target == "roundtrip":
         report = fuzz_roundtrip(**options)
     else:
@@ -402,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the random programs: grown from every operator's typing rule "
                            "(ops, the default) or network-like (networks)")
     add_record_options(fuzz)
+    add_executor_options(fuzz)
     fuzz.set_defaults(handler=_cmd_fuzz)
 
     bis = sub.add_parser("bisect", help="the first rewrite or pass that changes the numbers")

@@ -128,3 +128,27 @@ def test_inconsistent_executor_options_are_one_line_errors(tmp_path, capsys, ext
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and message in err
     assert not (tmp_path / "out").exists()
+
+
+def test_fuzz_hands_its_units_to_the_ray_executor(tmp_path, monkeypatch, capsys):
+    """The wiring of ``fuzz --executor ray`` (the executor itself runs locally here: the
+    cluster run is the first test's)."""
+    pytest.importorskip("ray")
+    from patternkit.testing.campaign import local_executor
+
+    handed = []
+
+    def here(self, units, check):
+        for record in local_executor(units, check):
+            handed.append(record["instance"])
+            yield record
+
+    monkeypatch.setattr(RayExecutor, "__call__", here)
+    folder = tmp_path / "fuzz"
+    assert main(["fuzz", "roundtrip", "--budget", "2", "--out", str(folder), "--executor",
+                 "ray", "--quiet"]) == 0
+    assert sorted(handed) == [0, 1]
+    assert sorted(r["instance"] for r in read_records(folder)) == [0, 1]
+    capsys.readouterr()
+    assert main(["fuzz", "roundtrip", "--budget", "2", "--executor", "ray"]) != 0
+    assert "give --out DIR" in capsys.readouterr().err  # not a silent local run
