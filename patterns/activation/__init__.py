@@ -25,6 +25,10 @@ order, every number in any float dtype within that dtype's rounding)
   ``from_onnx`` of ``Clip``, two ``call_tir`` of TOPI's ``maximum`` and ``minimum`` with
   NaN-guarded bounds -> ``R.clip(x, lo, hi)``, so an ONNX ``Clip(0, 6)`` (torch's
   ``nn.ReLU6`` through either exporter) is the canonical relu6 too.
+* ``maximum.collapse_onnx``, ``minimum.collapse_onnx`` (:mod:`.onnx_minmax`, a class:
+  it has a guard): ``from_onnx``'s ``Max`` / ``Min``, a ``max`` / ``min`` reduction over
+  a ``stack`` of the operands broadcast to one shape -> ``R.maximum`` / ``R.minimum``, so
+  torch's ``minimum(maximum(x, 0), 6)`` through the TorchScript exporter is a relu6 too.
 * ``hardsigmoid.canonicalize``: TVM's ``from_onnx`` of ``HardSigmoid``, ``clip(x / 6 +
   0.5, 0, 1)`` (the ``1/6`` as a constant factor), and ``clip(x + 3, 0, 6) * (1/6)`` ->
   the canonical ``clip(x + 3, 0, 6) / 6`` (torch's ``nn.Hardsigmoid`` after
@@ -100,6 +104,7 @@ from .examples import (
     swish as swish_example,
 )
 from .onnx_clip import OnnxClipCollapse
+from .onnx_minmax import OnnxMaxCollapse, OnnxMinCollapse
 
 #: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
 SQRT_HALF = 0.5 ** 0.5
@@ -350,7 +355,8 @@ GeluExpand = example_rule_class(
         "function.")
 
 #: The collapse rules of this file, in priority order (``LIBRARY``).
-RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, OnnxClipCollapse, Relu6Collapse,
+RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, OnnxClipCollapse,
+         OnnxMaxCollapse, OnnxMinCollapse, Relu6Collapse,
          HardsigmoidCanonicalize, HardswishCanonicalize, SoftplusCollapse)
 
 #: The composites of this file (``LIBRARY``, after every rewrite of the library).

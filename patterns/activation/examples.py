@@ -11,6 +11,7 @@ constant were wrong.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import tvm
 from tvm import relax
@@ -228,6 +229,53 @@ def onnx_clip_written_out(dtype: str = "float32", shape: str = "batch_seq",
                     bound = bb.emit(relax.op.where(bb.emit(relax.op.isnan(checked)),
                                                    constant(infinity, dtype), bound))
                 result = bb.emit_te(te_op, result, bound, primfunc_name_hint=name)
+            out = bb.emit_output(result)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def onnx_minmax_written_out(dtype: str = "float32", shape: str = "batch_seq",
+                            reduce: str = "max", other: str = "scalar", axis: int = 0,
+                            reduce_axis: int | None = None, keepdims: bool = False,
+                            relu6: bool = False) -> tvm.IRModule:
+    """ONNX ``Max(x, y)`` / ``Min(x, y)`` on ``x`` (see :func:`example_input`) as TVM's
+    ``from_onnx`` writes them: both operands ``broadcast_to`` the output's shape, ``stack``
+    along ``axis`` and reduced (``reduce``: ``R.max`` / ``R.min``) along ``reduce_axis``
+    (default ``axis``), ``keepdims`` as given.  ``other`` is ``"scalar"`` (the number 0 for
+    max, 6 for min), ``"tensor"`` (a second input of ``x``'s shape), ``"row"`` (a ``(16,)``
+    input broadcast against ``x``) or ``"outer"`` (``x`` replaced: operands of shapes
+    ``(4, 1)`` and ``(1, 16)``, neither of the output's shape).  ``relu6=True`` writes
+    ``Min(Max(x, 0), 6)`` (torch's ``minimum(maximum(x, 0), 6)`` through the TorchScript
+    exporter) and ignores ``reduce`` and ``other``.
+    """
+    x = example_input(dtype, shape)
+    params = [x]
+    if other == "tensor":
+        params.append(relax.Var("y", relax.TensorType(x.ty.shape, dtype)))
+    elif other == "row":
+        params.append(relax.Var("y", relax.TensorType((16,), dtype)))
+    elif other == "outer":
+        params = [relax.Var("a", relax.TensorType((4, 1), dtype)),
+                  relax.Var("b", relax.TensorType((1, 16), dtype))]
+    bb = relax.BlockBuilder()
+
+    def reduced(a: relax.Expr, b: relax.Expr, op: str, out_shape: Any) -> relax.Expr:
+        parts = [bb.emit(relax.op.broadcast_to(v, out_shape)) for v in (a, b)]
+        stacked = bb.emit(relax.op.stack(parts, axis=axis))
+        on = axis if reduce_axis is None else reduce_axis
+        return bb.emit(getattr(relax.op, op)(stacked, axis=[on], keepdims=keepdims))
+
+    with bb.function("main", params):
+        with bb.dataflow():
+            if relu6:
+                low = reduced(x, constant(0.0, dtype), "max", x.ty.shape)
+                result = reduced(low, constant(6.0, dtype), "min", x.ty.shape)
+            elif other == "outer":
+                result = reduced(params[0], params[1], reduce, (4, 16))
+            else:
+                y = (params[1] if len(params) > 1
+                     else constant(0.0 if reduce == "max" else 6.0, dtype))
+                result = reduced(x, y, reduce, x.ty.shape)
             out = bb.emit_output(result)
         bb.emit_func_output(out)
     return bb.get()

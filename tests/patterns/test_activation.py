@@ -33,6 +33,8 @@ from patternkit.patterns.activation import (
     HardswishComposite,
     MishComposite,
     OnnxClipCollapse,
+    OnnxMaxCollapse,
+    OnnxMinCollapse,
     QuickGeluComposite,
     Relu6Collapse,
     SiluCollapse,
@@ -45,6 +47,7 @@ from patternkit.patterns.activation.examples import (
     hardswish_written_out,
     mish_written_out,
     onnx_clip_written_out,
+    onnx_minmax_written_out,
     quick_gelu_written_out,
     relu6_written_out,
     softplus_written_out,
@@ -413,6 +416,75 @@ def test_onnx_clip_of_relu6_reaches_the_canonical_relu6(exporter):
     for clip in clips:  # what relax.op.nn.relu6 builds, as relu6.collapse writes it
         tvm.ir.assert_structural_equal(list(clip.args[1:]),
                                        list(relax.op.nn.relu6(clip.args[0]).args[1:]))
+    (got,) = pk.verification.numeric.run(after, [x.numpy()])
+    np.testing.assert_array_equal(got, module(x).detach().numpy())
+
+
+# -- ONNX Max / Min ------------------------------------------------------------------------------
+def _minmax_case(cls, op, number: float) -> RuleCase:
+    before = onnx_minmax_written_out(shape="static", reduce=cls.reduce)
+    return RuleCase(
+        cls(), before, _with_main(before, op(_var((2, 8, 16)), _c(number))),
+        negatives=[
+            Negative("another_axis_reduced", onnx_minmax_written_out(
+                reduce=cls.reduce, reduce_axis=1),
+                     f"the {cls.reduce} reduces axes [1] (keepdims=False) of the operands "
+                     f"stacked along axis 0: only the stacked axis, dropped, is the "
+                     f"elementwise {op.__name__}"),
+            Negative("stacked_axis_kept", onnx_minmax_written_out(
+                reduce=cls.reduce, keepdims=True),
+                     f"the {cls.reduce} reduces axes [0] (keepdims=True)"),
+        ],
+        tolerance=Tolerance(0, 0, "a maximum or minimum does not round"))
+
+
+MAX_ONNX_CASE = _minmax_case(OnnxMaxCollapse, relax.op.maximum, 0.0)
+MIN_ONNX_CASE = _minmax_case(OnnxMinCollapse, relax.op.minimum, 6.0)
+
+
+def test_onnx_max_collapse_meets_the_rule_contract():
+    check_rule(MAX_ONNX_CASE)
+
+
+def test_onnx_min_collapse_meets_the_rule_contract():
+    check_rule(MIN_ONNX_CASE)
+
+
+def test_onnx_max_of_operands_smaller_than_its_output_is_broadcast_back():
+    before = onnx_minmax_written_out(other="outer")  # Max of (4, 1) and (1, 16)
+    after = pk.rewrite(OnnxMaxCollapse(), before)
+    assert _ops(after) == ["relax.maximum", "relax.broadcast_to"]
+    tvm.ir.assert_structural_equal(after["main"].ret_ty, before["main"].ret_ty)
+    pk.assert_same_numerics(before, after, rtol=0, atol=0)
+
+
+class _MinMaxRelu6(torch.nn.Module):
+    """``minimum(maximum(x, 0), 6)``: ONNX ``Max`` then ``Min`` through TorchScript."""
+
+    def forward(self, x):
+        zero, six = torch.tensor(0.0), torch.tensor(6.0)
+        return torch.minimum(torch.maximum(x, zero), six) * 2.0
+
+
+@pytest.mark.parametrize("opset", [14, 17])
+def test_onnx_max_min_of_a_torchscript_export_reach_the_canonical_relu6(opset):
+    import io
+
+    onnx = pytest.importorskip("onnx")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    module, x = _MinMaxRelu6().eval(), torch.randn(2, 16) * 5
+    buffer = io.BytesIO()
+    torch.onnx.export(module, (x,), buffer, dynamo=False, opset_version=opset)
+    mod = from_onnx(onnx.load_from_string(buffer.getvalue()))
+    assert {"relax.stack", "relax.max", "relax.min"} <= set(_ops(mod))
+    after = pk.rewrite(LIBRARY, mod)
+    assert _ops(after).count("relax.clip") == 1
+    assert not {"relax.stack", "relax.max", "relax.min"} & set(_ops(after))
+    (clip,) = [b.value for b in after["main"].body.blocks[0].bindings
+               if C.op_name(b.value) == "relax.clip"]
+    tvm.ir.assert_structural_equal(list(clip.args[1:]),
+                                   list(relax.op.nn.relu6(clip.args[0]).args[1:]))
     (got,) = pk.verification.numeric.run(after, [x.numpy()])
     np.testing.assert_array_equal(got, module(x).detach().numpy())
 
@@ -886,7 +958,9 @@ def _space(cls, refused: dict[str, tuple]) -> list:
 REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": ("scaled",)},
            Relu6Collapse: {"upper": (5.0,)}, HardsigmoidCanonicalize: {"offset": (2.0,)},
            HardswishCanonicalize: {"offset": (2.0,)}, SoftplusCollapse: {"threshold": (10.0,)},
-           GeluExpand: {"dtype": ("float64",)}, OnnxClipCollapse: {"low": (7.0,)}}
+           GeluExpand: {"dtype": ("float64",)}, OnnxClipCollapse: {"low": (7.0,)},
+           OnnxMaxCollapse: {"reduce_axis": (1,), "keepdims": (True,)},
+           OnnxMinCollapse: {"reduce_axis": (1,), "keepdims": (True,)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
 TOLERANCES = {"float32": {"rtol": F32.rtol, "atol": F32.atol}, "float16": F16,
@@ -1004,7 +1078,9 @@ def test_rational_erf_is_erf_to_float32_rounding():
 
 # -- rules by example ---------------------------------------------------------------------------
 @pytest.mark.parametrize("cls", [c for c in (*RULES, *ACTIVATION_EXPANSIONS)
-                                 if c is not OnnxClipCollapse],  # a class: it has guards
+                                 # classes: they have guards
+                                 if c not in (OnnxClipCollapse, OnnxMaxCollapse,
+                                              OnnxMinCollapse)],
                          ids=lambda cls: cls.name)
 def test_each_rule_is_by_example_and_its_written_and_fused_sides_agree_on_llvm(cls):
     """The library builds these rules without the construction-time check (importing the
