@@ -117,18 +117,22 @@ def _roundtrip_summary(roundtrip: Mapping[str, RoundTripEntry]) -> str:
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
-    from .coverage import table_coverage
+    from .campaign.coverage_campaign import coverage_recorded
 
     tables = [t.strip() for t in args.table.split(",") if t.strip()]
-    rows = table_coverage(args.models, tables, args.out, progress=_progress(args),
-                          tick=_progress(args).tick)
+    out = args.resume or args.out  # recorded unit by unit: patternkit.app.campaign
+    report, rows = coverage_recorded(args.models, tables, out, resume=bool(args.resume),
+                                     jobs=args.jobs, tick=_progress(args).tick,
+                                     shard=_shard(args))
     _progress(args).close()
+    for failure in report.failures:  # a model that did not load
+        print(f"{failure.target}: {failure.error}")
     if not args.quiet:
         for r in rows:
             print(f"{r['model']}  {r['table']:<12} {r['stage']:<15} {r['share']:>5.0%} of "
                   f"{r['op_calls']} op calls, {r['regions']} region(s)")
-        print(f"report in {args.out}/coverage.md")
-    return 0
+        print(f"report in {out}/coverage.md")
+    return 1 if report.failures else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -202,14 +206,17 @@ def _cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
-def _campaign_options(args: argparse.Namespace) -> dict:
+def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
     from ..testing.fuzz import parse_shard
 
     try:
-        shard = parse_shard(args.shard) if args.shard else None
+        return parse_shard(args.shard) if args.shard else None
     except ValueError as err:
         raise PatternkitError(str(err)) from None
-    return dict(budget=args.budget, seed=args.seed, jobs=args.jobs, shard=shard,
+
+
+def _campaign_options(args: argparse.Namespace) -> dict:
+    return dict(budget=args.budget, seed=args.seed, jobs=args.jobs, shard=_shard(args),
                 tick=_progress(args).tick)
 
 
@@ -346,7 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("models", nargs="+", help="built-in model names, .py or .onnx files")
     cov.add_argument("--table", required=True,
                      help="comma-separated registered prefixes (cutlass,tensorrt)")
-    cov.add_argument("--out", default="patternkit-coverage", help="output folder")
+    cov.add_argument("--out", default="patternkit-coverage",
+                     help="output folder (with one JSON line per model: patternkit merge)")
+    cov.add_argument("--resume", metavar="DIR", default=None,
+                     help="go on with the coverage recorded in DIR, skipping its models")
+    cov.add_argument("--shard", default=None, metavar="K/N",
+                     help="measure only shard K of N of the models (by a stable hash)")
+    cov.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     cov.add_argument("--quiet", action="store_true")
     cov.set_defaults(handler=_cmd_coverage)
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..byoc.reports.table_coverage import coverage
 from ..byoc.tables.table import PatternTable
 from ..engine.driver import rewrite
 from .loading import load_model
 
-__all__ = ["table_coverage"]
+__all__ = ["table_coverage", "model_rows", "write_coverage"]
 
 
 def table_coverage(models: Sequence[str], tables: Sequence[str],
@@ -41,41 +41,58 @@ def table_coverage(models: Sequence[str], tables: Sequence[str],
     rules = LIBRARY.rewrite_rules()
     rows: list[dict] = []
     for done, spec in enumerate(models, 1):
-        say(f"loading {spec} ...")
-        mod, description = load_model(spec)
-        rewritten = rewrite(rules, mod)
-        for prefix, table in tables_.items():
-            say(f"{description}: {prefix} ...")
-            for stage, module in (("as loaded", mod), ("after rewrites", rewritten)):
-                report = coverage(module, table)
-                rows.append({"model": description, "table": prefix, "stage": stage,
-                             "share": report.share, "op_calls": len(report.ops),
-                             "regions": report.regions, "largest_region": report.largest_region,
-                             "host": report.host_reasons(), "split": report.split,
-                             "report": json.loads(report.to_json())})
+        description, found = model_rows(spec, tables_, rules, say)
+        rows += found
         if tick is not None:
             tick(done, len(models), description)
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "coverage.json").write_text(json.dumps(rows, indent=1))
-        lines = ["# Coverage of TVM's pattern tables", "",
-                 "| model | table | stage | op calls | offloaded | regions | largest | "
-                 "left on the host | split off to avoid a cycle |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in rows:
-            host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
-            lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
-                         f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} | "
-                         f"{r['split']} |")
-        models_seen = list(dict.fromkeys(r["model"] for r in rows))
-        lines.append("")
-        for i, model in enumerate(models_seen):
-            (out / f"coverage_{i}.svg").write_text(
-                _coverage_chart(model, [r for r in rows if r["model"] == model]))
-            lines.append(f"![{model}](coverage_{i}.svg)")
-        (out / "coverage.md").write_text("\n".join(lines) + "\n")
+        write_coverage(rows, out_dir)
     return rows
+
+
+def model_rows(spec: str, tables: dict[str, PatternTable], rules: Any,
+               say: Callable[[str], None] = lambda message: None) -> tuple[str, list[dict]]:
+    """One model's rows: each table's coverage as loaded and after ``rules``.
+
+    Returns the model's description and its rows (see :func:`table_coverage`).
+    """
+    say(f"loading {spec} ...")
+    mod, description = load_model(spec)
+    rewritten = rewrite(rules, mod)
+    rows = []
+    for prefix, table in tables.items():
+        say(f"{description}: {prefix} ...")
+        for stage, module in (("as loaded", mod), ("after rewrites", rewritten)):
+            report = coverage(module, table)
+            rows.append({"model": description, "table": prefix, "stage": stage,
+                         "share": report.share, "op_calls": len(report.ops),
+                         "regions": report.regions, "largest_region": report.largest_region,
+                         "host": report.host_reasons(), "split": report.split,
+                         "report": json.loads(report.to_json())})
+    return description, rows
+
+
+def write_coverage(rows: list[dict], out_dir: str | Path) -> None:
+    """``coverage.json``, ``coverage.md`` and a bar chart per model in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# Coverage of TVM's pattern tables", "",
+             "| model | table | stage | op calls | offloaded | regions | largest | "
+             "left on the host | split off to avoid a cycle |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        host = ", ".join(f"{k} {n}" for k, n in sorted(r["host"].items())) or "none"
+        lines.append(f"| {r['model']} | {r['table']} | {r['stage']} | {r['op_calls']} | "
+                     f"{r['share']:.0%} | {r['regions']} | {r['largest_region']} | {host} | "
+                     f"{r['split']} |")
+    models_seen = list(dict.fromkeys(r["model"] for r in rows))
+    lines.append("")
+    for i, model in enumerate(models_seen):
+        (out / f"coverage_{i}.svg").write_text(
+            _coverage_chart(model, [r for r in rows if r["model"] == model]))
+        lines.append(f"![{model}](coverage_{i}.svg)")
+    (out / "coverage.md").write_text("\n".join(lines) + "\n")
 
 
 def _coverage_chart(model: str, rows: list[dict]) -> str:

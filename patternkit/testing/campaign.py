@@ -197,13 +197,17 @@ def report_of(campaign: Campaign, records: Iterable[dict],
     """The campaign's report from its records (each unit once, in campaign order).
 
     Records of replayed counterexamples (:mod:`patternkit.testing.example_db`) count
-    too, before their subject's units.
+    too, before their subject's units.  A shard's report leaves out the subjects whose
+    units all fall in other shards.
     """
     by_key: dict[str, dict] = {}
     for record in records:
         by_key.setdefault(_key(record), record)
     targets = []
+    with_units = {unit.subject for unit in campaign.units(shard)}
     for subject in campaign.subjects:
+        if subject not in with_units:  # all of its units are other shards'
+            continue
         merged = TargetReport(subject)
         for replay in by_key.values():  # replayed counterexamples come first
             if replay["subject"] == subject and _replayed(replay):

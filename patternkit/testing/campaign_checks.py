@@ -35,13 +35,15 @@ from .fuzz import (
     verify_instance,
 )
 
-__all__ = ["VerifyCheck", "FuzzCheck", "RoundtripCheck", "record_of", "failure_record"]
+__all__ = ["VerifyCheck", "FuzzCheck", "RoundtripCheck", "record_of", "failure_record",
+           "kept_in_process"]
 
 #: What a process has rebuilt or drawn, by (kind, name, budget, seed, ...): once per process.
 _KEPT: dict[tuple, Any] = {}
 
 
-def _kept(key: tuple, make: Callable[[], Any]) -> Any:
+def kept_in_process(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, made once per process for ``key`` (a check's rules, drawn instances)."""
     if key not in _KEPT:
         _KEPT[key] = make()
     return _KEPT[key]
@@ -125,7 +127,7 @@ class VerifyCheck:
         """Check ``unit``; its record."""
         start = time.perf_counter()
         rule = self.rule(unit.subject)
-        instances = _kept(("verify", unit.subject, id(rule), self.budget, self.seed),
+        instances = kept_in_process(("verify", unit.subject, id(rule), self.budget, self.seed),
                           lambda: knob_instances(rule, self.budget, self.seed))
         report = TargetReport(unit.subject)
         extra: dict[str, Any] = {}
@@ -178,7 +180,7 @@ class FuzzCheck:
         """The target: the caller's object, or rebuilt from its name (once per process)."""
         if self.local is not None:
             return self.local
-        return _kept(("target", self.target), lambda: resolve_target(self.target))
+        return kept_in_process(("target", self.target), lambda: resolve_target(self.target))
 
     @property
     def label(self) -> str:
@@ -188,7 +190,7 @@ class FuzzCheck:
     def __call__(self, unit: Unit) -> dict:
         """Check ``unit``; its record."""
         start = time.perf_counter()
-        instances = _kept(("fuzz", self.strategy, self.budget, self.seed),
+        instances = kept_in_process(("fuzz", self.strategy, self.budget, self.seed),
                           lambda: draw_instances(named_strategy(self.strategy), self.budget,
                                                  self.seed))
         if unit.instance >= len(instances):
@@ -221,7 +223,7 @@ class RoundtripCheck:
         from .graphs import relax_graphs
 
         start = time.perf_counter()
-        instances = _kept(("roundtrip", self.max_ops, self.budget, self.seed),
+        instances = kept_in_process(("roundtrip", self.max_ops, self.budget, self.seed),
                           lambda: draw_instances(relax_graphs(max_ops=self.max_ops),
                                                  self.budget, self.seed))
         report = (roundtrip_instance(instances[unit.instance])
