@@ -222,6 +222,9 @@ def _campaign_options(args: argparse.Namespace) -> dict:
 
 def _print_campaign(report, quiet: bool, progress: Progress) -> int:
     progress.close()  # before the results print
+    if not report.targets and report.shard is not None:  # the stable hash gave it no unit
+        print(f"shard {report.shard[0]}/{report.shard[1]} holds none of the campaign's units")
+        return 0
     if quiet:
         for target in report.targets:
             print(target.summary())

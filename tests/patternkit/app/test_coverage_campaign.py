@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from patternkit.app.cli import main
-from patternkit.testing.campaign import read_records
+from patternkit.testing.campaign import Unit, read_records, shard_of
 
 
 def _coverage(models: list[str], *extra: str) -> int:
@@ -22,10 +22,10 @@ def _without_timings(records: list[dict]) -> list[dict]:
 
 
 def test_coverage_is_a_campaign_of_models_sharded_resumed_and_merged(tmp_path, capsys):
-    models = ["seed-batchnorm", str(tmp_path / "missing.py")]
+    models = ["seed-batchnorm", "nowhere/model.py"]  # by their stable hash: shards 2 and 1
     whole = tmp_path / "whole"
     assert _coverage(models, "--out", str(whole)) == 1  # one model did not load
-    assert "missing.py: JobError: model file not found" in capsys.readouterr().out
+    assert "nowhere/model.py: JobError: model file not found" in capsys.readouterr().out
     records = read_records(whole)
     assert [(r["subject"], r["instance"], r["outcome"]) for r in records] == [
         (models[0], 0, "measured"), (models[1], 0, "failed")]
@@ -37,14 +37,16 @@ def test_coverage_is_a_campaign_of_models_sharded_resumed_and_merged(tmp_path, c
     # shards: the union is the whole campaign, unit for unit, and merges into its report
     shards = [tmp_path / "s1", tmp_path / "s2"]
     for k, folder in enumerate(shards, 1):
-        _coverage(models, "--out", str(folder), "--shard", f"{k}/2")
+        # a shard fails for the models it holds only, not for the others' (none tried)
+        holds_missing = shard_of(Unit(models[1], 0), 2) == k
+        assert _coverage(models, "--out", str(folder), "--shard", f"{k}/2") == holds_missing
     parts = [read_records(folder) for folder in shards]
     assert _without_timings(parts[0] + parts[1]) == _without_timings(records)
     capsys.readouterr()
     assert main(["merge", *map(str, shards), "--quiet"]) == 1  # the missing model fails
     from_shards = capsys.readouterr().out
     assert main(["merge", str(whole), "--quiet"]) == 1
-    assert from_shards == capsys.readouterr().out and "missing.py" in from_shards
+    assert from_shards == capsys.readouterr().out and "nowhere/model.py" in from_shards
     # --resume measures nothing again; --out again starts over (as coverage always did)
     report = (whole / "coverage.md").read_text()
     assert _coverage(models, "--resume", str(whole)) == 1
@@ -59,6 +61,11 @@ def test_coverage_is_a_campaign_of_models_sharded_resumed_and_merged(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "another campaign" in err
     assert not (tmp_path / "fz" / "coverage.json").exists()
+    # a shard that holds no unit has nothing to fail
+    assert _coverage(models[:1], "--out", str(tmp_path / "empty"), "--shard", "1/2") == 0
+    assert main(["fuzz", "roundtrip", "--budget", "1", "--shard", "1/2", "--out",
+                 str(tmp_path / "fz2")]) == 0
+    assert "shard 1/2 holds none of the campaign's units" in capsys.readouterr().out
 
 
 def test_bad_coverage_input_is_a_one_line_error_before_any_work(tmp_path, capsys):
