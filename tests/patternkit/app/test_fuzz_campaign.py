@@ -20,12 +20,13 @@ from patternkit.testing.campaign import (
     local_executor,
     merge_folders,
     read_records,
+    run_fuzz_campaign,
     run_roundtrip_campaign,
     run_verify_campaign,
 )
 from patternkit.testing.campaign_checks import RoundtripCheck
 from patternkit.testing.example_db import CounterexampleDB
-from patternkit.verification.script import parse_module_text
+from patternkit.verification.script import module_text, parse_module_text
 
 PASS = "CanonicalizeBindings"  # changes one of the six programs: one build
 BUDGET = 6
@@ -174,3 +175,24 @@ def test_bad_campaign_input_is_a_one_line_error_before_any_work(tmp_path, capsys
         assert "another campaign" in _one_line_error(capsys)
     assert (out / "records.jsonl").read_bytes() == before
     assert not (tmp_path / "db").exists()
+
+
+def test_fuzz_and_roundtrip_campaigns_replay_kept_counterexamples(tmp_path):
+    """A reproducer kept by another run: replayed first through the fuzzed transform."""
+    db = CounterexampleDB(tmp_path / "db")
+    script = module_text(ReluAsClip.example())
+    for what, subject in (("fuzz user.relu_as_clip", "user.relu_as_clip"),
+                          ("fuzz roundtrip", "roundtrip")):
+        kept = {"subject": subject, "instance": 0, "failure": {
+            "kind": "mismatch", "error": "found before", "reproducer": script}}
+        assert db.keep(Campaign(what, (subject,), 1, 0), [kept]) == 1
+    report = run_fuzz_campaign(ReluAsClip(), tmp_path / "fuzz", budget=1, strategy="ops",
+                               db=db.folder)
+    replay = read_records(tmp_path / "fuzz")[0]
+    assert replay["replay"] and replay["outcome"] == "failed"
+    assert "wide" in replay["failure"]["error"] and not report.ok
+    # the round trip of the same module is right: replayed, passed, forgotten
+    run_roundtrip_campaign(tmp_path / "rt", budget=1, db=db.folder)
+    replay = read_records(tmp_path / "rt")[0]
+    assert replay["replay"] and replay["outcome"] == "changed"
+    assert db.counterexamples(Campaign("fuzz roundtrip", (), 0, 0), "roundtrip") == []
