@@ -13,7 +13,8 @@ with the rule that looked at it and why it declined
 The skeletons, most specific first (a site two detectors see is reported by the first):
 
 * attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
-  or a reshape);
+  or a reshape), and ``softmax -> call_tir`` (an ONNX ``Einsum``, which ``from_onnx``
+  lowers to an opaque TIR function);
 * softmax: ``exp(...) / sum(...)`` written out (shifted by a max or not);
 * norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
   them starts with;
@@ -41,6 +42,7 @@ from patternkit.dpl import (
     has_dtype,
     is_constant,
     is_op,
+    is_tuple,
     square,
     through,
     up_to_cast,
@@ -60,6 +62,13 @@ def _op(name: str) -> DFPattern:
 def _attention() -> DFPattern:
     softmax = _op("nn.softmax")(wildcard())
     return _op("matmul")(up_to_cast(through(up_to_cast(softmax))), wildcard())
+
+
+def _attention_call_tir() -> DFPattern:
+    # from_onnx lowers an ONNX Einsum to a call_tir of topi's einsum: the product is opaque
+    softmax = _op("nn.softmax")(wildcard())
+    probabilities = is_tuple([up_to_cast(through(up_to_cast(softmax))), wildcard()])
+    return _op("call_tir")(wildcard(), probabilities, varg_default_wildcard=True)
 
 
 def _softmax() -> DFPattern:
@@ -139,6 +148,9 @@ def _gated_mlp() -> DFPattern:
 #: the rule-name prefixes among them: ``()`` for all of them).
 _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], ...] = (
     ("attention", "softmax -> matmul", _attention(), ("attention",), ()),
+    ("attention", "softmax -> call_tir (an ONNX Einsum, which from_onnx 0.27 lowers to an "
+     "opaque TIR function: no rule can read its product)", _attention_call_tir(),
+     ("attention",), ()),
     ("softmax", "exp(x - max(x)) / sum(...)", _softmax(), ("softmax",), ()),
     ("norm", "x - mean(x)", _norm(), ("layernorm", "groupnorm", "instancenorm"), ()),
     ("rmsnorm", "rsqrt(mean(x * x) + eps)", _rms_norm(), ("rmsnorm",), ()),

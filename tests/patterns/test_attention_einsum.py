@@ -127,3 +127,34 @@ def test_a_torch_einsum_attention_collapses_with_the_numbers_kept(layout, dtype,
     tol = TOLERANCE[dtype]
     pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol,
                             shape_vars={"s0": 8, "s1": 8, "s33": 2, "s19": 2})
+
+
+def test_an_onnx_einsum_attention_is_a_near_miss_naming_the_opaque_call_tir():
+    """``from_onnx`` lowers ONNX ``Einsum`` to a ``call_tir`` of topi's einsum: no rule can
+    read the product, and the attention near miss says so instead of staying silent."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from patternkit.engine.near_misses import NO_RULE_MATCHED
+    from patternkit.patterns.near_misses import NEAR_MISSES
+
+    shape = [2, 2, 8, 16]
+    nodes = [helper.make_node("Einsum", ["q", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
+             helper.make_node("Mul", ["s", "scale"], ["scaled"]),
+             helper.make_node("Softmax", ["scaled"], ["p"], axis=-1),
+             helper.make_node("Einsum", ["p", "v"], ["o"], equation="bhqk,bhkd->bhqd")]
+    graph = helper.make_graph(
+        nodes, "einsum_attention",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, shape)],
+        [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.25])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    mod = from_onnx(onnx.shape_inference.infer_shapes(model))
+    assert "R.call_tir(" in mod.script()
+    log = RewriteLog()
+    pk.rewrite(LIBRARY, mod, log=log)
+    (miss,) = [m for m in log.near_misses(NEAR_MISSES) if m.family == "attention"]
+    assert "call_tir" in miss.shape and "ONNX Einsum" in miss.shape
+    # here the product is the function's result: no rule's root reads it, the shape says why
+    assert miss.reason.startswith(NO_RULE_MATCHED)
