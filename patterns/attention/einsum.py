@@ -32,7 +32,9 @@ other extents, more axes in a group than a 4-D matmul has, sources or a result n
 
 Not covered: the ONNX exporters (TorchScript and dynamo) keep ``Einsum``, which
 ``from_onnx`` 0.27 imports as a ``call_tir`` of ``topi.einsum``: a PrimFunc, opaque to
-patterns, so an ONNX einsum attention stays written out.
+patterns, so an ONNX einsum attention stays written out.  It is not silent: the attention
+near-miss detector ``softmax -> call_tir`` (:mod:`patternkit.patterns.near_misses`) reports
+it with that reason.
 """
 
 from __future__ import annotations
