@@ -21,84 +21,29 @@ one by one, and each failing unit is shrunk on its own.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import multiprocessing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from ..errors import PatternkitError
 from ..verification.report import CampaignReport, Failure, TargetReport
+from .campaign_checks import FuzzCheck, RoundtripCheck, VerifyCheck
+from .campaign_units import FORMAT, Campaign, Unit, shard_of
+from .example_db import CounterexampleDB
 from .fuzz import DEFAULT_TIMEOUT, Tick
 
 __all__ = ["Unit", "Campaign", "CampaignMismatch", "shard_of", "run_verify_campaign",
            "read_records", "report_of", "merge_folders", "check_library_rules", "HEADER", "FORMAT",
            "UnitCheck", "Executor", "local_executor", "process_executor", "run_campaign",
-           "run_with_db", "claim_folder", "run_fuzz_campaign", "run_roundtrip_campaign"]
+           "run_with_db", "claim_folder", "run_fuzz_campaign", "run_roundtrip_campaign",
+           "read_header"]
 
 #: The file of a record folder that holds the campaign's identity.
 HEADER = "campaign.json"
 
-#: The version of the record format; a folder of another version is refused.
-FORMAT = 1
-
-
 class CampaignMismatch(PatternkitError, ValueError):
     """A record folder holds another campaign (or no campaign) than the one asked for."""
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One instance of one subject: the smallest piece of a campaign that is recorded."""
-
-    subject: str
-    instance: int
-
-    @property
-    def key(self) -> str:
-        """``subject#instance``: what the shard hash and the records are keyed by."""
-        return f"{self.subject}#{self.instance}"
-
-
-def shard_of(unit: Unit, count: int) -> int:
-    """The shard (1-based, of ``count``) ``unit`` belongs to: a stable hash of its key."""
-    digest = hashlib.sha256(unit.key.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % count + 1
-
-
-@dataclass(frozen=True)
-class Campaign:
-    """What a campaign checks: its identity, recorded in a folder's :data:`HEADER`."""
-
-    what: str
-    subjects: tuple[str, ...]
-    budget: int
-    seed: int
-    #: What else decides the units' records (a fuzz campaign's strategy), as sorted pairs.
-    options: tuple[tuple[str, Any], ...] = ()
-
-    def identity(self) -> dict:
-        """The header's content."""
-        identity = {"format": FORMAT, "what": self.what, "subjects": list(self.subjects),
-                    "budget": self.budget, "seed": self.seed}
-        if self.options:
-            identity["options"] = dict(self.options)
-        return identity
-
-    @classmethod
-    def from_identity(cls, header: dict) -> Campaign:
-        """The campaign a folder's header describes."""
-        return cls(header["what"], tuple(header["subjects"]), header["budget"],
-                   header["seed"], tuple(sorted((header.get("options") or {}).items())))
-
-    def units(self, shard: tuple[int, int] | None = None) -> list[Unit]:
-        """The campaign's units in order (of shard ``(k, n)`` only, when given)."""
-        every = [Unit(s, i) for s in self.subjects for i in range(self.budget)]
-        if shard is None:
-            return every
-        k, n = shard
-        return [unit for unit in every if shard_of(unit, n) == k]
 
 
 def _differences(found: dict, wanted: dict) -> str:
@@ -394,8 +339,6 @@ def run_verify_campaign(rules: Sequence[Any], folder: str | Path, *, budget: int
         ``jobs > 1`` (or another executor) with a rule that is not the library's; before
         any unit runs.
     """
-    from .campaign_checks import VerifyCheck
-
     remote = jobs > 1 or executor not in (None, local_executor)
     if remote:
         check_library_rules(rules)
@@ -437,7 +380,6 @@ def run_fuzz_campaign(target: Any, folder: str | Path, *, budget: int, seed: int
         An unknown target name or strategy, or a target object with another executor;
         before any unit runs.
     """
-    from .campaign_checks import FuzzCheck
     from .fuzz import STRATEGIES, resolve_target, transform_name
 
     if strategy not in STRATEGIES:
@@ -463,8 +405,6 @@ def run_roundtrip_campaign(folder: str | Path, *, budget: int, seed: int = 0,
                            executor: Executor = local_executor,
                            db: str | Path | None = None) -> CampaignReport:
     """``DefuseOps(FuseOps(g)) == g`` graph by graph, recorded as :func:`run_fuzz_campaign`."""
-    from .campaign_checks import RoundtripCheck
-
     campaign = Campaign("fuzz roundtrip", ("roundtrip",), budget, seed,
                         (("max_ops", max_ops),))
     return run_with_db(campaign, RoundtripCheck(budget, seed, max_ops), folder, db=db,
@@ -479,8 +419,6 @@ def run_with_db(campaign: Campaign, check: Any, folder: str | Path, *,
     """
     if db is None:
         return run_campaign(campaign, check, folder, **options)
-    from .example_db import CounterexampleDB
-
     store = CounterexampleDB(db)
     claim_folder(Path(folder), campaign, options.get("shard"), options.get("resume", False))
     replayed = store.replay(campaign, check, skip={_key(r) for r in read_records(Path(folder))})

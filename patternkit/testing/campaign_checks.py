@@ -19,7 +19,7 @@ from typing import Any, Callable
 import tvm
 
 from ..verification.report import Failure, TargetReport
-from .campaign import Unit
+from .campaign_units import Unit
 from .fuzz import (
     DEFAULT_TIMEOUT,
     SHRUNK_KINDS,

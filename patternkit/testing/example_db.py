@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from ..errors import PatternkitError
 from ..verification.script import parse_module_text
-from .campaign import Campaign
+from .campaign_units import Campaign
 
 __all__ = ["CounterexampleDB", "BadDatabase"]
 
