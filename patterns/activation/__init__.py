@@ -42,14 +42,18 @@ order, every number in any float dtype within that dtype's rounding)
   division for a product, ``x / 6 + 0.5`` for ``(x + 3) / 6``): a few ulp.
 * ``softplus.collapse``: torch's thresholded softplus, ``where(x * 1 > 20, x, log(exp(x *
   1) + 1) / 1)`` (``nn.Softplus``; without the ``* 1`` and ``/ 1`` inside ``nn.Mish``),
-  and ``from_onnx``'s overflow-free ``max(x, 0) + log(1 + exp(-|x|))`` ->
+  ``from_onnx``'s overflow-free ``max(x, 0) + log(1 + exp(-|x|))``, and the dynamo
+  exporter's ``where(x > 20, x, Softplus(x))`` (``from_onnx`` makes the ``Softplus`` an
+  ``R.nn.softplus``, which thresholds at 20 itself: the ``where`` changes nothing) ->
   ``R.nn.softplus(x)`` (beta 1, threshold 20).  The bare ``log(1 + exp(x))`` is *not*
   collapsed: it overflows to inf where the op does not (x > 88 in float32), so the two
   are not the same function.
 
 Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
 ``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
-hard-sigmoid's); ``mish``, ``x * tanh(R.nn.softplus(x))`` (after ``softplus.collapse``);
+hard-sigmoid's); ``mish``, ``x * tanh(R.nn.softplus(x))`` (after ``softplus.collapse``)
+or ``x * tanh(log(1 + exp(x)))`` (``from_onnx``'s ``Mish``: the bare softplus overflows to
+inf past x = 88 in float32, where ``tanh`` is 1 either way, so this one is Mish);
 ``quick_gelu``, ``x * sigmoid(1.702 * x)`` (CLIP's; no Relax op computes it exactly).
 
 A match whose constants broadcast ``x`` to a higher rank (or of unknown rank) is refused:
@@ -255,13 +259,15 @@ SoftplusCollapse = example_rule_class(
     "softplus.collapse",
     [_torch_softplus(scaled=True), _torch_softplus(scaled=False),
      lambda x: relax.op.maximum(x, _c(0.0, x)) + relax.op.log(
-         _c(1.0, x) + relax.op.exp(relax.op.negative(relax.op.abs(x))))],
+         _c(1.0, x) + relax.op.exp(relax.op.negative(relax.op.abs(x)))),
+     lambda x: relax.op.where(relax.op.greater(x, _c(20.0, x)), x, relax.op.nn.softplus(x))],
     lambda x: relax.op.nn.softplus(x),
     example=softplus_written_out,
-    example_space={"dtype": _DTYPES, "shape": SHAPES, "spelling": ("torch", "mish", "onnx"),
+    example_space={"dtype": _DTYPES, "shape": SHAPES,
+                   "spelling": ("torch", "mish", "onnx", "dynamo"),
                    "threshold": (20.0, 10.0)},
-    doc="Collapse torch's thresholded softplus and ``from_onnx``'s stable one into "
-        "``R.nn.softplus(x)``.")
+    doc="Collapse torch's thresholded softplus, ``from_onnx``'s stable one and the dynamo "
+        "exporter's threshold around ``Softplus`` into ``R.nn.softplus(x)``.")
 
 
 def _canonical_example(example: Callable[..., Any]) -> Callable[..., Any]:
@@ -286,9 +292,11 @@ HardsigmoidComposite = example_rule_class(
 
 
 MishComposite = example_rule_class(
-    "mish", [lambda x: x * relax.op.tanh(relax.op.nn.softplus(x))],
+    "mish", [lambda x: x * relax.op.tanh(relax.op.nn.softplus(x)),
+             lambda x: x * relax.op.tanh(relax.op.log(_c(1.0, x) + relax.op.exp(x)))],
     example=mish_written_out,
-    example_space={"dtype": _DTYPES, "shape": SHAPES, "inner": ("softplus", "sigmoid")},
+    example_space={"dtype": _DTYPES, "shape": SHAPES,
+                   "inner": ("softplus", "log1p_exp", "sigmoid")},
     doc="Mish, ``x * tanh(softplus(x))``, as one composite.")
 
 QuickGeluComposite = example_rule_class(

@@ -167,7 +167,9 @@ def softplus_written_out(dtype: str = "float32", shape: str = "batch_seq",
     """Softplus on ``x`` (see :func:`example_input`): ``"torch"`` ``where(x * 1 >
     threshold, x, log(exp(x * 1) + 1) / 1)`` (torch.export of ``nn.Softplus``),
     ``"mish"`` the same without the ``* 1`` and ``/ 1`` (inside ``nn.Mish``), ``"onnx"``
-    ``max(x, 0) + log(1 + exp(-|x|))`` (TVM's ``from_onnx`` of ``Softplus``).  A
+    ``max(x, 0) + log(1 + exp(-|x|))`` (TVM's ``from_onnx`` of ``Softplus``), ``"dynamo"``
+    ``where(x > threshold, x, R.nn.softplus(x))`` (the dynamo exporter's ``F.softplus``
+    after ``from_onnx``).  A
     ``threshold`` other than 20 is not ``R.nn.softplus`` (the rule must refuse it).
     """
     x = example_input(dtype, shape)
@@ -175,6 +177,9 @@ def softplus_written_out(dtype: str = "float32", shape: str = "batch_seq",
     if spelling == "onnx":
         body = relax.op.maximum(x, constant(0.0, dtype)) + relax.op.log(
             one + relax.op.exp(relax.op.negative(relax.op.abs(x))))
+    elif spelling == "dynamo":
+        body = relax.op.where(relax.op.greater(x, constant(threshold, dtype)), x,
+                              relax.op.nn.softplus(x))
     else:
         scaled = x * one if spelling == "torch" else x
         log = relax.op.log(relax.op.exp(scaled) + one)
@@ -187,11 +192,14 @@ def softplus_written_out(dtype: str = "float32", shape: str = "batch_seq",
 def mish_written_out(dtype: str = "float32", shape: str = "batch_seq",
                      inner: str = "softplus") -> tvm.IRModule:
     """Mish, ``x * tanh(softplus(x))``, on ``x`` (see :func:`example_input`) once softplus
-    is collapsed; ``inner="sigmoid"`` gives ``x * tanh(sigmoid(x))``, which is not Mish (the
-    composite must refuse it).
+    is collapsed; ``inner="log1p_exp"`` gives ``x * tanh(log(1 + exp(x)))`` (TVM's
+    ``from_onnx`` of ``Mish``), ``inner="sigmoid"`` ``x * tanh(sigmoid(x))``, which is not
+    Mish (the composite must refuse it).
     """
     x = example_input(dtype, shape)
-    inner_op = relax.op.nn.softplus(x) if inner == "softplus" else relax.op.sigmoid(x)
+    inner_op = {"softplus": lambda: relax.op.nn.softplus(x),
+                "log1p_exp": lambda: relax.op.log(constant(1.0, dtype) + relax.op.exp(x)),
+                "sigmoid": lambda: relax.op.sigmoid(x)}[inner]()
     return from_expr(x * relax.op.tanh(inner_op))
 
 

@@ -749,6 +749,8 @@ SOFTPLUS_CASE = RuleCase(
                  "no match"),
         Negative("bare_log_one_plus_exp_overflows_where_the_op_does_not",
                  pk.from_expr(relax.op.log(relax.op.exp(_var()) + _c(1.0))), "no match"),
+        Negative("dynamo_threshold_ten_changes_the_op", softplus_written_out(
+            spelling="dynamo", threshold=10.0), "no match"),
     ],
     tolerance=F32)
 
@@ -859,6 +861,7 @@ def test_quick_gelu_composite_meets_the_rule_contract():
 @pytest.mark.parametrize("cls, knobs, fires", [
     *[(cls, {"dtype": d, "shape": s}, True) for cls in (MishComposite, QuickGeluComposite)
       for d in ("float32", "float16") for s in ("batch_seq", "static", "vector")],
+    *[(MishComposite, {"inner": "log1p_exp", "dtype": d}, True) for d in ("float32", "float16")],
     (MishComposite, {"inner": "sigmoid"}, False), (QuickGeluComposite, {"scale": 1.7}, False)])
 def test_mish_and_quick_gelu_composites_form_only_on_their_formula(cls, knobs, fires):
     before = cls().example(**knobs)
@@ -868,12 +871,52 @@ def test_mish_and_quick_gelu_composites_form_only_on_their_formula(cls, knobs, f
                             rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_mish_of_the_bare_softplus_is_mish_where_the_softplus_overflows(dtype):
+    """``x * tanh(log(1 + exp(x)))`` (from_onnx's Mish, which the composite takes) against
+    ``x * tanh(R.nn.softplus(x))`` past exp's overflow (88 in float32, 11 in float16)."""
+    bare, op = (mish_written_out(dtype=dtype, shape="vector", inner=inner)
+                for inner in ("log1p_exp", "softplus"))
+    x = np.concatenate([np.linspace(-100, 100, 14), [11.5, 89.0]]).astype(dtype)
+    (got,), (want,) = (pk.verification.numeric.run(m, [x]) for m in (bare, op))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got.astype("float64"), want.astype("float64"),
+                               rtol=1e-6 if dtype == "float32" else 1e-3, atol=1e-6)
+
+
 def test_torch_mish_forms_the_mish_composite_once_softplus_is_collapsed():
     mod = _torch_import(torch.nn.Mish())
     assert composite_counts(merge_composite(mod, pk.RuleSet([MishComposite()]))) == {}
     collapsed = pk.rewrite(SoftplusCollapse(), mod)
     assert composite_counts(merge_composite(collapsed, pk.RuleSet([MishComposite()]))) == {
         "byoc.mish": 1}
+
+
+class _TwoMishes(torch.nn.Module):
+    """``nn.Mish`` (ONNX ``Mish``) then Mish written with ``F.softplus`` (ONNX ``Softplus``
+    inside the dynamo exporter's threshold ``where``, once ``softplus.collapse`` made it
+    ``R.nn.softplus``)."""
+
+    def forward(self, x):
+        y = torch.nn.functional.mish(x)
+        return y * torch.tanh(torch.nn.functional.softplus(y))
+
+
+def test_both_mishes_of_a_dynamo_onnx_export_form_the_mish_composite():
+    pytest.importorskip("onnxscript")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    module, x = _TwoMishes().eval(), torch.linspace(-30, 30, 32).reshape(2, 16)
+    model = torch.onnx.export(module, (x,), dynamo=True, verbose=False).model_proto
+    mod = from_onnx(model)
+    # from_onnx's stable Softplus inside the exporter's where(y > 20, y, ...)
+    assert "relax.where" in _ops(mod) and "relax.abs" in _ops(mod)
+    collapsed = pk.rewrite(LIBRARY, mod)
+    assert "relax.where" not in _ops(collapsed)
+    merged = merge_composite(collapsed, LIBRARY.composites())
+    assert composite_counts(merged) == {"byoc.mish": 2}
+    (got,) = pk.verification.numeric.run(merged, [x.numpy()])
+    np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_quick_gelu_is_not_taken_by_silu_collapse():
