@@ -1,6 +1,7 @@
 """``layernorm.collapse`` on a chain of N written-out layer norms, up to 144,000 bindings.
 
-Run ``python benchmarks/bench_layernorm.py`` (``--norms 1000 4000 16000``, ``--repeat 3``).
+Run ``python benchmarks/bench_layernorm.py`` (``--norms 1000 4000 16000``, ``--repeat 3``,
+``--before DIR`` to time an older checkout of patternkit beside this one, ``--no-anchor``).
 
 The workload is what an ONNX export below opset 17 gives for every LayerNorm, 9
 bindings a norm, each norm feeding the next::
@@ -99,7 +100,14 @@ def measure(n: int, repeat: int) -> dict:
         raise SystemExit(f"layernorm.collapse collapsed {collapsed} of {n} norms")
     return {"norms": n, "bindings": bindings, "build_s": round(build_s, 2),
             "rewrite_s": round(best, 3), "us_per_binding": round(best / bindings * 1e6, 2),
-            "collapsed": collapsed}
+            "collapsed": collapsed, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _peak_rss_mb() -> float:
+    """The peak resident set size of the process so far, in MB (Linux reports KB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def onnx_layernorm_chain(n: int):
@@ -152,9 +160,17 @@ def measure_anchor(n: int) -> dict:
             "anchor_us_per_node": round(seconds / nodes * 1e6, 2)}
 
 
-def _child(args: list[str]) -> dict:
+def _child(args: list[str], code: str | None = None) -> dict:
+    """Run this script's ``args`` in a fresh process; ``code``: a checkout of patternkit
+    to import instead of the installed one (``--before``).
+    """
+    import os
+
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
     cmd = [sys.executable, __file__, *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -172,6 +188,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-anchor", action="store_true",
                         help="do not time onnxscript's fusion beside ours")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also time the rewrite with the patternkit checked out in DIR "
+                             "(git archive of an older commit), side by side")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--anchor-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -188,6 +207,11 @@ def main() -> None:
     rows = []
     for n in args.norms:
         row = _child(["--child", str(n), "--repeat", str(args.repeat)])
+        if args.before:
+            before = _child(["--child", str(n), "--repeat", str(args.repeat)], args.before)
+            row["before_us_per_binding"] = before["us_per_binding"]
+            row["before_peak_rss_mb"] = before["peak_rss_mb"]
+            row["after_over_before"] = round(row["us_per_binding"] / before["us_per_binding"], 2)
         if anchor:
             row.update(_child(["--anchor-child", str(n)]))
             speedup = row["anchor_us_per_node"] / row["us_per_binding"]

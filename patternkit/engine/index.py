@@ -21,11 +21,14 @@ from typing import Any, Iterable
 import tvm
 from tvm import relax
 
-from ..dpl.pattern import may_occur
+from ..dpl.pattern import DFPattern, may_occur, root_op_names
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
 from ..ir.rebuild import describe_binding as describe_binding  # the engine's name for it
+from ..ir.snapshot import FunctionSnapshot
 from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind, vars_read
+from .index_snapshot import fill_from_snapshot, read_snapshot
+from .prefilter import root_filter
 
 
 def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
@@ -123,6 +126,12 @@ class FunctionIndex:
     undefined: tuple[tuple[int, int] | None, int] | None = None
     not_normal: tuple[tuple[int, int] | None, str] | None = None
     _dead: frozenset[int] | None = None
+    #: The snapshot the index was filled from (``None``: read field by field), where each
+    #: block's first binding is, and which of its operators are pure: what
+    #: :meth:`candidates_for` checks candidates against.
+    snapshot: FunctionSnapshot | None = None
+    block_starts: list[int] = field(default_factory=list)
+    pure_ops: list[bool] = field(default_factory=list)
     _dead_reads: dict[int, int] = field(default_factory=dict)
     _dead_readers: dict[int, list[int]] = field(default_factory=dict)
 
@@ -152,76 +161,47 @@ class FunctionIndex:
 
     @classmethod
     def build(cls, func: relax.Function) -> "FunctionIndex":
-        """A new index of ``func`` (:meth:`of` reuses a recent one)."""
+        """A new index of ``func`` (:meth:`of` reuses a recent one).
+
+        Read from the function's snapshot (:mod:`~patternkit.engine.index_snapshot`: one
+        native call, binding objects read only when asked for), or field by field when
+        the snapshot refuses the function (the index then records what is wrong).
+        """
+        snap = read_snapshot(func)
+        if snap is None:
+            return cls.build_by_fields(func)
+        index = cls(func)
+        fill_from_snapshot(index, snap, _add_binding)
+        return index
+
+    @classmethod
+    def build_by_fields(cls, func: relax.Function) -> "FunctionIndex":
+        """A new index of ``func``, reading every binding as an object (over the FFI)."""
         index = cls(func)
         seq = func.body
-        kind_of = KIND_OF.get
-        position, readers = index.position, index.readers
-        params = index.params
-        call_args, by_key, all_reads = index.call_args, index.by_key, index.reads
-        call_ops = index.call_ops
-        params.update(handle(p) for p in C.array_items(func.params))
+        index.params.update(handle(p) for p in C.array_items(func.params))
         for bi, block in enumerate(C.array_items(seq.blocks)):
             bindings = C.array_items(block.bindings)
             index.blocks.append(bindings)
             table: dict[Any, Any] = {}
-            keys = []
+            keys: list[tuple[int, bool]] = []
             is_dataflow = type(block) is relax.DataflowBlock
             index.dataflow.append(is_dataflow)
+            readers = index.readers
             for j, binding in enumerate(bindings):
-                var, value = binding.var, binding.value
-                key = handle(var)
-                at = (bi, j)
-                is_dataflow_var = type(var) is relax.DataflowVar
-                pure = False
-                reads: list[int] | None = None
-                if type(binding) is relax.VarBinding:
-                    op = value.op if type(value) is relax.Call else None
-                    if type(op) is tvm.ir.Op:
-                        # The common case, read once: an operator call on leaves.
-                        kind, pure = C.op_info(op)
-                        args = C.array_items(value.args)
-                        value_key = handle(value)
-                        call_args[value_key] = args
-                        call_ops[value_key] = handle(op)
-                        reads = []
-                        for a in args:
-                            arg_kind = kind_of(type(a))
-                            if arg_kind is VAR:
-                                reads.append(handle(a))
-                            elif arg_kind not in LEAF_KINDS:  # a tuple, or not seen yet
-                                reads = None
-                                break
-                    else:
-                        kind, pure = binding_kind(value)
-                    if pure:
-                        table[key] = value
-                    by_key.setdefault(kind, []).append(at)
-                keys.append((key, pure and is_dataflow_var))
-                if reads is None:
-                    reads = [handle(v) for v in vars_read(value)]
-                    if index.not_normal is None and nests_a_call(value):
-                        index.not_normal = ((bi, j), "nests a call in its value")
-                all_reads[key] = reads
-                for used in reads:
+                for used in _add_binding(index, bi, j, binding, table, keys, is_dataflow):
                     readers[used] = readers.get(used, 0) + 1
-                    # Reads only look backwards: the binding itself is not in position yet.
-                    if used not in position and used not in params and index.undefined is None \
-                            and not _reads_symbolic_var(value, used):
-                        index.undefined = ((bi, j), used)
-                position[key] = at
-                if is_dataflow and not is_dataflow_var:
-                    index.escaping.add(key)
             index.values.append(table)
             index.keys.append(keys)
+        position, params = index.position, index.params
         result = seq.body
         for used in vars_read(result):
             key = handle(used)
             index.escaping.add(key)
             if key not in position and key not in params and index.undefined is None:
                 index.undefined = (None, key)
-        if index.not_normal is None and kind_of(type(result)) is not VAR and nests_a_call(result,
-                                                                                          True):
+        if index.not_normal is None and KIND_OF.get(type(result)) is not VAR and nests_a_call(
+                result, True):
             index.not_normal = (None, "returns a call instead of a Var")
         return index
 
@@ -254,6 +234,23 @@ class FunctionIndex:
             found = [pos for key in keys for pos in self.by_key.get(key, ())]
         found.sort()
         return found
+
+    def candidates_for(self, pattern: DFPattern) -> list[tuple[int, int]]:
+        """The positions of the bindings that may be the root of a match of ``pattern``.
+
+        :meth:`candidates` of its root operators, less those the integer check compiled
+        from the pattern's top rejects (:mod:`~patternkit.engine.prefilter`; only on an
+        index read from a snapshot): each of those the matcher would have failed.
+        """
+        found = self.candidates(root_op_names(pattern))
+        snap = self.snapshot
+        if snap is None or not found:
+            return found
+        accepts = root_filter(pattern, snap, self.pure_ops)
+        if accepts is None:
+            return found
+        starts = self.block_starts
+        return [at for at in found if accepts(starts[at[0]] + at[1])]
 
     def may_hold(self, root_keys: Iterable[str] | None,
                  required: tuple[frozenset[str], ...] = ()) -> bool:
@@ -332,6 +329,64 @@ class FunctionIndex:
         self.values[bi].pop(key, None)
         if _RECENT.get(handle(self.func)) is self:  # no longer the index of self.func
             del _RECENT[handle(self.func)]
+
+
+def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any,
+                 keys: list[tuple[int, bool]], is_dataflow: bool) -> list[int]:
+    """Index the binding at ``(bi, j)``, read as an object; returns the handles it reads.
+
+    Enters its pure value in the block's look-up ``table``, its ``(handle, removable)``
+    in ``keys``, and its position, key and call tables in ``index``; records the first
+    undefined read and the first nested call.  The caller counts the reads.
+    """
+    var, value = binding.var, binding.value
+    key = handle(var)
+    at = (bi, j)
+    is_dataflow_var = type(var) is relax.DataflowVar
+    pure = False
+    reads: list[int] | None = None
+    if type(binding) is relax.VarBinding:
+        op = value.op if type(value) is relax.Call else None
+        if type(op) is tvm.ir.Op:
+            # The common case, read once: an operator call on leaves.
+            kind, pure = C.op_info(op)
+            args = C.array_items(value.args)
+            value_key = handle(value)
+            index.call_args[value_key] = args
+            index.call_ops[value_key] = handle(op)
+            reads = []
+            kind_of = KIND_OF.get
+            for a in args:
+                arg_kind = kind_of(type(a))
+                if arg_kind is VAR:
+                    reads.append(handle(a))
+                elif arg_kind not in LEAF_KINDS:  # a tuple, or not seen yet
+                    reads = None
+                    break
+        else:
+            kind, pure = binding_kind(value)
+        if pure:
+            if type(table) is dict:
+                table[key] = value
+            else:
+                table.add(key, j, value)
+        index.by_key.setdefault(kind, []).append(at)
+    keys.append((key, pure and is_dataflow_var))
+    if reads is None:
+        reads = [handle(v) for v in vars_read(value)]
+        if index.not_normal is None and nests_a_call(value):
+            index.not_normal = ((bi, j), "nests a call in its value")
+    position, params = index.position, index.params
+    for used in reads:
+        # Reads only look backwards: the binding itself is not in position yet.
+        if used not in position and used not in params and index.undefined is None \
+                and not _reads_symbolic_var(value, used):
+            index.undefined = ((bi, j), used)
+    index.reads[key] = reads
+    position[key] = at
+    if is_dataflow and not is_dataflow_var:
+        index.escaping.add(key)
+    return reads
 
 
 #: How many indexes :meth:`FunctionIndex.of` keeps for the passes that follow.

@@ -21,7 +21,7 @@ from tvm import relax
 
 from ..dpl.dominator import Uses
 from ..dpl.matcher import Match, Matcher
-from ..dpl.pattern import DFPattern, root_op_names
+from ..dpl.pattern import DFPattern
 from ..ir import compat as C
 from .index import FunctionIndex
 from .rule import MatchCheck, Reject, RuleMatch, judge
@@ -141,7 +141,7 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 for table in index.values]
     dead = index.dead_code
     keys, values = index.keys, index.values
-    for position in reversed(index.candidates(root_op_names(pattern))):
+    for position in reversed(index.candidates_for(pattern)):
         root_key = keys[position[0]][position[1]][0]  # the root's handle, without an FFI read
         if root_key in dead:
             continue

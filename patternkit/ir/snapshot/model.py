@@ -64,6 +64,8 @@ class FunctionSnapshot:
         Per binding, the index of its block.
     dataflow : list of bool
         Per block, is it a dataflow block.
+    dataflow_var : list of bool
+        Per binding, is its Var a ``DataflowVar`` (one a dataflow block keeps to itself).
     kind : list of ValueKind
         Per binding, what its value is.
     op : list of int
@@ -114,6 +116,7 @@ class FunctionSnapshot:
     ops: list[str]
     dtypes: list[str]
     result: int
+    dataflow_var: list[bool]
 
     def __len__(self) -> int:
         """The number of bindings."""

@@ -114,6 +114,7 @@ def read(func: relax.Function) -> RawRead | None | bool:
         return False
     fields: dict[str, Any] = {name: list(out[i + 1]) for i, name in enumerate(_FIELDS)}
     fields["dataflow"] = [bool(d) for d in fields["dataflow"]]
+    fields["dataflow_var"] = [bool(d) for d in out[22]]
     fields["result"] = int(out[19])
     free_at, free_vars = list(out[17]), list(out[18])
     return RawRead(fields=fields, ops=list(out[15]), dtypes=list(out[16]),

@@ -31,6 +31,7 @@ _TENSOR_TYPE = relax.TensorType
 _VAR_BINDING = relax.VarBinding
 _MATCH_CAST = relax.MatchCast
 _DATAFLOW_BLOCK = relax.DataflowBlock
+_DATAFLOW_VAR = relax.DataflowVar
 _SHAPE_EXPR = relax.ShapeExpr
 _INT_IMM = tvm.tirx.IntImm
 
@@ -76,6 +77,7 @@ def read(func: relax.Function) -> RawRead | None:
         return None
     w = _Walk(array_items(func.params))
     var: list[int] = []
+    dataflow_var: list[bool] = []
     block: list[int] = []
     dataflow: list[bool] = []
     kind: list[int] = []
@@ -98,6 +100,7 @@ def read(func: relax.Function) -> RawRead | None:
         for binding in array_items(blk.bindings):
             v = binding.var
             var.append(handle(v))
+            dataflow_var.append(type(v) is _DATAFLOW_VAR)
             block.append(bi)
             w.uses.append(0)
             value_kind, op_id, item_index = ValueKind.OTHER, -1, -1
@@ -171,7 +174,7 @@ def read(func: relax.Function) -> RawRead | None:
         fields=dict(var=var, block=block, dataflow=dataflow, kind=kind, op=op, item=item,
                     arg_start=arg_start, args=args, uses=w.uses, param_uses=w.param_uses,
                     dtype=dtype, rank=rank, dims_start=dims_start, dims=dims,
-                    result=result_code),
+                    result=result_code, dataflow_var=dataflow_var),
         ops=ops, dtypes=dtypes, free=w.free, not_normal=not_normal,
         result_not_normal=nested[0] or _kind(result) is CALL)
 

@@ -62,6 +62,7 @@ struct Getters {
   int32_t var_binding = TypeIndex("relax.expr.VarBinding");
   int32_t match_cast = TypeIndex("relax.expr.MatchCast");
   int32_t dataflow_block = TypeIndex("relax.expr.DataflowBlock");
+  int32_t dataflow_var = TypeIndex("relax.expr.DataflowVar");
   int32_t tensor_type = TypeIndex("relax.TensorType");
   int32_t shape_expr = TypeIndex("relax.expr.ShapeExpr");
   int32_t int_imm = TypeIndex("ir.IntImm");
@@ -138,8 +139,8 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
   Any body = g.func_body(func.get());
   if (body.type_index() != g.seq) return Array<Any>{Any(int64_t(0))};
   const tvm::ffi::Object* seq = body.as<tvm::ffi::Object>();
-  std::vector<int64_t> var, block, dataflow, kind, op, item, arg_start, args, dtype, rank,
-      dims_start, dims;
+  std::vector<int64_t> var, dataflow_var, block, dataflow, kind, op, item, arg_start, args,
+      dtype, rank, dims_start, dims;
   int64_t not_normal = -1;
   int64_t index = 0;
   arg_start.push_back(0);
@@ -151,6 +152,7 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
   }
   w.bound.reserve(total + params.size());
   var.reserve(total);
+  dataflow_var.reserve(total);
   block.reserve(total);
   kind.reserve(total);
   op.reserve(total);
@@ -166,6 +168,7 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
       Any v = g.binding_var(b);
       const tvm::ffi::Object* vobj = v.as<tvm::ffi::Object>();
       var.push_back(reinterpret_cast<int64_t>(vobj));
+      dataflow_var.push_back(vobj->type_index() == g.dataflow_var ? 1 : 0);
       block.push_back(static_cast<int64_t>(bi));
       w.uses.push_back(0);
       int64_t value_kind = vOther, op_id = -1, item_index = -1;
@@ -263,5 +266,6 @@ Array<Any> snapshot_walk(ObjectRef func, Shape kind_table) {
                     Shape(op), Shape(item), Shape(arg_start), Shape(args), Shape(w.uses),
                     Shape(w.param_uses), Shape(dtype), Shape(rank), Shape(dims_start),
                     Shape(dims), w.ops, w.dtypes, Shape(w.free_at), w.free_vars,
-                    Any(result_code), Any(not_normal), Any(result_is_call)};
+                    Any(result_code), Any(not_normal), Any(result_is_call),
+                    Shape(dataflow_var)};
 }

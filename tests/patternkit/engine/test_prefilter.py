@@ -1,0 +1,146 @@
+"""The integer prefilter drops only candidate roots the matcher would fail, and a rewrite
+reads the same with the native snapshot, the pure-Python one, and no snapshot at all.
+
+``FunctionIndex.candidates_for`` checks a pattern's top (root operator, arity, the
+operators its arguments' bindings call) over the snapshot's integers before the matcher
+reads a TVM object; a wrong rejection would silently lose a rewrite.  So the check is
+held to the matcher on every library pattern over zoo models and random programs, and
+whole library rewrites (results and logs) are compared across the three index paths.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from tvm.script import ir as I, relax as R
+
+import patternkit as pk
+from patternkit.dpl import is_op, wildcard
+from patternkit.dpl.matcher import Matcher
+from patternkit.dpl.pattern import DFPattern, root_op_names
+from patternkit.engine.index import FunctionIndex, forget_indexes
+from patternkit.ir import compat as C
+from patternkit.ir.snapshot import native
+from patternkit.patterns import LIBRARY
+from patternkit.testing.op_programs import op_programs
+
+ZOO = ["zoo:gpt2?layers=1", "zoo:onnx:conv_bn", "zoo:resnet18?width=8&image=16"]
+
+
+@I.ir_module
+class Adds:
+    """Adds whose operands are a multiply (either side), an exp, a parameter, and a
+    multiply bound in another block (which the matcher does not look into)."""
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            m = R.multiply(x, y)
+            a1 = R.add(m, y)
+            a2 = R.add(y, m)
+            e = R.exp(x)
+            a3 = R.add(e, y)
+            a4 = R.add(x, y)
+            R.output(m, a1, a2, a3, a4)
+        a5 = R.add(m, y)
+        return (a1, a2, a3, a4, a5)
+
+
+def test_candidates_the_pattern_top_cannot_match_are_dropped():
+    pattern = is_op("relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
+    index = FunctionIndex.build(Adds["main"])
+    assert index.snapshot is not None
+    # every add is a candidate by its operator; a1 and a2 (commuted) may match
+    assert len(index.candidates(root_op_names(pattern))) == 5
+    assert index.candidates_for(pattern) == [(0, 1), (0, 2)]
+    # a pattern whose top constrains nothing keeps every candidate
+    assert len(index.candidates_for(is_op("relax.add")(wildcard(), wildcard()))) == 5
+    # divide and multiply re-associate: no operand test below them
+    mul = is_op("relax.multiply")(is_op("relax.exp")(wildcard()), wildcard())
+    assert index.candidates_for(mul) == [(0, 0)]
+    assert index.candidates_for(is_op("relax.exp")(is_op("relax.exp")(wildcard()))) == []
+
+
+def _patterns() -> list[DFPattern]:
+    found = []
+    for rule in LIBRARY:
+        pattern = getattr(rule, "pattern", None)
+        if isinstance(pattern, DFPattern):
+            found.append(pattern)
+    return found
+
+
+def _assert_dropped_never_match(func) -> int:
+    """Every candidate the prefilter drops fails the matcher; returns how many it dropped."""
+    index = FunctionIndex.build(func)
+    assert index.snapshot is not None
+    dropped = 0
+    for pattern in _patterns():
+        kept = set(index.candidates_for(pattern))
+        for at in index.candidates(root_op_names(pattern)):
+            if at in kept:
+                continue
+            dropped += 1
+            value = index.binding_at(at).value
+            matcher = Matcher(call_args={}, table=index.values[at[0]], call_ops={})
+            assert matcher.match(pattern, value) is None, (pattern, index.binding_at(at))
+    return dropped
+
+
+@pytest.mark.parametrize("spec", ZOO)
+def test_dropped_roots_never_match_on_zoo_models(spec):
+    from patternkit.models.zoo import zoo_model
+
+    model = zoo_model(spec)
+    assert _assert_dropped_never_match(model.mod[model.entry]) > 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(op_programs(min_ops=2, max_ops=8))
+def test_dropped_roots_never_match_on_random_programs(mod):
+    _assert_dropped_never_match(mod["main"])
+
+
+def _rewrite(mod, path: str, monkeypatch) -> tuple:
+    """The library's rewrite of ``mod`` and its log, with the index read one way."""
+    with monkeypatch.context() as patch:
+        if path == "fields":
+            patch.setattr(FunctionIndex, "build", FunctionIndex.build_by_fields)
+        elif path == "python":
+            patch.setenv(native.NATIVE_VARIABLE, "0")
+        else:
+            assert native.walker() is not None, "the native reader did not build here"
+            patch.delenv(native.NATIVE_VARIABLE, raising=False)
+        forget_indexes()
+        log = pk.RewriteLog()
+        out = pk.rewrite(LIBRARY.rewrite_rules(), mod, log=log)
+        forget_indexes()
+    records = [(r.rule, r.function, r.root, r.replaced, r.round) for r in log.records]
+    skipped = [(s.rule, s.function, s.root, s.reason, s.kind, s.position) for s in log.skipped]
+    return out, records, skipped
+
+
+def _assert_paths_agree(mod, monkeypatch) -> int:
+    """The three index paths rewrite ``mod`` alike; returns how many rewrites they made."""
+    fields = _rewrite(mod, "fields", monkeypatch)
+    for path in ("native", "python"):
+        out, records, skipped = _rewrite(mod, path, monkeypatch)
+        assert C.structural_equal(out, fields[0]), path
+        assert records == fields[1], path
+        assert skipped == fields[2], path
+    return len(fields[1])
+
+
+@pytest.mark.parametrize("spec", ZOO)
+def test_library_rewrites_agree_on_every_index_path(spec, monkeypatch):
+    from patternkit.models.zoo import zoo_model
+
+    model = zoo_model(spec)
+    assert _assert_paths_agree(model.mod, monkeypatch) > 0
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mod=op_programs(min_ops=2, max_ops=8))
+def test_library_rewrites_agree_on_random_programs(monkeypatch, mod):
+    _assert_paths_agree(mod, monkeypatch)
