@@ -123,7 +123,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
     out = args.resume or args.out  # recorded unit by unit: patternkit.app.campaign
     report, rows = coverage_recorded(args.models, tables, out, resume=bool(args.resume),
                                      jobs=args.jobs, tick=_progress(args).tick,
-                                     shard=_shard(args))
+                                     shard=_shard(args), **executor_options(args))
     _progress(args).close()
     for failure in report.failures:  # a model that did not load
         print(f"{failure.target}: {failure.error}")
@@ -363,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     cov.add_argument("--shard", default=None, metavar="K/N",
                      help="measure only shard K of N of the models (by a stable hash)")
     cov.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    add_executor_options(cov)
     cov.add_argument("--quiet", action="store_true")
     cov.set_defaults(handler=_cmd_coverage)
 

@@ -69,7 +69,8 @@ def test_coverage_is_a_campaign_of_models_sharded_resumed_and_merged(tmp_path, c
 
 
 def test_bad_coverage_input_is_a_one_line_error_before_any_work(tmp_path, capsys):
-    for extra, words in ((["--shard", "3/2"], "shard"), (["--table", "nosuch"], "nosuch")):
+    for extra, words in ((["--shard", "3/2"], "shard"), (["--table", "nosuch"], "nosuch"),
+                         (["--ray-address", "localhost:1"], "--executor ray")):
         assert _coverage(["seed-batchnorm"], "--out", str(tmp_path / "out"), *extra) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and words in err, err
