@@ -1,6 +1,6 @@
 """``patternkit verify`` campaigns: ``--jobs 2`` against ``--executor ray``, and 4 shards merged.
 
-Run ``python benchmarks/bench_campaign.py`` (``--rules relu6.collapse softplus.collapse``,
+Run ``python benchmarks/bench_campaign.py`` (``--rules relu6.collapse``,
 ``--budget 200``, ``--shards 4``, ``--folder DIR``; ``--skip-shards`` for the throughput
 alone).
 
@@ -84,7 +84,7 @@ def _merge(folders: list[Path]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print one JSON line per run and a summary line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rules", nargs="+", default=["relu6.collapse", "softplus.collapse"])
+    parser.add_argument("--rules", nargs="+", default=["relu6.collapse"])
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shards", type=int, default=4)
