@@ -25,8 +25,13 @@ packed projection split into other than two equal halves of its last axis, or wh
 half is both the gate and the up product; slices that are not the two halves of the last
 axis, or a gate and an up product cut two different ways.
 
-Deliberately not covered: a float16 matmul accumulated in float32 and cast back, a
-multiply by ``x @ Wu`` computed from another input than the gate's.
+A float16 / bfloat16 MLP as torch.export writes it is taken too: each matmul accumulated in
+float32 (``out_dtype``) and cast back to the input's dtype, the activation computed in
+float32 between casts.  Refused: a product cast to another dtype than the input's, an
+activation whose casts are no round trip through a float at least as wide.
+
+Deliberately not covered: a multiply by ``x @ Wu`` computed from another input than the
+gate's.
 """
 
 from .composite import GatedMlpComposite as GatedMlpComposite, gated_mlp_table

@@ -16,7 +16,14 @@ from patternkit.dpl import DFPattern, alt, is_op, is_tuple_get_item, through, wi
 from patternkit.engine import CompositeRule, RoleMatch
 
 from .examples import gated_mlp
-from .guards import bias_refusal, broadcast_refusal, split_refusal, transpose_refusal
+from .guards import (
+    activation_cast_refusal,
+    bias_refusal,
+    broadcast_refusal,
+    cast_refusal,
+    split_refusal,
+    transpose_refusal,
+)
 
 #: The composite's base name for each activation of the gate.
 KINDS = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh"}
@@ -58,9 +65,16 @@ class GatedMlpComposite(CompositeRule):
             gate, up = self.gate, self.up  # type: DFPattern, DFPattern
         else:
             gate, up = self._projection("gate"), self._projection("up")
-        self.activation = is_op(f"nn.{activation}")(gate)
+        # the activation as written, or computed in float32 between casts (torch.export
+        # of a float16 / bfloat16 silu)
+        self.activation_widened = is_op("astype")(gate)
+        self.activation = is_op(f"nn.{activation}")(
+            alt(tag="activation_input", widened=self.activation_widened, direct=gate))
+        self.activation_narrowed = is_op("astype")(self.activation)
+        activated = alt(tag="activation_output", narrowed=self.activation_narrowed,
+                        direct=self.activation)
         # multiply is matched with its operands either way round (act(g) * u, u * act(g))
-        self.multiply = is_op("multiply")(self.activation, up)
+        self.multiply = is_op("multiply")(activated, up)
         self.pattern: DFPattern = self.multiply
         self.pattern_name = KINDS[activation] + "_packed" * self.packed_weights
 
@@ -74,11 +88,14 @@ class GatedMlpComposite(CompositeRule):
                                  alt(tag=f"{name}_weight", transposed=permute, direct=weight))
         bias = wildcard()
         product = alt(tag=f"{name}_bias", biased=is_op("add")(bias, matmul), plain=matmul)
+        # a float16 / bfloat16 matmul accumulated in float32 (out_dtype) and cast back
+        cast = is_op("astype")(product)
+        narrowed = alt(tag=f"{name}_accumulation", narrowed=cast, direct=product)
         for role, pattern in (("weight", weight), ("permute", permute), ("matmul", matmul),
-                              ("bias", bias)):
+                              ("bias", bias), ("cast", cast)):
             setattr(self, f"{name}_{role}", pattern)
         setattr(self, name, product)
-        return through(product, ("reshape",), depth=1)
+        return through(narrowed, ("reshape",), depth=1)
 
     def check(self, match: RoleMatch) -> Any:
         """Accept unless a weight's permute is no transpose, an added tensor no per-feature
@@ -89,6 +106,8 @@ class GatedMlpComposite(CompositeRule):
         guards: list[Callable[[RoleMatch], Any]] = [guard for projection in projections
                   for guard in (partial(transpose_refusal, projection=projection),
                                 partial(bias_refusal, projection=projection))]
+        guards += [partial(cast_refusal, projection=projection) for projection in projections]
+        guards += [activation_cast_refusal]
         guards += [split_refusal] if self.packed_weights else []
         for guard in (*guards, broadcast_refusal):
             refusal = guard(match)
@@ -102,7 +121,9 @@ class GatedMlpComposite(CompositeRule):
 
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Two dtypes, the input shapes, both multiply orders, the weight forms (and one
-        no transpose), with and without biases (and one full tensor); the halves of a packed
+        no transpose), with and without biases (and one full tensor), accumulated in the
+        input's dtype or in float32 with the activation between casts (and a float32 MLP
+        narrowed to float16, refused); the halves of a packed
         variant either way round (and two refused splits), cut by a split or by slices (and
         one of each, refused); an up projection that broadcasts.
         """
@@ -110,7 +131,8 @@ class GatedMlpComposite(CompositeRule):
             "dtype": ("float32", "float16"), "shape": ("batch_seq", "static", "matrix"),
             "order": ("gate_first", "up_first"),
             "weights": ("transposed", "direct", "permuted_wrongly"),
-            "bias": (False, True), "bias_shape": ("feature", "full")}
+            "bias": (False, True), "bias_shape": ("feature", "full"),
+            "accumulate": ("same", "float32", "narrowed")}
         if self.packed_weights:
             space["halves"] = ("gate_up", "up_gate", "same", "thirds")
             space["cut"] = ("split", "slices", "mixed")

@@ -29,7 +29,8 @@ HIDDEN, INTERMEDIATE = 16, 32
 def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False,
               dtype: str = "float32", shape: str = "batch_seq", order: str = "gate_first",
               weights: str = "transposed", halves: str = "gate_up", bias_shape: str = "feature",
-              up_width: int = INTERMEDIATE, cut: str = "split", seed: int = 0) -> tvm.IRModule:
+              up_width: int = INTERMEDIATE, cut: str = "split", accumulate: str = "same",
+              seed: int = 0) -> tvm.IRModule:
     """``down(act(x @ Wg [+ bg]) * (x @ Wu [+ bu]))`` with seeded constant weights.
 
     Parameters
@@ -60,9 +61,19 @@ def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False
         For ``packed``: the halves as items of one ``split``, as ``strided_slice`` of the
         last axis (``halves`` picks the parts alike), or (a refusal's edge) the gate an
         item of a split and the up product a slice.
+    accumulate : {"same", "float32", "narrowed", "activation_in_float16"}
+        ``"float32"``: torch.export of a float16 / bfloat16 MLP, each matmul accumulated in
+        float32 (``out_dtype``) and cast back, the activation computed in float32 between
+        casts.  Refusals' edges (on float32): ``"narrowed"`` casts the projections' products
+        to float16 (the MLP then computes in float16), ``"activation_in_float16"`` computes
+        the activation in float16 between casts.
     """
     if not packed and halves != "gate_up":
         raise NoSuchExample("halves= picks the items of a packed projection's split")
+    if accumulate == "float32" and dtype == "float32":
+        raise NoSuchExample("accumulate='float32' widens a float16 or bfloat16 MLP")
+    if accumulate in ("narrowed", "activation_in_float16") and dtype != "float32":
+        raise NoSuchExample(f"accumulate={accumulate!r} narrows a float32 MLP")
     if not packed and cut != "split":
         raise NoSuchExample("cut= is how a packed projection is cut in halves")
     if packed and up_width != INTERMEDIATE:
@@ -80,14 +91,15 @@ def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False
         with bb.dataflow():
             if packed:
                 parts = 3 if halves == "thirds" else 2
-                both = _linear(bb, rng, x, parts * INTERMEDIATE, bias, weights, bias_shape)
+                both = _linear(bb, rng, x, parts * INTERMEDIATE, bias, weights, bias_shape,
+                               accumulate)
                 pick = {"gate_up": (0, 1), "up_gate": (1, 0), "same": (0, 0),
                         "thirds": (0, 1)}[halves]
                 gate, up = _halves(bb, both, parts, pick, cut)
             else:
-                gate = _linear(bb, rng, x, INTERMEDIATE, bias, weights, bias_shape)
-                up = _linear(bb, rng, x, up_width, bias, weights, bias_shape)
-            act = bb.emit(ACTIVATION_OPS[activation](gate))
+                gate = _linear(bb, rng, x, INTERMEDIATE, bias, weights, bias_shape, accumulate)
+                up = _linear(bb, rng, x, up_width, bias, weights, bias_shape, accumulate)
+            act = _activation(bb, activation, gate, accumulate)
             pair = (act, up) if order == "gate_first" else (up, act)
             hidden = bb.emit(relax.op.multiply(*pair))
             out = bb.emit_output(_linear(bb, rng, hidden, HIDDEN, False, "transposed", "feature"))
@@ -96,8 +108,11 @@ def gated_mlp(activation: str = "silu", packed: bool = False, bias: bool = False
 
 
 def _linear(bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr, features: int,
-            bias: bool, weights: str, bias_shape: str) -> relax.Expr:
-    """``x @ W [+ b]`` as the torch importer writes ``nn.Linear`` (reshapes on a 3-D ``x``)."""
+            bias: bool, weights: str, bias_shape: str, accumulate: str = "same") -> relax.Expr:
+    """``x @ W [+ b]`` as the torch importer writes ``nn.Linear`` (reshapes on a 3-D ``x``),
+    accumulated in float32 and cast back (``accumulate="float32"``) or cast to float16
+    (``"narrowed"``).
+    """
     dims = [d for d in x.ty.shape]
     dtype, inner = str(x.ty.dtype), int(dims[-1])
     scale = 1 / np.sqrt(inner)
@@ -111,14 +126,30 @@ def _linear(bb: relax.BlockBuilder, rng: np.random.Generator, x: relax.Expr, fea
         rhs = relax.const((rng.standard_normal((inner, features)) * scale).astype(dtype))
     flat = len(dims) > 2
     lhs = bb.emit(relax.op.reshape(x, (_product(dims[:-1]), inner))) if flat else x
-    y = bb.emit(relax.op.matmul(lhs, rhs))
+    widened = accumulate == "float32"
+    y = bb.emit(relax.op.matmul(lhs, rhs, out_dtype="float32" if widened else None))
     if bias:
         b_shape = (features,) if bias_shape == "feature" else tuple(int(d) for d in y.ty.shape)
-        b = relax.const((rng.standard_normal(b_shape) * 0.5 + 0.25).astype(dtype))
+        b = relax.const((rng.standard_normal(b_shape) * 0.5 + 0.25).astype(str(y.ty.dtype)))
         y = bb.emit(relax.op.add(b, y))
+    if widened or accumulate == "narrowed":
+        y = bb.emit(relax.op.astype(y, dtype if widened else "float16"))
     if flat:
         y = bb.emit(relax.op.reshape(y, (*dims[:-1], features)))
     return y
+
+
+def _activation(bb: relax.BlockBuilder, activation: str, gate: relax.Expr,
+                accumulate: str) -> relax.Expr:
+    """The gate's activation, between casts to float32 (float16) and back for
+    ``accumulate="float32"`` (``"activation_in_float16"``).
+    """
+    op = ACTIVATION_OPS[activation]
+    inner = {"float32": "float32", "activation_in_float16": "float16"}.get(accumulate)
+    if inner is None:
+        return bb.emit(op(gate))
+    act = bb.emit(op(bb.emit(relax.op.astype(gate, inner))))
+    return bb.emit(relax.op.astype(act, str(gate.ty.dtype)))
 
 
 def _halves(bb: relax.BlockBuilder, both: relax.Expr, parts: int, pick: tuple[int, int],

@@ -57,6 +57,43 @@ def broadcast_refusal(match: RoleMatch) -> Any:
                   f"multiplies the gate and the up product elementwise", at=match.multiply)
 
 
+def cast_refusal(match: RoleMatch, projection: str) -> Any:
+    """``None`` unless the projection's product is cast to another dtype than ``x``'s (a
+    float32 accumulation cast back is the same MLP; a cast elsewhere changes its precision).
+    """
+    if match.tag(f"{projection}_accumulation") != "narrowed":
+        return None
+    cast = match[f"{projection}_cast"]
+    to, of_x = str(type_of(cast).dtype), str(type_of(match.x).dtype)
+    if to == of_x:
+        return None
+    return reject(f"the {projection} projection's product is cast to {to}, not back to the "
+                  f"input's {of_x}: the MLP does not compute in its input's dtype", at=cast)
+
+
+def activation_cast_refusal(match: RoleMatch) -> Any:
+    """``None`` unless the activation's casts are no round trip through a float at least as
+    wide as the gate's dtype.
+    """
+    widened, narrowed = match.tag("activation_input"), match.tag("activation_output")
+    if widened == "direct" and narrowed == "direct":
+        return None
+    read = match.activation_widened.args[0] if widened == "widened" else match.activation.args[0]
+    gate = str(type_of(read).dtype)
+    inner = str(type_of(match.var_of("activation")).dtype)
+    out = str(type_of(match.var_of("activation_narrowed")).dtype) if narrowed == "narrowed" \
+        else inner
+    if out == gate and _WIDTH.get(inner, 0) >= _WIDTH.get(gate, 64):
+        return None
+    return reject(f"the activation computes in {inner} on a {gate} gate and gives {out}: "
+                  f"only a round trip through a float as wide or wider (the gate cast up, "
+                  f"the activation cast back) is the same gated MLP", at=match.activation)
+
+
+#: Bits of the float dtypes an activation may compute in.
+_WIDTH = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+
+
 def split_refusal(match: RoleMatch) -> Any:
     """``None`` unless the packed projection's halves are not two equal halves of its last
     axis read as two different parts: the items of one ``split``, or two ``strided_slice``.

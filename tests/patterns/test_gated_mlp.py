@@ -152,6 +152,13 @@ def _negatives(act: str, packed: bool) -> list[Negative]:
         Negative("bias_is_a_full_tensor", example(shape="static", bias=True, bias_shape="full"),
                  f"the {projection} projection adds a tensor of shape "
                  f"(10, {64 if packed else 32}) that is not a per-feature bias"),
+        Negative("float32_mlp_narrowed_to_float16", example(accumulate="narrowed"),
+                 f"the {projection} projection's product is cast to float16, not back to the "
+                 f"input's float32: the MLP does not compute in its input's dtype"),
+        Negative("activation_in_float16_on_a_float32_gate",
+                 example(accumulate="activation_in_float16"),
+                 "the activation computes in float16 on a float32 gate and gives float32: only "
+                 "a round trip through a float as wide or wider"),
     ]
     if packed:
         cases += [
@@ -250,15 +257,23 @@ def test_geglu_forms_in_float16_too(act, packed):
                                    order="up_first"), rule)
 
 
-@pytest.mark.parametrize("act", ["silu", "gelu"])
-@pytest.mark.parametrize("halves", ["gate_up", "up_gate"])
-def test_packed_halves_cut_by_two_strided_slices_form_the_packed_composite(act, halves):
+def test_a_half_precision_mlp_accumulated_in_float32_forms_one_composite():
+    # torch.export of a float16 / bfloat16 MLP: matmul(out_dtype="float32") cast back, the
+    # activation computed in float32 between casts
+    _forms_one_composite(gated_mlp(dtype="float16", accumulate="float32", bias=True),
+                         GatedMlpComposite())
+    _forms_one_composite(gated_mlp(activation="gelu", packed=True, dtype="bfloat16",
+                                   accumulate="float32"),
+                         GatedMlpComposite(activation="gelu", packed=True))
+
+
+def test_packed_halves_cut_by_two_strided_slices_form_the_packed_composite():
     # the TorchScript ONNX exporter writes chunk(2, -1) as two Slice: strided_slice [0, 32)
-    # and [32, 64) of the packed product's last axis
-    rule = GatedMlpComposite(activation=act, packed=True)
-    for dtype in ("float32", "float16"):
-        _forms_one_composite(gated_mlp(activation=act, packed=True, cut="slices",
-                                       halves=halves, dtype=dtype), rule)
+    # and [32, 64) of the packed product's last axis (either half the gate)
+    _forms_one_composite(gated_mlp(packed=True, cut="slices"), GatedMlpComposite(packed=True))
+    _forms_one_composite(gated_mlp(activation="gelu", packed=True, cut="slices",
+                                   halves="up_gate", dtype="float16"),
+                         GatedMlpComposite(activation="gelu", packed=True))
 
 
 @pytest.mark.parametrize("packed", [False, True])
