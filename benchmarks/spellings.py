@@ -677,6 +677,7 @@ def provenance(cells: list[Cell]) -> list[str]:
     sources = list(dict.fromkeys(c.source for c in cells))
     if len(sources) < 2:
         return []
+    sources.sort(key=_when)  # oldest first, as the measurements were layered
     every = set(c.column for c in cells)
     lines = ["This table joins several measurements (a later one's cells replace an earlier "
              "one's); the totals count the table as shown:", ""]
@@ -693,6 +694,12 @@ def provenance(cells: list[Cell]) -> list[str]:
             lines.append(f"* {source or 'this run'}: {len(rows)} row(s) in {where}: "
                          + ", ".join(f"`{row}`" for row in rows))
     return lines + [""]
+
+
+def _when(source: str) -> str:
+    """The date and time a source names (``""`` for this run, which is the latest)."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2})?", source)
+    return found.group(0) if found else ("9" if not source else "")
 
 
 def _columns_text(columns: set[str]) -> str:

@@ -365,5 +365,7 @@ def test_from_json_over_a_table_replaces_its_cells_and_says_which_rows_came_from
     assert "* the table generated on 2026-01-02: 1 row(s) in columns `onnx17/float32/static`: " \
            "`relu6/x`" in text
     assert "* the table generated on 2026-01-02: 1 row(s) in every column: `mish/y`" in text
+    # oldest first, as the measurements were layered
+    assert text.index("* the table generated") < text.index("* measured by a run started")
     assert "Totals: 4 cells, 1 collapsed, 1 with a named reason, 0 front-door errors, " \
            "2 without a reason; 2 of 8 instances collapsed." in text
