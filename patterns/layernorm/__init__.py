@@ -58,9 +58,19 @@ beta), every op of which has a gradient, and which ``layernorm.collapse`` undoes
 float32.  A float16 norm is expanded in float32 between casts, as the fused op computes
 it, so the expansion keeps the fused op's accuracy.
 
-Deliberately not covered: a layer norm computed in float32 between casts of a float16
-``x`` (write it with :func:`patternkit.dpl.up_to_cast` if a model needs it: none of the
-zoo's does), non-trailing axes (group and instance norms), ``x + (-mean)``, an
+A float16 norm whose statistics run wider is collapsed too: the variance taken in float32
+between casts (the dynamo exporter's ``var`` over several axes: ``x`` cast to float32,
+centred, squared, averaged, cast back) and the whole normalisation run in float32 or
+float64 between casts of ``x - mean`` (the TorchScript exporter's float16 ``LayerNorm``
+below opset 17, in float64).  The fused op accumulates float16 statistics in float32 and
+rounds once, so the result stays within float16 rounding of the written-out form; the
+rule logs, at INFO on its module's logger, the cast's binding and the precision.  A
+float32 norm widened to float64 is refused with the dtypes named (the fused op would
+compute in float32).
+
+Deliberately not covered: a layer norm computed in float32 between casts of the whole
+float16 ``x`` (both means and the numerator: none of the exporters writes it),
+non-trailing axes (group and instance norms), ``x + (-mean)``, an
 unbiased (Bessel-corrected) variance, and bfloat16 or float64 models (no ``layer_norm``
 kernel in TVM 0.27).
 """

@@ -7,6 +7,7 @@ and beta); the check runs the shared guards (:mod:`.guards`) and returns a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -15,6 +16,7 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, divide_by_sqrt, is_op, square, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
+from patternkit.ir import var_name
 
 from .examples import written_out
 from .guards import (
@@ -25,7 +27,10 @@ from .guards import (
     same_as_mean,
     scalar_epsilon,
     shape_and_dtype,
+    widened_dtype,
 )
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class LayerNormPlan:
     features: tuple
     dtype: str
     reshape: frozenset = frozenset()  # roles with leading unit dims to reshape away
+    widened: str | None = None  # the dtype a float16 norm's statistics ran in, if wider
 
 
 def _affine_roles(match: RoleMatch) -> tuple[str, ...]:
@@ -68,8 +74,24 @@ class LayerNormCollapse(RewriteRule):
         reduced = alt(tag="variance", mean=self.variance_mean, op=self.variance_op)
         # keepdims=False plus a reshape back to the mean's shape (the dynamo exporter).
         self.variance_reshape = is_op("reshape")(reduced, wildcard())
-        variance = alt(tag="keepdims", kept=reduced, reshaped=self.variance_reshape)
-        normalised = divide_by_sqrt(self.x - self.mean, variance + self.eps)
+        # The variance taken in a wider dtype and cast back (the dynamo exporter's float16
+        # var over several axes: x cast to float32, centred, squared, averaged).
+        self.wide_x = is_op("astype")(self.x)
+        self.wide_mean = is_op("mean")(self.wide_x)
+        self.wide_variance = is_op("mean")(square(self.wide_x - self.wide_mean))
+        self.wide_variance_reshape = is_op("reshape")(self.wide_variance, wildcard())
+        self.variance_cast = is_op("astype")(alt(tag="wide_keepdims", kept=self.wide_variance,
+                                                 reshaped=self.wide_variance_reshape))
+        variance = alt(tag="keepdims", kept=reduced, reshaped=self.variance_reshape,
+                       widened=self.variance_cast)
+        plain = divide_by_sqrt(self.x - self.mean, variance + self.eps)
+        # The whole normalisation in a wider dtype between casts of x - mean (the
+        # TorchScript exporter's float16 LayerNorm below opset 17 runs it in float64).
+        self.wide_centred = is_op("astype")(self.x - self.mean)
+        self.wide_norm_variance = is_op("mean")(square(self.wide_centred))
+        self.normalisation_cast = is_op("astype")(
+            divide_by_sqrt(self.wide_centred, self.wide_norm_variance + self.eps))
+        normalised = alt(tag="normalisation", plain=plain, widened=self.normalisation_cast)
         self.gamma, self.beta = wildcard(), wildcard()
         self.scaled = normalised * self.gamma
         scaled = alt(tag="gamma", scaled=self.scaled, plain=normalised)
@@ -84,31 +106,54 @@ class LayerNormCollapse(RewriteRule):
                           f"{' and '.join(LAYER_NORM_DTYPES)} only", at=match.x)
         ndim = len(shape)
         k = reduced_trailing_axes(match.mean, ndim, "the mean")
-        variance = (match.variance_mean if match.tag("variance") == "mean"
-                    else match.variance_op)
-        reshaped = match.tag("keepdims") == "reshaped"
+        widened = None
+        if match.tag("normalisation") == "widened":
+            widened = widened_dtype(match.wide_centred, match.normalisation_cast,
+                                    "the normalisation")
+            variance, reshaped, centring = match.wide_norm_variance, False, None
+        elif match.tag("keepdims") == "widened":
+            widened = widened_dtype(match.wide_x, match.variance_cast, "the variance")
+            variance, centring = match.wide_variance, match.wide_mean
+            reshaped = match.tag("wide_keepdims") == "reshaped"
+        else:
+            variance = (match.variance_mean if match.tag("variance") == "mean"
+                        else match.variance_op)
+            reshaped = match.tag("keepdims") == "reshaped"
+            centring = (match.centering_mean if match.tag("variance") == "mean"
+                        and match.centering_mean is not match.mean else None)
         k_var = reduced_trailing_axes(variance, ndim, "the variance", reshaped=reshaped)
         if k_var != k:
             return reject(f"the mean reduces the last {k} axes of x but the variance the "
                           f"last {k_var}", at=variance)
         if reshaped:
-            same_as_mean(match.variance_reshape, match.mean, "the variance")
-        if match.tag("variance") == "mean" and match.centering_mean is not match.mean:
-            k_centre = reduced_trailing_axes(match.centering_mean, ndim, "the centring mean")
+            same_as_mean(match.wide_variance_reshape if widened else match.variance_reshape,
+                         match.mean, "the variance")
+        if centring is not None:
+            k_centre = reduced_trailing_axes(centring, ndim, "the centring mean")
             if k_centre != k:
                 return reject(f"the variance centres x with a mean over its last {k_centre} "
                               f"axes, the numerator with one over its last {k}: not one "
-                              f"mean computed twice", at=match.centering_mean)
+                              f"mean computed twice", at=centring)
         epsilon = scalar_epsilon(match.eps, ndim)
         reshape = frozenset(role for role in _affine_roles(match)
                             if per_feature(match[role], shape, k, dtype, role))
-        return LayerNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], dtype, reshape)
+        return LayerNormPlan(tuple(range(-k, 0)), epsilon, shape[ndim - k:], dtype, reshape,
+                             widened)
 
     def rewrite(self, match: RoleMatch) -> Any:
         """One ``nn.layer_norm`` over the plan's axes; a missing gamma or beta becomes ones or
         zeros.
         """
         plan: LayerNormPlan = match.plan
+        if plan.widened is not None:
+            cast = ("normalisation_cast" if match.tag("normalisation") == "widened"
+                    else "variance_cast")
+            at = match.var_of(cast)  # the match's root has no binding of its own here
+            _LOG.info("%s: the norm's statistics at %s ran in %s between casts of %s x; "
+                      "R.nn.layer_norm computes them in float32 and rounds once to %s, "
+                      "within %s rounding of the written-out form", self.name,
+                      var_name(at) if isinstance(at, relax.Var) else "its result",
+                      plan.widened, plan.dtype, plan.dtype, plan.dtype)
         given = _affine_roles(match)
         gamma = (as_feature_tensor(match.gamma, plan.features, "gamma" in plan.reshape)
                  if "gamma" in given else relax.op.ones(plan.features, plan.dtype))
@@ -132,4 +177,5 @@ class LayerNormCollapse(RewriteRule):
                 "centered": ("reused", "recomputed"), "mean_axes": ("trailing", "leading"),
                 "eps": ("scalar", "vector", "variable"),
                 "gamma": ("per_feature", "scalar", "full"), "mean": ("once", "twice"),
-                "variance_keepdims": ("kept", "reshaped")}
+                "variance_keepdims": ("kept", "reshaped"),
+                "widened": ("none", "variance", "normalisation")}

@@ -15,7 +15,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from patternkit.engine import NoSuchExample
 from patternkit.ir import from_expr, static_shape
+
+#: The dtype the ``widened`` examples compute their statistics in, by form and x's dtype:
+#: what the exporters write for float16 (the dynamo exporter's variance in float32, the
+#: TorchScript exporter's normalisation in float64); float32 x widened to float64 is an
+#: edge the rule refuses.
+WIDE_DTYPE = {("variance", "float16"): "float32", ("normalisation", "float16"): "float64",
+              ("variance", "float32"): "float64", ("normalisation", "float32"): "float64"}
 
 
 def example_shape(rank: int, symbolic: bool) -> tuple:
@@ -31,7 +39,7 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
                 affine: str = "both", root: str = "sqrt", square: str = "power",
                 centered: str = "reused", mean_axes: str = "trailing", eps: str = "scalar",
                 gamma: str = "per_feature", mean: str = "once",
-                variance_keepdims: str = "kept") -> tvm.IRModule:
+                variance_keepdims: str = "kept", widened: str = "none") -> tvm.IRModule:
     """A written-out layer norm over the last ``axes`` axes of a rank-``rank`` ``x``.
 
     ``symbolic`` makes the leading dims of ``x`` symbolic (``n``, ``s``); ``affine``
@@ -42,11 +50,22 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
     ``mean`` ``"once"`` or ``"twice"`` (the numerator's mean computed again, its axes
     spelled positive: the ONNX exporters' form); ``variance_keepdims`` ``"kept"`` or
     ``"reshaped"`` (the variance drops its axes, then a reshape puts them back: the dynamo
-    exporter's form).  Knobs
+    exporter's form); ``widened`` ``"none"``, ``"variance"`` (the variance taken in a
+    wider dtype and cast back: the dynamo exporter's float16 var over several axes) or
+    ``"normalisation"`` (``x - mean`` cast wider, normalised, cast back: the TorchScript
+    exporter's float16 LayerNorm), widened as :data:`WIDE_DTYPE` says.  Knobs
     the rule must refuse: ``mean_axes="leading"`` (the means reduce the first axes),
     ``eps="vector"`` or ``"variable"``, ``gamma="scalar"`` or ``"full"`` (not
     per-feature).
     """
+    if widened != "none" and (square == "variance" or centered == "recomputed"
+                              or mean == "twice"):
+        raise NoSuchExample("a widened norm is written with one mean and a squared "
+                            "difference (square != 'variance', centered='reused', "
+                            "mean='once')")
+    if widened == "normalisation" and (variance_keepdims == "reshaped" or eps == "variable"):
+        raise NoSuchExample("the widened normalisation keeps the variance's dims and adds a "
+                            "constant eps (cast with it)")
     x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
     shape = static_shape(x.ty)
     assert shape is not None  # x was just given one
@@ -63,7 +82,9 @@ def written_out(dtype: str = "float32", rank: int = 3, axes: int = 1, symbolic: 
                             square=square, root=root, centered=centered,
                             numerator_reduce=([a % rank for a in reduce] if mean == "twice"
                                               else None),
-                            reshape_variance=variance_keepdims == "reshaped")
+                            reshape_variance=variance_keepdims == "reshaped",
+                            widened=widened,
+                            wide_dtype=WIDE_DTYPE.get((widened, dtype), "float64"))
 
 
 def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | None,
@@ -72,7 +93,9 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
                      square: str = "power", root: str = "sqrt",
                      centered: str = "reused", numerator_reduce: Sequence[int] | None = None,
                      reshape_variance: bool = False,
-                     variance_shape: Sequence[int] | None = None) -> tvm.IRModule:
+                     variance_shape: Sequence[int] | None = None, widened: str = "none",
+                     wide_dtype: str = "float32", back_dtype: str | None = None
+                     ) -> tvm.IRModule:
     """``main(x, [gamma], [beta], [eps])``: the layer norm of ``x`` written out, one binding
     per op, from the given parts (:func:`written_out` chooses them; a test may pass parts
     no knob makes, such as an ``x`` of unknown rank).
@@ -81,7 +104,10 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
     ``eps`` a constant or a parameter; ``square``, ``root`` and ``centered`` as in
     :func:`written_out`.  ``numerator_reduce``: the numerator centres ``x`` with a mean of
     its own over these axes; ``reshape_variance``: the variance is taken without keepdims
-    and reshaped to the mean's shape (or to ``variance_shape``).
+    and reshaped to the mean's shape (or to ``variance_shape``); ``widened``: the
+    variance (``"variance"``) or the whole normalisation (``"normalisation"``) computed
+    in ``wide_dtype`` between casts, as :func:`written_out` says, cast back to
+    ``back_dtype`` (default: ``x``'s dtype).
     """
     dtype = x.ty.dtype
     reduce = list(reduce)
@@ -94,7 +120,18 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
             mean = bb.emit(relax.op.mean(x, reduce, keepdims=keepdims))
             d = bb.emit(relax.op.subtract(x, mean))
             kept = keepdims and not reshape_variance
-            if square == "variance":
+            if widened == "variance":  # from x cast wider, centred on its own mean
+                wide = bb.emit(relax.op.astype(x, wide_dtype))
+                wide_d = bb.emit(relax.op.subtract(wide, bb.emit(
+                    relax.op.mean(wide, variance_reduce, keepdims=True))))
+                var = bb.emit(relax.op.mean(bb.emit(_squared(wide_d, square, wide_dtype)),
+                                            variance_reduce, keepdims=kept))
+            elif widened == "normalisation":  # x - mean cast wider, normalised there
+                d = bb.emit(relax.op.astype(d, wide_dtype))
+                var = bb.emit(relax.op.mean(bb.emit(_squared(d, square, wide_dtype)),
+                                            variance_reduce, keepdims=kept))
+                eps = relax.const(eps.value.numpy().astype(wide_dtype), wide_dtype)
+            elif square == "variance":
                 var = bb.emit(relax.op.variance(x, variance_reduce, keepdims=kept))
             else:
                 sq = bb.emit({"power": lambda: relax.op.power(d, relax.const(2.0, dtype)),
@@ -103,6 +140,8 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
                 var = bb.emit(relax.op.mean(sq, variance_reduce, keepdims=kept))
             if reshape_variance:
                 var = bb.emit(relax.op.reshape(var, variance_shape or mean.ty.shape))
+            if widened == "variance":
+                var = bb.emit(relax.op.astype(var, back_dtype or dtype))
             radicand = bb.emit(relax.op.add(var, eps))
             if numerator_reduce is not None:
                 mean = bb.emit(relax.op.mean(x, list(numerator_reduce), keepdims=keepdims))
@@ -111,11 +150,14 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
             if root == "sqrt":
                 y = bb.emit(relax.op.divide(d, bb.emit(relax.op.sqrt(radicand))))
             elif root == "reciprocal":  # torch.rsqrt exported to ONNX
-                inverse = relax.op.divide(relax.const(1.0, dtype),
+                one = relax.const(1.0, wide_dtype if widened == "normalisation" else dtype)
+                inverse = relax.op.divide(one,
                                           bb.emit(relax.op.sqrt(radicand)))
                 y = bb.emit(relax.op.multiply(d, bb.emit(inverse)))
             else:
                 y = bb.emit(relax.op.multiply(d, bb.emit(relax.op.rsqrt(radicand))))
+            if widened == "normalisation":
+                y = bb.emit(relax.op.astype(y, back_dtype or dtype))
             if gamma is not None:
                 y = bb.emit(relax.op.multiply(y, gamma))
             if beta is not None:
@@ -123,6 +165,15 @@ def layer_norm_graph(x: relax.Var, gamma: relax.Var | None, beta: relax.Var | No
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
+
+
+def _squared(d: relax.Expr, square: str, dtype: str) -> relax.Expr:
+    """``d`` squared the way ``square`` says (``power``, ``multiply`` or ``square``)."""
+    if square == "multiply":
+        return relax.op.multiply(d, d)
+    if square == "square":
+        return relax.op.square(d)
+    return relax.op.power(d, relax.const(2.0, dtype))
 
 
 def layer_norm_call(dtype: str = "float32", rank: int = 3, axes: int = 1,

@@ -32,6 +32,30 @@ from patternkit.ir import (
 LAYER_NORM_DTYPES = ("float32", "float16")
 
 
+#: The dtypes a float16 norm's statistics may be computed in between casts: TVM's
+#: float16 ``layer_norm`` accumulates its mean and variance in float32 and rounds once,
+#: so a model that asked for float32 or float64 statistics gets float16 results within
+#: float16 rounding of its own.  A float32 norm widened to float64 is refused: the fused
+#: op would compute in float32, a precision the model did not ask for.
+WIDENED_STATISTICS = {"float16": ("float32", "float64")}
+
+
+def widened_dtype(widening: Any, narrowing: Any, what: str) -> str:
+    """The dtype ``what`` runs in between the cast ``widening`` (to it) and ``narrowing``
+    (back to the dtype it started in); refused outside :data:`WIDENED_STATISTICS`.
+    """
+    narrow = dtype_of(type_of(widening.args[0]))
+    wide, back = str(widening.attrs.dtype), str(narrowing.attrs.dtype)
+    if back != narrow:
+        raise reject(f"{what} runs in {wide} from {narrow} and is cast to {back}, not back "
+                     f"to {narrow}", at=narrowing)
+    if wide not in WIDENED_STATISTICS.get(narrow or "", ()):
+        raise reject(f"{what} runs in {wide} between casts of {narrow} x: TVM's layer_norm "
+                     f"computes {narrow} norms in float32, a precision the model did not "
+                     f"ask for (float16 widened to float32 or float64 only)", at=widening)
+    return wide
+
+
 def shape_and_dtype(x: Any) -> tuple[tuple[Any, ...], str | None]:
     """``(shape, dtype)`` of ``x``, refusing when the shape is unknown."""
     ty = type_of(x)

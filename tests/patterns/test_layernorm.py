@@ -115,6 +115,20 @@ REFUSED = {
                                  None, None, relax.const(1e-5, "float32"), (-1,),
                                  reshape_variance=True, variance_shape=(5, 1)),
         "the variance is reshaped to (5, 1), not to the mean's shape (1, 5, 1)"),
+    "float32_variance_widened_to_float64": (
+        lambda: LayerNormCollapse().example(widened="variance"),
+        "the variance runs in float64 between casts of float32 x: TVM's layer_norm computes "
+        "float32 norms in float32"),
+    "float32_normalisation_widened_to_float64": (
+        lambda: LayerNormCollapse().example(widened="normalisation"),
+        "the normalisation runs in float64 between casts of float32 x"),
+    "widened_normalisation_cast_to_another_dtype": (
+        lambda: layer_norm_graph(relax.Var("x", relax.TensorType((2, 5, 16), "float16")),
+                                 None, None, relax.const(1e-5, "float16"), (-1,),
+                                 widened="normalisation", wide_dtype="float64",
+                                 back_dtype="float32"),
+        "the normalisation runs in float64 from float16 and is cast to float32, not back to "
+        "float16"),
     "eps_of_higher_rank": (lambda: written_out(eps=relax.const(np.full((1, 1, 1, 1), 1e-5,
                                                                        "float32"))),
                            "eps has rank 4, more than x's 3"),
@@ -204,6 +218,30 @@ def test_every_spelling_collapses_with_the_numbers_kept(knobs, dtype):
     assert float(norm.attrs.epsilon) == float(np.dtype(dtype).type(1e-5))  # the model's eps
     tol = TOLERANCE[dtype]
     pk.assert_same_numerics(before, applied.module, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars=SHAPE_VARS)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"widened": "variance"}, {"widened": "variance", "variance_keepdims": "reshaped"},
+    {"widened": "variance", "rank": 4, "axes": 2, "symbolic": True, "square": "multiply"},
+    {"widened": "normalisation"}, {"widened": "normalisation", "root": "reciprocal"},
+    {"widened": "normalisation", "rank": 4, "axes": 2, "symbolic": True, "affine": "none"},
+], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_a_float16_norm_with_wider_statistics_collapses_and_logs_their_precision(knobs, caplog):
+    """The dynamo exporter takes a float16 variance over several axes in float32, the
+    TorchScript exporter a float16 LayerNorm's whole normalisation in float64: the fused
+    op's float32 statistics are within float16 rounding of either."""
+    rule = LayerNormCollapse()
+    before = rule.example(dtype="float16", **knobs)
+    with caplog.at_level("INFO", logger="patternkit.patterns.layernorm.collapse"):
+        applied = apply_rule(rule, before)
+    assert applied.fired == 1
+    (norm,) = layer_norms(applied.module)
+    assert [int(a) for a in norm.attrs.axes] == list(range(-knobs.get("axes", 1), 0))
+    assert "astype" not in applied.module.script()
+    wide = "float32" if knobs["widened"] == "variance" else "float64"
+    assert f"ran in {wide} between casts of float16 x" in caplog.text
+    pk.assert_same_numerics(before, applied.module, rtol=F16.rtol, atol=F16.atol,
                             shape_vars=SHAPE_VARS)
 
 
@@ -508,6 +546,46 @@ def test_an_onnx_export_below_opset_17_collapses_back_to_one_layer_norm(opset):
     assert ops == {"relax.nn.layer_norm"}
     pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol,
                             shape_vars={"batch": 2, "seq": 5})
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("exporter", ["14", "dynamo"])
+def test_a_float16_onnx_export_with_wider_statistics_collapses_to_one_layer_norm(exporter):
+    """float16 in ONNX: the TorchScript exporter (opset 14) normalises a LayerNorm in
+    float64 between casts, the dynamo exporter takes a variance over two axes in float32."""
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from patternkit.models.onnx_models import export_to_onnx
+
+    class TwoAxisNorm(torch.nn.Module):
+        def forward(self, x):
+            mean = x.mean((-2, -1), keepdim=True)
+            var = x.var((-2, -1), keepdim=True, unbiased=False)
+            return (x - mean) / torch.sqrt(var + 1e-5)
+
+    torch.manual_seed(0)
+    if exporter == "dynamo":
+        module, axes = TwoAxisNorm().eval(), 2
+    else:
+        module, axes = torch.nn.LayerNorm(16).eval(), 1
+        torch.nn.init.uniform_(module.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(module.bias, -0.5, 0.5)
+    x = torch.randn(2, 5, 16)
+    data = export_to_onnx(module.half(), (x.half(),), ["x"],
+                          opset=None if exporter == "dynamo" else int(exporter),
+                          exporter="dynamo" if exporter == "dynamo" else "torchscript",
+                          dynamic_axes={"x": {}}, output_names=["y"], text="norm")
+    before = from_onnx(onnx.load_from_string(data))
+    assert "astype" in before.script()  # the statistics run wider than x
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count("layernorm.collapse") == 1
+    (norm,) = layer_norms(after)
+    assert [int(a) for a in norm.attrs.axes] == list(range(-axes, 0))
+    assert "astype" not in after.script()
+    pk.assert_same_numerics(before, after, rtol=F16.rtol, atol=F16.atol)
 
 
 def _run(mod, model):
