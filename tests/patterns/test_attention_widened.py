@@ -93,3 +93,41 @@ def test_a_float32_model_softmax_in_float64_is_refused_with_the_precision_named(
     assert "R.nn.attention" not in after.script()
     assert any("the softmax runs in float64 between casts of the float32 scores" in reason
                for reason in log.reasons(RULE)), log.reasons(RULE)
+
+
+def _dynamo_written_out_attention(dtype: str):
+    """``p = exp(s - max(s)) / sum(...)`` over ``s = q @ k^T * scale``, then ``p @ v``, with
+    the max and the sum in float32 between casts: how the dynamo ONNX exporter writes a
+    half-precision hand-written softmax (checked on the spelling matrix's source)."""
+    from tvm import relax
+
+    q, k, v = (relax.Var(n, relax.TensorType((2, 2, 8, 16), dtype)) for n in "qkv")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            kt = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
+            s = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q, kt)),
+                                          relax.const(0.25, dtype)))
+            wide = bb.emit(relax.op.max(bb.emit(relax.op.astype(s, "float32")), [-1],
+                                        keepdims=True))
+            e = bb.emit(relax.op.exp(bb.emit(s - bb.emit(relax.op.astype(wide, dtype)))))
+            total = bb.emit(relax.op.sum(bb.emit(relax.op.astype(e, "float32")), [-1],
+                                         keepdims=True))
+            p = bb.emit(e / bb.emit(relax.op.astype(total, dtype)))
+            out = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_softmax_written_out_with_float32_max_and_sum_becomes_attention(dtype):
+    before = _dynamo_written_out_attention(dtype)
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count("softmax.collapse") == 1 and log.count(RULE) == 1
+    assert after.script().count("R.nn.attention") == 1 and "R.exp" not in after.script()
+    tol = TOLERANCE[dtype]
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, (2, 2, 8, 16)) for _ in range(3)]
+    np.testing.assert_allclose(_run(after, arrays, dtype), _run(before, arrays, dtype),
+                               rtol=tol.rtol, atol=tol.atol)
