@@ -1,7 +1,7 @@
 """Quantisation written out by hand, collapsed into ``R.dequantize`` / ``R.quantize``.
 
 Recognises (``q`` an int8 / uint8 tensor, ``x`` a float32 one, ``scale`` and ``zp``
-per-tensor constants)
+constants, per tensor or per channel)
 
 * ``dequantize.collapse``: ``(q.astype(float32) - zp) * scale``, the product in either
   order (torch's ``(q.float() - zp) * scale`` through the torch importer), and
@@ -14,10 +14,17 @@ per-tensor constants)
   127).to(torch.int8)``) -> ``R.quantize(x, scale, zp, out_dtype=...)``, which legalises
   to the same divide, round, add, clip and cast: bit-identical.
 
+A scale or zero point that varies along one axis of the quantised tensor (a weight's
+output channels: ``scale`` of shape ``(C,)`` or ``(1, C, 1, 1)``) is a per-channel
+quantisation: the op takes it as a ``(C,)`` constant with that ``axis`` (``R.dequantize``
+and ``R.quantize`` legalise to the same per-element arithmetic, bit-identical again); a
+one-number scale or zero point beside it stays one number.
+
 The guards, each refusing with its reason: the integer tensor is 8-bit; the float one is
 float32 (``R.dequantize`` to float16 clips to float16's range first, a different
-function); the scale and the zero point are one number each (a per-channel form needs
-the axis, not covered); the zero point is a whole number in the dtype's range; the clip
+function); the scale and the zero point are one number each or vary along one axis of
+the quantised tensor, both the same one (``R.dequantize`` takes one ``axis``); the zero
+point is whole numbers in the dtype's range; the clip
 is the dtype's whole range (a narrower one, ``[-127, 127]`` for symmetric int8, is not what
 ``R.quantize`` computes).
 """
@@ -33,7 +40,7 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, has_dtype, is_constant, is_op, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
-from patternkit.ir import type_of
+from patternkit.ir import NotPerChannel, per_channel_axis, static_shape, type_of
 
 from .examples import QRANGE, dequantize_written_out, quantize_written_out
 
@@ -43,44 +50,73 @@ EIGHT_BIT = ("int8", "uint8")
 CAST_FROM = ("int8", "uint8", "int16", "uint16", "int32")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class QuantizationPlan:
-    """The per-tensor quantisation parameters and the integer dtype."""
+    """The quantisation parameters (one number each, or ``(C,)`` along ``axis``) and the
+    integer dtype; ``axis`` is ``-1`` when both are one number.
+    """
 
-    scale: float
-    zero_point: int
+    scale: np.ndarray
+    zero_point: np.ndarray
     dtype: str
+    axis: int = -1
 
 
-def _scalar(constant: Any, what: str) -> float:
-    """The one number ``constant`` holds; refuses a tensor of several."""
+def _channel_axis(constant: Any, tensor: Any, what: str) -> int | None:
+    """The axis of ``tensor`` along which ``constant`` varies (``None``: one number);
+    refuses a constant that varies along several axes or does not broadcast.
+    """
     value = constant.value.numpy()
-    if value.size != 1:
-        raise reject(f"the {what} has shape {value.shape}, not one number: a per-channel "
-                     f"quantisation needs its axis (not covered)", at=constant)
-    return float(value.reshape(()))
+    if value.size == 1:
+        return None
+    shape = static_shape(type_of(tensor))
+    try:
+        return per_channel_axis(tuple(value.shape), shape, name=f"the {what}",
+                                of="the quantised tensor")
+    except NotPerChannel as why:
+        raise reject(f"{why}: R.dequantize / R.quantize take one number or one per channel "
+                     f"of an axis", at=constant) from None
 
 
-def _plan(dtype: str, float_expr: Any, scale: Any, zero_point: Any | None
-          ) -> QuantizationPlan:
-    """The plan, or a refusal; ``zero_point=None``: none subtracted (symmetric, 0)."""
+def _plan(dtype: str, float_expr: Any, scale: Any, zero_point: Any | None,
+          quantised: Any) -> QuantizationPlan:
+    """The plan, or a refusal; ``zero_point=None``: none subtracted (symmetric, 0);
+    ``quantised``: the tensor a per-channel scale's axis is counted in.
+    """
     if dtype not in EIGHT_BIT:
         raise reject(f"the integer tensor is {dtype}, not int8 or uint8", at=float_expr)
     float_dtype = str(type_of(float_expr).dtype)
     if float_dtype != "float32":
         raise reject(f"the float tensor is {float_dtype}: R.dequantize / R.quantize compute "
                      f"in float32 (to float16 they clip to its range first)", at=float_expr)
-    point = 0.0 if zero_point is None else _scalar(zero_point, "zero point")
+    axes = {what: _channel_axis(constant, quantised, what) for what, constant in
+            (("scale", scale), ("zero point", zero_point)) if constant is not None}
+    found = {axis for axis in axes.values() if axis is not None}
+    if len(found) > 1:
+        raise reject(f"the scale varies along axis {axes['scale']} and the zero point along "
+                     f"axis {axes['zero point']}: R.dequantize / R.quantize take one axis",
+                     at=zero_point)
+    point = (np.zeros((), "float64") if zero_point is None
+             else zero_point.value.numpy().astype("float64").reshape(-1))
     low, high = QRANGE[dtype]
-    if not point.is_integer() or not low <= point <= high:
-        raise reject(f"the zero point {point:g} is not a whole number in {dtype}'s range "
+    if not (np.all(point == np.round(point)) and np.all((low <= point) & (point <= high))):
+        what = "a whole number" if point.size == 1 else "whole numbers"
+        raise reject(f"the zero point {_numbers(point)} is not {what} in {dtype}'s range "
                      f"[{low}, {high}]", at=zero_point)
-    return QuantizationPlan(_scalar(scale, "scale"), int(point), dtype)
+    values = scale.value.numpy().astype("float32").reshape(-1)
+    return QuantizationPlan(values if values.size > 1 else values.reshape(()),
+                            (point if point.size > 1 else point.reshape(())).astype(dtype),
+                            dtype, found.pop() if found else -1)
+
+
+def _numbers(values: np.ndarray) -> str:
+    """One number as ``3``, several as ``[3, 2.5, ...]``."""
+    flat = [f"{v:g}" for v in values.reshape(-1)]
+    return flat[0] if len(flat) == 1 else "[" + ", ".join(flat) + "]"
 
 
 def _constants(plan: QuantizationPlan) -> tuple[relax.Expr, relax.Expr]:
-    return (relax.const(np.float32(plan.scale)),
-            relax.const(np.asarray(plan.zero_point, plan.dtype)))
+    return relax.const(plan.scale), relax.const(plan.zero_point)
 
 
 class DequantizeCollapse(RewriteRule):
@@ -102,11 +138,12 @@ class DequantizeCollapse(RewriteRule):
     def check(self, match: RoleMatch) -> Any:
         """A :class:`QuantizationPlan` for an 8-bit ``q`` cast to float32."""
         zero_point = match.zero_point if "zero_point" in match else None
-        return _plan(str(type_of(match.q).dtype), match.cast, match.scale, zero_point)
+        return _plan(str(type_of(match.q).dtype), match.cast, match.scale, zero_point,
+                     match.q)
 
     def rewrite(self, match: RoleMatch) -> Any:
         """``R.dequantize(q, scale, zp)`` with the plan's constants."""
-        return relax.op.dequantize(match.q, *_constants(match.plan), axis=-1)
+        return relax.op.dequantize(match.q, *_constants(match.plan), axis=match.plan.axis)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """:func:`.examples.dequantize_written_out` with ``knobs``."""
@@ -114,11 +151,11 @@ class DequantizeCollapse(RewriteRule):
 
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Both 8-bit dtypes and int32 (refused), zero points in range and not, the product
-        in both orders, float16 (refused), per-channel scales (refused).
+        in both orders, float16 (refused), per-channel scales.
         """
         return {"dtype": ("int8", "uint8", "int32"), "zero_point": (3.0, 0.0, None, 300.0, 2.5),
                 "order": ("centred_first", "scale_first"), "float_dtype": ("float32", "float16"),
-                "per_channel": (False, True)}
+                "per_channel": (False, True, "zero_point")}
 
 
 class QuantizeCollapse(RewriteRule):
@@ -138,7 +175,7 @@ class QuantizeCollapse(RewriteRule):
     def check(self, match: RoleMatch) -> Any:
         """A :class:`QuantizationPlan` when the clip is the integer dtype's whole range."""
         dtype = str(match.root.attrs.dtype)
-        plan = _plan(dtype, match.x, match.scale, match.zero_point)
+        plan = _plan(dtype, match.x, match.scale, match.zero_point, match.x)
         bounds = tuple(float(bound.value) for bound in match.clip.args[1:])
         if bounds != tuple(float(b) for b in QRANGE[dtype]):
             return reject(f"the clip to [{bounds[0]:g}, {bounds[1]:g}] is not {dtype}'s whole "
@@ -148,7 +185,7 @@ class QuantizeCollapse(RewriteRule):
 
     def rewrite(self, match: RoleMatch) -> Any:
         """``R.quantize(x, scale, zp, out_dtype=...)`` with the plan's constants."""
-        return relax.op.quantize(match.x, *_constants(match.plan), axis=-1,
+        return relax.op.quantize(match.x, *_constants(match.plan), axis=match.plan.axis,
                                  out_dtype=match.plan.dtype)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
@@ -157,8 +194,8 @@ class QuantizeCollapse(RewriteRule):
 
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Both 8-bit dtypes and int16 (refused), zero points, the symmetric clip (refused),
-        float16 inputs (refused), per-channel scales (refused).
+        float16 inputs (refused), per-channel scales.
         """
         return {"dtype": ("int8", "uint8", "int16"), "zero_point": (3.0, 0.0),
                 "clip": ("full", "symmetric"), "float_dtype": ("float32", "float16"),
-                "per_channel": (False, True)}
+                "per_channel": (False, True, "zero_point")}

@@ -104,38 +104,49 @@ def qdq_kernel(op: str = "conv2d", dtype: str = "int8", bias: bool | str = True,
     return bb.get()
 
 
-def _per_tensor_or_channel(value: float, per_channel: bool, dtype: str) -> relax.Expr:
-    return relax.const(np.full((8,) if per_channel else (), value).astype(dtype))
+def _per_tensor_or_channel(value: float, per_channel: bool | str, dtype: str) -> relax.Expr:
+    """``value``, or (``per_channel``) eight values around it, one per column."""
+    values = value * np.linspace(0.5, 1.5, 8) if per_channel else np.asarray(value)
+    return relax.const(values.astype(dtype))
+
+
+def _zero_point(value: float, per_channel: bool | str, dtype: str) -> relax.Expr:
+    """``value``, or (``per_channel == "zero_point"``) whole numbers around it, per column."""
+    values = value + np.arange(8) if per_channel == "zero_point" else np.asarray(value)
+    return relax.const(values.astype(dtype))
 
 
 def dequantize_written_out(dtype: str = "int8", zero_point: float | None = 3.0,
                            order: str = "centred_first", float_dtype: str = "float32",
-                           per_channel: bool = False) -> tvm.IRModule:
+                           per_channel: bool | str = False) -> tvm.IRModule:
     """``(q.astype(float_dtype) - zero_point) * scale`` of ``q: (n, 8)`` of ``dtype``, as
     the torch importer writes torch's ``(q.float() - zp) * scale`` (``order="scale_first"``:
-    ``scale * (...)``); ``per_channel`` gives one scale per column; ``zero_point=None``
-    subtracts none (``q.astype(float_dtype) * scale``, symmetric).
+    ``scale * (...)``); ``per_channel`` gives one scale per column (``"zero_point"``: one
+    zero point per column too); ``zero_point=None`` subtracts none
+    (``q.astype(float_dtype) * scale``, symmetric).
     """
     q = relax.Var("q", relax.TensorType((tvm.tirx.Var("n", "int64"), 8), dtype))
     centred = relax.op.astype(q, float_dtype)
     if zero_point is not None:
-        centred = centred - relax.const(zero_point, float_dtype)
+        centred = centred - _zero_point(zero_point, per_channel, float_dtype)
     scale = _per_tensor_or_channel(0.05, per_channel, float_dtype)
     return from_expr(centred * scale if order == "centred_first" else scale * centred)
 
 
 def quantize_written_out(dtype: str = "int8", zero_point: float = 3.0, clip: str = "full",
-                         float_dtype: str = "float32", per_channel: bool = False
+                         float_dtype: str = "float32", per_channel: bool | str = False
                          ) -> tvm.IRModule:
     """``clip(round(x / scale) + zero_point, qmin, qmax).astype(dtype)`` of ``x: (n, 8)``,
     as the torch importer writes ``torch.clamp(torch.round(x / s) + zp, qmin,
     qmax).to(dtype)``; ``clip="symmetric"`` clips int8 to ``[-127, 127]`` (uint8 to
-    ``[1, 255]``); ``per_channel`` gives one scale per column.
+    ``[1, 255]``); ``per_channel`` gives one scale per column (``"zero_point"``: one zero
+    point per column too).
     """
     x = relax.Var("x", relax.TensorType((tvm.tirx.Var("n", "int64"), 8), float_dtype))
     low, high = QRANGE[dtype]
     if clip == "symmetric":
         low = low + 1
     scale = _per_tensor_or_channel(0.05, per_channel, float_dtype)
-    shifted = relax.op.round(relax.op.divide(x, scale)) + relax.const(zero_point, float_dtype)
+    shifted = (relax.op.round(relax.op.divide(x, scale))
+               + _zero_point(zero_point, per_channel, float_dtype))
     return from_expr(relax.op.astype(relax.op.clip(shifted, low, high), dtype))

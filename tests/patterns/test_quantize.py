@@ -8,6 +8,7 @@ import logging
 
 import numpy as np
 import pytest
+import tvm
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
@@ -292,6 +293,24 @@ class Quantized:
         return out
 
 
+def _dequantized_by(shape: tuple, scale_shape: tuple, zero_point_shape: tuple
+                    ) -> tvm.IRModule:
+    """``(q.astype(float32) - zp) * scale`` of an int8 ``q`` with the given constants' shapes."""
+    rng = np.random.default_rng(0)
+    q = relax.Var("q", relax.TensorType(shape, "int8"))
+    zero_point = relax.const(rng.integers(-3, 4, zero_point_shape).astype("float32"))
+    scale = relax.const(rng.uniform(0.01, 0.1, scale_shape).astype("float32"))
+    return pk.from_expr((relax.op.astype(q, "float32") - zero_point) * scale)
+
+
+def _quantized_by_fractional_zero_points() -> tvm.IRModule:
+    """``clip(round(x / scale) + zp, -128, 127).astype(int8)``, zp one per column, halves."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    shifted = (relax.op.round(x / relax.const(np.full(4, 0.05, "float32")))
+               + relax.const(np.arange(4, dtype="float32") + 0.5))
+    return pk.from_expr(relax.op.astype(relax.op.clip(shifted, -128, 127), "int8"))
+
+
 DEQUANTIZE_CASE = RuleCase(
     DequantizeCollapse(), DequantizeWrittenOut, Dequantized,
     negatives=[
@@ -303,9 +322,12 @@ DEQUANTIZE_CASE = RuleCase(
                  "the zero point 300 is not a whole number in int8's range [-128, 127]"),
         Negative("fractional_zero_point", dequantize_written_out(zero_point=2.5),
                  "the zero point 2.5 is not a whole number"),
-        Negative("scale_per_channel", dequantize_written_out(per_channel=True),
-                 "the scale has shape (8,), not one number: a per-channel quantisation needs "
-                 "its axis (not covered)"),
+        Negative("scale_along_two_axes", _dequantized_by((4, 8), (4, 8), ()),
+                 "the scale has shape (4, 8)"),
+        Negative("scale_and_zero_point_along_different_axes",
+                 _dequantized_by((4, 8), (1, 8), (4, 1)),
+                 "the scale varies along axis 1 and the zero point along axis 0: "
+                 "R.dequantize / R.quantize take one axis"),
     ],
     tolerance=SAME_ARITHMETIC)
 
@@ -319,6 +341,8 @@ QUANTIZE_CASE = RuleCase(
                  "the integer tensor is int16, not int8 or uint8"),
         Negative("from_float16", quantize_written_out(float_dtype="float16"),
                  "the float tensor is float16"),
+        Negative("fractional_zero_points", _quantized_by_fractional_zero_points(),
+                 "the zero point [0.5, 1.5, 2.5, 3.5] is not whole numbers in int8's range"),
     ],
     tolerance=SAME_ARITHMETIC)
 
@@ -333,19 +357,23 @@ def test_quantize_collapse_meets_the_rule_contract():
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
 @pytest.mark.parametrize("zero_point", [0.0, 3.0])
-def test_written_quantisation_round_trips_bit_identically_after_the_collapses(dtype,
-                                                                              zero_point):
-    quantize = pk.rewrite(QuantizeCollapse(), quantize_written_out(dtype, zero_point))
-    dequantize = pk.rewrite(DequantizeCollapse(),
-                            dequantize_written_out(dtype, zero_point, "scale_first"))
+@pytest.mark.parametrize("per_channel", [False, True, "zero_point"])
+def test_written_quantisation_round_trips_bit_identically_after_the_collapses(
+        dtype, zero_point, per_channel):
+    quantize_before = quantize_written_out(dtype, zero_point, per_channel=per_channel)
+    dequantize_before = dequantize_written_out(dtype, zero_point, "scale_first",
+                                               per_channel=per_channel)
+    quantize = pk.rewrite(QuantizeCollapse(), quantize_before)
+    dequantize = pk.rewrite(DequantizeCollapse(), dequantize_before)
     assert "R.quantize" in quantize.script() and "R.dequantize" in dequantize.script()
+    axis = "axis=1" if per_channel else "axis=-1"  # the columns, q's last axis, by number
+    assert axis in quantize.script() and axis in dequantize.script()
     # values past both ends of the range, and halves, where rounding and clipping decide
     x = np.concatenate([np.linspace(-20, 20, 64), np.arange(-8, 8) * 0.05 + 0.025]
                        ).astype("float32").reshape(-1, 8)
-    (want_q,), (got_q,) = run(quantize_written_out(dtype, zero_point), [x]), run(quantize, [x])
+    (want_q,), (got_q,) = run(quantize_before, [x]), run(quantize, [x])
     np.testing.assert_array_equal(got_q, want_q)
-    (want,), (got,) = run(dequantize_written_out(dtype, zero_point, "scale_first"), [got_q]), \
-        run(dequantize, [got_q])
+    (want,), (got,) = run(dequantize_before, [got_q]), run(dequantize, [got_q])
     np.testing.assert_array_equal(got, want)
 
 
