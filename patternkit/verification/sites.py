@@ -21,7 +21,8 @@ own values in every draw: a rule's guard may depend on them (an exponent of exac
 and identical layers then cut out as identical functions.  Sites that are identical up to
 structure (same rule, same region, same types: a 12-layer model has one per layer kind)
 are built once and run on every duplicate's real values; all sites of a run build as one
-module.
+module (the job builds it with the model before and after: :func:`plan_sites` cuts the
+sites out first, :mod:`patternkit.verification.joint` builds them all at once).
 
 The judgement (:func:`judge`) is elementwise ``|got - ref| <= rtol * |ref| + atol * scale``,
 with ``scale`` the reference's root mean square: a 1 % error fails wherever it happens,
