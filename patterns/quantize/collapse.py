@@ -69,7 +69,7 @@ def _channel_axis(constant: Any, tensor: Any, what: str) -> int | None:
     value = constant.value.numpy()
     if value.size == 1:
         return None
-    shape = static_shape(type_of(tensor))
+    shape = static_shape(type_of(tensor)) or ()  # unknown: no axis to vary along
     try:
         return per_channel_axis(tuple(value.shape), shape, name=f"the {what}",
                                 of="the quantised tensor")
