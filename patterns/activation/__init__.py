@@ -53,7 +53,9 @@ Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
 ``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
 hard-sigmoid's); ``mish``, ``x * tanh(R.nn.softplus(x))`` (after ``softplus.collapse``)
 or ``x * tanh(log(1 + exp(x)))`` (``from_onnx``'s ``Mish``: the bare softplus overflows to
-inf past x = 88 in float32, where ``tanh`` is 1 either way, so this one is Mish);
+inf past x = 88 in float32, where ``tanh`` is 1 either way, so this one is Mish), or with
+the softplus computed in float32 between casts (torch.export of a float16 / bfloat16 Mish
+written out; :mod:`.mish_casts`);
 ``quick_gelu``, ``x * sigmoid(1.702 * x)`` (CLIP's; no Relax op computes it exactly).
 
 A match whose constants broadcast ``x`` to a higher rank (or of unknown rank) is refused:
@@ -91,6 +93,8 @@ from typing import Any, Callable
 
 from tvm import relax
 
+from patternkit.dpl import alt
+from patternkit.engine import RoleMatch
 from patternkit.verification import example_rule_class
 
 from .examples import (
@@ -107,6 +111,7 @@ from .examples import (
     softplus_written_out,
     swish as swish_example,
 )
+from .mish_casts import upcast_mish, upcast_refusal
 from .onnx_clip import OnnxClipCollapse
 from .onnx_minmax import OnnxMaxCollapse, OnnxMinCollapse
 
@@ -291,13 +296,35 @@ HardsigmoidComposite = example_rule_class(
     doc="Hard-sigmoid, ``clip(x + 3, 0, 6) / 6``, as one composite.")
 
 
-MishComposite = example_rule_class(
+_MishByExample = example_rule_class(
     "mish", [lambda x: x * relax.op.tanh(relax.op.nn.softplus(x)),
              lambda x: x * relax.op.tanh(relax.op.log(_c(1.0, x) + relax.op.exp(x)))],
     example=mish_written_out,
-    example_space={"dtype": _DTYPES, "shape": SHAPES,
-                   "inner": ("softplus", "log1p_exp", "sigmoid")},
+    example_space={"dtype": (*_DTYPES, "bfloat16"), "shape": SHAPES,
+                   "inner": ("softplus", "log1p_exp", "sigmoid", "softplus_upcast",
+                             "softplus_beta2_upcast", "softplus_downcast")},
     doc="Mish, ``x * tanh(softplus(x))``, as one composite.")
+
+
+class MishComposite(_MishByExample):  # type: ignore[misc, valid-type]
+    """Mish, ``x * tanh(softplus(x))``, as one composite: the by-example spellings, and
+    the softplus computed in float32 between casts (:mod:`.mish_casts`).
+    """
+
+    def __init__(self, compiler: str = "byoc"):
+        super().__init__(compiler)
+        upcast, roles = upcast_mish()
+        for role, pattern in roles.items():
+            setattr(self, role, pattern)
+        written = vars(self)["pattern"]  # the by-example spellings' pattern
+        self.pattern = alt(tag="mish_form", written=written, upcast=upcast)
+
+    def check(self, match: RoleMatch) -> Any:
+        """The by-example check, or for the cast form :func:`.mish_casts.upcast_refusal`."""
+        if match.tag("mish_form") != "upcast":
+            return super().check(match)
+        refusal = upcast_refusal(match)
+        return True if refusal is None else refusal
 
 QuickGeluComposite = example_rule_class(
     "quick_gelu", [lambda x: x * relax.op.sigmoid(x * _c(1.702, x))],

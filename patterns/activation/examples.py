@@ -16,6 +16,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from patternkit.engine import NoSuchExample
 from patternkit.ir import from_expr
 
 
@@ -194,13 +195,30 @@ def mish_written_out(dtype: str = "float32", shape: str = "batch_seq",
     """Mish, ``x * tanh(softplus(x))``, on ``x`` (see :func:`example_input`) once softplus
     is collapsed; ``inner="log1p_exp"`` gives ``x * tanh(log(1 + exp(x)))`` (TVM's
     ``from_onnx`` of ``Mish``), ``inner="sigmoid"`` ``x * tanh(sigmoid(x))``, which is not
-    Mish (the composite must refuse it).
+    Mish (the composite must refuse it).  ``"softplus_upcast"``: the softplus computed in
+    float32 between casts (torch.export of a float16 / bfloat16 Mish written out; float32
+    ``x`` has no such form); refusals' edges: ``"softplus_beta2_upcast"`` (beta 2) and
+    ``"softplus_downcast"`` (a float32 ``x``'s softplus computed in float16).
     """
     x = example_input(dtype, shape)
+    if inner.endswith("cast"):
+        return from_expr(x * relax.op.tanh(_cast_softplus(x, inner)))
     inner_op = {"softplus": lambda: relax.op.nn.softplus(x),
                 "log1p_exp": lambda: relax.op.log(constant(1.0, dtype) + relax.op.exp(x)),
                 "sigmoid": lambda: relax.op.sigmoid(x)}[inner]()
     return from_expr(x * relax.op.tanh(inner_op))
+
+
+def _cast_softplus(x: relax.Expr, inner: str) -> relax.Expr:
+    """``astype(softplus(astype(x, wide)), x's dtype)`` for :func:`mish_written_out`."""
+    dtype = str(x.ty.dtype)
+    down = inner == "softplus_downcast"
+    if down != (dtype == "float32"):
+        raise NoSuchExample("a softplus between casts widens a float16 / bfloat16 x "
+                            "(softplus_downcast: narrows a float32 x)")
+    wide = relax.op.astype(x, "float16" if down else "float32")
+    beta = 2.0 if inner == "softplus_beta2_upcast" else 1.0
+    return relax.op.astype(relax.op.nn.softplus(wide, beta=beta), dtype)
 
 
 def quick_gelu_written_out(dtype: str = "float32", shape: str = "batch_seq",

@@ -805,7 +805,15 @@ class MishComposed:
 MISH_CASE = RuleCase(
     MishComposite(), MishWritten, MishComposed,
     negatives=[Negative("tanh_of_sigmoid_is_not_mish", mish_written_out(inner="sigmoid"),
-                        "no match")],
+                        "no match"),
+               Negative("upcast_softplus_of_beta_two", mish_written_out(
+                   dtype="float16", inner="softplus_beta2_upcast"),
+                        "the softplus has beta 2 and threshold 20: Mish's is the default "
+                        "softplus (beta 1, threshold 20)"),
+               Negative("softplus_narrowed_to_float16", mish_written_out(
+                   inner="softplus_downcast"),
+                        "the softplus computes in float16 on a float32 x and is cast to "
+                        "float32: only a round trip through a float as wide or wider")],
     tolerance=EXACT)
 
 
@@ -862,6 +870,8 @@ def test_quick_gelu_composite_meets_the_rule_contract():
     *[(cls, {"dtype": d, "shape": s}, True) for cls in (MishComposite, QuickGeluComposite)
       for d in ("float32", "float16") for s in ("batch_seq", "static", "vector")],
     *[(MishComposite, {"inner": "log1p_exp", "dtype": d}, True) for d in ("float32", "float16")],
+    *[(MishComposite, {"inner": "softplus_upcast", "dtype": d}, True)
+      for d in ("float16", "bfloat16")],
     (MishComposite, {"inner": "sigmoid"}, False), (QuickGeluComposite, {"scale": 1.7}, False)])
 def test_mish_and_quick_gelu_composites_form_only_on_their_formula(cls, knobs, fires):
     before = cls().example(**knobs)
