@@ -126,7 +126,7 @@ class WrongAxisSoftmax(torch.nn.Module):
     (PlusTwoHardswish(), [(2, 8)], "hardswish", "hardsigmoid.canonicalize", "no match",
      "no match: const(3) (depth 5) vs const float32 2"),
     (CrossGatedMlp(), [(2, 8), (2, 8)], "gated_mlp", "byoc.swiglu", "no match",
-     "(depth 6 in up_bias=plain) vs y"),
+     "(depth 7 in up_accumulation=direct in up_bias=plain) vs y"),
     (TensorEpsRmsNorm(), [(2, 8)], "rmsnorm", "rmsnorm.collapse", "check",
      "eps has shape (8,): epsilon must be a scalar constant"),
     (DoublePrecisionSilu(), [(2, 8)], "silu", "silu.collapse", "no match",
