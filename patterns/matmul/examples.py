@@ -151,11 +151,15 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
 
     Parameters
     ----------
-    form : {"levit", "flat"}
+    form : {"levit", "flat", "batched", "batched_widened"}
         ``"levit"``: LeViT's ``LinearNorm`` on ``x: (batch, 5, 16)``: ``reshape`` to 2-D,
         matmul, ``reshape`` back to 3-D, ``reshape`` to 2-D again for the batch norm
         (``flatten(0, 1)``), the batch norm, ``reshape`` back.  ``"flat"``: ``x: (batch,
         16)``, matmul, the batch norm (a classifier head's ``BatchNorm1d``).
+        ``"batched"``: as ``"levit"`` but the matmul batched, of ``broadcast_to(x)`` and the
+        weight ``broadcast_to`` ``(batch, 16, 8)`` (LeViT's attention subsample through the
+        torch importer); ``"batched_widened"`` (an edge): the weight is ``(16, 1)``, its one
+        output feature broadcast to 8.
     transposed : bool
         The weight is stored ``(out, in)`` and reaches the matmul through ``permute_dims``
         (``nn.Linear``).
@@ -184,10 +188,12 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
     """
     if accumulate == "cast_back" and dtype == "float32":
         raise NoSuchExample("accumulate='cast_back' accumulates a low-precision matmul")
-    if reshape == "regroup" and form != "levit":
+    if reshape == "regroup" and form not in ("levit", "batched"):
         raise NoSuchExample("reshape='regroup' regroups the reshapes of form='levit'")
     if bn_axis == "rows" and form != "flat":
         raise NoSuchExample("bn_axis='rows' normalises the rows of form='flat'")
+    if form == "batched_widened" and transposed:
+        raise NoSuchExample("form='batched_widened' broadcasts an (in, 1) weight (untransposed)")
     if bias == "full" and isinstance(batch, str):
         raise NoSuchExample("bias='full' needs a static batch to be a constant")
     rng = np.random.default_rng(seed)
@@ -195,13 +201,15 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
     if bn_axis == "rows":
         n = 8  # the rows equal the features, so a batch norm over them type-checks
     inner, features, seq = 16, 8, 5
-    x = relax.Var("x", relax.TensorType((n, seq, inner) if form == "levit" else (n, inner),
+    batched = form.startswith("batched")
+    x = relax.Var("x", relax.TensorType((n, inner) if form == "flat" else (n, seq, inner),
                                         dtype))
 
     def const(values, as_dtype=dtype):
         return relax.const(np.asarray(values, dtype="float32").astype(as_dtype))
 
-    weight = rng.standard_normal((features, inner) if transposed else (inner, features))
+    weight = rng.standard_normal((features, inner) if transposed else
+                                 (inner, 1 if form == "batched_widened" else features))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
@@ -209,6 +217,9 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
             rhs = const(weight / np.sqrt(inner))
             if transposed:
                 rhs = bb.emit(relax.op.permute_dims(rhs, [1, 0]))
+            if batched:
+                lhs = bb.emit(relax.op.broadcast_to(x, (n, seq, inner)))
+                rhs = bb.emit(relax.op.broadcast_to(rhs, (n, inner, features)))
             y = bb.emit(relax.op.matmul(lhs, rhs, out_dtype="float32"
                                         if accumulate == "cast_back" else None))
             if accumulate == "cast_back":
@@ -220,7 +231,7 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
                 b = const(rng.standard_normal(shape))
                 y = bb.emit(relax.op.add(b, y) if bias == "feature_first"
                             else relax.op.add(y, b))
-            if form == "levit":
+            if form != "flat":
                 y = bb.emit(relax.op.reshape(y, (n, seq, features)))
                 rows = (n * seq * 2, features // 2) if reshape == "regroup" else (n * seq,
                                                                                  features)
@@ -231,7 +242,7 @@ def linear_batch_norm(form: str = "levit", transposed: bool = True, bias: str = 
                 const(rng.standard_normal(size)), const(rng.uniform(0.5, 2.0, size)),
                 axis=0 if bn_axis == "rows" else 1, training=training))
             y = bb.emit(relax.TupleGetItem(bn, 0))
-            if form == "levit":
+            if form != "flat":
                 y = bb.emit(relax.op.reshape(y, (n, seq, features)))
             out = bb.emit_output(relax.op.nn.relu(y))
         bb.emit_func_output(out)

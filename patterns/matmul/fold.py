@@ -7,7 +7,10 @@ so the batch norm is gone and the matmul composites see a matmul and a bias add.
 ``conv.fold_batchnorm`` for the matmul, with the shapes the torch importer writes:
 
 * the weight a constant ``(in, out)``, or ``permute_dims`` of an ``(out, in)`` constant
-  (``nn.Linear``);
+  (``nn.Linear``), either possibly ``broadcast_to`` a batch ``(.., in, out)`` (``nn.Linear``
+  on a 3-D input as the torch importer writes it in LeViT's attention subsample: a batched
+  matmul of two ``broadcast_to``); the weight keeps its output features on its last axis,
+  so scaling them before the broadcast scales them after it;
 * an optional bias add, in either operand order, of a constant that is per feature
   (varies along the product's last axis only) or one value;
 * an optional ``astype`` straight back to the weight's dtype (a float16 matmul
@@ -19,7 +22,8 @@ so the batch norm is gone and the matmul composites see a matmul and a bias add.
 
 The constants are folded in float64 and rounded once.  Not covered: a weight that is a
 function parameter (bind it with ``relax.transform.BindParams`` first), a batched
-(rank > 2) weight, a batch norm in training mode, reshapes that move the features
+(rank > 2) weight constant, a broadcast that widens the weight's output features, a batch
+norm in training mode, reshapes that move the features
 off the last axis.
 """
 
@@ -66,9 +70,10 @@ class BatchnormFoldIntoMatmul(RewriteRule):
         self.x = wildcard()
         self.weight = is_constant()
         self.permuted_weight = is_op("permute_dims")(self.weight)
-        self.matmul = is_op("matmul")(self.x, alt(tag="weight_form",
-                                                  transposed=self.permuted_weight,
-                                                  direct=self.weight))
+        weight = alt(tag="weight_form", transposed=self.permuted_weight, direct=self.weight)
+        self.broadcast_weight = is_op("broadcast_to")(weight, wildcard())
+        self.matmul = is_op("matmul")(self.x, alt(tag="batch", broadcast=self.broadcast_weight,
+                                                  plain=weight))
         self.cast_back = is_op("astype")(self.matmul)
         product = alt(tag="cast", cast_back=self.cast_back, direct=self.matmul)
         self.bias = is_constant()
@@ -106,6 +111,13 @@ class BatchnormFoldIntoMatmul(RewriteRule):
                 return reject(f"permute_dims axes {[int(a) for a in axes]} on the 2-D weight "
                               f"are no transpose", at=match.permuted_weight)
         features = int(weight_shape[0] if transposed else weight_shape[1])
+        if match.tag("batch") == "broadcast":
+            batched = static_shape(type_of(match.var_of("broadcast_weight"))) or ()
+            if not batched or not prove_equal(batched[-1], features):
+                return reject(f"the broadcast_to takes the weight's {features} output "
+                              f"features to {_shape_text(batched)}: only a broadcast that "
+                              f"keeps them on the last axis scales with them",
+                              at=match.broadcast_weight)
         if match.tag("cast") == "cast_back":
             cast = match.cast_back
             if str(cast.attrs.dtype) != str(weight_dtype):
@@ -157,6 +169,8 @@ class BatchnormFoldIntoMatmul(RewriteRule):
         rhs: relax.Expr = relax.const(scaled.astype(weight.dtype))
         if transposed:
             rhs = relax.op.permute_dims(rhs, [1, 0])
+        if match.tag("batch") == "broadcast":
+            rhs = relax.op.broadcast_to(rhs, match.broadcast_weight.args[1])
         out: relax.Expr = relax.Call(matmul.op, [match.x, rhs], matmul.attrs)
         out_dtype = dtype_of(type_of(bn.args[0]))
         if match.tag("cast") == "cast_back":
@@ -172,12 +186,14 @@ class BatchnormFoldIntoMatmul(RewriteRule):
         return linear_batch_norm(**knobs)
 
     def example_space(self) -> dict[str, Sequence[Any]]:
-        """LeViT's reshapes and a flat head, both weight forms, every bias spelling (a full
-        tensor among them), training mode, a batch norm over the rows, reshapes that
-        regroup the features, the float dtypes with and without a float32 accumulation,
-        a symbolic batch.
+        """LeViT's reshapes, a flat head and LeViT's batched matmul of a broadcast weight
+        (and, an edge, a broadcast that widens one output feature), both weight forms,
+        every bias spelling (a full tensor among them), training mode, a batch norm over
+        the rows, reshapes that regroup the features, the float dtypes with and without a
+        float32 accumulation, a symbolic batch.
         """
-        return {"form": ("levit", "flat"), "transposed": (True, False),
+        return {"form": ("levit", "flat", "batched", "batched_widened"),
+                "transposed": (True, False),
                 "bias": ("none", "feature", "feature_first", "scalar", "full"),
                 "training": (False, True), "bn_axis": ("feature", "rows"),
                 "reshape": ("keep", "regroup"), "dtype": ("float32", "float16", "bfloat16"),

@@ -185,6 +185,10 @@ NEGATIVES = [
              _matmul_batch_norm(np.ones((16, 8)), cast_to="bfloat16", dtype="float16"),
              "the matmul's result is cast to bfloat16, not back to its weight's float16"),
     Negative("weight_not_constant", _weight_not_constant(), "no match: permute_dims(const)"),
+    Negative("broadcast_widens_the_features",
+             linear_batch_norm(form="batched_widened", transposed=False),
+             "the broadcast_to takes the weight's 1 output features to (2, 16, 8): only a "
+             "broadcast that keeps them on the last axis scales with them"),
 ]
 
 
@@ -220,6 +224,24 @@ def test_every_spelling_of_a_linear_and_batch_norm_folds_with_the_same_numbers(
     assert log.counts() == {"matmul.fold_batchnorm": 1}
     assert "batch_norm" not in after.script()
     pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
+
+
+@pytest.mark.parametrize(("transposed", "batch", "dtype"),
+                         [(True, 2, "float32"), (False, "n", "float32"), (True, "n", "float16")])
+def test_a_batched_matmul_of_a_broadcast_weight_folds_its_batch_norm(transposed, batch, dtype):
+    """LeViT's attention subsample through the torch importer: the Linear is a batched
+    matmul of broadcast_to(x) and broadcast_to(permute_dims(W)); the scaled weight is
+    broadcast the same way."""
+    before = linear_batch_norm(form="batched", transposed=transposed, bias="feature",
+                               batch=batch, dtype=dtype)
+    log = pk.RewriteLog()
+    after = pk.rewrite(BatchnormFoldIntoMatmul(), before, log=log)
+    assert log.counts() == {"matmul.fold_batchnorm": 1}
+    text = after.script()
+    assert "batch_norm" not in text and text.count("R.broadcast_to(") == 2
+    tol = TOLERANCE[dtype]
+    pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol,
+                            shape_vars={"n": 2})
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
