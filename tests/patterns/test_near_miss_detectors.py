@@ -142,18 +142,20 @@ def test_each_family_names_its_rule_and_reason(module, shapes, family, rule, kin
 
 
 class PerChannelDequantize(torch.nn.Module):
-    """Dequantisation by hand with a scale per channel (dequantize.collapse: per tensor)."""
+    """Dequantisation by hand with a scale per element (dequantize.collapse: one number or
+    one per channel of an axis)."""
 
     def __init__(self):
         super().__init__()
-        self.register_buffer("scale", torch.rand(8) + 0.1)
+        self.register_buffer("scale", torch.rand(2, 8) + 0.1)
 
     def forward(self, q):
         return (q.float() - 3.0) * self.scale
 
 
 class PerChannelQuantize(PerChannelDequantize):
-    """Quantisation by hand with a scale per channel (quantize.collapse: per tensor)."""
+    """Quantisation by hand with a scale per element (quantize.collapse: per tensor or per
+    channel)."""
 
     def forward(self, x):
         return torch.clamp(torch.round(x / self.scale) + 3, -128, 127).to(torch.int8)
@@ -166,7 +168,7 @@ class PerChannelQuantize(PerChannelDequantize):
 def test_a_per_channel_quantisation_names_the_quantize_rule_and_reason(module, x, family):
     (miss,) = near_misses(imported(module, x))
     assert (miss.family, miss.rule, miss.kind) == (family, f"{family}.collapse", "check")
-    assert miss.reason.startswith("the scale has shape (8,), not one number")
+    assert miss.reason.startswith("the scale has shape (2, 8)")
 
 
 class Block(torch.nn.Module):
