@@ -14,6 +14,7 @@ escape nor keep a value alive once a rewrite stops reading it (:func:`dead_after
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -163,9 +164,24 @@ class FunctionIndex:
     def build(cls, func: relax.Function) -> "FunctionIndex":
         """A new index of ``func`` (:meth:`of` reuses a recent one).
 
-        Read from the function's snapshot (:mod:`~patternkit.engine.index_snapshot`: one
-        native call, binding objects read only when asked for), or field by field when
-        the snapshot refuses the function (the index then records what is wrong).
+        Field by field (:meth:`build_by_fields`), or from the function's snapshot
+        (:meth:`build_from_snapshot`) when :data:`SNAPSHOT_INDEX_VARIABLE` is set to
+        ``1``.  Not the default yet: the matcher still reads, over the FFI, the values
+        and arguments the field-by-field index read for it, so the snapshot's saving in
+        the index is spent again in matching (``docs/history.md``, issue 38).
+        """
+        if os.environ.get(SNAPSHOT_INDEX_VARIABLE, "").strip() in ("1", "true", "yes", "on"):
+            return cls.build_from_snapshot(func)
+        return cls.build_by_fields(func)
+
+    @classmethod
+    def build_from_snapshot(cls, func: relax.Function) -> "FunctionIndex":
+        """A new index of ``func`` filled from its snapshot.
+
+        :mod:`~patternkit.engine.index_snapshot`: one native call, binding objects read
+        only when asked for, candidates checked over integers (:meth:`candidates_for`);
+        field by field when the snapshot refuses the function (the index then records
+        what is wrong, for the engine's error message).
         """
         snap = read_snapshot(func)
         if snap is None:
@@ -388,6 +404,10 @@ def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any
         index.escaping.add(key)
     return reads
 
+
+#: Environment variable that makes :meth:`FunctionIndex.build` read the function's
+#: snapshot (``1``) instead of every binding field by field.
+SNAPSHOT_INDEX_VARIABLE = "PATTERNKIT_SNAPSHOT_INDEX"
 
 #: How many indexes :meth:`FunctionIndex.of` keeps for the passes that follow.
 RECENT_INDEXES = 8

@@ -1,9 +1,10 @@
 """The function index read from a snapshot holds what the field-by-field index holds.
 
-``FunctionIndex.build`` fills its tables from one snapshot of the function (native, or
-the pure-Python reader with ``PATTERNKIT_NATIVE=0``) and reads binding objects only when
-asked for; ``build_by_fields`` reads every binding over the FFI.  Every table the engine
-reads must come out the same, on hand-written functions, zoo models and random programs.
+``FunctionIndex.build_from_snapshot`` fills its tables from one snapshot of the function
+(native, or the pure-Python reader with ``PATTERNKIT_NATIVE=0``) and reads binding
+objects only when asked for; ``build_by_fields`` reads every binding over the FFI.  Every
+table the engine reads must come out the same, on hand-written functions, zoo models and
+random programs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
-from patternkit.engine.index import FunctionIndex
+from patternkit.engine.index import SNAPSHOT_INDEX_VARIABLE, FunctionIndex
 from patternkit.engine.lazy_bindings import LazyBindings
 from patternkit.ir import compat as C
 from patternkit.ir.snapshot import native
@@ -79,7 +80,7 @@ def reader(request, monkeypatch):
 
 def test_a_mixed_function_is_indexed_alike(reader):
     func = Mixed["main"]
-    assert_same_index(FunctionIndex.build(func), FunctionIndex.build_by_fields(func))
+    assert_same_index(FunctionIndex.build_from_snapshot(func), FunctionIndex.build_by_fields(func))
 
 
 def test_operator_calls_are_indexed_without_reading_their_bindings(reader):
@@ -94,7 +95,7 @@ def test_operator_calls_are_indexed_without_reading_their_bindings(reader):
                 R.output(c)
             return c
 
-    index = FunctionIndex.build(Chain["main"])
+    index = FunctionIndex.build_from_snapshot(Chain["main"])
     (block,) = index.blocks
     assert isinstance(block, LazyBindings) and block.loaded == 0
     assert index.by_key == {"relax.exp": [(0, 0)], "relax.add": [(0, 1)],
@@ -111,10 +112,10 @@ def test_a_malformed_function_is_indexed_field_by_field(reader):
         y, relax.Call(exp, [relax.Call(exp, [x])]))])], y), TENSOR)
     undefined = relax.Function([x], relax.SeqExpr([relax.BindingBlock([relax.VarBinding(
         y, relax.op.add(x, ghost))])], y), TENSOR)
-    index = FunctionIndex.build(nested)
+    index = FunctionIndex.build_from_snapshot(nested)
     assert index.not_normal == ((0, 0), "nests a call in its value")
     assert not isinstance(index.blocks[0], LazyBindings)
-    assert FunctionIndex.build(undefined).undefined == ((0, 0), C.handle(ghost))
+    assert FunctionIndex.build_from_snapshot(undefined).undefined == ((0, 0), C.handle(ghost))
     assert_same_index(index, FunctionIndex.build_by_fields(nested))
 
 
@@ -124,14 +125,14 @@ def test_zoo_models_are_indexed_alike(spec, reader):
 
     model = zoo_model(spec)
     func = model.mod[model.entry]
-    assert_same_index(FunctionIndex.build(func), FunctionIndex.build_by_fields(func))
+    assert_same_index(FunctionIndex.build_from_snapshot(func), FunctionIndex.build_by_fields(func))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(op_programs(min_ops=2, max_ops=8))
 def test_random_programs_are_indexed_alike(mod):
     func = mod["main"]
-    assert_same_index(FunctionIndex.build(func), FunctionIndex.build_by_fields(func))
+    assert_same_index(FunctionIndex.build_from_snapshot(func), FunctionIndex.build_by_fields(func))
 
 
 def test_a_failing_native_walk_never_fails_a_rewrite(monkeypatch):
@@ -146,6 +147,7 @@ def test_a_failing_native_walk_never_fails_a_rewrite(monkeypatch):
     monkeypatch.setattr(native, "_walker", crash)
     monkeypatch.setattr(native, "_failed", False)
     monkeypatch.delenv(native.NATIVE_VARIABLE, raising=False)
+    monkeypatch.setenv(SNAPSHOT_INDEX_VARIABLE, "1")
     relu6 = LIBRARY.find("relu6.collapse")
 
     example = relu6.example()  # two clips, collapsed into one
@@ -156,3 +158,10 @@ def test_a_failing_native_walk_never_fails_a_rewrite(monkeypatch):
         second = pk.rewrite(relu6, example)
     assert C.structural_equal(first, second)
     assert len(first["main"].body.blocks[0].bindings) == 1
+
+
+def test_the_field_by_field_index_stays_the_default(monkeypatch):
+    monkeypatch.delenv(SNAPSHOT_INDEX_VARIABLE, raising=False)
+    assert FunctionIndex.build(Mixed["main"]).snapshot is None
+    monkeypatch.setenv(SNAPSHOT_INDEX_VARIABLE, "1")
+    assert FunctionIndex.build(Mixed["main"]).snapshot is not None

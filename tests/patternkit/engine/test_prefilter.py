@@ -1,7 +1,8 @@
 """The integer prefilter drops only candidate roots the matcher would fail, and a rewrite
 reads the same with the native snapshot, the pure-Python one, and no snapshot at all.
 
-``FunctionIndex.candidates_for`` checks a pattern's top (root operator, arity, the
+``FunctionIndex.candidates_for`` (on an index read from a snapshot, opt-in with
+``PATTERNKIT_SNAPSHOT_INDEX=1``) checks a pattern's top (root operator, arity, the
 operators its arguments' bindings call) over the snapshot's integers before the matcher
 reads a TVM object; a wrong rejection would silently lose a rewrite.  So the check is
 held to the matcher on every library pattern over zoo models and random programs, and
@@ -18,7 +19,7 @@ import patternkit as pk
 from patternkit.dpl import is_op, wildcard
 from patternkit.dpl.matcher import Matcher
 from patternkit.dpl.pattern import DFPattern, root_op_names
-from patternkit.engine.index import FunctionIndex, forget_indexes
+from patternkit.engine.index import SNAPSHOT_INDEX_VARIABLE, FunctionIndex, forget_indexes
 from patternkit.ir import compat as C
 from patternkit.ir.snapshot import native
 from patternkit.patterns import LIBRARY
@@ -48,7 +49,7 @@ class Adds:
 
 def test_candidates_the_pattern_top_cannot_match_are_dropped():
     pattern = is_op("relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
-    index = FunctionIndex.build(Adds["main"])
+    index = FunctionIndex.build_from_snapshot(Adds["main"])
     assert index.snapshot is not None
     # every add is a candidate by its operator; a1 and a2 (commuted) may match
     assert len(index.candidates(root_op_names(pattern))) == 5
@@ -72,7 +73,7 @@ def _patterns() -> list[DFPattern]:
 
 def _assert_dropped_never_match(func) -> int:
     """Every candidate the prefilter drops fails the matcher; returns how many it dropped."""
-    index = FunctionIndex.build(func)
+    index = FunctionIndex.build_from_snapshot(func)
     assert index.snapshot is not None
     dropped = 0
     for pattern in _patterns():
@@ -105,10 +106,12 @@ def _rewrite(mod, path: str, monkeypatch) -> tuple:
     """The library's rewrite of ``mod`` and its log, with the index read one way."""
     with monkeypatch.context() as patch:
         if path == "fields":
-            patch.setattr(FunctionIndex, "build", FunctionIndex.build_by_fields)
+            patch.delenv(SNAPSHOT_INDEX_VARIABLE, raising=False)
         elif path == "python":
+            patch.setenv(SNAPSHOT_INDEX_VARIABLE, "1")
             patch.setenv(native.NATIVE_VARIABLE, "0")
         else:
+            patch.setenv(SNAPSHOT_INDEX_VARIABLE, "1")
             assert native.walker() is not None, "the native reader did not build here"
             patch.delenv(native.NATIVE_VARIABLE, raising=False)
         forget_indexes()
