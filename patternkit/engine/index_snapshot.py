@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import tvm
 from tvm import relax
@@ -35,9 +35,6 @@ from ..ir import compat as C
 from ..ir.snapshot import PARAM_BASE, FunctionSnapshot, ValueKind, snapshot
 from ..ir.walk import vars_read
 from .lazy_bindings import LazyBindings, LazyValues
-
-if TYPE_CHECKING:
-    from .index import FunctionIndex
 
 #: Operator name -> (pure, handle of the Op), read once per process.
 _OPS: dict[str, tuple[bool, int]] = {}
@@ -66,9 +63,11 @@ def read_snapshot(func: relax.Function) -> FunctionSnapshot | None:
         return None
 
 
-def fill_from_snapshot(index: "FunctionIndex", snap: FunctionSnapshot,
+def fill_from_snapshot(index: Any, snap: FunctionSnapshot,
                        add_binding: Callable[..., list[int]]) -> None:
-    """Fill the empty ``index`` of ``index.func`` from its snapshot ``snap``.
+    """Fill the empty :class:`~patternkit.engine.index.FunctionIndex` ``index`` of
+    ``index.func`` from its snapshot ``snap`` (typed ``Any``: the index module imports
+    this one).
 
     ``add_binding(index, bi, j, binding, table, keys, is_dataflow)`` indexes one binding
     read as an object (the field-by-field path) and returns its reads.
@@ -97,7 +96,7 @@ def fill_from_snapshot(index: "FunctionIndex", snap: FunctionSnapshot,
         is_dataflow = snap.dataflow[bi]
         index.dataflow.append(is_dataflow)
         bindings = LazyBindings(block.bindings, size)
-        index.blocks.append(bindings)  # type: ignore[arg-type]
+        index.blocks.append(bindings)
         members: dict[int, int] = {}
         op_of: dict[int, int] = {}
         table = LazyValues(bindings, members, op_of, call_ops)
@@ -122,7 +121,7 @@ def fill_from_snapshot(index: "FunctionIndex", snap: FunctionSnapshot,
                     continue
             # Anything else is read as an object, as the field-by-field index does.
             all_reads[key] = add_binding(index, bi, j, bindings[j], table, keys, is_dataflow)
-        index.values.append(table)  # type: ignore[arg-type]
+        index.values.append(table)
         index.keys.append(keys)
         start = end
     index.readers.update(Counter(chain.from_iterable(all_reads.values())))
