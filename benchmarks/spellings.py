@@ -30,6 +30,13 @@ time per model.  Imported modules (and front-door errors) are cached under the t
 the sources and of the import code and torch's and TVM's versions (``--cache``, default
 ``~/.cache/patternkit/spellings``; ``--cache ''`` for none).  The file is
 generated: edit this script, not the table.
+
+The matrix is also a recorded campaign (:mod:`patternkit.testing.campaign`), a unit per
+column (seed 0): ``--out DIR`` records each column's cells as one JSON line as it ends
+(and writes ``DIR/spellings.md``), ``--resume DIR`` skips the columns recorded there,
+``--shard K/N`` measures the columns the campaign's stable hash gives shard K, and
+``--from-records DIR...`` renders shards' folders into the table an unsharded run
+writes (``--table`` names where a table goes; ``--out X.md`` is still the table).
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from patternkit.models.spelling_sources import SPELLINGS, Spelling, count_instan
 from patternkit.models.zoomodel import ZooImportError
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.near_misses import NEAR_MISSES
+from patternkit.testing.campaign import CampaignMismatch
 from patternkit.verification.numeric import build, flatten
 
 _LOG = logging.getLogger("spellings")
@@ -628,6 +636,105 @@ def run(rows: list[Spelling], columns: list[Column], cache: Path | None = None,
         return [cell for cells in pool.map(_measure_column, work) for cell in cells]
 
 
+# -- the matrix as a recorded campaign ---------------------------------------------------------
+#: The campaign's name in a record folder's header.
+CAMPAIGN = "spellings"
+
+
+@dataclass(frozen=True)
+class SpellingCheck:
+    """A unit of the matrix campaign: one column (its rows imported as one model, seed 0).
+
+    Plain data, so it pickles to ``--jobs`` workers; the record is the campaign module's
+    (:func:`~patternkit.testing.campaign_checks.record_of`), with the column's cells in
+    ``cells``, so ``--resume``, ``--shard`` and ``patternkit merge`` treat it as any unit.
+    """
+
+    rows: tuple[str, ...]
+    cache: str | None = None
+    numeric: bool = True
+
+    def __call__(self, unit) -> dict:
+        """Measure ``unit``'s column; its record."""
+        from patternkit.testing.campaign_checks import record_of
+        from patternkit.verification.report import Failure, TargetReport
+
+        start = time.perf_counter()
+        report = TargetReport(unit.subject, tried=len(self.rows))
+        cells: list[Cell] = []
+        try:
+            cells = _measure_column((list(self.rows), unit.subject, self.cache, self.numeric))
+        except Exception as err:  # a bug of the measurement: the unit's failure, one line
+            report.failures.append(Failure(unit.subject, "raised", _first_line(err), None))
+        report.fired = sum(c.complete for c in cells)
+        return record_of(unit.subject, unit.instance, 0, report,
+                         "failed" if report.failures else "measured", start,
+                         cells=[dataclasses.asdict(c) for c in cells])
+
+
+def matrix_campaign(rows: list[Spelling], columns: list[Column], numeric: bool):
+    """The campaign of ``rows`` x ``columns``: one unit per column, the rows in its identity."""
+    from patternkit.testing.campaign import Campaign
+
+    return Campaign(CAMPAIGN, tuple(str(c) for c in columns), 1, 0,
+                    (("numeric", numeric), ("rows", [s.key for s in rows])))
+
+
+def run_recorded(rows: list[Spelling], columns: list[Column], folder: Path, *,
+                 cache: Path | None = None, jobs: int = 1, numeric: bool = True,
+                 shard: tuple[int, int] | None = None, resume: bool = False
+                 ) -> tuple[list[Cell], float]:
+    """Measure the columns of ``shard`` not yet recorded in ``folder``, one record each.
+
+    Returns the cells of every column of the shard recorded in ``folder`` (measured now or
+    before) and their seconds; raises ``CampaignMismatch`` before any work when ``folder``
+    holds another campaign (or, with ``resume``, none).
+    """
+    from patternkit.testing.campaign import local_executor, process_executor, run_campaign
+
+    campaign = matrix_campaign(rows, columns, numeric)
+    check = SpellingCheck(tuple(s.key for s in rows), str(cache) if cache else None, numeric)
+
+    def tick(done: int, total: int, column: str) -> None:
+        _LOG.info("%d/%d %s", done, total, column)
+
+    run_campaign(campaign, check, folder, shard=shard, resume=resume, tick=tick,
+                 executor=process_executor(jobs) if jobs > 1 else local_executor)
+    return recorded_cells([folder])
+
+
+def recorded_cells(folders: list[Path]) -> tuple[list[Cell], float]:
+    """The cells recorded in ``folders`` (one campaign's shards), in the campaign's order.
+
+    Raises ``CampaignMismatch`` when a folder holds no campaign, another one than the
+    first folder, or not the matrix.
+    """
+    from patternkit.testing.campaign import read_header, read_records
+
+    header = read_header(Path(folders[0])) if folders else None
+    if header is None or header.get("what") != CAMPAIGN:
+        raise CampaignMismatch(f"{folders[0] if folders else 'no folder'}: "
+                               f"no spelling-matrix campaign recorded there")
+    by_column: dict[str, dict] = {}
+    for folder in folders:
+        if read_header(Path(folder)) != header:
+            raise CampaignMismatch(f"{folder} holds another campaign than {folders[0]}")
+        for record in read_records(Path(folder)):
+            by_column.setdefault(record["subject"], record)
+    found = [by_column[c] for c in header["subjects"] if c in by_column]
+    cells = [Cell(**c) for record in found for c in record.get("cells", [])]
+    return cells, sum(record["seconds"] for record in found)
+
+
+def missing_columns(folders: list[Path]) -> list[str]:
+    """The campaign's columns no folder recorded (a lost shard)."""
+    from patternkit.testing.campaign import read_header, read_records
+
+    header = read_header(Path(folders[0])) or {}
+    recorded = {r["subject"] for folder in folders for r in read_records(Path(folder))}
+    return [c for c in header.get("subjects", []) if c not in recorded]
+
+
 def select(patterns: list[str] | None, names: list[str]) -> list[int]:
     """Indices of ``names`` matching any of the glob ``patterns`` (all without patterns)."""
     if not patterns:
@@ -877,6 +984,37 @@ def _json_cells(path: Path) -> tuple[list[Cell], float]:
     return cells, run["seconds"]
 
 
+#: Where the table goes by default.
+_DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "docs" / "spellings.md"
+
+
+def cache_of(args: argparse.Namespace) -> Path | None:
+    """``--cache`` as a folder (``None``: no cache)."""
+    return Path(args.cache) if args.cache else None
+
+
+def _shard_option(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  folder: Path | None) -> tuple[int, int] | None:
+    """``--shard K/N`` checked: a bad spec, or a shard without a record folder, is a
+    one-line error before any work.
+    """
+    from patternkit.testing.fuzz import parse_shard
+
+    if args.out is not None and args.resume is not None:
+        parser.exit(2, f"{parser.prog}: error: give --out DIR or --resume DIR, not both\n")
+    if args.shard is None:
+        return None
+    try:
+        shard = parse_shard(args.shard)
+    except ValueError as err:
+        text = str(err) if str(err).startswith("--shard") else f"--shard {args.shard}: {err}"
+        parser.exit(2, f"{parser.prog}: error: {text}\n")
+    if folder is None:
+        parser.exit(2, f"{parser.prog}: error: --shard {args.shard} records its columns: "
+                       f"give --out DIR (or --resume DIR) too\n")
+    return shard
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", help="glob patterns over family/spelling")
@@ -885,8 +1023,19 @@ def main() -> None:
     parser.add_argument("--no-numeric", action="store_true", help="skip the llvm checks")
     parser.add_argument("--cache", default=str(Path(os.environ.get(
         "XDG_CACHE_HOME", Path.home() / ".cache")) / "patternkit" / "spellings"))
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1]
-                        / "docs" / "spellings.md")
+    parser.add_argument("--table", type=Path, default=None,
+                        help="write the table here (default: docs/spellings.md; with "
+                             "--out/--resume DIR: DIR/spellings.md)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="record one JSON line per column in DIR (a path ending in .md "
+                             "is the table, as before)")
+    parser.add_argument("--resume", type=Path, metavar="DIR",
+                        help="go on with the campaign recorded in DIR, skipping its columns")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="measure only the columns of shard K of N (stable hash)")
+    parser.add_argument("--from-records", type=Path, nargs="+", metavar="DIR", default=[],
+                        help="render the columns recorded in DIR... (one campaign's shards) "
+                             "instead of measuring")
     parser.add_argument("--json", type=Path, help="also write the cells here")
     parser.add_argument("--from-json", type=Path, nargs="+", metavar="JSON", default=[],
                         help="render the cells of earlier runs (--json) instead of measuring; "
@@ -896,6 +1045,24 @@ def main() -> None:
                              "committed docs/spellings.md), the runs' cells replacing them")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.out is not None and args.out.suffix == ".md":
+        args.table, args.out = args.out, None
+    folder = args.resume or args.out
+    shard = _shard_option(parser, args, folder)
+    if args.from_records:
+        table = args.table or _DEFAULT_TABLE
+        try:
+            cells, seconds = recorded_cells(args.from_records)
+        except CampaignMismatch as err:
+            parser.exit(2, f"{parser.prog}: error: {err}\n")
+        table.write_text(render(cells, seconds))
+        _LOG.info("wrote %s: %s", table, totals(cells))
+        lost = missing_columns(args.from_records)
+        if lost:
+            parser.exit(1, f"{parser.prog}: incomplete: {len(lost)} column(s) recorded in "
+                           f"none of the folders: {', '.join(lost)}\n")
+        return
+    args.table = args.table or (folder / "spellings.md" if folder else _DEFAULT_TABLE)
     if args.from_json or args.from_table:
         layers = [read_table(args.from_table.read_text())] if args.from_table else []
         seconds = 0.0
@@ -904,16 +1071,26 @@ def main() -> None:
             layers.append(cells)
             seconds += took
         cells = merge_cells(layers)
-        args.out.write_text(render(cells, seconds))
-        _LOG.info("wrote %s: %s", args.out, totals(cells))
+        args.table.write_text(render(cells, seconds))
+        _LOG.info("wrote %s: %s", args.table, totals(cells))
         return
     rows = [SPELLINGS[i] for i in select(args.rows, [s.key for s in SPELLINGS])]
     columns = [COLUMNS[i] for i in select(args.columns, [str(c) for c in COLUMNS])]
     if not rows or not columns:
         parser.error("the filters leave no row or no column")
+    if folder is not None:
+        try:
+            cells, seconds = run_recorded(rows, columns, folder, cache=cache_of(args),
+                                          jobs=args.jobs, numeric=not args.no_numeric,
+                                          shard=shard, resume=args.resume is not None)
+        except CampaignMismatch as err:  # before any column is measured
+            parser.exit(2, f"{parser.prog}: error: {err}\n")
+        args.table.write_text(render(cells, seconds))
+        _LOG.info("wrote %s: %s", args.table, totals(cells))
+        return
     start = time.perf_counter()
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cache = Path(args.cache) if args.cache else None
+    cache = cache_of(args)
     cells: list[Cell] = []
     # column by column, the cells so far written after each: a run stopped by a timeout
     # keeps the columns it finished
@@ -923,8 +1100,8 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps({"seconds": seconds, "generated": generated,
                                              "cells": [dataclasses.asdict(c) for c in cells]}))
-    args.out.write_text(render(cells, seconds))
-    _LOG.info("wrote %s: %s (%.0f s)", args.out, totals(cells), seconds)
+    args.table.write_text(render(cells, seconds))
+    _LOG.info("wrote %s: %s (%.0f s)", args.table, totals(cells), seconds)
 
 
 if __name__ == "__main__":
