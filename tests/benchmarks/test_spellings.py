@@ -456,3 +456,20 @@ def test_a_bad_shard_or_resume_is_a_one_line_error_before_any_work(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_resuming_another_matrix_campaigns_folder_says_what_differs(spellings, tmp_path,
+                                                                    monkeypatch, capsys):
+    import json
+
+    other = spellings.matrix_campaign([spellings.SPELLINGS[0]],
+                                      [spellings.Column("torch.export", "float32", "static")],
+                                      numeric=False)
+    (tmp_path / "campaign.json").write_text(json.dumps(other.identity()))
+    monkeypatch.setattr(spellings, "_measure_column", lambda work: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exit_:
+        _matrix(spellings, monkeypatch, "--resume", str(tmp_path))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "it holds another campaign" in err, err
+    assert "'rows': ['gelu/nn.GELU', 'gelu/written out (erf)']" in err
