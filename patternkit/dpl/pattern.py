@@ -663,7 +663,7 @@ def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
     match are handed to the matcher.
     """
     if isinstance(pattern, CallPattern):
-        return _op_names_of(pattern.op)
+        return op_names_of(pattern.op)
     if isinstance(pattern, AltPattern):
         left, right = root_op_names(pattern.left), root_op_names(pattern.right)
         if left is None or right is None:
@@ -723,7 +723,7 @@ def required_op_names(pattern: DFPattern) -> tuple[frozenset[str], ...]:
 def _requirements(p: DFPattern, visit: Callable[[DFPattern], tuple[frozenset[str], ...]]
                   ) -> list[frozenset[str]]:
     if isinstance(p, CallPattern):
-        names = _op_names_of(p.op)
+        names = op_names_of(p.op)
         found = [] if names is None else [_widened(names)]
         for arg in p.args or ():
             found.extend(visit(arg))
@@ -766,14 +766,15 @@ def may_occur(requirements: tuple[frozenset[str], ...], present: Any) -> bool:
     return all(any(name in present for name in names) for names in requirements)
 
 
-def _op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
+def op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
+    """The operator names a call pattern's callee ``op_pattern`` accepts (``None``: any)."""
     if isinstance(op_pattern, ExprPattern) and isinstance(op_pattern.expr, tvm.ir.Op):
         return frozenset({op_pattern.expr.name})
     if isinstance(op_pattern, AltPattern):
-        left, right = _op_names_of(op_pattern.left), _op_names_of(op_pattern.right)
+        left, right = op_names_of(op_pattern.left), op_names_of(op_pattern.right)
         return None if left is None or right is None else left | right
     if isinstance(op_pattern, _Constraint):
-        return _op_names_of(op_pattern.pattern)
+        return op_names_of(op_pattern.pattern)
     return None
 
 

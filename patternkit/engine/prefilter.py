@@ -30,10 +30,10 @@ from ..dpl.pattern import (
     CallPattern,
     DataTypePattern,
     DFPattern,
-    ExprPattern,
     ShapePattern,
     TagPattern,
     TypePattern,
+    op_names_of,
 )
 from ..ir.snapshot import FunctionSnapshot, ValueKind
 
@@ -70,7 +70,7 @@ def compile_pattern(pattern: Any, depth: int) -> Node:
     if depth <= 0 or not isinstance(pattern, DFPattern):
         return None
     if isinstance(pattern, CallPattern):
-        names = _op_names(pattern.op)
+        names = op_names_of(pattern.op)
         if names is None:
             return None
         reassociated = not names.isdisjoint(_REASSOCIATED)
@@ -91,18 +91,6 @@ def compile_pattern(pattern: Any, depth: int) -> Node:
         if left is None or right is None:
             return right if left is None else left
         return ("all", left, right)
-    return None
-
-
-def _op_names(op: Any) -> frozenset[str] | None:
-    """The operator names an op pattern accepts (``None``: any callee)."""
-    if isinstance(op, ExprPattern) and op.is_operator:
-        return frozenset({op.expr.name})
-    if isinstance(op, AltPattern):
-        left, right = _op_names(op.left), _op_names(op.right)
-        return None if left is None or right is None else left | right
-    if isinstance(op, TagPattern):
-        return _op_names(op.pattern)
     return None
 
 
