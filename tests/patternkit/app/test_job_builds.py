@@ -6,27 +6,12 @@ import threading
 
 import pytest
 import tvm
+from scaled_softmax import ScaledSoftmax
 from tvm import relax
 
-import patternkit as pk
 from patternkit.app.job import run
 from patternkit.verification import numeric
 from patternkit.verification.builds import caching
-
-
-class ScaledSoftmax(pk.DFPatternCallback):
-    """A wrong rule: ``softmax(x) -> softmax(x) * 1.5``."""
-
-    name = "demo.scaled_softmax"
-
-    def __init__(self):
-        super().__init__(rewrite_once=True)
-        self.x = pk.wildcard()
-        self.pattern = pk.is_op("nn.softmax")(self.x)
-
-    def callback(self, pre, post, node_map):
-        return relax.op.multiply(relax.op.nn.softmax(node_map[self.x][0], axis=-1),
-                                 relax.const(1.5, "float32"))
 
 
 def _model() -> tvm.IRModule:
