@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import tvm
-from tvm import relax
+from relu_as_clip import ReluAsClip
 
-import patternkit as pk
 from patternkit.app.cli import main
 from patternkit.testing.campaign import (
     Campaign,
@@ -188,30 +187,6 @@ def test_worker_processes_take_library_rules_only(tmp_path):
     with pytest.raises(ValueError, match="library rules only"):
         run_verify_campaign([Mine()], tmp_path / "mine", budget=1, jobs=2)
     assert not (tmp_path / "mine").exists()
-
-
-class ReluAsClip(pk.RewriteRule):
-    """``relu(x)`` -> ``clip(x, 0, 100)``: right on small values, wrong above 100."""
-
-    name = "user.relu_as_clip"
-
-    def __init__(self):
-        super().__init__()
-        self.x = pk.wildcard()
-        self.pattern = pk.is_op("nn.relu")(self.x)
-
-    def rewrite(self, match):
-        return relax.op.clip(match.x, 0, 100)
-
-    @staticmethod
-    def example():
-        x = relax.Var("x", relax.TensorType((4, 8), "float32"))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.nn.relu(x))
-            bb.emit_func_output(out)
-        return bb.get()
 
 
 def test_a_failure_is_recorded_with_its_reproducer_and_fails_the_merge(tmp_path, capsys):

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tvm import relax
+from relu_as_clip import ReluAsClip
 
-import patternkit as pk
 from patternkit.app.cli import main
 from patternkit.testing.campaign import (
     Campaign,
@@ -30,33 +29,6 @@ from patternkit.verification.script import module_text, parse_module_text
 
 PASS = "CanonicalizeBindings"  # changes one of the six programs: one build
 BUDGET = 6
-
-
-class ReluAsClip(pk.RewriteRule):
-    """``relu(x)`` -> ``clip(x, 0, 100)``: right on small values, wrong above 100."""
-
-    name = "user.relu_as_clip"
-
-    def __init__(self, right: bool = False):
-        super().__init__()
-        self.right = right
-        self.x = pk.wildcard()
-        self.pattern = pk.is_op("nn.relu")(self.x)
-
-    def rewrite(self, match):
-        if self.right:
-            return relax.op.clip(match.x, 0, float("inf"))
-        return relax.op.clip(match.x, 0, 100)
-
-    @staticmethod
-    def example():
-        x = relax.Var("x", relax.TensorType((4, 8), "float32"))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.nn.relu(x))
-            bb.emit_func_output(out)
-        return bb.get()
 
 
 def _fuzz(target: str, folder: Path, *extra: str, flag: str = "--out") -> int:
