@@ -25,7 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-__all__ = ["BuildCache", "build", "caching", "enabled"]
+__all__ = ["BuildCache", "caching", "enabled"]
 
 _ENABLED = [os.environ.get("PATTERNKIT_BUILD_CACHE", "1") != "0"]
 
@@ -45,26 +45,21 @@ def caching(on: bool) -> Iterator[None]:
         _ENABLED.pop()
 
 
-def build(mod: tvm.IRModule, target: str = "llvm") -> relax.VirtualMachine:
-    """``mod`` built for ``target`` and loaded on the CPU's Relax VM (no cache)."""
-    return relax.VirtualMachine(relax.build(mod, target=target), tvm.cpu())
-
-
 class BuildCache:
     """The last ``size`` builds, looked up by structure (see the module docstring).
 
     Parameters
     ----------
+    builder : callable
+        ``(module, target) -> VM``: how a missing build is made
+        (:func:`patternkit.verification.numeric.build`, which lifts local functions first).
     size : int
         How many builds to keep; the least recently used goes first.
-    builder : callable, optional
-        ``(module, target) -> VM``; default :func:`build`.
     """
 
-    def __init__(self, size: int = 4,
-                 builder: Callable[[tvm.IRModule, str], Any] | None = None):
+    def __init__(self, builder: Callable[[tvm.IRModule, str], Any], size: int = 4):
         self.size = size
-        self._builder = builder or build
+        self._builder = builder
         self.hits = 0
         self.misses = 0
         self._entries: OrderedDict[tuple[int, str], list[tuple[tvm.IRModule, Any]]] = (
