@@ -11,7 +11,10 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float"]
+__all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float", "round_trips_wider"]
+
+#: Bits of the float dtypes a model may compute a step in between casts.
+_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
 
 
 def is_float_dtype(dtype: str | None) -> bool:
@@ -38,3 +41,14 @@ def coarsest_float(dtypes: Iterable[str | None]) -> str | None:
     """The floating dtype among ``dtypes`` with the largest epsilon (``None``: none)."""
     floats = [(machine_epsilon(d), str(d)) for d in dtypes if machine_epsilon(d) is not None]
     return max(floats)[1] if floats else None
+
+
+def round_trips_wider(start: str, inner: str, back: str) -> bool:
+    """Is ``start -> inner -> back`` a cast round trip through a float at least as wide?
+
+    How exporters write a half-precision step computed wider (a softplus, an activation
+    in float32 between casts of float16 values): the step's result is ``start``'s dtype
+    again and was computed with at least ``start``'s bits.  An unknown ``start`` counts as
+    64 bits wide, an unknown ``inner`` as none, so neither passes.
+    """
+    return back == start and _FLOAT_BITS.get(inner, 0) >= _FLOAT_BITS.get(start, 64)

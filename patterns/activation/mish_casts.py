@@ -19,10 +19,7 @@ from typing import Any
 
 from patternkit.dpl import DFPattern, is_op, wildcard
 from patternkit.engine import RoleMatch, reject
-from patternkit.ir import type_of
-
-#: Bits of the float dtypes the softplus may compute in.
-_WIDTH = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+from patternkit.ir import round_trips_wider, type_of
 
 
 def upcast_mish() -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -48,7 +45,7 @@ def upcast_refusal(match: RoleMatch) -> Any:
     of_x = str(type_of(match.upcast_x).dtype)
     inner = str(type_of(match.var_of("upcast_softplus")).dtype)
     back = str(type_of(match.var_of("upcast_back")).dtype)
-    if back == of_x and _WIDTH.get(inner, 0) >= _WIDTH.get(of_x, 64):
+    if round_trips_wider(of_x, inner, back):
         return None
     return reject(f"the softplus computes in {inner} on a {of_x} x and is cast to {back}: "
                   f"only a round trip through a float as wide or wider is Mish in x's dtype",

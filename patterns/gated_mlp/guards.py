@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from patternkit.engine import RoleMatch, reject
-from patternkit.ir import NotPerChannel, per_channel_axis, same_shape, static_shape, type_of
+from patternkit.ir import (
+    NotPerChannel,
+    per_channel_axis,
+    round_trips_wider,
+    same_shape,
+    static_shape,
+    type_of,
+)
 
 
 def transpose_refusal(match: RoleMatch, projection: str) -> Any:
@@ -83,15 +90,11 @@ def activation_cast_refusal(match: RoleMatch) -> Any:
     inner = str(type_of(match.var_of("activation")).dtype)
     out = str(type_of(match.var_of("activation_narrowed")).dtype) if narrowed == "narrowed" \
         else inner
-    if out == gate and _WIDTH.get(inner, 0) >= _WIDTH.get(gate, 64):
+    if round_trips_wider(gate, inner, out):
         return None
     return reject(f"the activation computes in {inner} on a {gate} gate and gives {out}: "
                   f"only a round trip through a float as wide or wider (the gate cast up, "
                   f"the activation cast back) is the same gated MLP", at=match.activation)
-
-
-#: Bits of the float dtypes an activation may compute in.
-_WIDTH = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
 
 
 def split_refusal(match: RoleMatch) -> Any:
