@@ -13,8 +13,10 @@ import numpy as np
 
 __all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float", "round_trips_wider"]
 
-#: Bits of the float dtypes a model may compute a step in between casts.
-_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+#: (exponent bits, significand bits) of the float dtypes a model may compute a step in
+#: between casts: a dtype holds every value of another only when it has at least as many of
+#: both (float16 and bfloat16 have the same width but neither holds the other's values).
+_FLOAT_FIELDS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
 
 
 def is_float_dtype(dtype: str | None) -> bool:
@@ -48,7 +50,13 @@ def round_trips_wider(start: str, inner: str, back: str) -> bool:
 
     How exporters write a half-precision step computed wider (a softplus, an activation
     in float32 between casts of float16 values): the step's result is ``start``'s dtype
-    again and was computed with at least ``start``'s bits.  An unknown ``start`` counts as
-    64 bits wide, an unknown ``inner`` as none, so neither passes.
+    again and was computed in a dtype that holds every ``start`` value exactly (at least
+    as many exponent and significand bits: ``bfloat16 -> float16`` would overflow past
+    65504 and ``float16 -> bfloat16`` drops three significand bits).  An unknown dtype on
+    either side never passes.
     """
-    return back == start and _FLOAT_BITS.get(inner, 0) >= _FLOAT_BITS.get(start, 64)
+    if back != start or start not in _FLOAT_FIELDS or inner not in _FLOAT_FIELDS:
+        return False
+    (start_exponent, start_significand), (inner_exponent, inner_significand) = (
+        _FLOAT_FIELDS[start], _FLOAT_FIELDS[inner])
+    return inner_exponent >= start_exponent and inner_significand >= start_significand
