@@ -120,6 +120,11 @@ class Match:
     inputs: list[Any] = field(default_factory=list)
     internal_keys: list[int] = field(default_factory=list)
     repeated: dict[DFPattern, list[Any]] = field(default_factory=dict)
+    #: tag -> the name of its alternative that matched, or the pair of names that
+    #: contradict each other: built by :meth:`tag` on first use (a check asks several
+    #: tags of one match) for ``_tags_of`` captures; a match that grows is indexed again.
+    _tags: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _tags_of: int = field(default=-1, init=False, repr=False, compare=False)
 
     def tag(self, tag: str) -> str | None:
         """The name of the alternative of :func:`~patternkit.dpl.pattern.alt` ``tag`` that
@@ -131,15 +136,31 @@ class Match:
             Two ``alt`` nodes with the tag ``tag`` matched different alternatives: the
             tag does not say which form matched (give each ``alt`` its own tag).
         """
-        found = None
-        for pattern in self.captures:
-            if type(pattern) is TagPattern and pattern.tag == tag:
-                if found is not None and found != pattern.name:
-                    raise PatternError(f"the tag {tag!r} names two alternatives that both "
-                                       f"matched ({found!r} and {pattern.name!r}): give "
-                                       f"each alt(...) of the pattern its own tag")
-                found = pattern.name
+        tags = self._tags
+        if tags is None or self._tags_of != len(self.captures):
+            tags = self._tags = _tag_index(self.captures)
+            self._tags_of = len(self.captures)
+        found = tags.get(tag)
+        if type(found) is tuple:
+            raise PatternError(f"the tag {tag!r} names two alternatives that both "
+                               f"matched ({found[0]!r} and {found[1]!r}): give "
+                               f"each alt(...) of the pattern its own tag")
         return found
+
+
+def _tag_index(captures: dict[DFPattern, Any]) -> dict[str, Any]:
+    """Tag -> the name of the alternative that matched, or the first two names that
+    contradict each other (in capture order), over every tagged alternative captured.
+    """
+    tags: dict[str, Any] = {}
+    for pattern in captures:
+        if type(pattern) is TagPattern:
+            found = tags.get(pattern.tag)
+            if found is None:
+                tags[pattern.tag] = pattern.name
+            elif type(found) is not tuple and found != pattern.name:
+                tags[pattern.tag] = (found, pattern.name)
+    return tags
 
 
 class _MatchRecord:

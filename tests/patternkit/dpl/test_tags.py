@@ -16,7 +16,7 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit.dpl import alt
-from patternkit.dpl.pattern import required_op_names, root_op_names
+from patternkit.dpl.pattern import TagPattern, required_op_names, root_op_names
 
 T = relax.TensorType((2, 3), "float32")
 
@@ -80,6 +80,26 @@ def test_one_tag_matched_in_two_places_with_different_names_is_an_error():
                           relax.op.add(relax.op.exp(a), relax.op.log(a)))
     with pytest.raises(pk.PatternError, match="'form' names two alternatives"):
         found.tag("form")
+
+
+def test_a_match_answers_every_tag_alike_however_often_asked():
+    # tags are indexed once per match: asking again, asking others, asking after the
+    # error, and asking a match whose captures grew all answer from the captures
+    x = pk.wildcard()
+    left = alt(tag="form", exp=pk.is_op("exp")(x), log=pk.is_op("log")(x))
+    right = alt(tag="other", exp=pk.is_op("exp")(x), log=pk.is_op("log")(x))
+    a = _var("a")
+    found = pk.dpl.find_match(pk.is_op("add")(left, right),
+                              relax.op.add(relax.op.log(a), relax.op.exp(a)))
+    for _ in range(2):
+        assert (found.tag("form"), found.tag("other"), found.tag("never")) == (
+            "log", "exp", None)
+    clash = TagPattern(pk.is_op("exp")(x), "form", "exp")
+    found.captures[clash] = found.root  # a second alternative of "form" recorded
+    with pytest.raises(pk.PatternError, match="'form' names two alternatives that both "
+                                              "matched \\('log' and 'exp'\\)"):
+        found.tag("form")
+    assert found.tag("other") == "exp"
 
 
 def test_alt_refuses_a_missing_tag_and_an_empty_list():
