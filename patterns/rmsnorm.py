@@ -13,7 +13,7 @@ Recognises (:class:`RmsNormCollapse`, ``rmsnorm.collapse``)::
 
 which covers transformers' ``LlamaRMSNorm`` (one cast read twice, weight after the cast
 back) and ``T5LayerNorm`` (the variance from a cast of ``x``, the numerator from another)
-in float32 and float16, as ``torch.export`` and the Relax importer deliver them, and as
+in float32, float16 and bfloat16, as ``torch.export`` and the Relax importer deliver them, and as
 ONNX exports them (``torch.rsqrt`` becomes ``Sqrt`` + ``Reciprocal``; the exporter ties
 the no-op ``astype`` of a float32 ``x`` to the residual that reads it next, and the
 rewrite keeps that cast for its other reader).
@@ -27,16 +27,20 @@ result cast to the output dtype, so no cast loses precision.  An absent weight b
 ``R.ones``.
 
 The guards, each refusing with its reason: ``x`` has a known shape, every dtype involved
-is float32 or float16, the mean reduces trailing axes with ``keepdims=True``, ``eps`` is
-a scalar constant, the weight is per-feature (its shape is the normalised dims, compared
-symbolically).  A match whose intermediate is read elsewhere is not rewritten.
+is float32, float16 or bfloat16 (not float16 and bfloat16 together), the mean reduces
+trailing axes with ``keepdims=True``, ``eps`` is a scalar constant, the weight is
+per-feature (its shape is the normalised dims, compared symbolically).  A match whose
+intermediate is read elsewhere is not rewritten.
 
 Numerics: float32 agrees to rounding (``rsqrt(v + eps) * x * w`` against the model's
 order of the same operations).  float16 agrees within float16 rounding, with one known
 difference of TVM's kernel: it rounds ``eps`` to the data dtype, so a float16 model's
 ``eps = 1e-6`` (a float16 subnormal) becomes ``1.013e-6``; this moves the output by
 about ``0.65 * 1.3e-8 / (mean(x^2) + eps)`` relative, invisible unless a row's mean
-square is comparable to ``eps``.
+square is comparable to ``eps``.  bfloat16 builds as float16 does (TVM's kernel computes
+in float32 and rounds once, bit for bit the float32 norm rounded, checked on llvm): the
+Llama spelling rounds twice and so moves by one bfloat16 ulp; the log says at which norm
+the float32 computation stands in for the model's.
 
 :class:`RmsNormExpand` (``rmsnorm.expand``, in :data:`patternkit.patterns.EXPANSIONS`)
 writes ``R.nn.rms_norm`` out for training graphs, since ``relax.transform.Gradient`` has
@@ -54,13 +58,14 @@ op offloads no RMS norm without this entry.
 Deliberately not covered: ``x / sqrt(mean(x^2) + eps)`` with a mean over non-trailing
 axes or over every axis of ``x`` (TVM 0.27's ``rms_norm`` does not build then, see
 docs/tvm-bugs.md), ``eps`` added outside the root (``sqrt(var) + eps``: a
-different function), bfloat16 and float64 models, and a weight of another dtype than the
+different function), float64 models, and a weight of another dtype than the
 normalised value (the Relax importer casts it first, which this rule would see as a
 different spelling).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -69,8 +74,16 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, divide_by_sqrt, is_op, square, wildcard
-from patternkit.engine import CompositeRule, RewriteRule, RoleMatch, reject
-from patternkit.ir import NotTrailing, dtype_of, from_expr, static_shape, trailing_axes, type_of
+from patternkit.engine import CompositeRule, NoSuchExample, RewriteRule, RoleMatch, reject
+from patternkit.ir import (
+    NotTrailing,
+    dtype_of,
+    from_expr,
+    static_shape,
+    trailing_axes,
+    type_of,
+    var_name,
+)
 
 from .layernorm.examples import example_shape
 from .layernorm.guards import (
@@ -81,13 +94,27 @@ from .layernorm.guards import (
     shape_and_dtype,
 )
 
-#: The dtypes the rules of this file are verified for (numerically, on llvm).
-RMS_NORM_DTYPES = ("float32", "float16")
+#: The dtypes the rules of this file are verified for (numerically, on llvm).  TVM 0.27's
+#: ``rms_norm`` builds all three and computes in float32 whatever the data dtype: a
+#: bfloat16 result is the float32 norm rounded once (checked bit for bit on llvm).
+RMS_NORM_DTYPES = ("float32", "float16", "bfloat16")
+
+_LOG = logging.getLogger(__name__)
 
 
 def _wider(a: str, b: str) -> str:
     """Of two dtypes of :data:`RMS_NORM_DTYPES`, the one with more bits."""
     return a if tvm.DataType(a).bits >= tvm.DataType(b).bits else b
+
+
+def _joined(dtypes: Sequence[str]) -> str:
+    return ", ".join(dtypes[:-1]) + " and " + dtypes[-1]
+
+
+def _where(match: RoleMatch) -> str:
+    """The variable the matched norm's mean square is bound to, for the log."""
+    at = match.var_of("variance")
+    return var_name(at) if isinstance(at, relax.Var) else "its mean square"
 
 
 # -- the collapse ------------------------------------------------------------------------------
@@ -141,9 +168,12 @@ class RmsNormCollapse(RewriteRule):
                             ("the result", out_dtype)):
             if dtype not in RMS_NORM_DTYPES:
                 return reject(f"{what} has dtype {dtype}: rmsnorm.collapse handles "
-                              f"{' and '.join(RMS_NORM_DTYPES)} (TVM's rms_norm computes in "
+                              f"{_joined(RMS_NORM_DTYPES)} (TVM's rms_norm computes in "
                               f"float32)", at=match.x)
         assert x_dtype is not None and out_dtype is not None  # the loop refused the others
+        if {x_dtype, out_dtype} == {"float16", "bfloat16"}:
+            return reject(f"x has dtype {x_dtype} and the result {out_dtype}: neither holds "
+                          f"the other's values, so no cast of x is exact", at=match.root)
         ndim = len(shape)
         k = reduced_trailing_axes(match.variance, ndim, "the mean")
         if k == ndim:
@@ -169,6 +199,10 @@ class RmsNormCollapse(RewriteRule):
         else:
             weight = relax.op.ones(plan.features, plan.data_dtype)
         out = relax.op.nn.rms_norm(data, weight, axes=list(plan.axes), epsilon=plan.epsilon)
+        if plan.data_dtype == "bfloat16":
+            _LOG.info("%s: the bfloat16 norm at %s is computed in float32 by R.nn.rms_norm "
+                      "and rounded once to bfloat16, within bfloat16 rounding of the "
+                      "written-out form", self.name, _where(match))
         if plan.out_dtype != plan.data_dtype:
             out = relax.op.astype(out, plan.out_dtype)
         return out
@@ -181,7 +215,7 @@ class RmsNormCollapse(RewriteRule):
         """The spellings of an RMS norm met in exports (Llama, T5, plain; root, square,
         epsilon, axes), three dtypes.
         """
-        return {"dtype": ("float32", "float16", "float64"),
+        return {"dtype": ("float32", "float16", "bfloat16", "float64"),
                 "spelling": ("llama", "t5", "plain"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "weight": ("per_feature", "none", "full"),
                 "root": ("rsqrt", "sqrt", "reciprocal"),
@@ -202,11 +236,11 @@ class RmsNormExpand(RewriteRule):
         self.pattern: DFPattern = self.norm
 
     def check(self, match: RoleMatch) -> Any:
-        """Accept an ``rms_norm`` of float16 or float32 data over trailing axes."""
+        """Accept an ``rms_norm`` of float32, float16 or bfloat16 data over trailing axes."""
         shape, dtype = shape_and_dtype(match.x)
         if dtype not in RMS_NORM_DTYPES:
             return reject(f"x has dtype {dtype}: rmsnorm.expand writes out "
-                          f"{' and '.join(RMS_NORM_DTYPES)} norms only", at=match.x)
+                          f"{_joined(RMS_NORM_DTYPES)} norms only", at=match.x)
         axes = [int(a) for a in match.norm.attrs.axes]
         try:
             trailing_axes(axes, len(shape), what="the rms_norm")
@@ -298,7 +332,8 @@ def written_out(dtype: str = "float32", spelling: str = "llama", rank: int = 3, 
     ``"reciprocal"`` (``h * (1 / sqrt)``, ONNX's spelling of ``rsqrt``);
     ``square``: ``"power"``, ``"multiply"`` or ``"square"``; ``eps``: ``"scalar"`` or
     ``"vector"`` (refused); ``mean_axes``: ``"trailing"`` or ``"leading"`` (the mean
-    over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too.
+    over the first ``axes`` axes: refused).  ``dtype="float64"`` is refused too; a
+    ``"plain"`` bfloat16 norm squared by ``power`` is no example (TVM does not build it).
     """
     x = relax.Var("x", relax.TensorType(example_shape(rank, symbolic), dtype))
     shape = static_shape(x.ty)
@@ -306,8 +341,11 @@ def written_out(dtype: str = "float32", spelling: str = "llama", rank: int = 3, 
     features = shape[rank - axes:]
     w = relax.Var("w", relax.TensorType(shape if weight == "full" else features, dtype))
     compute = "float32" if spelling != "plain" else dtype
-    eps_value = (relax.const(1e-6, compute) if eps == "scalar" else
-                 relax.const(np.full(int(shape[-1]), 1e-6, compute), compute))
+    if compute == "bfloat16" and square == "power":
+        raise NoSuchExample("TVM 0.27 does not build power in bfloat16 (\"power only applies "
+                            "to float\"): the model has no numeric reference on llvm")
+    eps_value = (relax.const(1e-6, compute) if eps == "scalar" else  # float32 numbers, cast
+                 relax.const(np.full(int(shape[-1]), 1e-6, "float32"), compute))
     bb = relax.BlockBuilder()
     with bb.function("main", [x] + ([] if weight == "none" else [w])):
         with bb.dataflow():

@@ -152,6 +152,23 @@ def _module(cls_name: str, factory: Callable[[], nn.Module]) -> Callable[[], nn.
     return type(cls_name, (Wrapped,), {"__init__": init, "__doc__": f"{cls_name} block."})
 
 
+#: What a relu6 block scales its input by: a clip of a clip is one clip, and the dynamo
+#: exporter merges two chained ReLU6 into one ``Clip``; a scale between them keeps the
+#: model's copies apart, so a cell counts what the rule did, not what the exporter did.
+RELU6_INPUT_SCALE = 1.5
+
+
+class ScaledRelu6(Wrapped):
+    """``nn.ReLU6`` of ``x * RELU6_INPUT_SCALE`` as a block."""
+
+    def __init__(self):
+        super().__init__(nn.ReLU6())
+
+    def forward(self, x):
+        """``relu6(x * RELU6_INPUT_SCALE)``."""
+        return self.inner(x * RELU6_INPUT_SCALE)
+
+
 _SQRT1_2 = 1 / math.sqrt(2)
 _TANH_C = math.sqrt(2 / math.pi)
 
@@ -533,11 +550,11 @@ SPELLINGS: tuple[Spelling, ...] = (
              _op("relax.nn.silu"), ("silu.",)),
     Spelling("silu", "x * sigmoid(x)", _activation("HandSilu", lambda x: x * torch.sigmoid(x)),
              _TOKENS, _op("relax.nn.silu"), ("silu.",)),
-    Spelling("relu6", "nn.ReLU6", _module("TorchRelu6", nn.ReLU6), _IMAGES,
-             _op("relax.clip"), ("relu6.",)),
+    Spelling("relu6", "nn.ReLU6", ScaledRelu6, _IMAGES, _op("relax.clip"), ("relu6.",)),
     Spelling("relu6", "min(max(x, 0), 6)", _activation(
-        "MinMaxRelu6", lambda x: torch.minimum(torch.maximum(x, torch.tensor(0.0, dtype=x.dtype)),
-                                               torch.tensor(6.0, dtype=x.dtype))),
+        "MinMaxRelu6", lambda x: torch.minimum(
+            torch.maximum(x * RELU6_INPUT_SCALE, torch.tensor(0.0, dtype=x.dtype)),
+            torch.tensor(6.0, dtype=x.dtype))),
         _IMAGES, _op("relax.clip"), ("relu6.",)),
     Spelling("hardswish", "nn.Hardswish", _module("TorchHardswish", nn.Hardswish), _IMAGES,
              _composite("hardswish"), ("hardswish.", "byoc.hardswish", "relu6.")),

@@ -33,6 +33,24 @@ def test_every_spelling_keeps_its_input_shape_and_counts_one_instance_per_block(
     assert S.count_instances(model, spelling) == S.COPIES
 
 
+#: The elementwise activations: an exporter may simplify their chains algebraically.
+ACTIVATIONS = {"gelu", "gelu_tanh", "quick_gelu", "silu", "relu6", "hardswish", "hardsigmoid",
+               "softplus", "mish"}
+
+
+@pytest.mark.parametrize("spelling", [s for s in S.SPELLINGS if s.family in ACTIVATIONS],
+                         ids=lambda s: s.key)
+def test_no_activation_block_is_idempotent_so_no_exporter_merges_the_copies(spelling):
+    # a block b with b(b(x)) == b(x) (a bare relu6: clip of a clip) lets an exporter
+    # merge the model's copies into one, and its cells count the exporter's work
+    block = S.spelling_model(spelling).blocks[0]
+    x = 4 * _input(spelling)
+    with torch.no_grad():
+        once = block(x)
+        twice = block(once)
+    assert not torch.allclose(twice, once, **CLOSE)
+
+
 def test_instances_are_counted_from_the_modules_not_assumed():
     spelling = S.find_spelling("hardswish/nn.Hardswish")
     model = S.Chain([spelling.block() for _ in range(3)] + [torch.nn.Identity()])
@@ -84,7 +102,7 @@ def test_the_written_out_activations_and_softmaxes_compute_torchs():
     expected = {"gelu/written out (erf)": F.gelu(x),
                 "gelu_tanh/written out (tanh)": F.gelu(x, approximate="tanh"),
                 "silu/x * sigmoid(x)": F.silu(x),
-                "relu6/min(max(x, 0), 6)": F.relu6(x),
+                "relu6/min(max(x, 0), 6)": F.relu6(S.RELU6_INPUT_SCALE * x),
                 "hardswish/x * relu6(x + 3) / 6": F.hardswish(x),
                 "hardsigmoid/relu6(x + 3) / 6": F.hardsigmoid(x),
                 "mish/x * tanh(softplus(x))": F.mish(x),
