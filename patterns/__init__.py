@@ -37,6 +37,7 @@ from . import (
     backward,
     batchnorm,
     conv,
+    einsum,
     gated_mlp,
     groupnorm,
     instancenorm,
@@ -83,7 +84,8 @@ def _family_expansions(module: Any) -> RuleSet:
 # computed), so the order changes no result, only the wasted matches.
 LIBRARY = (_family_rules(activation) | _family_rules(layernorm) | _family_rules(groupnorm)
            | _family_rules(instancenorm) | _family_rules(rmsnorm)
-           | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(attention)
+           | _family_rules(batchnorm) | _family_rules(softmax) | _family_rules(einsum)
+           | _family_rules(attention)
            | _family_rules(gated_mlp) | _family_rules(rope) | _family_rules(quantize)
            | _family_rules(conv) | _family_rules(matmul) | _family_rules(backward))
 

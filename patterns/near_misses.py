@@ -14,7 +14,7 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 
 * attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
   or a reshape), and ``softmax -> call_tir`` (an ONNX ``Einsum``, which ``from_onnx``
-  lowers to an opaque TIR function);
+  lowers to a TIR function, left when ``einsum.from_call_tir`` refuses it);
 * softmax: ``exp(...) / sum(...)`` written out (shifted by a max or not);
 * norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
   them starts with;
@@ -65,7 +65,7 @@ def _attention() -> DFPattern:
 
 
 def _attention_call_tir() -> DFPattern:
-    # from_onnx lowers an ONNX Einsum to a call_tir of topi's einsum: the product is opaque
+    # from_onnx lowers an ONNX Einsum to a call_tir of topi's einsum (einsum.from_call_tir)
     softmax = _op("nn.softmax")(wildcard())
     probabilities = is_tuple([up_to_cast(through(up_to_cast(softmax))), wildcard()])
     return _op("call_tir")(wildcard(), probabilities, varg_default_wildcard=True)
@@ -148,9 +148,9 @@ def _gated_mlp() -> DFPattern:
 #: the rule-name prefixes among them: ``()`` for all of them).
 _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], ...] = (
     ("attention", "softmax -> matmul", _attention(), ("attention",), ()),
-    ("attention", "softmax -> call_tir (an ONNX Einsum, which from_onnx 0.27 lowers to an "
-     "opaque TIR function: no rule can read its product)", _attention_call_tir(),
-     ("attention",), ()),
+    ("attention", "softmax -> call_tir (an ONNX Einsum, which from_onnx 0.27 lowers to a "
+     "TIR function: einsum.from_call_tir reads it back unless it refuses)",
+     _attention_call_tir(), ("attention", "einsum"), ()),
     ("softmax", "exp(x - max(x)) / sum(...)", _softmax(), ("softmax",), ()),
     ("norm", "x - mean(x)", _norm(), ("layernorm", "groupnorm", "instancenorm"), ()),
     ("rmsnorm", "rsqrt(mean(x * x) + eps)", _rms_norm(), ("rmsnorm",), ()),

@@ -18,6 +18,7 @@ multi-root ones through :mod:`~patternkit.engine.multi`); ``DFPatternCallback`` 
 
 from .callback import CallbackRule, DFPatternCallback
 from .driver import Rewrite, RewriteLog, RewriteRecord, SkippedMatch, rewrite
+from .module_scope import current_module, module_in_scope
 from .multi import BindingsMatch, BindingsRewriteRule, rewrite_bindings
 from .near_misses import NearMiss, NearMissDetector, find_near_misses
 from .partitioning import partition
@@ -49,4 +50,5 @@ __all__ = [
     "BindingsRewriteRule", "BindingsMatch", "rewrite_bindings", "variant_method",
     "Tolerance", "EXACT", "default_tolerance", "NoSuchExample",
     "graph_split", "GraphSplitError", "NearMiss", "NearMissDetector", "find_near_misses",
+    "current_module", "module_in_scope",
 ]

@@ -78,6 +78,7 @@ from ..ir.targets import apply_to_target, rewritable_functions
 from .declines import DeclineTally, warn_silent_declines
 from .emit import Emitted, emit_rewrites
 from .index import FunctionIndex, describe_binding, forget_index, has_candidates, reads_of_value
+from .module_scope import module_in_scope
 from .multi import rewrite_function_bindings
 from .near_misses import NearMiss, NearMissDetector, find_near_misses
 from .proposal import Group, find_groups, group_check
@@ -246,7 +247,7 @@ def rewrite(rules: Any = None, target: Any = None, *,
                        log)
 
     def transform(mod: tvm.IRModule) -> tvm.IRModule:
-        with C.gc_paused():
+        with C.gc_paused(), module_in_scope(mod):  # for rules reading a PrimFunc
             out = _run_rounds(rules, mod, options)
         if log is not None:
             log.result = out
