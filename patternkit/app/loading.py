@@ -11,7 +11,9 @@ as a zoo model spells it (``model.pt2?keep_params=true``, ``patternkit run model
 parameters the job draws them like any input.  Its entry function is the one the user
 names, else ``main``, else the only public function: importers and hand-written modules
 do not all call it ``main`` (``forward``), and a guess among several would check the
-wrong function.
+wrong function.  A torch zoo model's import is read from the user's cache when an
+earlier run kept it (:mod:`patternkit.models.import_cache`; ``PATTERNKIT_IMPORT_CACHE=0``
+turns it off).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tvm
 from tvm import relax
 
 from ..errors import PatternkitError
-from ..models import BUILTIN_MODELS, ZooError, zoo_model
+from ..models import BUILTIN_MODELS, ZooError, import_cache, zoo_model
 from ..models.zoo import PREFIX as ZOO_PREFIX, Option
 
 logger = logging.getLogger(__name__)
@@ -129,8 +131,9 @@ def load(spec: str | Path | None = None, *, keep_params: bool | None = None) -> 
         return LoadedModel(build(), f"builtin:{text}")
     if text.startswith(ZOO_PREFIX):
         try:
-            model = zoo_model(text, **({} if keep_params is None else
-                                       {"keep_params": keep_params}))
+            with import_cache.using():  # the export and import kept from the last run
+                model = zoo_model(text, **({} if keep_params is None else
+                                           {"keep_params": keep_params}))
         except ZooError as err:
             raise JobError(str(err)) from err
         fixups = model.metadata.get("onnx_fixups") or model.metadata.get("import_fixups", ())

@@ -17,7 +17,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import transformers
+import tvm
 
+from . import import_cache
 from .families import activation_modules, count_module_families, count_softmax_in_program
 from .importing import from_torch, symbolic_dims, timed
 from .weights import calibrate_batchnorm, randomize
@@ -323,13 +325,9 @@ def build(spec, source: TorchSource) -> ZooModel:
     seconds: dict[str, float] = {}
     if options.get("dtype", "float32") != "float32":
         source = in_dtype(source, options["dtype"])
-    program = export(source, roles, sizes, spec.text, seconds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod, params, fixups = from_torch(program, options["keep_params"], options["entry"],
-                                         spec.text, seconds)
+    mod, params, fixups, softmax = _imported(spec, source, roles, sizes, seconds)
     families = count_module_families(source.module)
-    families["softmax"] = count_softmax_in_program(program)
+    families["softmax"] = softmax
     names = tuple(s.name for s in source.input_specs)
     metadata = {**source.metadata, "exporter": "torch.export", "import_fixups": fixups,
                 "activations": activation_modules(source.module),
@@ -342,6 +340,26 @@ def build(spec, source: TorchSource) -> ZooModel:
                     dim_bounds={r: source.dim_bounds.get(r, (1, None)) for r in sizes},
                     params=params, families=families, source=source.module, metadata=metadata,
                     seconds=seconds, reference_fn=torch_reference(source.module, names))
+
+
+def _imported(spec, source: TorchSource, roles: tuple[str, ...], sizes: dict[str, int],
+              seconds: dict[str, float]) -> tuple[tvm.IRModule, dict, list[str], int]:
+    """``(module, kept weights, fix-ups, softmax calls)`` of the source's export and import,
+    read from :mod:`.import_cache` when the caller asked for it and it holds them.
+    """
+    options = spec.as_dict()
+    cached = timed(seconds, "cached_import", import_cache.read, spec.text)
+    if cached is not None:
+        return cached.mod, cached.params, cached.fixups, cached.softmax
+    seconds.pop("cached_import")
+    program = export(source, roles, sizes, spec.text, seconds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod, params, fixups = from_torch(program, options["keep_params"], options["entry"],
+                                         spec.text, seconds)
+    softmax = count_softmax_in_program(program)
+    import_cache.write(spec.text, import_cache.Imported(mod, params, fixups, softmax))
+    return mod, params, fixups, softmax
 
 
 # -- entry points named in the registry (patternkit.models.zoo.ZOO) ---------------------------
