@@ -22,6 +22,7 @@ from ..errors import CallbackError
 from ..ir import compat as C
 from ..ir.rebuild import describe_binding, make_block, rebuild_function
 from .index import FunctionIndex, binding_key, dead_after, reads_of_value
+from .known_types import KnownTypes
 from .wellformed import check_replacement_scope
 
 
@@ -151,12 +152,14 @@ def _normalize_replacements(replaced: list[tuple[Any, Any, str]], is_dataflow: b
     if not replaced:
         return {}
     bb = relax.BlockBuilder()
+    known = KnownTypes(bb)
     targets = []
     with C.scratch_block(bb, dataflow=is_dataflow) as out:
         for binding, value, rule_name in replaced:
             var = binding.var  # read once (an FFI read each time)
             targets.append(C.handle(var))
             try:
+                known.give_types(value)  # a conv's type once per signature (known_types)
                 normalized = bb.normalize(value)
             except Exception as err:
                 where = describe_binding(func_name, binding)
