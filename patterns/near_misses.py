@@ -14,7 +14,8 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 
 * attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
   or a reshape), and ``softmax -> call_tir`` (an ONNX ``Einsum``, which ``from_onnx``
-  lowers to a TIR function, left when ``einsum.from_call_tir`` refuses it);
+  lowers to a TIR function, left when ``einsum.from_call_tir`` refuses it), and
+  ``softmax -> einsum`` (an ``R.einsum`` that ``einsum.to_matmul`` refuses);
 * softmax: ``exp(...) / sum(...)`` written out (shifted by a max or not);
 * norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
   them starts with;
@@ -69,6 +70,12 @@ def _attention_call_tir() -> DFPattern:
     softmax = _op("nn.softmax")(wildcard())
     probabilities = is_tuple([up_to_cast(through(up_to_cast(softmax))), wildcard()])
     return _op("call_tir")(wildcard(), probabilities, varg_default_wildcard=True)
+
+
+def _attention_einsum() -> DFPattern:
+    # an R.einsum (lifted by einsum.from_call_tir) that einsum.to_matmul left as it is
+    softmax = _op("nn.softmax")(wildcard())
+    return _op("einsum")(is_tuple([up_to_cast(through(up_to_cast(softmax))), wildcard()]))
 
 
 def _softmax() -> DFPattern:
@@ -151,6 +158,8 @@ _SKELETONS: tuple[tuple[str, str, DFPattern, tuple[str, ...], tuple[str, ...]], 
     ("attention", "softmax -> call_tir (an ONNX Einsum, which from_onnx 0.27 lowers to a "
      "TIR function: einsum.from_call_tir reads it back unless it refuses)",
      _attention_call_tir(), ("attention", "einsum"), ()),
+    ("attention", "softmax -> einsum (not a batched matmul)", _attention_einsum(),
+     ("attention", "einsum"), ()),
     ("softmax", "exp(x - max(x)) / sum(...)", _softmax(), ("softmax",), ()),
     ("norm", "x - mean(x)", _norm(), ("layernorm", "groupnorm", "instancenorm"), ()),
     ("rmsnorm", "rsqrt(mean(x * x) + eps)", _rms_norm(), ("rmsnorm",), ()),

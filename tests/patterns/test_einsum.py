@@ -175,3 +175,27 @@ def test_a_torch_einsum_attention_exported_to_onnx_collapses_with_the_numbers_ke
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((3, 2, 5, 16)).astype("float32") for _ in range(3)]
     pk.assert_same_numerics(before, after, inputs=inputs, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+def test_an_attention_einsum_that_is_no_matmul_is_a_near_miss_with_the_refusal():
+    """Values shared by the heads (``"bhsk,bkd->bhsd"``): lifted, but no batched matmul,
+    so attention stays written out; the near miss gives einsum.to_matmul's reason."""
+    from tvm import relax, topi
+
+    from patternkit.patterns.near_misses import NEAR_MISSES
+
+    q = relax.Var("q", relax.TensorType((2, 2, 8, 16), "float32"))
+    v = relax.Var("v", relax.TensorType((2, 8, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, v]):
+        with bb.dataflow():
+            scores = bb.emit_te(topi.einsum, "bhsd,bhkd->bhsk", q, q)
+            p = bb.emit(relax.op.nn.softmax(scores, axis=-1))
+            out = bb.emit_output(bb.emit_te(topi.einsum, "bhsk,bkd->bhsd", p, v))
+        bb.emit_func_output(out)
+    log = pk.RewriteLog()
+    pk.rewrite(LIBRARY, bb.get(), log=log)
+    assert (log.count(LIFT), log.count(MATMUL), log.count(COLLAPSE)) == (2, 1, 0)
+    (miss,) = [m for m in log.near_misses(NEAR_MISSES) if m.family == "attention"]
+    assert "softmax -> einsum" in miss.shape
+    assert "reads operands of rank 4 and 3 into a result of rank 4" in miss.reason
