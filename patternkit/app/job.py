@@ -32,7 +32,8 @@ directly.  The steps, each timed:
    module step 3 partitioned: the composites are formed once), modulo the dead bindings
    fusion drops (listed in the report);
 6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
-7. **write** ``before.py`` and ``after.py`` (which load again), ``before.svg``,
+7. **write** ``before.py`` and ``after.py`` (which load again: written and read back in
+   a thread from step 4 on, :func:`patternkit.app.scripts.start_writing`), ``before.svg``,
    ``after.svg``, ``diff.svg`` (drawn within a layout budget, see
    :mod:`patternkit.app.drawings`; laid out in a thread from step 4 on, while the job
    builds and checks), ``report.md`` (a per-op table first),
@@ -228,6 +229,11 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
                              "PartitionGraph")
     report.ops = op_summary(before[entry], log.records, merged, host_ops, target)
 
+    scripts = None
+    if staging is not None:  # before.py and after.py written and read back alongside
+        from .scripts import start_writing
+
+        scripts = start_writing(staging, {"before": before, "after": after})
     drawing = None
     if staging is not None and draw:
         # laid out by ``dot`` while the job builds and checks (see start_drawing)
@@ -298,11 +304,12 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
         if staging is not None:
             say(f"writing {out}/ ...")
             write_outputs(staging, before, after, report, draw=draw, changes=log, func=entry,
-                          full_drawing=full_drawing, adjoint=adjoint, drawing=drawing)
+                          full_drawing=full_drawing, adjoint=adjoint, drawing=drawing,
+                          scripts=scripts)
         return report
     finally:
-        if drawing is not None:
-            futures.wait([drawing])  # never leave it writing into a folder being removed
+        started: list[futures.Future] = [f for f in (drawing, scripts) if f is not None]
+        futures.wait(started)  # never leave them writing into a folder being removed
 
 
 def _site_plan(before: tvm.IRModule, log: RewriteLog, entry: str) -> SitePlan | None:
@@ -471,17 +478,21 @@ def _numeric_options(loaded: LoadedModel, entry: str, seed: int,
 def write_outputs(out: Path, before: tvm.IRModule, after: tvm.IRModule, report: JobReport,
                   draw: bool = True, changes: Any = None, func: str = "main",
                   full_drawing: bool = False, adjoint: tvm.IRModule | None = None,
-                  drawing: futures.Future | None = None) -> None:
+                  drawing: futures.Future | None = None,
+                  scripts: futures.Future | None = None) -> None:
     """TVMScript, drawings and the three reports (``report.html`` shows the drawings).
 
     ``drawing``: the drawings of ``before``, ``after`` and their diff, started earlier
     (:func:`patternkit.app.drawings.start_drawing`); only the adjoint is drawn here then.
+    ``scripts``: ``before.py`` and ``after.py``, started earlier
+    (:func:`patternkit.app.scripts.start_writing`).
     """
     from .report_html import write_report_html
     from .scripts import write_script
 
     start = time.perf_counter()
-    files = [write_script(out / "before.py", before), write_script(out / "after.py", after)]
+    files = (list(scripts.result()) if scripts is not None else
+             [write_script(out / "before.py", before), write_script(out / "after.py", after)])
     if draw:
         from .drawings import draw_adjoint, draw_job  # optional (draw=False): load it late
 

@@ -15,12 +15,17 @@
 The module is bound to ``mod``.  The written file is parsed again and compared
 structurally with the module; if that fails (a constant the text does not show in
 traversal order) the file says so in its first line rather than pretend.
+
+Parsing a 12-layer GPT-2 back costs about a second of Python a file, so the job writes
+both files in a thread (:func:`start_writing`) while it builds and checks: the builds
+run in TVM's C++ with Python's lock released.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +106,18 @@ def write_script(path: Path, mod: tvm.IRModule) -> str:
         path.write_text("# NOTE: this file does not load back to the same module\n" + source)
         logger.warning("%s does not parse back to the module it was written from", path)
     return path.name
+
+
+def start_writing(out: Path, modules: dict[str, tvm.IRModule]) -> Future[list[str]]:
+    """:func:`write_script` of each ``name -> module`` to ``out/<name>.py``, in a thread
+    of its own; ``result()`` is the files' names in order (or raises what writing raised).
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="patternkit-scripts")
+    try:
+        return pool.submit(lambda: [write_script(out / f"{name}.py", mod)
+                                    for name, mod in modules.items()])
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one task
 
 
 def _reloads(path: Path, mod: tvm.IRModule) -> bool:

@@ -63,27 +63,36 @@ def test_one_build_serves_every_check_and_the_report_is_the_same(monkeypatch, pa
     assert mod.script() == text
 
 
-def test_the_drawings_are_laid_out_while_the_model_builds(tmp_path, monkeypatch):
-    from patternkit.app import drawings
+def test_the_drawings_and_scripts_are_made_while_the_model_builds(tmp_path, monkeypatch):
+    from patternkit.app import drawings, scripts
 
-    started = threading.Event()
-    real_draw = drawings.draw_job
+    started, written = threading.Event(), threading.Event()
+    real_draw, real_write = drawings.draw_job, scripts.write_script
 
     def draw_job(*args, **kwargs):
         started.set()
         return real_draw(*args, **kwargs)
 
+    def write_script(path, mod):
+        if path.name == "after.py":
+            written.set()
+        return real_write(path, mod)
+
     waited = []
     real_build = numeric.build
 
     def build(mod, *args, **kwargs):
-        waited.append(started.wait(timeout=10))  # sequential: the drawing never starts
+        # sequential: neither the drawing nor the second script ever starts
+        waited.append(started.wait(timeout=10) and written.wait(timeout=10))
         return real_build(mod, *args, **kwargs)
 
     monkeypatch.setattr(drawings, "draw_job", draw_job)
+    monkeypatch.setattr(scripts, "write_script", write_script)
     monkeypatch.setattr(numeric, "build", build)
     report = run(_model(), out_dir=tmp_path / "out")
     assert waited and all(waited)
+    assert report.outputs[:2] == ["before.py", "after.py"]
+    assert "mod = Module" in (tmp_path / "out" / "after.py").read_text()
     assert list(report.drawings) == ["before", "after", "diff"]
     for name, how in report.drawings.items():
         assert not how.startswith("not drawn"), how
@@ -100,5 +109,7 @@ def test_a_run_that_fails_after_the_drawing_started_waits_for_it(tmp_path, monke
     monkeypatch.setattr(job, "build_joint", broken)
     with pytest.raises(RuntimeError, match="the build broke"):
         run(_model(), out_dir=tmp_path / "out")
-    assert not [t for t in threading.enumerate() if t.name.startswith("patternkit-drawing")]
-    assert not list(tmp_path.rglob("*.svg"))  # the staged drawings went with the run
+    assert not [t for t in threading.enumerate()
+                if t.name.startswith(("patternkit-drawing", "patternkit-scripts"))]
+    # the staged drawings and scripts went with the run
+    assert not list(tmp_path.rglob("*.svg")) and not list(tmp_path.rglob("*.py"))
