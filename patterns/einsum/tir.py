@@ -78,7 +78,7 @@ def equation_of(func: Any, name: str) -> TirEinsum:
         _is_store_to(block.init, out, name, "its initial value")
         if not _is_zero(block.init.value):
             raise Unfit(f"the PrimFunc {name} starts its sum at {block.init.value}, not 0")
-        if list(block.init.indices) != list(store.indices):
+        if not _same(block.init.indices, store.indices):
             raise Unfit(f"the PrimFunc {name} initialises another element than it sums")
     elif any(reduce for _, reduce in labels.values()):
         raise Unfit(f"the PrimFunc {name} has reduction variables but no initial value")
@@ -173,7 +173,7 @@ def _product(store: Any, out: Any, a: Any, b: Any, name: str,
             raise Unfit(f"the block of {name} stores {term}, not a running sum")
         acc, term = term.a, term.b
         if not (isinstance(acc, _LOAD) and acc.source.same_as(out)
-                and list(acc.indices) == list(store.indices)):
+                and _same(acc.indices, store.indices)):
             raise Unfit(f"the block of {name} adds {term} to {acc}, not to the element it "
                         f"stores")
     if isinstance(term, tvm.tirx.Cast) or any(isinstance(side, tvm.tirx.Cast)
@@ -211,6 +211,11 @@ def _subscripts(indices: Any, labels: dict[Any, tuple[str, bool]], what: str,
                         f"not read")
         out.append(found[0])
     return out
+
+
+def _same(indices: Any, others: Any) -> bool:
+    """The same index expressions, by identity (``==`` on TIR expressions builds one)."""
+    return len(indices) == len(others) and all(i.same_as(o) for i, o in zip(indices, others))
 
 
 def _is_zero(expr: Any) -> bool:

@@ -48,6 +48,32 @@ def lifted_scores(a: R.Tensor(("batch", 2, "seq", 16), "float32"),
     return gv
 
 
+@I.ir_module
+class InitElsewhere:
+    """An einsum-shaped PrimFunc that zeroes ``out[i, 0]`` but sums into ``out[i, j]``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def einsum(a: T.Buffer((T.int64(4), T.int64(6)), "float32"),
+               b: T.Buffer((T.int64(6), T.int64(5)), "float32"),
+               out: T.Buffer((T.int64(4), T.int64(5)), "float32")):
+        for i, j, k in T.grid(T.int64(4), T.int64(5), T.int64(6)):
+            with T.sblock("T_einsum"):
+                v_i, v_j, v_k = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    out[v_i, T.int64(0)] = T.float32(0.0)
+                out[v_i, v_j] = out[v_i, v_j] + a[v_i, v_k] * b[v_k, v_j]
+
+    @R.function
+    def main(a: R.Tensor((4, 6), "float32"), b: R.Tensor((6, 5), "float32"),
+             ) -> R.Tensor((4, 5), "float32"):
+        cls = InitElsewhere
+        with R.dataflow():
+            lv = R.call_tir(cls.einsum, (a, b), out_ty=R.Tensor((4, 5), "float32"))
+            gv = lv
+            R.output(gv)
+        return gv
+
+
 LIFT_BEFORE = onnx_einsum("bhsd,bhkd->bhsk", shape="symbolic")
 
 LIFT_CASE = RuleCase(
@@ -63,6 +89,8 @@ LIFT_CASE = RuleCase(
                  "product of its operands"),
         Negative("diagonal", onnx_einsum("bii,bij->bij"),
                  "the first operand of einsum repeats the label of v_ax1 (a diagonal)"),
+        Negative("initialises_another_element", InitElsewhere,
+                 "the PrimFunc einsum initialises another element than it sums"),
         Negative("three_operands", onnx_einsum("ij,jk,kl->il"),
                  "the call_tir passes 3 operands to einsum: only two-operand einsums"),
     ],
