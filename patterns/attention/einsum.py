@@ -30,11 +30,10 @@ Refused with reasons (each names what differs): an operand or the result of unkn
 shape, a reshape that splits an atom or scrambles the axes, a matmul that pairs axes of
 other extents, more axes in a group than a 4-D matmul has, sources or a result not 4-D.
 
-Not covered: the ONNX exporters (TorchScript and dynamo) keep ``Einsum``, which
-``from_onnx`` 0.27 imports as a ``call_tir`` of ``topi.einsum``: a PrimFunc, opaque to
-patterns, so an ONNX einsum attention stays written out.  It is not silent: the attention
-near-miss detector ``softmax -> call_tir`` (:mod:`patternkit.patterns.near_misses`) reports
-it with that reason.
+Not here: the ONNX exporters (TorchScript and dynamo) keep ``Einsum``, which
+``from_onnx`` 0.27 imports as a ``call_tir`` of ``topi.einsum``; the einsum family
+(:mod:`patternkit.patterns.einsum`) lifts it back to ``R.einsum`` and writes that as the
+4-D matmuls, which ``attention.collapse`` takes.
 """
 
 from __future__ import annotations
