@@ -1,7 +1,7 @@
 """patternkit's declarative pattern library, importable as ``patternkit.patterns``.
 
 One module per family (``batchnorm``, ``activation``, ``layernorm``, ``rmsnorm``,
-``groupnorm``, ``instancenorm``, ``softmax``, ``attention``, ``conv``, ``matmul``,
+``groupnorm``, ``instancenorm``, ``softmax``, ``einsum``, ``attention``, ``conv``, ``matmul``,
 ``gated_mlp``, ``rope``, ``backward``); a family that outgrows one file (400
 lines) is a subpackage instead (``conv/``: its rules, guards and ``examples.py``).  Each
 family documents what it recognises and produces, defines one class per rule and exports a
@@ -72,7 +72,8 @@ def _family_expansions(module: Any) -> RuleSet:
 
 
 #: Every rewrite rule and composite of the library, in application order: the collapses
-#: (batch norm, activations, norms, softmax, then attention, which reads ``R.nn.softmax``)
+#: (batch norm, activations, norms, softmax, einsum (ONNX einsums to matmuls), then
+#: attention, which reads ``R.nn.softmax`` and the matmuls)
 #: run before the conv and matmul composites that take their fused ops (the gated MLPs
 #: before the matmuls, which would take the gate's ``matmul -> silu`` alone); the backward
 #: composites (gradient graphs only) come last.
