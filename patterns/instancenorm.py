@@ -20,6 +20,7 @@ norms, an instance norm without the affine step (it is a layer norm already), an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,19 @@ from tvm import relax
 
 from patternkit.dpl import alt, is_constant, is_op, wildcard
 from patternkit.engine import NoSuchExample, RewriteRule, RoleMatch, reject
-from patternkit.ir import NotPerChannel, const_value, per_channel_axis, static_shape, type_of
+from patternkit.ir import (
+    NotPerChannel,
+    const_value,
+    dtype_of,
+    per_channel_axis,
+    round_trips_wider,
+    static_shape,
+    type_of,
+)
+
+from .layernorm.guards import NORM_IN_FLOAT32, log_float32_norm, widened
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,11 @@ class InstanceNormCollapse(RewriteRule):
         beta = alt(tag="beta_form", constant=self.inner_beta,
                    filled=is_op("zeros")(wildcard()))
         self.norm = is_op("nn.layer_norm")(self.x, gamma, beta)
+        # a bfloat16 norm, which layernorm.collapse computes in float32 between casts
+        self.narrowed = is_op("astype")(self.norm)
+        normed = alt(tag="precision", native=self.norm, float32=self.narrowed)
         self.scale, self.shift = wildcard(), wildcard()
-        self.scaled = is_op("multiply")(self.norm, self.scale)
+        self.scaled = is_op("multiply")(normed, self.scale)
         self.pattern = is_op("add")(self.scaled, self.shift)
 
     def check(self, match: RoleMatch) -> Any:
@@ -83,6 +99,12 @@ class InstanceNormCollapse(RewriteRule):
                 return reject(f"the layer_norm's {value} is not all {fill:g}: an instance "
                               f"norm scales and shifts per channel only", at=match[role])
         assert x_shape is not None  # ndim >= 3 above
+        if match.tag("precision") == "float32":
+            wide, narrow = dtype_of(type_of(norm)), dtype_of(type_of(match.narrowed))
+            if not round_trips_wider(narrow or "", wide or "", narrow or ""):
+                return reject(f"the layer_norm's {wide} result is cast to {narrow}, which "
+                              f"{wide} does not hold exactly: the scale and shift would be "
+                              f"applied in another precision", at=match.narrowed)
         for role in ("scale", "shift"):
             try:
                 axis = per_channel_axis(static_shape(type_of(match[role])), x_shape,
@@ -98,10 +120,17 @@ class InstanceNormCollapse(RewriteRule):
     def rewrite(self, match: RoleMatch) -> Any:
         """``R.nn.instance_norm`` of ``x`` with the scale and shift as ``(C,)``."""
         plan: InstanceNormPlan = match.plan
-        return relax.op.nn.instance_norm(
-            match.x, relax.op.reshape(match.scale, (plan.channels,)),
-            relax.op.reshape(match.shift, (plan.channels,)), channel_axis=1,
+        compute = dtype_of(type_of(match.x)) or "float32"
+        norm = relax.op.nn.instance_norm(
+            match.x, widened(relax.op.reshape(match.scale, (plan.channels,)), compute),
+            widened(relax.op.reshape(match.shift, (plan.channels,)), compute), channel_axis=1,
             axes=list(range(2, plan.ndim)), epsilon=plan.epsilon)
+        if match.tag("precision") != "float32":
+            return norm
+        narrow = dtype_of(type_of(match.narrowed)) or compute
+        log_float32_norm(_LOG, self.name, "instance_norm", match.var_of("narrowed"), narrow,
+                         compute)
+        return relax.op.astype(norm, narrow)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """A written-out instance norm: :func:`written_out_instance_norm`."""
@@ -114,19 +143,24 @@ class InstanceNormCollapse(RewriteRule):
         """
         return {"spatial": (1, 2), "inner": ("ones", "constant", "learned"),
                 "axes": ("spatial", "channels_too"), "affine_axis": ("channel", "last"),
-                "dtype": ("float32", "float16"), "batch": (2, "n"), "seed": (0, 1)}
+                "dtype": ("float32", "float16", "bfloat16"), "batch": (2, "n"),
+                "seed": (0, 1)}
 
 
 def written_out_instance_norm(spatial: int = 2, inner: str = "ones", axes: str = "spatial",
                               affine_axis: str = "channel", dtype: str = "float32",
-                              batch: int | str = 2, seed: int = 0) -> tvm.IRModule:
+                              batch: int | str = 2, seed: int = 0,
+                              norm_dtype: str | None = None) -> tvm.IRModule:
     """``layer_norm(x, ones, zeros, axes=spatial) * w.reshape(1, C, 1, 1) +
     b.reshape(1, C, 1, 1)`` on ``x: (N, 4, 4[, 4])``, then a SiLU; constants seeded.
 
     ``inner``: the layer norm's gamma and beta as ``R.ones`` / ``R.zeros``, constants of
     ones and zeros, or (an edge) learned values.  ``axes="channels_too"`` (an edge): the
     norm covers the channel axis as well.  ``affine_axis="last"`` (an edge): the scale
-    and shift vary along the width.  ``batch``: a string is a symbolic dimension.
+    and shift vary along the width.  ``batch``: a string is a symbolic dimension.  A
+    bfloat16 norm is what ``layernorm.collapse`` makes of it: the layer norm in float32
+    between casts; ``norm_dtype`` (an edge: ``"float64"`` of a float32 model) sets the
+    layer norm's dtype between casts otherwise.
     """
     if axes == "channels_too" and inner == "learned":
         raise NoSuchExample("one edge at a time: axes='channels_too' with inner='ones'")
@@ -137,21 +171,28 @@ def written_out_instance_norm(spatial: int = 2, inner: str = "ones", axes: str =
     normalised = list(range(1 if axes == "channels_too" else 2, len(shape)))
     norm_shape = [4] * len(normalised)
 
-    def const(values):
-        return relax.const(np.asarray(values, dtype="float32").astype(dtype))
+    inner_dtype = norm_dtype or ("float32" if dtype in NORM_IN_FLOAT32 else dtype)
+
+    def const(values, of=dtype):
+        return relax.const(np.asarray(values, dtype="float32"), of)
 
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
             if inner == "ones":
-                gamma = bb.emit(relax.op.ones(norm_shape, dtype))
-                beta = bb.emit(relax.op.zeros(norm_shape, dtype))
+                gamma = bb.emit(relax.op.ones(norm_shape, inner_dtype))
+                beta = bb.emit(relax.op.zeros(norm_shape, inner_dtype))
             elif inner == "constant":
-                gamma, beta = const(np.ones(norm_shape)), const(np.zeros(norm_shape))
+                gamma = const(np.ones(norm_shape), inner_dtype)
+                beta = const(np.zeros(norm_shape), inner_dtype)
             else:
-                gamma = const(rng.uniform(0.5, 1.5, norm_shape))
-                beta = const(rng.standard_normal(norm_shape))
-            y = bb.emit(relax.op.nn.layer_norm(x, gamma, beta, axes=normalised, epsilon=1e-5))
+                gamma = const(rng.uniform(0.5, 1.5, norm_shape), inner_dtype)
+                beta = const(rng.standard_normal(norm_shape), inner_dtype)
+            data = x if inner_dtype == dtype else bb.emit(relax.op.astype(x, inner_dtype))
+            y = bb.emit(relax.op.nn.layer_norm(data, gamma, beta, axes=normalised,
+                                               epsilon=1e-5))
+            if inner_dtype != dtype:
+                y = bb.emit(relax.op.astype(y, dtype))
             axis = 1 if affine_axis == "channel" else len(shape) - 1
             param = [4 if a == axis else 1 for a in range(len(shape))]
             scale = bb.emit(relax.op.reshape(const(rng.uniform(0.5, 1.5, 4)), param))

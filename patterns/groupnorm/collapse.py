@@ -31,6 +31,7 @@ ones and beta all zeros; scale and shift must vary along the channel axis
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,13 +45,18 @@ from patternkit.engine import RewriteRule, RoleMatch, reject
 from patternkit.ir import (
     NotPerChannel,
     const_value,
+    dtype_of,
     per_channel_axis,
     prove_equal,
+    round_trips_wider,
     static_shape,
     type_of,
 )
 
+from ..layernorm.guards import log_float32_norm, widened
 from .examples import written_out_group_norm
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,21 +83,27 @@ class GroupNormCollapse(RewriteRule):
         super().__init__(rewrite_once=rewrite_once)
         self.x = wildcard()
         self.grouped = is_op("reshape")(self.x, wildcard())
+        # a bfloat16 group norm's inner norm runs in float32 between casts (TVM has no
+        # bfloat16 layer_norm or instance_norm: layernorm.collapse computes it so)
+        self.wide_grouped = is_op("astype")(self.grouped)
+        grouped = alt(tag="widening", none=self.grouped, cast=self.wide_grouped)
         self.inner_gamma = is_constant()
         self.inner_beta = is_constant()
         gamma = alt(tag="gamma_form", constant=self.inner_gamma,
                     filled=is_op("ones")(wildcard()))
         beta = alt(tag="beta_form", constant=self.inner_beta,
                    filled=is_op("zeros")(wildcard()))
-        self.norm = is_op("nn.layer_norm")(self.grouped, gamma, beta)
+        self.norm = is_op("nn.layer_norm")(grouped, gamma, beta)
         # the ONNX form: InstanceNormalization over the groups, its (G,) constants
         # reshaped by the importer (to (G, 1) for the affine step, back to (G,))
         self.group_gamma, self.group_beta = is_constant(), is_constant()
         self.instance = is_op("nn.instance_norm")(
-            self.grouped, through(self.group_gamma, ("reshape",)),
-            through(self.group_beta, ("reshape",)))
+            grouped, through(self.group_gamma, ("reshape", "astype"), depth=3),
+            through(self.group_beta, ("reshape", "astype"), depth=3))
         inner = alt(tag="inner_norm", layer_norm=self.norm, instance_norm=self.instance)
-        self.ungrouped = is_op("reshape")(inner, wildcard())
+        self.narrowed = is_op("astype")(inner)
+        normed = alt(tag="precision", native=inner, narrowed=self.narrowed)
+        self.ungrouped = is_op("reshape")(normed, wildcard())
         self.scale, self.shift = wildcard(), wildcard()
         self.scaled = is_op("multiply")(self.ungrouped, self.scale)
         self.pattern = is_op("add")(self.scaled, self.shift)
@@ -120,6 +132,9 @@ class GroupNormCollapse(RewriteRule):
         if why is not None:
             return why
         norm = match.norm if match.tag("inner_norm") == "layer_norm" else match.instance
+        why = self._precision_refusal(match, norm)
+        if why is not None:
+            return why
         back = static_shape(type_of(match.var_of("ungrouped")))
         if back is None or len(back) != len(x_shape) or not all(
                 prove_equal(a, b) for a, b in zip(back, x_shape)):
@@ -136,6 +151,24 @@ class GroupNormCollapse(RewriteRule):
                               f"{_shape_text(x_shape)}, not along its channel axis 1",
                               at=match[role])
         return GroupNormPlan(groups, channels, float(norm.attrs.epsilon))
+
+    @staticmethod
+    def _precision_refusal(match: RoleMatch, norm: Any) -> Any:
+        """The refusal of casts around the inner norm that are not exact widenings of x and
+        one rounding of the result back (``None`` when there are none or they are).
+        """
+        x_dtype, wide = dtype_of(type_of(match.x)), dtype_of(type_of(norm)) or ""
+        if match.tag("widening") == "cast" and not round_trips_wider(x_dtype or "", wide,
+                                                                     x_dtype or ""):
+            return reject(f"the groups of the {x_dtype} x are normalised in {wide}, which "
+                          f"does not hold every {x_dtype} value", at=match.wide_grouped)
+        if match.tag("precision") == "narrowed":
+            narrow = dtype_of(type_of(match.narrowed)) or ""
+            if not round_trips_wider(narrow, wide, narrow):
+                return reject(f"the {wide} norm's result is cast to {narrow}, which {wide} "
+                              f"does not hold exactly: the scale and shift would be applied "
+                              f"in another precision", at=match.narrowed)
+        return None
 
     @staticmethod
     def _inner_norm_refusal(match: RoleMatch) -> Any:
@@ -176,10 +209,19 @@ class GroupNormCollapse(RewriteRule):
                 return inner
             return relax.op.reshape(value, (plan.channels,))
 
-        return relax.op.nn.group_norm(match.x, per_channel(match.scale),
-                                      per_channel(match.shift), num_groups=plan.groups,
-                                      channel_axis=1, axes=list(range(2, ndim)),
-                                      epsilon=plan.epsilon)
+        inner = match.norm if match.tag("inner_norm") == "layer_norm" else match.instance
+        compute = dtype_of(type_of(inner)) or "float32"
+        norm = relax.op.nn.group_norm(widened(match.x, compute),
+                                      widened(per_channel(match.scale), compute),
+                                      widened(per_channel(match.shift), compute),
+                                      num_groups=plan.groups, channel_axis=1,
+                                      axes=list(range(2, ndim)), epsilon=plan.epsilon)
+        if match.tag("precision") != "narrowed":
+            return norm
+        narrow = dtype_of(type_of(match.narrowed)) or compute
+        log_float32_norm(_LOG, self.name, "group_norm", match.var_of("narrowed"), narrow,
+                         compute)
+        return relax.op.astype(norm, narrow)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """A written-out group norm: :func:`~.examples.written_out_group_norm`."""
@@ -195,5 +237,5 @@ class GroupNormCollapse(RewriteRule):
         return {"groups": (2, 4), "channels": (8, 4), "spatial": (1, 2),
                 "inner": ("ones", "constant", "learned", "instance", "instance_learned"),
                 "grouping": ("groups", "channels_last"), "affine_axis": ("channel", "last"),
-                "back": ("input", "other"), "dtype": ("float32", "float16"),
+                "back": ("input", "other"), "dtype": ("float32", "float16", "bfloat16"),
                 "batch": (2, "n"), "seed": (0, 1)}

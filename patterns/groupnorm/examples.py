@@ -17,6 +17,8 @@ from tvm import relax
 
 from patternkit.engine import NoSuchExample
 
+from ..layernorm.guards import NORM_IN_FLOAT32
+
 
 def _batch(batch: int | str) -> Any:
     return tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
@@ -25,7 +27,8 @@ def _batch(batch: int | str) -> Any:
 def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "float32",
                            batch: int | str = 2, spatial: int = 2, inner: str = "ones",
                            grouping: str = "groups", affine_axis: str = "channel",
-                           back: str = "input", seed: int = 0) -> tvm.IRModule:
+                           back: str = "input", seed: int = 0,
+                           norm_dtype: str | None = None) -> tvm.IRModule:
     """``reshape(x, (N, G, -1)) -> layer_norm over the last axis -> reshape(x.shape)
     -> * w.reshape(1, C, 1, 1) + b.reshape(1, C, 1, 1)``, constants seeded.
 
@@ -34,7 +37,9 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
     groups, channels : int
         ``G`` and ``C`` of ``x: (N, C, 4[, 4])``.
     dtype : str
-        Of ``x`` and every constant.
+        Of ``x`` and the affine constants.  The inner norm of a bfloat16 ``x`` runs in
+        float32 between casts (what ``layernorm.collapse`` makes of it: TVM has no
+        bfloat16 layer_norm), its constants float32.
     batch : int or str
         ``N``; a string is a symbolic dimension.
     spatial : {1, 2}
@@ -58,6 +63,8 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
         spatial axes flattened.
     seed : int
         Seed of the constants.
+    norm_dtype : str, optional
+        (an edge) the dtype the inner norm runs in between casts, for another ``dtype``.
     """
     if back == "other" and grouping == "channels_last":
         raise NoSuchExample("back='other' reshapes a channels-first x")
@@ -72,27 +79,37 @@ def written_out_group_norm(groups: int = 4, channels: int = 8, dtype: str = "flo
     x = relax.Var("x", relax.TensorType(shape, dtype))
     size = channels * 4 ** spatial // groups
 
-    def const(values):
-        return relax.const(np.asarray(values, dtype="float32").astype(dtype))
+    inner_dtype = norm_dtype or ("float32" if dtype in NORM_IN_FLOAT32 else dtype)
+
+    def const(values, of=dtype):
+        return relax.const(np.asarray(values, dtype="float32"), of)
+
+    def inner_const(values):
+        return const(values, inner_dtype)
 
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
             grouped = bb.emit(relax.op.reshape(x, (n, groups, size)))
+            if inner_dtype != dtype:
+                grouped = bb.emit(relax.op.astype(grouped, inner_dtype))
             if inner.startswith("instance"):
-                normed = bb.emit(_instance_norm_of_groups(bb, grouped, groups, const,
+                normed = bb.emit(_instance_norm_of_groups(bb, grouped, groups, inner_const,
                                                           learned=inner != "instance",
                                                           rng=rng))
             elif inner == "ones":
-                gamma = bb.emit(relax.op.ones((size,), dtype))
-                beta = bb.emit(relax.op.zeros((size,), dtype))
+                gamma = bb.emit(relax.op.ones((size,), inner_dtype))
+                beta = bb.emit(relax.op.zeros((size,), inner_dtype))
             elif inner == "constant":
-                gamma, beta = const(np.ones(size)), const(np.zeros(size))
+                gamma, beta = inner_const(np.ones(size)), inner_const(np.zeros(size))
             else:
-                gamma, beta = const(rng.uniform(0.5, 1.5, size)), const(rng.standard_normal(size))
+                gamma = inner_const(rng.uniform(0.5, 1.5, size))
+                beta = inner_const(rng.standard_normal(size))
             if not inner.startswith("instance"):
                 normed = bb.emit(relax.op.nn.layer_norm(grouped, gamma, beta, axes=[-1],
                                                         epsilon=1e-5))
+            if inner_dtype != dtype:
+                normed = bb.emit(relax.op.astype(normed, dtype))
             target = shape if back == "input" else (n, channels, 4 ** spatial)
             y = bb.emit(relax.op.reshape(normed, target))
             axis = 1 if affine_axis == "channel" and grouping == "groups" else len(target) - 1

@@ -28,7 +28,9 @@ absent ``gamma`` / ``beta`` becomes ``R.ones`` / ``R.zeros`` of the normalised s
 flags), a ``gamma`` with extra leading unit dims is reshaped to the normalised shape.
 
 The guards, each refusing with its reason in the rewrite log: ``x`` has a known shape
-and dtype float32 or float16 (TVM's ``layer_norm`` has kernels for these only); both
+and dtype float32, float16 or bfloat16 (TVM's ``layer_norm`` has kernels for the first
+two only: a bfloat16 norm becomes ``astype(layer_norm(astype(x, float32), ...), bfloat16)``,
+the float32 norm rounded once, and the rule logs at INFO which norm runs in float32); both
 means reduce the same trailing axes with ``keepdims=True``; ``eps`` is a scalar
 constant; ``gamma`` and ``beta`` are per-feature, their shape *is* the normalised dims
 (after leading ones), compared symbolically where dims are symbolic (a comparison that
@@ -39,7 +41,8 @@ outside: the bare norm underneath still collapses.
 Numerics: the fused op computes the same mean and variance (two-pass, float32
 accumulation for float16 inputs), so float32 models agree to rounding.  float16 models
 agree within float16 rounding; the fused op is the more accurate of the two, because the
-written-out float16 graph accumulates its means in float16.
+written-out float16 graph accumulates its means in float16.  bfloat16 models agree
+within a bfloat16 ulp or two of outputs below 4, for the same reason.
 
 :class:`LayerNormComposite` gives the external-compiler entries named as TVM's tables
 name them: ``<compiler>.layer_norm`` (TVM's cutlass ``layer_norm`` check: one axis, the
@@ -71,8 +74,8 @@ compute in float32).
 Deliberately not covered: a layer norm computed in float32 between casts of the whole
 float16 ``x`` (both means and the numerator: none of the exporters writes it),
 non-trailing axes (group and instance norms), ``x + (-mean)``, an
-unbiased (Bessel-corrected) variance, and bfloat16 or float64 models (no ``layer_norm``
-kernel in TVM 0.27).
+unbiased (Bessel-corrected) variance, and float64 models (no ``layer_norm`` kernel in
+TVM 0.27).
 """
 
 from .collapse import LayerNormCollapse

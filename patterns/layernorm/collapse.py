@@ -21,12 +21,17 @@ from patternkit.ir import var_name
 from .examples import written_out
 from .guards import (
     LAYER_NORM_DTYPES,
+    NORM_DTYPES,
+    NORM_IN_FLOAT32,
     as_feature_tensor,
+    log_float32_norm,
+    norm_compute_dtype,
     per_feature,
     reduced_trailing_axes,
     same_as_mean,
     scalar_epsilon,
     shape_and_dtype,
+    widened,
     widened_dtype,
 )
 
@@ -101,9 +106,11 @@ class LayerNormCollapse(RewriteRule):
     def check(self, match: RoleMatch) -> Any:
         """A :class:`LayerNormPlan` when the match normalises trailing axes of ``x``."""
         shape, dtype = shape_and_dtype(match.x)
-        if dtype not in LAYER_NORM_DTYPES:
+        if dtype not in NORM_DTYPES:
             return reject(f"x has dtype {dtype}: TVM's layer_norm computes "
-                          f"{' and '.join(LAYER_NORM_DTYPES)} only", at=match.x)
+                          f"{' and '.join(LAYER_NORM_DTYPES)} only (and "
+                          f"{' and '.join(NORM_IN_FLOAT32)} in float32 between casts)",
+                          at=match.x)
         ndim = len(shape)
         k = reduced_trailing_axes(match.mean, ndim, "the mean")
         widened = None
@@ -155,12 +162,19 @@ class LayerNormCollapse(RewriteRule):
                       var_name(at) if isinstance(at, relax.Var) else "its result",
                       plan.widened, plan.dtype, plan.dtype, plan.dtype)
         given = _affine_roles(match)
-        gamma = (as_feature_tensor(match.gamma, plan.features, "gamma" in plan.reshape)
-                 if "gamma" in given else relax.op.ones(plan.features, plan.dtype))
-        beta = (as_feature_tensor(match.beta, plan.features, "beta" in plan.reshape)
-                if "beta" in given else relax.op.zeros(plan.features, plan.dtype))
-        return relax.op.nn.layer_norm(match.x, gamma, beta, axes=list(plan.axes),
-                                      epsilon=plan.epsilon)
+        compute = norm_compute_dtype(plan.dtype)
+        gamma = (widened(as_feature_tensor(match.gamma, plan.features, "gamma" in plan.reshape),
+                         compute)
+                 if "gamma" in given else relax.op.ones(plan.features, compute))
+        beta = (widened(as_feature_tensor(match.beta, plan.features, "beta" in plan.reshape),
+                        compute)
+                if "beta" in given else relax.op.zeros(plan.features, compute))
+        norm = relax.op.nn.layer_norm(widened(match.x, compute), gamma, beta,
+                                      axes=list(plan.axes), epsilon=plan.epsilon)
+        if compute == plan.dtype:
+            return norm
+        log_float32_norm(_LOG, self.name, "layer_norm", match.var_of("mean"), plan.dtype)
+        return relax.op.astype(norm, plan.dtype)
 
     def example(self, **knobs: Any) -> tvm.IRModule:
         """A written-out layer norm: :func:`~.examples.written_out` with ``knobs``."""
@@ -170,7 +184,7 @@ class LayerNormCollapse(RewriteRule):
         """The spellings of a layer norm met in exports (root, square, affine parameters,
         epsilon, axes), each product a real form.
         """
-        return {"dtype": ("float32", "float16"), "rank": (3, 2, 4), "axes": (1, 2),
+        return {"dtype": ("float32", "float16", "bfloat16"), "rank": (3, 2, 4), "axes": (1, 2),
                 "symbolic": (False, True), "affine": ("both", "gamma", "beta", "none"),
                 "root": ("sqrt", "rsqrt", "reciprocal"),
                 "square": ("power", "multiply", "square", "variance"),

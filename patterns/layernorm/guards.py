@@ -7,6 +7,7 @@ reason and the expression it is about.  ``layernorm.collapse`` and the RMS norm'
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import tvm
@@ -31,13 +32,54 @@ from patternkit.ir import (
 #: The dtypes TVM 0.27's ``layer_norm`` legalises (its TOPI kernel checks them).
 LAYER_NORM_DTYPES = ("float32", "float16")
 
+#: The dtypes whose norms the collapse rules compute in float32 between casts, since TVM
+#: 0.27's ``layer_norm`` and ``instance_norm`` kernels refuse them and ``group_norm``
+#: refuses to be built on them: ``astype(norm(astype(x, float32), ...), bfloat16)`` is the
+#: float32 norm rounded once, bit for bit (checked against a float32 numpy norm on llvm),
+#: and a model written in bfloat16 rounds each of its steps to bfloat16.
+NORM_IN_FLOAT32 = ("bfloat16",)
+
+#: Every dtype a norm collapse takes: TVM's kernels' and those run in float32.
+NORM_DTYPES = LAYER_NORM_DTYPES + NORM_IN_FLOAT32
+
+
+def norm_compute_dtype(dtype: str) -> str:
+    """The dtype a fused norm of ``dtype`` data runs in: float32 for :data:`NORM_IN_FLOAT32`."""
+    return "float32" if dtype in NORM_IN_FLOAT32 else dtype
+
+
+def widened(value: Any, dtype: str) -> Any:
+    """``value`` cast to ``dtype`` (a wider float: exact), a constant folded; as is when it
+    has that dtype already.
+    """
+    if dtype_of(type_of(value)) == dtype:
+        return value
+    if is_constant(value):
+        return relax.const(const_value(value).astype("float32"), dtype)
+    return relax.op.astype(value, dtype)
+
+
+def log_float32_norm(logger: logging.Logger, rule: str, op: str, at: Any, dtype: str,
+                     compute: str = "float32") -> None:
+    """Say in the log that the ``op`` replacing the ``dtype`` norm at ``at`` runs in
+    ``compute`` between casts, and why.
+    """
+    why = (f"TVM's {op} has no {dtype} kernel" if dtype in NORM_IN_FLOAT32
+           else "as the model computes it")
+    logger.info("%s: the %s norm at %s is computed in %s between casts (%s) and rounded once "
+                "to %s, within %s rounding of the written-out form", rule, dtype,
+                var_name(at) if isinstance(at, relax.Var) else "its result", compute, why,
+                dtype, dtype)
+
 
 #: The dtypes a float16 norm's statistics may be computed in between casts: TVM's
 #: float16 ``layer_norm`` accumulates its mean and variance in float32 and rounds once,
 #: so a model that asked for float32 or float64 statistics gets float16 results within
-#: float16 rounding of its own.  A float32 norm widened to float64 is refused: the fused
+#: float16 rounding of its own; a bfloat16 norm is computed in float32 between casts
+#: (:data:`NORM_IN_FLOAT32`).  A float32 norm widened to float64 is refused: the fused
 #: op would compute in float32, a precision the model did not ask for.
-WIDENED_STATISTICS = {"float16": ("float32", "float64")}
+WIDENED_STATISTICS = {"float16": ("float32", "float64"),
+                      "bfloat16": ("float32", "float64")}
 
 
 def widened_dtype(widening: Any, narrowing: Any, what: str) -> str:
@@ -52,7 +94,8 @@ def widened_dtype(widening: Any, narrowing: Any, what: str) -> str:
     if wide not in WIDENED_STATISTICS.get(narrow or "", ()):
         raise reject(f"{what} runs in {wide} between casts of {narrow} x: TVM's layer_norm "
                      f"computes {narrow} norms in float32, a precision the model did not "
-                     f"ask for (float16 widened to float32 or float64 only)", at=widening)
+                     f"ask for (float16 and bfloat16 widened to float32 or float64 only)",
+                     at=widening)
     return wide
 
 

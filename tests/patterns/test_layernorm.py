@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tvm
@@ -28,7 +29,13 @@ F32 = Tolerance(1e-5, 1e-5, "layer_norm legalises to the same float32 mean and v
 #: 2e-3; measured max abs error 2.9e-3.  Allowed: 2 ulp relative and 2 ulp of |y| < 4.
 F16 = Tolerance(2e-3, 4e-3, "the written-out float16 graph rounds every step to float16, "
                             "the fused op once: a few float16 ulp of outputs below 4")
-TOLERANCE = {"float32": F32, "float16": F16}
+#: bfloat16: TVM has no bfloat16 layer_norm, so the collapse computes it in float32 between
+#: casts (bit for bit the float32 norm rounded once); the written-out bfloat16 graph rounds
+#: every step.  Measured max abs error 1.6e-2 (one bfloat16 ulp of outputs in [2, 4)).
+BF16 = Tolerance(1.6e-2, 3.2e-2, "the written-out bfloat16 graph rounds every step, the "
+                                 "float32 norm between casts once: a bfloat16 ulp or two of "
+                                 "outputs below 4")
+TOLERANCE = {"float32": F32, "float16": F16, "bfloat16": BF16}
 SHAPE_VARS = {"n": 2, "s": 5, "h": 3}
 
 
@@ -88,7 +95,8 @@ REFUSED = {
     "x_without_shape": (lambda: written_out(relax.TensorType(ndim=3, dtype="float32")),
                         "x has rank 3 but no known shape"),
     "float64_x": (lambda: written_out(relax.TensorType((2, 5, 16), "float64")),
-                  "x has dtype float64: TVM's layer_norm computes float32 and float16 only"),
+                  "x has dtype float64: TVM's layer_norm computes float32 and float16 only "
+                  "(and bfloat16 in float32 between casts)"),
     "mean_over_the_leading_axis": (lambda: LayerNormCollapse().example(mean_axes="leading"),
                                    "the mean reduces the axes [0] of a rank-3 x, not its "
                                    "last 1: a layer norm normalises trailing axes"),
@@ -242,6 +250,65 @@ def test_a_float16_norm_with_wider_statistics_collapses_and_logs_their_precision
     wide = "float32" if knobs["widened"] == "variance" else "float64"
     assert f"ran in {wide} between casts of float16 x" in caplog.text
     pk.assert_same_numerics(before, applied.module, rtol=F16.rtol, atol=F16.atol,
+                            shape_vars=SHAPE_VARS)
+
+
+BF16_EPS = float(ml_dtypes.bfloat16(1e-5))  # the model's bfloat16 eps, as the op's attribute
+
+
+@I.ir_module
+class CollapsedBf16:  # TVM has no bfloat16 layer_norm: float32 between casts
+    @R.function
+    def main(x: R.Tensor(("n", "s", 16), "bfloat16"), gamma: R.Tensor((16,), "bfloat16"),
+             beta: R.Tensor((16,), "bfloat16")) -> R.Tensor(("n", "s", 16), "bfloat16"):
+        with R.dataflow():
+            wide = R.nn.layer_norm(R.astype(x, "float32"), R.astype(gamma, "float32"),
+                                   R.astype(beta, "float32"), axes=[-1],
+                                   epsilon=BF16_EPS)
+            narrowed = R.astype(wide, "bfloat16")
+            out = narrowed
+            R.output(out)
+        return out
+
+
+def _bf16_case() -> RuleCase:
+    # built in the test, not at module level: the library's meta-tests read one case per
+    # rule (COLLAPSE_CASE)
+    return RuleCase(
+        LayerNormCollapse(),
+        LayerNormCollapse().example(dtype="bfloat16", square="multiply", symbolic=True),
+        CollapsedBf16,
+        negatives=[Negative(
+            "bfloat16_variance_narrowed_to_float16",
+            layer_norm_graph(relax.Var("x", relax.TensorType((2, 5, 16), "bfloat16")), None,
+                             None, relax.const(1e-5, "bfloat16"), (-1,), square="multiply",
+                             widened="variance", wide_dtype="float16"),
+            "the variance runs in float16 between casts of bfloat16 x")],
+        tolerance=BF16)
+
+
+def test_layernorm_collapse_meets_the_rule_contract_in_bfloat16():
+    check_rule(_bf16_case())
+
+
+@pytest.mark.parametrize("knobs", [
+    {"square": "square", "rank": 4, "axes": 2},
+    {"square": "multiply", "mean": "twice", "variance_keepdims": "reshaped", "root": "reciprocal"},
+    {"square": "variance", "affine": "none"},
+    {"widened": "variance", "symbolic": True},
+], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_a_bfloat16_norm_collapses_in_float32_between_casts_and_logs_it(knobs, caplog):
+    rule = LayerNormCollapse()
+    before = rule.example(dtype="bfloat16", **knobs)
+    with caplog.at_level("INFO", logger="patternkit.patterns.layernorm.collapse"):
+        applied = apply_rule(rule, before)
+    assert applied.fired == 1
+    (norm,) = layer_norms(applied.module)
+    assert norm.args[0].ty.dtype == "float32"
+    assert [int(a) for a in norm.attrs.axes] == list(range(-knobs.get("axes", 1), 0))
+    assert "the bfloat16 norm at" in caplog.text and "computed in float32 between casts" \
+        in caplog.text
+    pk.assert_same_numerics(before, applied.module, rtol=BF16.rtol, atol=BF16.atol,
                             shape_vars=SHAPE_VARS)
 
 
