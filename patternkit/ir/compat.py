@@ -290,6 +290,8 @@ def static_shape(ty: Any) -> tuple[Any, ...] | None:
     if shape is None:
         return None
     values = shape.values if type(shape) is _SHAPE_EXPR else getattr(shape, "values", None)
+    if values is None and not isinstance(shape, _SHAPE_EXPR):
+        return None  # a shape held by a Var (``R.reshape(x, shape_param)``): unknown
     dims = array_items(values) if values is not None else list(shape)
     return tuple([d.value if type(d) is _INT_IMM else d for d in dims])  # exact test: below
 

@@ -125,13 +125,14 @@ from __future__ import annotations
 from .causal_mask import AttentionCausalMask
 from .collapse import AttentionCollapse
 from .composite import AttentionComposite
+from .cosine import AttentionCosine
 from .einsum import EinsumMatmul
 from .expand import AttentionExpand
 
 #: The rewrite rules of this family: torch's decomposed einsums become the 4-D matmuls
 #: that the collapse reads.  ``AttentionCausalMask`` (``attention.causal_mask``) is
 #: opt-in, not here: see :mod:`.causal_mask` for the llvm rows where it changes results.
-RULES = (EinsumMatmul, AttentionCollapse)
+RULES = (EinsumMatmul, AttentionCosine, AttentionCollapse)
 
 #: Expand rules, for :data:`patternkit.patterns.EXPANSIONS` (never with the collapse).
 EXPANSIONS = (AttentionExpand,)

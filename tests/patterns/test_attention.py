@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tvm
 from test_attention_causal_mask import CAUSAL_CASE  # the cases live with their tests
+from test_attention_cosine import COSINE_CASE
 from test_attention_einsum import EINSUM_CASE
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
@@ -189,6 +190,10 @@ def test_attention_collapse_meets_the_rule_contract():
 
 def test_attention_einsum_matmul_meets_the_rule_contract():
     check_rule(EINSUM_CASE)
+
+
+def test_attention_cosine_meets_the_rule_contract():
+    check_rule(COSINE_CASE)
 
 
 def test_attention_causal_mask_meets_the_rule_contract_but_the_wide_draw():

@@ -1,0 +1,187 @@
+"""The pattern of ``attention.cosine`` and the guards only cosine attention needs.
+
+Cosine attention (Swin v2) scores L2-normalised queries against L2-normalised keys and
+multiplies the scores by a learned scale per head::
+
+    q_n = q / max(||q||, eps)        # over the head axis, likewise k_n
+    p   = softmax(q_n @ k_n^T * scale[h] [+ position bias] [+ mask], axis=-1)
+    out = p @ v
+
+The pattern keeps the normalisation inside the match, with the tensor it normalises a
+leaf read twice (by the norm and by the division): ``attention.collapse``'s pattern,
+which knows no normalisation, takes the division for a query scale and stops at that
+tensor, whose other reader (the norm) lies outside its match.  The plumbing around the
+batched matmuls is ``attention.collapse``'s (:data:`.layout.OPERAND_PLUMBING`), and so
+are the guards on shapes and biases (:mod:`.guards`); here are the two cosine attention
+adds: the operands are normalised over the axis the score matmul contracts, and the
+scale is one number per head (and batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import relax
+
+from patternkit.dpl import DFPattern, alt, is_constant, is_op, is_scalar, square, through, wildcard
+from patternkit.engine import RoleMatch, reject
+from patternkit.ir import dims_equal, dtype_of, int_list, prove_equal, static_shape, type_of
+
+from .forms import OperandForms
+from .layout import OPERAND_PLUMBING, shape_text
+
+
+@dataclass(frozen=True)
+class NormalisedForms:
+    """One operand: ``source`` L2-normalised over an axis (``total`` is the sum of
+    squares, ``normalised`` the division); ``operand`` is :mod:`.forms`'s view of the
+    normalised tensor (maybe head-split, for the key transposed, then plumbed), so
+    :func:`.guards.operand_view` reads it as ``attention.collapse`` reads its operands.
+    """
+
+    source: DFPattern
+    total: DFPattern
+    normalised: DFPattern
+    operand: OperandForms
+
+
+def _normalised(name: str, key: bool = False) -> NormalisedForms:
+    source = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
+    # F.normalize: x / clamp_min(||x||_2, eps), the norm as abs -> pow 2 -> sum -> pow 0.5
+    total = is_op("sum")(square(is_op("abs")(source) | source))
+    norm = is_op("power")(total, is_scalar(0.5, rtol=0.0)) | is_op("sqrt")(total)
+    clamped = (is_op("clip")(norm, varg_default_wildcard=True)
+               | is_op("maximum")(norm, is_constant()) | norm)
+    normalised = is_op("divide")(source, through(clamped, ("broadcast_to",), depth=1))
+    split = is_op("permute_dims")(normalised)
+    view = alt(tag=f"{name}_layout", split=split, as_is=normalised)
+    transpose = None
+    if key:
+        transpose = is_op("permute_dims")(view)
+        view = transpose
+    return NormalisedForms(source, total, normalised, OperandForms(
+        name, normalised, split, through(view, OPERAND_PLUMBING), transpose=transpose))
+
+
+@dataclass(frozen=True)
+class CosineForms:
+    """Every role of the pattern (:meth:`roles`), and the pattern (``root``)."""
+
+    q: NormalisedForms
+    k: NormalisedForms
+    v: OperandForms
+    qk: DFPattern
+    scores: DFPattern
+    scale: DFPattern
+    position_bias: DFPattern
+    mask: DFPattern
+    softmax: DFPattern
+    pv: DFPattern
+    heads_out: DFPattern
+    out: DFPattern
+    root: DFPattern
+
+    def roles(self) -> dict[str, DFPattern]:
+        """Role name -> pattern: ``q``, ``k``, ``q_normalised``, ``k_normalised``, ...."""
+        found = {"v": self.v.source, "v_split": self.v.split}
+        for forms in (self.q, self.k):
+            name = forms.operand.name
+            found[name] = forms.source
+            found[f"{name}_total"] = forms.total
+            found[f"{name}_normalised"] = forms.normalised
+        found.update({name: value for name, value in vars(self).items()
+                      if isinstance(value, DFPattern) and name != "root"})
+        return found
+
+
+def cosine_forms() -> CosineForms:
+    """``softmax(norm(q) @ norm(k)^T * scale [+ bias [+ mask]]) @ v`` as the torch
+    importer writes it.
+    """
+    q, k = _normalised("q"), _normalised("k", key=True)
+    qk = is_op("matmul")(q.operand.plumbed, k.operand.plumbed)
+    # the scale and bias broadcast over the 4-D scores: the merged (B*N, S, T) ones would
+    # pair a (N, 1, 1) scale with batch * heads
+    scores = through(qk, ("reshape",), depth=1).has_type(relax.TensorType(ndim=4, dtype="void"))
+    scale = wildcard()
+    scaled = is_op("multiply")(scores, scale)  # the matcher tries both operand orders
+    position_bias, mask = wildcard(), wildcard()
+    biased = is_op("add")(scaled, position_bias)
+    masked = alt(tag="bias", masked=is_op("add")(biased, mask), added=biased, none=scaled)
+    softmax = is_op("nn.softmax")(masked)
+    v = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
+    v_split = is_op("permute_dims")(v)
+    v_plumbed = through(alt(tag="v_layout", split=v_split, as_is=v), OPERAND_PLUMBING)
+    pv = is_op("matmul")(through(softmax, OPERAND_PLUMBING), v_plumbed)
+    heads_out = through(pv, ("reshape",), depth=1).has_type(
+        relax.TensorType(ndim=4, dtype="void"))
+    out = is_op("permute_dims")(heads_out)
+    root = alt(tag="output", permuted=out, heads_first=heads_out)
+    return CosineForms(q, k, OperandForms("v", v, v_split, v_plumbed), qk, scores, scale,
+                       position_bias, mask, softmax, pv, heads_out, out, root)
+
+
+def normalised_over(match: RoleMatch, forms: NormalisedForms, axis: int, what: str) -> None:
+    """The operand is divided by its norm over ``axis`` of the normalised tensor (the
+    axis the score matmul contracts), kept: cosine attention's unit vectors.
+
+    Why it matters: with unit operands every score is at most the scale in size, which
+    bounds what folding the scale into the query changes (:mod:`.cosine`).
+    """
+    total = match[forms.total]
+    axes = int_list(total.attrs.axis)
+    keepdims = bool(total.attrs.keepdims)
+    if axes not in ([axis], [axis - 4]) or not keepdims:
+        raise reject(f"{what} is divided by its norm over axes {axes} (keepdims="
+                     f"{keepdims}), not over its head axis ({axis}), the one the score "
+                     f"matmul contracts: not a unit vector per head, so the scores are "
+                     f"not bounded by the scale and the fold is not proven accurate",
+                     at=total)
+
+
+def per_head_scale(scale: relax.Expr, scores: tuple) -> tuple:
+    """The scale's shape as a 4-D factor of the ``(B, N, S, T)`` scores, when it is one
+    number per head (and batch): ``(B|1, N|1, 1, 1)``.
+    """
+    shape = static_shape(type_of(scale))
+    padded = None if shape is None or len(shape) > 4 else (1,) * (4 - len(shape)) + tuple(shape)
+    if padded is None or not all(dims_equal(padded[axis], 1) for axis in (2, 3)) or not all(
+            dims_equal(padded[axis], 1) or prove_equal(padded[axis], scores[axis])
+            for axis in (0, 1)):
+        raise reject(f"the scores' scale has shape {shape_text(shape)}, not one number per "
+                     f"head ({shape_text((scores[0], scores[1], 1, 1))} or fewer axes, each "
+                     f"1 or the scores'): it varies along the query or key axis, and the "
+                     f"rule folds only a per-head factor into the query", at=scale)
+    return padded
+
+
+def softmax_over_keys(softmax: relax.Expr) -> None:
+    """The softmax normalises the scores' last axis, the keys."""
+    axis = int(softmax.attrs.axis)
+    if axis not in (-1, 3):
+        raise reject(f"the softmax normalises axis {axis} of the scores, attention the key "
+                     f"axis (-1)", at=softmax)
+
+
+def known_shape(expr: relax.Expr, what: str) -> tuple:
+    """The static shape of ``expr``, which the check compares with the query's views."""
+    shape = static_shape(type_of(expr))
+    if shape is None:
+        raise reject(f"{what}: no known shape, so its batch, heads, sequence "
+                     f"and key axes cannot be told apart", at=expr)
+    return tuple(shape)
+
+
+def one_dtype(named: dict[str, relax.Expr]) -> str:
+    """The dtype every named tensor has (the fused op computes in one)."""
+    dtypes = {what: dtype_of(type_of(expr)) for what, expr in named.items()}
+    first = next(iter(dtypes.values()))
+    for what, dtype in dtypes.items():
+        if dtype != first:
+            raise reject(f"the dtype of {what} is {dtype}, the query's {first}: "
+                         f"R.nn.attention computes in one dtype", at=named[what])
+    return str(first)
+
+
+__all__ = ["CosineForms", "NormalisedForms", "cosine_forms", "normalised_over",
+           "per_head_scale", "softmax_over_keys", "known_shape", "one_dtype"]
