@@ -38,8 +38,13 @@ and a 0 / -inf mask the sums round as the model's do.  T5 adds two terms to the 
 
 The scale is a one-element constant multiplying (either operand order) or dividing the
 scores, the query or the transposed key; several of them multiply (a model scaling both
-q and k by ``H**-0.25``).  Without one the scale is 1 (``R.nn.attention``'s default would
-be ``1/sqrt(H)``, so the rule always passes it).  The additive mask is any tensor that
+q and k by ``H**-0.25``, as both ONNX exporters write torch's SDPA).  A scale computed
+from one-element constants at run time (the TorchScript exporter's ``sqrt(cast(1 /
+sqrt(H)))``, kept as bindings by ``from_onnx``) is evaluated (:mod:`.scale`).  The
+dynamo exporter transposes SDPA's key in 3-D (batch and heads merged) and reshapes it
+back to 4-D before scaling it; that split back is taken when it restores the heads.
+Without a scale the scale is 1 (``R.nn.attention``'s default would be ``1/sqrt(H)``, so
+the rule always passes it).  The additive mask is any tensor that
 broadcasts as attention's bias does: rank at most 4, ending with the key length ``T``,
 every other axis 1 or the scores' own (the padding-and-causal masks transformers builds,
 ``(B, 1, S, T)``, GPT-2's and Llama's; BERT's ``(B, 1, 1, T)``).  Causal masks arrive in
@@ -115,7 +120,8 @@ Layout of the family (each module says why it exists): :mod:`.forms` (the patter
 tagged alternatives), :mod:`.guards` (the refusals), :mod:`.plan` (what the check hands
 the rewrite), :mod:`.layout` and :mod:`.masking` (the permutation and bias algebra),
 :mod:`.causal` (``causal_mask`` and ``window_size`` as a bias, for the expansion),
-:mod:`.collapse`, :mod:`.einsum`, :mod:`.expand` and :mod:`.composite` (the rules),
+:mod:`.scale` (the scale's constant arithmetic), :mod:`.collapse`, :mod:`.einsum`,
+:mod:`.expand` and :mod:`.composite` (the rules),
 :mod:`.examples` (one builder per model form and per refusal, written by
 :mod:`.written_out`).
 """

@@ -90,9 +90,10 @@ class AttentionCollapse(RewriteRule):
                           f"matmul's result is not split back into the query's heads",
                           at=out_call)
         scale = 1.0
-        for tag, constant in (("q_scale", forms.q.scale), ("k_scale", forms.k.scale),
-                              ("scores_scale", forms.scale)):
-            scale *= guards.scale_factor(match, tag, constant)
+        for tag, site in (("q_scale", forms.q.scale_site), ("k_scale", forms.k.scale_site),
+                          ("scores_scale", forms.scale_site)):
+            assert site is not None  # the query and key are scaled (forms._operand)
+            scale *= guards.scale_factor(match, tag, site)
         return AttentionPlan(
             query=Operand(match.q, compose(q_axes, HEADS_FIRST)),
             key=Operand(match.k, compose(k_axes, KEY_FROM_TRANSPOSED),
@@ -136,7 +137,7 @@ class AttentionCollapse(RewriteRule):
                                   static_shape(type_of(added)),
                                   "the bias added to the merged scores before the scale")
             more.append(BiasTerm(term.expr, term.rank, term.shape, factor=guards.scale_factor(
-                match, "scores_scale", forms.scale)))
+                match, "scores_scale", forms.scale_site)))
         return (*first, *more)
 
     # -- rewrite -----------------------------------------------------------------------

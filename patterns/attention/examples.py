@@ -58,6 +58,30 @@ def widened_softmax(dtype: str = "float16", shape: str = "static", mask: str = "
                            softmax_dtype="float32", accumulate="cast_back")
 
 
+def onnx_sdpa(dtype: str = "float32", shape: str = "static", exporter: str = "torchscript",
+              mask: str = "none", kv_heads: int = 2) -> tvm.IRModule:
+    """Torch's SDPA through an ONNX exporter: the query and the key each multiplied by
+    ``sqrt(scale)``, computed from constants (``"torchscript"``, opsets 14 and 17) or a
+    constant with the key transposed in 3-D and split back (``"dynamo"``).
+    """
+    dynamo = exporter == "dynamo"
+    return attention_block(dtype, "onnx", shape, "split" if dynamo else "computed", mask,
+                           kv_heads, key="unmerged" if dynamo else "transposed")
+
+
+def key_split_back_across_the_batch() -> tvm.IRModule:
+    """The dynamo form with the key's 3-D transpose (4, 16, 8) reshaped to (1, 2, 16, 16):
+    the batched matmul broadcasts it, but it is not the key split back into heads.
+    """
+    q = relax.Var("q", relax.TensorType((2, 2, 8, 16), "float32"))
+    k = relax.Var("k", relax.TensorType((2, 2, 8, 16), "float32"))
+    v = relax.Var("v", relax.TensorType((2, 2, 16, 16), "float32"))
+    k_t = relax.op.permute_dims(relax.op.reshape(k, (4, 8, 16)), [0, 2, 1])
+    scores = relax.op.matmul(q, relax.op.reshape(k_t, (1, 2, 16, 16)) * relax.const(0.25))
+    out = relax.op.matmul(relax.op.nn.softmax(scores), v)
+    return from_expr(relax.op.permute_dims(out, [0, 2, 1, 3]))
+
+
 def multi_query(dtype: str = "float32", frontend: str = "torch", shape: str = "static",
                 scale: str = "product", mask: str = "padding",
                 accumulate: str | None = None) -> tvm.IRModule:
@@ -187,8 +211,8 @@ def _departure(what: str, **choices: Any) -> Callable[[], tvm.IRModule]:
 
 #: The model forms the rule collapses, by name.
 FORMS: dict[str, Callable[..., tvm.IRModule]] = {
-    f.__name__: f for f in (torch_eager, onnx, sdpa, widened_softmax, multi_query, bloom,
-                            falcon, t5, merged_heads)}
+    f.__name__: f for f in (torch_eager, onnx, sdpa, onnx_sdpa, widened_softmax, multi_query,
+                            bloom, falcon, t5, merged_heads)}
 
 #: One module per refusal of the rule, by the name its negative test case has.
 REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
@@ -233,6 +257,12 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
     "query_of_unknown_shape": lambda: onnx_on_heads(relax.TensorType(ndim=4, dtype="float32")),
     "mask_of_rank_4_on_merged_scores": lambda: merged_heads(mask="heads_4d"),
     "merged_result_split_into_sequence_first": lambda: merged_heads(split_back=False),
+    "scale_computed_per_head": _departure("sqrt(1 / sqrt(H)) on constants of shape "
+                                          "(1, 2, 1, 1)", frontend="onnx",
+                                          scale="computed_per_head"),
+    "scale_computed_from_a_shape": _departure("sqrt(1 / sqrt(H)) with H read from a shape",
+                                              frontend="onnx", scale="computed_from_a_shape"),
+    "key_split_back_across_the_batch": key_split_back_across_the_batch,
 }
 
 
@@ -261,6 +291,10 @@ SPACE: list[dict[str, Sequence[Any]]] = [
            {"dtype": DTYPES, "shape": ("static", "symbolic", "cross"),
             "mask": ("boolean", "padding", "none"), "kv_heads": (2, 1)},
            {"dtype": DTYPES, "shape": ("static", "cross"), "mask": ("masked_fill",),
+            "kv_heads": (2, 1)}),
+    *_form("onnx_sdpa",
+           {"dtype": DTYPES, "shape": ("static", "symbolic", "cross"),
+            "exporter": ("torchscript", "dynamo"), "mask": ("none", "padding"),
             "kv_heads": (2, 1)}),
     *_form("widened_softmax",
            {"dtype": ("float16", "bfloat16"), "shape": ("static", "symbolic", "cross"),

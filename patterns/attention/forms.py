@@ -13,6 +13,8 @@ tag                alternatives (tried in this order)
 ``k_repeat``       ``merged`` / ``as_is`` (the 4-D view ``broadcast_to`` the query's heads,
                    then merged or not), ``none``; also ``v_repeat``
 ``key_form``       ``transposed`` (4-D), ``merged`` (Bloom: merged to 3-D, then transposed)
+``k_transpose``    ``transposed`` (4-D), ``unmerged`` (the dynamo ONNX exporter: merged to
+                   3-D, transposed, split back to 4-D)
 ``prescale_bias``  ``added`` (Falcon's ALiBi, before the scale), ``none``
 ``merged_bias``    ``added`` (Bloom's ALiBi, on the merged scores), ``none``
 ``mask_form``      ``added`` (``+ mask``), ``fill`` / ``keep`` (masked_fill), ``none``
@@ -32,6 +34,7 @@ from tvm import relax
 from patternkit.dpl import DFPattern, alt, is_constant, is_op, through, wildcard
 
 from .layout import OPERAND_PLUMBING
+from .scale import ScaleSite, scale_pattern
 
 
 def _scaled(tag: str, operand: DFPattern, unscaled: DFPattern,
@@ -63,23 +66,30 @@ class OperandForms:
     merged: DFPattern | None = None
     merged_transpose: DFPattern | None = None
     repeat: DFPattern | None = None
+    #: the key's 3-D transpose reshaped back to 4-D (the dynamo ONNX exporter)
+    unmerged: DFPattern | None = None
+    #: the parts of ``scale`` (a constant or arithmetic on constants, :mod:`.scale`)
+    scale_site: ScaleSite | None = None
 
 
 def _operand(name: str, key: bool = False, scaled: bool = True) -> OperandForms:
     source = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
     split = is_op("permute_dims")(source)
-    transpose = merged = merged_transpose = None
+    transpose = merged = merged_transpose = unmerged = None
     core: DFPattern
     if key:  # one permute_dims always, a head split before it maybe
         transpose = is_op("permute_dims")(alt(tag="k_layout", split=split, as_is=source))
-        core = transpose
         # Bloom merges batch and heads first and transposes the 3-D key after
         merged = is_op("reshape")(alt(tag="k_layout", split=split, as_is=source),
                                   varg_default_wildcard=True)
         merged_transpose = is_op("permute_dims")(merged)
+        # the dynamo ONNX exporter splits that 3-D transpose back into 4-D (and scales it)
+        unmerged = is_op("reshape")(merged_transpose, varg_default_wildcard=True)
+        core = alt(tag="k_transpose", transposed=transpose, unmerged=unmerged)
     else:  # the query and value: their head split, if the match has it
         core = alt(tag=f"{name}_layout", split=split, as_is=source)
-    scale = wildcard() if scaled else None
+    site = scale_pattern() if scaled else None
+    scale = None if site is None else site.root
     view = core if scale is None else _scaled(f"{name}_scale", core, core, scale)
     plumbed = through(view, OPERAND_PLUMBING)
     repeat = None
@@ -92,7 +102,7 @@ def _operand(name: str, key: bool = False, scaled: bool = True) -> OperandForms:
                       merged=is_op("reshape")(repeat, varg_default_wildcard=True),
                       as_is=repeat, none=plumbed)
     return OperandForms(name, source, split, plumbed, scale, transpose, merged,
-                        merged_transpose, repeat)
+                        merged_transpose, repeat, unmerged, site)
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,8 @@ class AttentionForms:
     pv: DFPattern
     out: DFPattern
     root: DFPattern
+    #: the parts of ``scale`` (:mod:`.scale`)
+    scale_site: ScaleSite
 
     def roles(self) -> dict[str, DFPattern]:
         """Role name -> pattern: the operands' sources by their names, and the rest."""
@@ -144,7 +156,8 @@ def attention_forms() -> AttentionForms:
     biased = alt(tag="prescale_bias",
                  added=is_op("add")(scores, prescale_bias) | is_op("add")(prescale_bias, scores),
                  none=scores)
-    scale = wildcard()
+    scale_site = scale_pattern()
+    scale = scale_site.root
     scaled = _scaled("scores_scale", biased, scores, scale)
     # Bloom adds its ALiBi bias to the (B*N, S, T) scores, before they are split
     merged_bias = wildcard()
@@ -188,4 +201,4 @@ def attention_forms() -> AttentionForms:
     root = alt(tag="output", permuted=out, heads_first=heads_out)
     return AttentionForms(q, k, v, qk, prescale_bias, scale, scaled, merged_bias, pre_biased,
                           regrouped, mask, second_mask, condition, fill, scores_masked,
-                          widened, softmax, cast, recast, row_test, pv, out, root)
+                          widened, softmax, cast, recast, row_test, pv, out, root, scale_site)

@@ -20,7 +20,6 @@ from patternkit.ir import (
     dims_equal,
     dtype_of,
     int_list,
-    is_tensor_constant,
     prove_equal,
     static_shape,
     type_of,
@@ -29,6 +28,7 @@ from patternkit.ir import (
 from .forms import AttentionForms, OperandForms
 from .layout import IDENTITY, axes_of, compose, is_view, shape_text
 from .plan import BiasTerm, MaskFill
+from .scale import ScaleSite, scale_value, what_matched
 
 #: What each operand is called in a refusal, by its name in the pattern.
 WHAT = {"q": "the query", "k": "the key", "v": "the value"}
@@ -103,8 +103,10 @@ def operand_view(match: RoleMatch, operand: OperandForms) -> tuple[tuple[int, ..
         axes = compose(axes, axes_of(match[operand.split], 4))
     if operand.transpose is None:
         return axes, tuple(shape[a] for a in axes)
-    if match.tag("key_form") == "merged":
+    if match.tag("key_form") == "merged" or match.tag("k_transpose") == "unmerged":
         axes = compose(axes, merged_transpose(match, operand, tuple(shape[a] for a in axes)))
+        if match.tag("k_transpose") == "unmerged":
+            unmerged(match, operand, tuple(shape[a] for a in axes))
     else:
         axes = compose(axes, axes_of(match[operand.transpose], 4))
     return axes, tuple(shape[a] for a in axes)
@@ -128,14 +130,26 @@ def merged_transpose(match: RoleMatch, key: OperandForms, view: tuple) -> tuple[
     return (0, 1, 3, 2)
 
 
+def unmerged(match: RoleMatch, key: OperandForms, transposed: tuple) -> None:
+    """The key's 3-D transpose is split back into the 4-D ``transposed`` key (the
+    dynamo ONNX exporter's ``reshape(permute_dims(reshape(k), [0, 2, 1]))``).
+    """
+    assert key.unmerged is not None  # the key's forms have it (forms._operand)
+    split = match[key.unmerged]
+    shape = static_shape(type_of(split))
+    if not is_view(shape, transposed, merged=False):
+        raise reject(f"the key's 3-D transpose is reshaped to {shape_text(shape)}, not "
+                     f"split back into batch and heads {shape_text(transposed)}", at=split)
+
+
 def key_transposed(match: RoleMatch, forms: AttentionForms, k_axes: tuple[int, ...]) -> None:
     """The score matmul contracts the key's last axis, the head axis it was split into."""
     if k_axes[2] != 3:
         key = forms.k
         # the key's forms have both transposes (forms._operand builds them for the key)
         assert key.merged_transpose is not None and key.transpose is not None
-        at = match[key.merged_transpose if match.tag("key_form") == "merged"
-                   else key.transpose]
+        merged = match.tag("key_form") == "merged" or match.tag("k_transpose") == "unmerged"
+        at = match[key.merged_transpose if merged else key.transpose]
         raise reject(f"k is not transposed: the score matmul contracts axis {k_axes[2]} "
                      f"of the key, not its head axis (3); permute_dims axes "
                      f"{list(k_axes)} from the key", at=at)
@@ -299,20 +313,24 @@ def softmax_over_keys(match: RoleMatch, forms: AttentionForms, scores: tuple) ->
                          f"not what attention's rows are", at=test)
 
 
-def scale_factor(match: RoleMatch, tag: str, constant: Any) -> float:
-    """The factor of the scale site ``tag`` (1.0 when the match has none there)."""
-    site = match.tag(tag)
-    if site in (None, "none"):
+def scale_factor(match: RoleMatch, tag: str, site: ScaleSite) -> float:
+    """The factor of the scale site ``tag`` (1.0 when the match has none there): a
+    one-element constant of any shape, or arithmetic on such constants (:mod:`.scale`).
+    """
+    if match.tag(tag) in (None, "none"):
         return 1.0
-    value = match[constant]
-    if not is_tensor_constant(value) or const_value(value).size != 1:
-        shape = static_shape(type_of(value))
-        raise reject(f"{SCALE_OWNER[tag]} scale is not a scalar constant (a "
-                     f"{'constant' if is_tensor_constant(value) else 'tensor'} "
-                     f"of shape {shape_text(shape)}): R.nn.attention takes one "
-                     f"number", at=value)
-    factor = float(const_value(value).reshape(()))
-    if site == "quotient":
+    value = scale_value(match, site)
+    if value is None or value.size != 1:
+        at = what_matched(match, site)
+        if value is None:  # the site's wildcard: neither a constant nor computed from them
+            kind, shape = "tensor", static_shape(type_of(at))
+        else:
+            kind = "constant" if site.leaf in match else "constant computed from constants"
+            shape = value.shape
+        raise reject(f"{SCALE_OWNER[tag]} scale is not a scalar constant (a {kind} of "
+                     f"shape {shape_text(shape)}): R.nn.attention takes one number", at=at)
+    factor = float(value.reshape(()))
+    if match.tag(tag) == "quotient":
         return float(np.float64(1.0) / factor) if factor else float("inf")
     return factor
 

@@ -24,6 +24,10 @@ PRESCALE_ALIBIS = ("before_scale", "before_scale_per_query")
 #: Masks written as torch's ``masked_fill``: ``where(not causal, -inf, scores)``,
 #: ``where(causal, scores, -inf)``, and a finite fill (refused).
 MASKED_FILLS = ("masked_fill", "masked_keep", "masked_fill_finite")
+#: The ONNX exporters' scales of SDPA, the query and the key each times ``sqrt(scale)``
+#: (:func:`_split_scale`): the dynamo exporter's constant, TorchScript's arithmetic on
+#: constants, and (refused) that arithmetic per head or on a shape read at run time.
+ONNX_SCALES = ("split", "computed", "computed_per_head", "computed_from_a_shape")
 
 
 def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str = "static",
@@ -41,14 +45,16 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
     batched matmuls, the key split then transposed) or ``"onnx"`` (4-D matmuls, the key
     transposed once, a no-op ``astype`` after the softmax).  ``shape``: see
     :func:`example_dims`.  ``scale``: ``"product"``, ``"divide"``, ``"query"``, ``"key"``,
-    ``"none"``, ``"tensor"`` (per head).  ``mask``: ``"none"``, ``"padding"`` (B, 1, 1, T),
+    ``"none"``, ``"tensor"`` (per head), :data:`ONNX_SCALES`.  ``mask``: ``"none"``,
+    ``"padding"`` (B, 1, 1, T),
     ``"causal"`` (a constant (S, T) 0 / -1e4 mask), ``"full"`` (B, 2, S, T), ``"boolean"``
     (SDPA's ``where(allowed, 0, -inf)``), a masked_fill (:data:`MASKED_FILLS`), or
     ``"last_axis_one"``, ``"square"``, ``"rank5"``.  ``kv_heads=1``: one key/value head,
     repeated as Llama's ``repeat_kv`` (``repeat="repeat_kv"``), broadcast by the matmuls
     (``"broadcast"``, Falcon's multi-query), or moved onto the batch axis first
     (``"misplaced"``).  ``key``: ``"transposed"``, ``"untransposed"``, ``"merged"``
-    (Bloom's 3-D key and scores) or ``"folded"`` (the heads folded into the sequence).
+    (Bloom's 3-D key and scores), ``"unmerged"`` (the dynamo ONNX exporter's 3-D
+    transpose split back to 4-D) or ``"folded"`` (the heads folded into the sequence).
     ``value_heads=4`` and ``split="scores"`` / ``"output"`` mis-split a matmul.
     ``accumulate``: ``"float32"`` (the score matmul's ``out_dtype``) or ``"cast_back"``
     (both matmuls accumulated in float32 and cast back).  ``safe_softmax``: torch's SDPA
@@ -123,8 +129,10 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
                 return emit(relax.op.reshape, out, split_as)
 
             factor = relax.const(np.array(head_dim ** -0.5, dtype))
+            if scale in ONNX_SCALES:  # the query and the key each times sqrt(scale)
+                factor = _split_scale(bb, scale, head_dim, dtype)
             q = heads_first(emit(relax.op.reshape, xq, (batch, seq, heads, head_dim)))
-            if scale == "query":
+            if scale == "query" or scale in ONNX_SCALES:
                 q = emit(relax.op.multiply, q, factor)
             k = emit(relax.op.reshape, xk, (batch, kv_len, kv_heads, head_dim))
             v_heads = kv_heads if value_heads == heads else value_heads
@@ -142,6 +150,11 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
                 k_t = k if heads_first_key else heads_first(k)
             elif key == "merged":  # Bloom: transposed after the merge, below
                 k_t = k
+            elif key == "unmerged":  # the dynamo ONNX exporter: transposed in 3-D
+                k_h = k if heads_first_key else heads_first(k)
+                b, n, t, h = k_h.ty.shape
+                k_t = emit(relax.op.reshape, emit(relax.op.permute_dims, emit(
+                    relax.op.reshape, k_h, (b * n, t, h)), [0, 2, 1]), (b, n, h, t))
             else:
                 k_t = emit(relax.op.permute_dims, k,
                            [0, 1, 3, 2] if heads_first_key else [0, 2, 3, 1])
@@ -151,6 +164,8 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
                     (batch, heads, head_dim, kv_len))
             if scale == "key":
                 k_t = emit(relax.op.multiply, factor, k_t)
+            elif scale in ONNX_SCALES:  # its own binding of the factor, as exported
+                k_t = emit(relax.op.multiply, k_t, _split_scale(bb, scale, head_dim, dtype))
             if kv_heads == heads:
                 v = heads_first(v)
             wide_scores = accumulate == "float32"  # the scores stay float32
@@ -234,6 +249,25 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
             result = bb.emit_output(relax.op.reshape(out, (batch, rows, heads * head_dim)))
         bb.emit_func_output(result)
     return bb.get()
+
+
+def _split_scale(bb: relax.BlockBuilder, scale: str, head_dim: int, dtype: str) -> relax.Expr:
+    """``sqrt(head_dim ** -0.5)``, the factor an ONNX exporter multiplies q and k by each:
+    a constant (``"split"``, the dynamo exporter) or computed from constants of shape (1,)
+    (``"computed"``, TorchScript's ``sqrt(cast(1 / sqrt(H)))``); ``"computed_per_head"``:
+    from constants of shape (1, 2, 1, 1); ``"computed_from_a_shape"``: from the head size
+    read from a shape at run time, not a constant.
+    """
+    if scale == "split":
+        return relax.const(np.array(head_dim ** -0.25, dtype))
+    shape = (1, 2, 1, 1) if scale == "computed_per_head" else (1,)
+    one = relax.const(np.ones(shape, dtype))
+    dims: relax.Expr = relax.const(np.full(shape, head_dim, dtype))
+    if scale == "computed_from_a_shape":
+        dims = bb.emit(relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([head_dim])),
+                                       dtype))
+    inverse = bb.emit(relax.op.divide(one, bb.emit(relax.op.sqrt(dims))))
+    return bb.emit(relax.op.sqrt(bb.emit(relax.op.astype(inverse, dtype))))
 
 
 def _safe_softmax(bb: relax.BlockBuilder, scores: relax.Expr, p: relax.Expr,

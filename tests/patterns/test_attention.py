@@ -163,6 +163,12 @@ REFUSED = {
     "merged_result_split_into_sequence_first": "the attention's result has shape (2, 8, 2, "
                                                "16), not (2, 2, 8, 16): the batched matmul's "
                                                "result is not split back",
+    "scale_computed_per_head": "the query's scale is not a scalar constant (a constant "
+                               "computed from constants of shape (1, 2, 1, 1))",
+    "scale_computed_from_a_shape": "the query's scale is not a scalar constant (a tensor of "
+                                   "shape (1))",
+    "key_split_back_across_the_batch": "the key's 3-D transpose is reshaped to (1, 2, 16, 16), "
+                                       "not split back into batch and heads (2, 2, 16, 8)",
 }
 
 COLLAPSE_CASE = RuleCase(
