@@ -23,7 +23,11 @@ the result has ``x``'s; a partial rotation rotates lanes ``[0, r)`` and passes
 ``[r, end)`` through, concatenated in that order along the last axis; constant tables
 are the cosine and sine of one angle (``cos^2 + sin^2 = 1`` to a few ulp).  Tables
 given as inputs or computed are not inspected: their values are not known when the
-composite is formed.
+composite is formed.  Shapes are read as the function proves them (:mod:`.lengths`):
+``from_onnx`` gives the tables of a dynamic sequence a length of its own
+(``range_len_0``, from the dynamo exporter's ``Range``) and the rotations unknown shapes;
+the count it is matched from is evaluated, and where it is the sequence the composite
+forms, else the refusal names the length.
 
 With ``partial=True`` (``<compiler>.rope_partial``, ``<compiler>.rope_interleaved_partial``:
 Phi, NeoX ``rotary_pct``, GPT-J's ``rotary_dim``) only ``x[..., :r]`` is rotated and

@@ -7,6 +7,11 @@ guards read them and refuse, with the reason, slices that do not cut ``x``'s rot
 lanes in two halves (or into even and odd lanes), a concat that puts the halves back
 otherwise than ``(-second, first)``, ``cos`` / ``sin`` tables that do not broadcast
 against ``x`` alike, and constant tables that are no cosine and sine of one angle.
+
+Shapes are read with :func:`.lengths.refined_type`: ``from_onnx`` gives the tables of a
+dynamic sequence a length of their own (``range_len_0``) and the rotation an unknown
+shape; where the function proves that length is the sequence, the guards see the shapes
+TVM infers with it, and where it does not, the refusal names the length.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import numpy as np
 import tvm
 
 from patternkit.engine import RoleMatch, reject
-from patternkit.ir import same_shape, static_shape, type_of
+from patternkit.ir import prove_equal, same_shape, static_shape
+
+from .lengths import refined_type
 
 #: ``Slice.end`` of a slice that runs to the last lane (the last lane's index + 1 or more).
 _END = -1
@@ -43,9 +50,22 @@ def read_slice(call: Any) -> Slice | None:
     return Slice(axes[0], begin[0], end[0], strides[0])
 
 
+def shape_of(expr: Any) -> tuple[Any, ...] | None:
+    """``expr``'s shape, with the lengths the function proves substituted (``None``:
+    unknown).
+    """
+    return static_shape(refined_type(expr))
+
+
+def rank_of(expr: Any) -> int | None:
+    """``expr``'s rank, known even where its shape is not (``None``: unknown)."""
+    ndim = getattr(refined_type(expr), "ndim", -1)
+    return None if ndim is None or int(ndim) < 0 else int(ndim)
+
+
 def _lanes(x: Any) -> tuple[int, int] | None:
     """``(rank, last dimension)`` of ``x`` when the last dimension is static."""
-    shape = static_shape(type_of(x))
+    shape = shape_of(x)
     if not shape or not isinstance(shape[-1], int):
         return None
     return len(shape), shape[-1]
@@ -55,7 +75,7 @@ def halves_refusal(match: RoleMatch, interleaved: bool) -> Any:
     """``None`` when ``negated`` and ``kept`` are the second and first halves of ``x``'s
     last axis (even and odd lanes, interleaved: ``-odd`` and ``even``), else the refusal.
     """
-    lanes = _lanes(match.x)
+    lanes = _lanes(match.var_of("x"))
     if lanes is None:
         return reject("the rotated tensor's last dimension is not static: the rotation's "
                       "halves cannot be checked", at=match.x)
@@ -94,24 +114,50 @@ def concat_refusal(match: RoleMatch, interleaved: bool) -> Any:
     """``None`` when the concat joins along ``x``'s last axis (the new last axis of the
     lane pairs, interleaved).
     """
-    rank = len(static_shape(type_of(match.x)) or ()) + int(interleaved)
     axis = int(match.concat.attrs.axis)
-    if rank and axis % rank == rank - 1:
+    x_rank = rank_of(match.var_of("x"))
+    if x_rank is None:
+        return reject(f"the concat joins along axis {axis} of a tensor of unknown rank: "
+                      f"rotate_half concatenates along the last axis", at=match.concat)
+    rank = x_rank + int(interleaved)
+    if axis % rank == rank - 1:
         return None
     return reject(f"the concat joins along axis {axis} of a rank-{rank} tensor: rotate_half "
                   f"concatenates along the last axis", at=match.concat)
 
 
 def tables_refusal(match: RoleMatch) -> Any:
-    """``None`` when ``cos`` and ``sin`` have one shape and broadcast to ``x``'s shape."""
-    x_shape = static_shape(type_of(match.x))
-    cos, sin = (static_shape(type_of(match[role])) for role in ("cos", "sin"))
-    out = static_shape(type_of(match.var_of("add")))
-    if same_shape(cos, sin) and same_shape(out, x_shape):
+    """``None`` when ``cos`` and ``sin`` have one shape and broadcast to ``x``'s shape
+    without widening it (the sum then has ``x``'s shape too).
+    """
+    x_shape = shape_of(match.var_of("x"))
+    cos, sin = (shape_of(match[role]) for role in ("cos", "sin"))
+    if same_shape(cos, sin) and _broadcasts_to(cos, x_shape):
         return _pair_refusal(match)
     return reject(f"cos of shape {cos} and sin of shape {sin} do not both broadcast to the "
-                  f"rotated tensor's shape {x_shape}: a rotary table has one angle per lane",
-                  at=match.add)
+                  f"rotated tensor's shape {x_shape}: a rotary table has one angle per lane"
+                  f"{_unproven(x_shape, cos, sin)}", at=match.add)
+
+
+def _broadcasts_to(table: Any, x_shape: Any) -> bool:
+    """A tensor of shape ``table`` broadcasts to ``x_shape`` and leaves it as it is: each
+    of its dimensions, aligned on the right, is 1 or provably ``x``'s.
+    """
+    if table is None or x_shape is None or len(table) > len(x_shape):
+        return False
+    return all(prove_equal(t, 1) or prove_equal(t, x)
+               for t, x in zip(reversed(table), reversed(x_shape)))
+
+
+def _unproven(x_shape: Any, *tables: Any) -> str:
+    """The tables' symbolic lengths that are none of ``x``'s, as a clause (or ``""``)."""
+    known = {getattr(d, "name", None) for d in x_shape or ()}
+    names = sorted({d.name for table in tables for d in table or ()
+                    if tvm.ir.is_prim_var(d) and d.name not in known})
+    if not names:
+        return ""
+    return (f" ({', '.join(names)}: a length the function computes and does not prove "
+            f"equal to a dimension of the rotated tensor)")
 
 
 def _pair_refusal(match: RoleMatch) -> Any:
@@ -133,7 +179,7 @@ def partial_refusal(match: RoleMatch) -> Any:
     """``None`` when the rotated lanes are ``full[..., :r]`` and the passed-through lanes
     ``full[..., r:]``, joined back along the last axis in that order.
     """
-    lanes = _lanes(match.full)
+    lanes = _lanes(match.var_of("full"))
     rotated, passed = read_slice(match.x), read_slice(match.passed)
     if lanes is not None and rotated is not None:
         rank, width = lanes

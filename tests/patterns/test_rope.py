@@ -11,6 +11,7 @@ from patternkit.byoc import composite_functions, merge_composite
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.rope import RopeComposite
 from patternkit.patterns.rope.examples import rotary
+from patternkit.patterns.rope.lengths import bind_proven_lengths, proven_lengths
 from patternkit.testing import EXACT, Negative, RuleCase, apply_rule, check_rule
 
 
@@ -152,6 +153,44 @@ class LanesUnknown:
         return out
 
 
+@I.ir_module
+class RankOnly:
+    """A rotation of a tensor whose rank is known and its shape not (``from_onnx`` writes
+    such a tensor where broadcasting against an unrelated length lost the shape).
+    """
+
+    @R.function
+    def main(q: R.Tensor(ndim=4, dtype="float32"), cos: R.Tensor(ndim=4, dtype="float32"),
+             sin: R.Tensor(ndim=4, dtype="float32")):
+        with R.dataflow():
+            qc = R.multiply(q, cos)
+            q1 = R.strided_slice(q, (3,), (0,), (4,), (1,), assume_inbound=False)
+            q2 = R.strided_slice(q, (3,), (4,), (9223372036854775807,), (1,),
+                                 assume_inbound=False)
+            rot = R.concat((R.negative(q2), q1), axis=-1)
+            out = R.add(qc, R.multiply(rot, sin))
+            R.output(out)
+        return out
+
+
+@I.ir_module
+class RankUnknown:
+    """The same rotation of a tensor whose rank is unknown too."""
+
+    @R.function
+    def main(q: R.Tensor(dtype="float32"), cos: R.Tensor(dtype="float32"),
+             sin: R.Tensor(dtype="float32")):
+        with R.dataflow():
+            qc = R.multiply(q, cos)
+            q1 = R.strided_slice(q, (3,), (0,), (4,), (1,), assume_inbound=False)
+            q2 = R.strided_slice(q, (3,), (4,), (9223372036854775807,), (1,),
+                                 assume_inbound=False)
+            rot = R.concat((R.negative(q2), q1), axis=-1)
+            out = R.add(qc, R.multiply(rot, sin))
+            R.output(out)
+        return out
+
+
 NOT_COS = ("the constant tables are not the cosine and sine of one angle: cos^2 + sin^2 "
            "differs from 1 by up to")
 TABLES_DISAGREE = ("cos of shape (1, 1, seq, 8) and sin of shape (1, 2, seq, 8) do not both "
@@ -178,6 +217,20 @@ HALF_CASE = RuleCase(
                  "cannot be checked"),
         Negative("multiplied_by_tanh_not_cos", rotary(tables="not_cos", symbolic=False),
                  NOT_COS),
+        Negative("shape_unknown_but_rank_known", RankOnly,
+                 "the rotated tensor's last dimension is not static: the rotation's halves "
+                 "cannot be checked"),
+        Negative("rank_unknown", RankUnknown,
+                 "the concat joins along axis -1 of a tensor of unknown rank: rotate_half "
+                 "concatenates along the last axis"),
+        Negative("positions_ranged_over_the_batch", rotary(tables="ranged_over_batch"),
+                 "cos of shape (batch, 8) and sin of shape (batch, 8) do not both broadcast "
+                 "to the rotated tensor's shape (batch, 2, seq, 8)"),
+        Negative("range_counted_in_float16", rotary(tables="ranged_through_float16"),
+                 "cos of shape (range_len_0, 8) and sin of shape (range_len_0, 8) do not both "
+                 "broadcast to the rotated tensor's shape (batch, 2, seq, 8): a rotary table "
+                 "has one angle per lane (range_len_0: a length the function computes and "
+                 "does not prove equal to a dimension of the rotated tensor)"),
     ],
     tolerance=EXACT)
 
@@ -443,3 +496,84 @@ def test_a_torch_exported_phi_style_partial_rotation_forms_one_composite_per_ten
     names = [str(f.attrs["Composite"]) for _, f in composite_functions(merged)]
     assert names == ["byoc.rope_partial", "byoc.rope_partial"]
     pk.assert_same_numerics(mod, merged, rtol=0, atol=0)
+
+
+# -- as from_onnx writes the dynamo exporter's rotary tables of a dynamic sequence -----------
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tables_of_an_onnx_range_over_the_sequence_form_composites_computing_the_same(dtype):
+    """``from_onnx`` gives ``arange(seq)`` a length of its own (``range_len_0``) matched
+    from a count computed at run time, so the tables' shape is not ``x``'s and the
+    rotation's result (the next rotation's ``x``) has an unknown shape; the function
+    proves the length is ``seq`` and every rotation forms its composite.
+
+    Such a module does not build for llvm as imported (TVM legalizes no op of unknown
+    shape): the numbers are compared on it with the proven length bound, where the same
+    composites form.
+    """
+    cases = [(rotary(tables="ranged", rotations=2, dtype=dtype), ["byoc.rope"] * 2),
+             (rotary(tables="ranged", rotations=2, interleaved=True, dtype=dtype),
+              ["byoc.rope_interleaved"] * 2),
+             (rotary(tables="ranged", rotary_dim=4, dtype=dtype), ["byoc.rope_partial"])]
+    for before, expected in cases:
+        assert _composites(merge_composite(before, LIBRARY.composites())) == expected
+    # one build per side: the chained half rotations (float32), the partial one (float16)
+    before = cases[0 if dtype == "float32" else 2][0]
+    bound = bind_proven_lengths(before)
+    merged = merge_composite(bound, LIBRARY.composites())
+    assert _composites(merged) == _composites(merge_composite(before, LIBRARY.composites()))
+    pk.assert_same_numerics(bound, merged, shape_vars={"batch": 2, "seq": 5}, rtol=0, atol=0)
+
+
+def _composites(mod) -> list[str]:
+    return [str(f.attrs["Composite"]) for _, f in composite_functions(mod)]
+
+
+def test_a_range_length_is_proven_only_through_exact_arithmetic():
+    [(length, value)] = proven_lengths(rotary(tables="ranged")["main"]).items()
+    assert (length.name, str(value)) == ("range_len_0", "seq")
+    [(_, value)] = proven_lengths(rotary(tables="ranged_over_batch")["main"]).items()
+    assert str(value) == "batch"
+    assert proven_lengths(rotary(tables="ranged_through_float16")["main"]) == {}
+    before = rotary(tables="ranged")
+    text = before.script()
+    merge_composite(before, LIBRARY.composites())
+    assert before.script() == text  # the proof reads a copy: the user's module is intact
+
+
+@pytest.mark.models
+def test_the_dynamo_exported_rotations_of_a_dynamic_sequence_form_their_composites():
+    """Llama's and Phi's rotations (two chained blocks each) through
+    ``torch.onnx.export(dynamo=True)`` with dynamic batch and sequence, then ``from_onnx``:
+    every rotation is a composite, and the partition computes what the import computes.
+    """
+    torch = pytest.importorskip("torch")
+    import onnx
+
+    from patternkit.models.importing import from_onnx_model
+    from patternkit.models.onnx_fixups import prepare_for_tvm
+    from patternkit.models.onnx_models import export_to_onnx
+    from patternkit.models.spelling_sources import find_spelling, spelling_model
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.llama = spelling_model(find_spelling("rope/half rotation (Llama)"))
+            self.phi = spelling_model(find_spelling("rope/partial (Phi)"))
+
+        def forward(self, x, y):  # two inputs: the exporter shares no slice between them
+            return self.llama(x), self.phi(y)
+
+    generator = torch.Generator().manual_seed(0)
+    examples = tuple(torch.randn(2, 2, 6, 8, generator=generator) for _ in range(2))
+    axes = {0: "batch", 2: "seq"}
+    proto = onnx.load_from_string(export_to_onnx(
+        Both().eval(), examples, ["x", "y"], opset=None, exporter="dynamo",
+        dynamic_axes={"x": axes, "y": axes}, text="rope"))
+    prepare_for_tvm(proto)
+    mod, _ = from_onnx_model(proto, False, "main", "rope", {})
+    expected = ["byoc.rope"] * 2 + ["byoc.rope_partial"] * 2
+    assert sorted(_composites(merge_composite(mod, LIBRARY.composites()))) == expected
+    bound = bind_proven_lengths(mod)
+    merged = merge_composite(bound, LIBRARY.composites())
+    assert sorted(_composites(merged)) == expected
+    pk.assert_same_numerics(bound, merged, shape_vars={"batch": 2, "seq": 5}, rtol=0, atol=0)

@@ -59,6 +59,7 @@ from tvm import relax
 from ...dpl.pattern import required_op_names, root_op_names
 from ...engine.emit import emit_rewrites
 from ...engine.index import FunctionIndex, has_candidates
+from ...engine.module_scope import module_in_scope
 from ...engine.outline import build_group_function, lifted_inputs, uses_symbolic_vars
 from ...engine.proposal import Group, Skipped, find_groups, group_check
 from ...engine.rule import Reject, judge, reject
@@ -176,7 +177,7 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
             module, table, bind_constants, annotate_codegen, log))
 
     def transform(module: tvm.IRModule) -> tvm.IRModule:
-        with C.gc_paused():
+        with C.gc_paused(), module_in_scope(module):  # for checks reading the function
             functions = dict(module.functions.items())
             changed = False
             for gv, func in rewritable_functions(module):
@@ -247,7 +248,7 @@ def _fuse_by_pattern(module: tvm.IRModule, table: PatternTable, bind_constants: 
     def build(index: FunctionIndex, composite: PlannedComposite) -> None:
         build_composite(functions_table, index, composite, bind_constants)
 
-    with C.gc_paused():
+    with C.gc_paused(), module_in_scope(module):  # for checks reading the function
         for gv, func in rewritable_functions(module):
             if not isinstance(func.body, relax.SeqExpr) or not func.body.blocks:
                 continue
