@@ -40,10 +40,11 @@ def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
     """
     if keys is None:
         return True
-    op_info = C.op_info
+    op_info, get, size = C.op_info, C._array_get, C._array_size  # pylint: disable=protected-access
     for block in C.array_items(func.body.blocks):
-        for binding in C.array_items(block.bindings):
-            value = binding.value
+        bindings = block.bindings
+        for j in range(size(bindings)):  # read one by one: the scan usually stops early
+            value = get(bindings, j).value
             if type(value) is relax.Call:  # binding_key() inlined for an operator call
                 op = value.op
                 if type(op) is tvm.ir.Op:
