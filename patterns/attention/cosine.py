@@ -58,6 +58,7 @@ from .cosine_forms import (
     one_dtype,
     per_head_scale,
     softmax_over_keys,
+    window_terms,
 )
 from .layout import HEADS_FIRST, IDENTITY, KEY_FROM_TRANSPOSED, axes_of, compose, spelled_alike
 from .masking import summed_bias
@@ -136,10 +137,20 @@ class AttentionCosine(RewriteRule):
                    "the result": match.root})
         padded = per_head_scale(match.scale, scores)
         biases: list[BiasTerm] = []
-        if match.tag("bias") in ("added", "masked"):
+        if match.tag("bias") in ("added", "masked", "windowed"):
             biases.append(guards.bias_term(match.position_bias, "the position bias", scores))
         if match.tag("bias") == "masked":
             biases.append(guards.bias_term(match.mask, "the mask", scores))
+        if match.tag("bias") == "windowed":
+            guards.agree(match.window_back, "the windowed scores viewed back",
+                         known_shape(match.window_back, "the windowed scores viewed back"),
+                         scores)
+            view = static_shape(type_of(match.windowed))
+            for mask, shape in window_terms(match, forms, scores):
+                # (B/W, W, ., ., T): the term as the view adds it, then merged like the view
+                assert view is not None  # window_terms refused an unknown view
+                full = relax.op.broadcast_to(mask, (*view[:2], *shape[2:]))
+                biases.append(BiasTerm(full, shape=(scores[0], *shape[2:])))
         out_call = match[forms.out] if match.tag("output") == "permuted" else None
         plan = AttentionPlan(
             query=Operand(match.var_of(forms.q.normalised), compose(q_axes, HEADS_FIRST)),

@@ -22,6 +22,8 @@ from tvm import relax
 HEADS, HEAD_DIM = 2, 8
 #: The windows' tokens (a 4 x 4 window).
 TOKENS = 16
+#: Windows per image in the shifted form (the batch is images * windows).
+WINDOWS = 2
 #: ``log(100)``: Swin v2's clamp of the learned logit scale.
 MAX_LOGIT = math.log(100.0)
 
@@ -55,16 +57,35 @@ def _batched(bb: relax.BlockBuilder, lhs: relax.Expr, rhs: relax.Expr, out: Any,
     return bb.emit(relax.op.reshape(product, out))
 
 
+def _shifted(bb: relax.BlockBuilder, scores: relax.Expr, window_mask: relax.Expr,
+             window_view: str, mask_rank: int) -> relax.Expr:
+    """Swin v2's shifted-window mask on the scores, as the torch importer writes it."""
+    batch, heads, seq, keys = list(scores.ty.shape)
+    view = ([batch // WINDOWS, WINDOWS, heads, seq, keys] if window_view == "windows"
+            else [batch, WINDOWS, 1, seq, keys])
+    windowed = bb.emit(relax.op.reshape(scores, view))
+    for _ in range(2):  # transformers adds the mask twice
+        term = bb.emit(relax.op.expand_dims(window_mask, [1]))
+        term = bb.emit(relax.op.expand_dims(term, [0] if mask_rank == 5 else [0, 1]))
+        windowed = bb.emit(relax.op.add(windowed, term))
+    return bb.emit(relax.op.reshape(windowed, [batch, heads, seq, keys]))
+
+
 def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "position",
                  scale: str = "per_head", normalised: str = "both", norm_axis: int = -1,
                  softmax_axis: int = -1, score_dtype: str = "", score_shape: str = "known",
+                 window_view: str = "windows", window_mask_rank: int = 5,
                  logit: float = math.log(10.0), seed: int = 0) -> tvm.IRModule:
     """One window attention on ``xq, xk, xv: (B, 16, 16)`` (2 heads of 8), returning the
     heads back in place, ``(B, 16, 16)``.
 
     ``shape``: ``"static"`` (B = 4 windows) or ``"symbolic"`` (B a variable).  ``bias``:
     ``"position"`` (Swin's ``16 * sigmoid`` table), ``"position_and_mask"`` (and a
-    ``(B, 1, S, S)`` additive mask), ``"none"``.  ``scale``: ``"per_head"`` (the
+    ``(B, 1, S, S)`` additive mask), ``"shifted"`` (and the shifted windows' mask as
+    transformers adds it: the scores viewed as ``(B/W, W, N, S, S)``, the ``(W, S, S)``
+    mask expanded to ``(1, W, 1, S, S)`` added twice, the view undone), ``"none"``.
+    ``window_view="across"``: the view ``(B, W, 1, S, S)`` (refused); ``window_mask_rank=6``:
+    a ``(1, 1, W, 1, S, S)`` mask (refused).  ``scale``: ``"per_head"`` (the
     learned ``(N, 1, 1)`` logit scale), ``"scalar"`` (one number), ``"per_query"``
     (``(N, S, 1)``: refused).  ``normalised``: ``"both"``, ``"key"`` (the query left as
     it is: not cosine attention).  ``norm_axis``: the axis q and k are normalised over
@@ -85,6 +106,10 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
     if bias == "position_and_mask":
         mask = relax.Var("mask", relax.TensorType((batch, 1, TOKENS, TOKENS), dtype))
         params.append(mask)
+    window_mask = None
+    if bias == "shifted":
+        window_mask = relax.Var("window_mask", relax.TensorType((WINDOWS, TOKENS, TOKENS), dtype))
+        params.append(window_mask)
     shape_param = relax.Var("score_shape", relax.ShapeType(ndim=4))
     if score_shape == "unknown":
         params.append(shape_param)
@@ -122,6 +147,8 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
                 scores = bb.emit(relax.op.add(scores, position))
             if mask is not None:
                 scores = bb.emit(relax.op.add(scores, mask))
+            if window_mask is not None:
+                scores = _shifted(bb, scores, window_mask, window_view, window_mask_rank)
             probabilities = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
             if scores_dtype != dtype:
                 v = bb.emit(relax.op.astype(v, scores_dtype))
@@ -140,10 +167,13 @@ REFUSALS: dict[str, dict[str, Any]] = {
     "softmax_over_the_queries": {"softmax_axis": 2},
     "float16_scores_accumulated_in_float32": {"dtype": "float16", "score_dtype": "float32"},
     "scores_of_unknown_shape": {"score_shape": "unknown"},
+    "scores_viewed_across_windows": {"bias": "shifted", "window_view": "across"},
+    "window_mask_of_rank_6": {"bias": "shifted", "window_mask_rank": 6},
 }
 
 #: The rule's example space (the first point is the default example).
 SPACE: list[dict[str, Any]] = [
     {"dtype": ("float32", "float16"), "shape": ("static", "symbolic"),
      "bias": ("position", "position_and_mask", "none"), "scale": ("per_head", "scalar")},
+    {"dtype": ("float32", "float16"), "bias": ("shifted",), "scale": ("per_head", "scalar")},
 ]

@@ -25,7 +25,15 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, is_constant, is_op, is_scalar, square, through, wildcard
 from patternkit.engine import RoleMatch, reject
-from patternkit.ir import dims_equal, dtype_of, int_list, prove_equal, static_shape, type_of
+from patternkit.ir import (
+    call_args,
+    dims_equal,
+    dtype_of,
+    int_list,
+    prove_equal,
+    static_shape,
+    type_of,
+)
 
 from .forms import OperandForms
 from .layout import OPERAND_PLUMBING, shape_text
@@ -75,6 +83,11 @@ class CosineForms:
     scale: DFPattern
     position_bias: DFPattern
     mask: DFPattern
+    windowed: DFPattern
+    window_mask: DFPattern
+    window_added: DFPattern
+    second_window_mask: DFPattern
+    window_back: DFPattern
     softmax: DFPattern
     pv: DFPattern
     heads_out: DFPattern
@@ -107,7 +120,16 @@ def cosine_forms() -> CosineForms:
     scaled = is_op("multiply")(scores, scale)  # the matcher tries both operand orders
     position_bias, mask = wildcard(), wildcard()
     biased = is_op("add")(scaled, position_bias)
-    masked = alt(tag="bias", masked=is_op("add")(biased, mask), added=biased, none=scaled)
+    # Swin v2's shifted windows: the scores viewed as (B/W, W, N, S, T), the (1, W, 1, S, T)
+    # mask added (twice, as transformers writes it), and the view undone
+    windowed = is_op("reshape")(biased, varg_default_wildcard=True)
+    window_mask, second_window_mask = wildcard(), wildcard()
+    window_added = is_op("add")(windowed, window_mask)
+    window_back = is_op("reshape")(alt(
+        tag="window_terms", two=is_op("add")(window_added, second_window_mask),
+        one=window_added), varg_default_wildcard=True)
+    masked = alt(tag="bias", masked=is_op("add")(biased, mask), windowed=window_back,
+                 added=biased, none=scaled)
     softmax = is_op("nn.softmax")(masked)
     v = wildcard().has_type(relax.TensorType(ndim=4, dtype="void"))
     v_split = is_op("permute_dims")(v)
@@ -118,7 +140,8 @@ def cosine_forms() -> CosineForms:
     out = is_op("permute_dims")(heads_out)
     root = alt(tag="output", permuted=out, heads_first=heads_out)
     return CosineForms(q, k, OperandForms("v", v, v_split, v_plumbed), qk, scores, scale,
-                       position_bias, mask, softmax, pv, heads_out, out, root)
+                       position_bias, mask, windowed, window_mask, window_added,
+                       second_window_mask, window_back, softmax, pv, heads_out, out, root)
 
 
 def normalised_over(match: RoleMatch, forms: NormalisedForms, axis: int, what: str) -> None:
@@ -155,6 +178,41 @@ def per_head_scale(scale: relax.Expr, scores: tuple) -> tuple:
     return padded
 
 
+def window_terms(match: RoleMatch, forms: CosineForms, scores: tuple) -> list[tuple]:
+    """``(mask, shape)`` of each term Swin v2 adds to the windowed view of the scores:
+    the view splits the batch into ``(B/W, W)`` (the rest as the scores), and each sum
+    keeps the view's shape (the term broadcasts into it).  ``shape`` is the term's,
+    padded to 5-D.
+    """
+    windowed = match[forms.windowed]
+    view = static_shape(type_of(windowed))
+    problem = None
+    if (view is None or len(view) != 5 or not prove_equal(view[0] * view[1], scores[0])
+            or not all(prove_equal(a, b) for a, b in zip(view[2:], scores[1:]))):
+        problem = (f"the scores {shape_text(scores)} are viewed as {shape_text(view)}, not "
+                   f"split into windows (B/W, W, {', '.join(str(d) for d in scores[1:])})")
+    roles = [forms.window_mask]
+    if match.tag("window_terms") == "two":
+        roles.append(forms.second_window_mask)
+    sums = [match[forms.window_added], call_args(match[forms.window_back])[0]]
+    found = []
+    for role, total in zip(roles, sums):
+        mask = match[role]
+        shape = static_shape(type_of(mask))
+        summed = static_shape(type_of(total))
+        if problem is not None:
+            break
+        if (shape is None or len(shape) > 5 or summed is None or view is None
+                or not all(prove_equal(a, b) for a, b in zip(summed, view))):
+            problem = (f"the window mask {shape_text(shape)} does not add to the windowed "
+                       f"scores {shape_text(view)} as a term of their shape")
+            break
+        found.append((mask, (1,) * (5 - len(shape)) + tuple(shape)))
+    if problem is not None:
+        raise reject(problem, at=windowed)
+    return found
+
+
 def softmax_over_keys(softmax: relax.Expr) -> None:
     """The softmax normalises the scores' last axis, the keys."""
     axis = int(softmax.attrs.axis)
@@ -184,4 +242,4 @@ def one_dtype(named: dict[str, relax.Expr]) -> str:
 
 
 __all__ = ["CosineForms", "NormalisedForms", "cosine_forms", "normalised_over",
-           "per_head_scale", "softmax_over_keys", "known_shape", "one_dtype"]
+           "per_head_scale", "window_terms", "softmax_over_keys", "known_shape", "one_dtype"]

@@ -153,6 +153,10 @@ REFUSED = {
                                              "one dtype",
     "scores_of_unknown_shape": "the scores: no known shape, so its batch, heads, "
                                "sequence and key axes cannot be told apart",
+    "scores_viewed_across_windows": "the scores (4, 2, 16, 16) are viewed as (4, 2, 1, 16, "
+                                    "16), not split into windows (B/W, W, 2, 16, 16)",
+    "window_mask_of_rank_6": "the window mask (1, 1, 2, 1, 16, 16) does not add to the "
+                             "windowed scores (2, 2, 2, 16, 16) as a term of their shape",
     # no normalisation, no match: explain names the query's matmul operand
     "query_not_normalised": "no match",
 }
@@ -181,10 +185,11 @@ def test_each_refusal_builder_has_its_reason_asserted():
 
 
 def test_swinv2_window_attention_from_torch_export_collapses_with_its_numbers_kept():
-    """transformers' Swinv2SelfAttention, as users bring it: the library rewrites its
-    cosine attention into one R.nn.attention (before this rule: none, and
-    attention.collapse skipped it, its query read outside the match), and the result
-    agrees with the imported module and with torch on llvm.
+    """transformers' Swinv2SelfAttention, as users bring it, in a plain and a shifted
+    block (its window mask added through a 5-D view of the scores): the library rewrites
+    both cosine attentions into R.nn.attention (before this rule: none, and
+    attention.collapse skipped them, the query read outside its match), and the result
+    agrees with torch on llvm.
     """
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -198,25 +203,26 @@ def test_swinv2_window_attention_from_torch_export_collapses_with_its_numbers_ke
             config = transformers.Swinv2Config(embed_dim=16, num_heads=[2], window_size=4)
             self.attention = Swinv2SelfAttention(config, dim=16, num_heads=2, window_size=4)
 
-        def forward(self, windows):
-            return self.attention(windows)[0]
+        def forward(self, windows, shift_mask):
+            plain = self.attention(windows)[0]
+            return self.attention(plain, shift_mask)[0]
 
     torch.manual_seed(0)
     module = WindowAttention().eval()
     windows = torch.randn(4, 16, 16)
+    # 2 windows per image, some pairs of tokens masked as a shifted window masks them
+    shift_mask = torch.where(torch.rand(2, 16, 16) > 0.7, -100.0, 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        program = torch.export.export(module, (windows,))
+        program = torch.export.export(module, (windows, shift_mask))
     before, _, _ = from_torch(program, False, "main", "WindowAttention", {})
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY, before, log=log)
-    assert log.count(RULE) == 1 and log.count("attention.collapse") == 0
-    assert after.script().count("R.nn.attention") == 1
+    assert log.count(RULE) == 2 and log.count("attention.collapse") == 0
+    assert after.script().count("R.nn.attention") == 2
     assert "R.nn.softmax" not in after.script()
-    inputs = [windows.numpy()]
-    written = numeric.run(before, inputs, "main")[0]
-    fused = numeric.run(after, inputs, "main")[0]
+    # one build: the rewritten module against torch itself (the import is the contract's)
+    fused = numeric.run(after, [windows.numpy(), shift_mask.numpy()], "main")[0]
     with torch.no_grad():
-        reference = module(windows).numpy()
-    np.testing.assert_allclose(fused, written, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+        reference = module(windows, shift_mask).numpy()
     np.testing.assert_allclose(fused, reference, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
