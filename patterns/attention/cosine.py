@@ -26,13 +26,18 @@ This rule's pattern (:mod:`.cosine_forms`) keeps the norm inside its match.
 Refused, each with its reason: an operand normalised over another axis than the one
 the score matmul contracts, a scale that varies along the query or key axis (not one
 number per head), a softmax over another axis than the keys, tensors of more than one
-dtype; the shapes, plumbing and biases are :mod:`.guards`' checks.  An operand without
-the normalisation does not match (``patternkit explain`` names the division).
+dtype, scores of unknown shape, a windowed view that does not split the batch into
+windows or a window mask that does not keep the view's shape; the shapes, plumbing and
+biases are :mod:`.guards`' checks.  An operand without the normalisation does not match
+(``patternkit explain`` reports the near miss).
 
-Not covered: the shifted windows' mask as Swin v2 adds it, through a 5-D view of the
-scores (``(B/W, W, N, S, S) + mask[None, :, None]``): ``zoo:swinv2`` at its default
-size has no shifted block (its windows cover the feature map), and such a match does
-not occur there; the ONNX exporters' spellings of ``F.normalize``.
+Shifted windows: transformers adds their mask through a view of the scores, ``(B/W, W,
+N, S, T) + mask[None, :, None]`` (twice), and undoes the view; each term becomes part of
+the bias, broadcast to the view's ``(B/W, W, ., ., T)`` and merged back to ``(B, ., .,
+T)``, which adds to score ``b = i * W + j`` what the view added to ``[i, j]``.
+
+Not covered: the ONNX exporters' spellings of ``F.normalize``; a scale varying along
+the queries (foldable into q row by row, but not this form).
 """
 
 from __future__ import annotations
