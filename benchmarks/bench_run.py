@@ -13,8 +13,11 @@ written to a temporary folder, the model loaded by the job) in one process once 
   out in a thread while the job builds and checks; the scripts in line, the model
   exported and imported (the run before the import cache);
 * ``kept``: as ``patternkit run`` does now: ``shared``, with the model's import read from
-  the import cache (:mod:`patternkit.models.import_cache`) and ``before.py`` /
-  ``after.py`` written and read back in a thread alongside the checks.
+  the import cache (:mod:`patternkit.models.import_cache`), ``before.py`` /
+  ``after.py`` written and read back in a thread alongside the checks, and the checks'
+  builds compiled at LLVM's ``opt-level`` 1
+  (:data:`patternkit.verification.numeric.CHECK_OPT_LEVEL`; the other modes: TVM's
+  default, 3).
 
 A first, untimed-in-the-modes load imports torch and transformers (no mode pays for
 that) and writes the cache entry ``kept`` reads, in a temporary cache folder; its line
@@ -92,6 +95,9 @@ def run_mode(spec: str, mode: str) -> tuple[dict, dict]:
         scripts.start_writing = _written_in_line  # type: ignore[assignment]
     # the user's switch: the job's loader asks for the cache
     os.environ[import_cache.SWITCH] = "1" if mode == "kept" else "0"
+    opt_level = numeric.CHECK_OPT_LEVEL
+    if mode != "kept":
+        numeric.CHECK_OPT_LEVEL = None  # TVM's default
     try:
         with tempfile.TemporaryDirectory() as out, caching(mode != "apart"):
             load_before = os.getloadavg()[0]
@@ -109,6 +115,7 @@ def run_mode(spec: str, mode: str) -> tuple[dict, dict]:
         scripts.start_writing = real_writing  # type: ignore[assignment]
         job.time = time  # type: ignore[assignment]
         os.environ.pop(import_cache.SWITCH)
+        numeric.CHECK_OPT_LEVEL = opt_level
     found = report.to_dict()
     found.pop("seconds", None)
     found.pop("drawings", None)  # each picture's line says how long its layout took

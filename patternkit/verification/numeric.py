@@ -146,15 +146,35 @@ def _needs_lambda_lift(mod: tvm.IRModule) -> bool:
     return False
 
 
+#: LLVM's optimisation level for the ``llvm`` builds the checks run (``opt-level`` of the
+#: target; TVM's default is 3).  A check runs each kernel once or twice on small inputs,
+#: so most of an ``-O3`` build's time is compiling, not running: a 12-layer GPT-2's one
+#: build for the job took 8.1 s of CPU at 3 and 3.3 s at 1, a float16 GPT-2 layer 14.5 s
+#: and 1.8 s (``docs/tvm-bugs.md``), with the same outputs to the last bit.  Level 1
+#: changes how LLVM schedules the arithmetic, never what it computes (no fast-math).
+#: ``None``: TVM's default.
+CHECK_OPT_LEVEL: int | None = 1
+
+
+def check_target(target: str = "llvm") -> str | tvm.target.Target:
+    """The target the checks build for: ``llvm`` at :data:`CHECK_OPT_LEVEL`; any other
+    target as given.
+    """
+    if target != "llvm" or CHECK_OPT_LEVEL is None:
+        return target
+    return tvm.target.Target({"kind": "llvm", "opt-level": CHECK_OPT_LEVEL})
+
+
 def build(mod: tvm.IRModule, target: str = "llvm") -> relax.VirtualMachine:
     """Build for ``target`` and return a VM on the CPU.
 
-    Local functions (as produced by :func:`patternkit.partition`) are lifted first with
+    ``llvm`` is built at LLVM's :data:`CHECK_OPT_LEVEL` (:func:`check_target`).  Local
+    functions (as produced by :func:`patternkit.partition`) are lifted first with
     ``LambdaLift``, since the VM lowering rejects them.
     """
     if _needs_lambda_lift(mod):
         mod = relax.transform.LambdaLift()(mod)
-    return relax.VirtualMachine(relax.build(mod, target=target), tvm.cpu())
+    return relax.VirtualMachine(relax.build(mod, target=check_target(target)), tvm.cpu())
 
 
 def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[int, ...]:

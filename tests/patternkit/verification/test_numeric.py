@@ -258,3 +258,35 @@ def test_a_module_that_does_not_build_is_a_build_error_naming_the_side(before, a
                                             r"Check failed.*\(in .*CodeGenLLVM") as caught:
         pk.compare(before, after)
     assert caught.value.side == side
+
+
+@I.ir_module
+class Block:
+    @R.function
+    def main(x: R.Tensor((4, 16), "float32"), w: R.Tensor((16, 16), "float32"),
+             g: R.Tensor((16,), "float32"), b: R.Tensor((16,), "float32")):
+        with R.dataflow():
+            h = R.nn.layer_norm(R.matmul(x, w), g, b, axes=[-1])
+            s = R.nn.softmax(R.multiply(h, R.tanh(h)), axis=-1)
+            out = R.add(R.nn.gelu_tanh(s), R.sum(R.exp(h), axis=-1, keepdims=True))
+            R.output(out)
+        return out
+
+
+def test_the_checks_build_llvm_at_their_opt_level_and_compute_the_same_bits(monkeypatch):
+    # LLVM's -O3 is most of a check's build time; level 1 must not change a result
+    from tvm import runtime
+
+    from patternkit.verification import numeric
+
+    targets = []
+    real = relax.build
+    monkeypatch.setattr(relax, "build", lambda mod, target, **kw: targets.append(target)
+                        or real(mod, target=target, **kw))
+    inputs = [runtime.tensor(a) for a in random_inputs(Block["main"], seed=3)]
+    checked = numeric.build(Block)["main"](*inputs).numpy()
+    assert [dict(t.attrs).get("opt-level") for t in targets] == [numeric.CHECK_OPT_LEVEL] == [1]
+    default = relax.VirtualMachine(real(Block, target="llvm"), runtime.cpu())
+    np.testing.assert_array_equal(checked, default["main"](*inputs).numpy())
+    monkeypatch.setattr(numeric, "CHECK_OPT_LEVEL", None)  # TVM's own default, as asked
+    assert numeric.check_target("llvm") == "llvm" and numeric.check_target("c") == "c"
