@@ -112,13 +112,12 @@ def test_levit_linear_batch_norms_fold_into_their_matmuls(rewritten):
     r.assert_matches_torch()
 
 
-def test_swinv2_cosine_attention_is_collapsed_or_declined_with_a_reason(rewritten):
+def test_swinv2_cosine_attention_is_collapsed(rewritten):
     r = rewritten("swinv2")
     attentions = r.model.families["attention"]
     collapsed = r.ops["relax.nn.attention"] + r.ops["relax.nn.attention_bias"]
-    declined = {s.reason for s in r.log.skipped if s.rule == "attention.collapse"}
     assert attentions == 2
-    assert collapsed == attentions or declined  # never silently
+    assert collapsed == r.log.counts()["attention.cosine"] == attentions
     r.assert_matches_torch()
 
 
