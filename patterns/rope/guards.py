@@ -181,7 +181,10 @@ def partial_refusal(match: RoleMatch) -> Any:
     """
     lanes = _lanes(match.var_of("full"))
     rotated, passed = read_slice(match.x), read_slice(match.passed)
-    if lanes is not None and rotated is not None:
+    if lanes is None:
+        return reject("the partially rotated tensor's last dimension is not static: the "
+                      "rotated and the passed lanes cannot be checked", at=match.joined)
+    if rotated is not None:
         rank, width = lanes
         r = rotated.end
         if (_same(rotated, Slice(rank - 1, 0, r, 1), rank, width) and 0 < r < width

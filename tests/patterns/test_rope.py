@@ -341,7 +341,14 @@ def _partial(interleaved: bool, composite: bool):
 
 
 def _partial_negatives(interleaved: bool) -> list[Negative]:
+    lanes_unknown = PARTIAL.format(body=_indent(PARTIAL_BODY.strip().format(
+        rotation=(PAIR_LINES if interleaved else HALF_LINES).strip(), k="k", cos="cos",
+        sin="sin", out="out"), 12)).replace('k: R.Tensor(("n", 4, "s", 16), "float32")',
+                                            'k: R.Tensor(("n", 4, "s", "d"), "float32")')
     return [
+        Negative("lanes_of_the_whole_tensor_unknown", tvm.script.from_source(lanes_unknown),
+                 "the partially rotated tensor's last dimension is not static: the rotated "
+                 "and the passed lanes cannot be checked"),
         Negative("passed_lanes_overlap_the_rotated_ones",
                  rotary(interleaved=interleaved, rotary_dim=4, passed="overlapping"),
                  "the partial rotation rotates axis 3 [0:4:1] and passes axis 3 "
