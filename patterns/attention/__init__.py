@@ -97,7 +97,11 @@ legalisation multiplies the scores by its float32 scale first; flash-attention k
 accumulate it in float32) and does not round the probabilities back; the result stays
 within the dtype's tolerance (:mod:`.plan`), and the rule logs, at INFO on this module's
 logger, the softmax's binding, its precision and that tolerance.  Any other widening (a
-float32 model's softmax in float64) is refused with the dtypes named.
+float32 model's softmax in float64) is refused with the dtypes named.  The converse, the
+scores computed in float32 and rounded to float16 or bfloat16 before the softmax
+(``torch.export``'s float16 ``baddbmm``: its operands and bias cast to float32), is
+collapsed in the model's dtype, within the same tolerance and logged alike; a cast of an
+operand that is not such a widening is refused.
 
 The decomposed einsum spelling (``torch.einsum("bhqd,bhkd->bhqk", q, k)`` through
 ``torch.export``: ``expand_dims``, permutes and reshapes around 3-D matmuls) is rewritten

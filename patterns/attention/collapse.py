@@ -62,7 +62,9 @@ class AttentionCollapse(RewriteRule):
     def check(self, match: RoleMatch) -> Any:
         """An :class:`AttentionPlan` when the shapes, axes, scale and mask are attention's."""
         forms = self.forms
-        widened = guards.widened_softmax(match, forms)
+        guards.widened_operands(match, forms)
+        narrowed = guards.narrowed_scores(match, forms)
+        widened = None if narrowed else guards.widened_softmax(match, forms)
         q_axes, q_view = guards.operand_view(match, forms.q)
         k_axes, k_view = guards.operand_view(match, forms.k)
         v_axes, v_view = guards.operand_view(match, forms.v)
@@ -80,7 +82,7 @@ class AttentionCollapse(RewriteRule):
         guards.plumbing(pv, scores, v_operand)
         guards.agree(match.k, "the key (transposed)", k_full, (batch, heads, head_dim, None))
         guards.agree(match.v, "the value", v_full, (batch, heads, kv_len, None))
-        guards.one_dtype(match, forms)
+        guards.one_dtype(match, forms, narrowed is not None)
         out_call = match[forms.out] if match.tag("output") == "permuted" else None
         result = match.root if out_call is None else call_args(out_call)[0]
         heads_out = static_shape(type_of(result))
@@ -103,7 +105,8 @@ class AttentionCollapse(RewriteRule):
             biases=biases, scale=scale,
             out_axes=(HEADS_FIRST if out_call is None
                       else compose(HEADS_FIRST, axes_of(out_call, 4))),
-            zero_masked_rows=match.tag("probabilities") == "safe", softmax_dtype=widened)
+            zero_masked_rows=match.tag("probabilities") == "safe", softmax_dtype=widened,
+            scores_dtype=narrowed)
 
     def _biases(self, match: RoleMatch, scores: tuple) -> tuple[BiasTerm, ...]:
         """The additive terms, in the order the rewrite sums them: the mask (or the
@@ -156,6 +159,13 @@ class AttentionCollapse(RewriteRule):
                       "the written-out form (%s)", self.name,
                       var_name(match.var_of(self.forms.softmax)), plan.softmax_dtype, dtype,
                       plan.softmax_dtype, dtype, tol, tol.why)
+        if plan.scores_dtype is not None:
+            tol = tolerance_of(dtype)
+            _LOG.info("%s: the scores at %s were computed in %s from %s operands and "
+                      "rounded to %s before the softmax; R.nn.attention computes in %s: "
+                      "within %s of the written-out form (%s)", self.name,
+                      var_name(match.var_of(self.forms.widened)), plan.scores_dtype, dtype,
+                      dtype, dtype, tol, tol.why)
         bias = summed_bias(plan.biases, dtype)
         out = relax.op.nn.attention(plan.query.bsnh(), plan.key.bsnh(), plan.value.bsnh(),
                                     bias, scale=plan.scale)

@@ -159,13 +159,16 @@ def key_grouped_by_batch_and_heads() -> tvm.IRModule:
 
 
 def merged_heads(dtype: str = "float32", shape: str = "static", mask: str = "none",
-                 split_back: bool = True) -> tvm.IRModule:
+                 split_back: bool = True, scores_in: str | None = None) -> tvm.IRModule:
     """``torch.bmm`` / ``torch.baddbmm`` attention as older models write it and the torch
     importer emits it: q, k and v reshaped to (B*N, S, H), the scores, their softmax and
     the result kept 3-D, the result reshaped back into the heads (``split_back``; else
     into (B, S, N, H)).  ``mask``: ``"merged"``, a (B*N, S, T) bias input (baddbmm's);
     ``"causal"``, a constant (S, T) triangle of -1e4; ``"heads_4d"``, a (1, B*N, S, T)
-    bias, which makes the sum and the rest 4-D; ``"none"``.
+    bias, which makes the sum and the rest 4-D; ``"zeros"``, baddbmm's zero input of
+    the spellings' model; ``"none"``.  ``scores_in="float32"``: torch.export's float16
+    ``baddbmm``, its operands and bias cast to float32, the scores rounded back before
+    the softmax, the second matmul accumulated in float32 and cast back.
     """
     batch, seq, kv_len = example_dims(shape)
     heads, head_dim = 2, 16
@@ -182,18 +185,31 @@ def merged_heads(dtype: str = "float32", shape: str = "static", mask: str = "non
     elif mask == "causal":
         bias = relax.const(np.where(np.tril(np.ones((seq, kv_len), bool)), 0.0, -1e4)
                            .astype(dtype))
+    wide = scores_in or dtype
     bb = relax.BlockBuilder()
     with bb.function("main", params):
         with bb.dataflow():
+            def cast(x: relax.Expr) -> relax.Expr:
+                return x if scores_in is None else bb.emit(relax.op.astype(x, scores_in))
+
             q3, k3, v3 = (bb.emit(relax.op.reshape(x, (batch * heads, rows, head_dim)))
                           for x, rows in ((q, seq), (k, kv_len), (v, kv_len)))
+            if mask == "zeros":
+                bias = bb.emit(relax.op.full((batch * heads, seq, kv_len),
+                                             relax.const(0.0, dtype), dtype))
             k_t = bb.emit(relax.op.permute_dims(k3, [0, 2, 1]))
-            scores = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(q3, k_t)),
-                                               relax.const(np.array(0.25, dtype))))
+            scores = bb.emit(relax.op.multiply(bb.emit(relax.op.matmul(cast(q3), cast(k_t))),
+                                               relax.const(np.array(0.25, wide))))
             if bias is not None:
-                scores = bb.emit(relax.op.add(bias, scores))
+                scores = bb.emit(relax.op.add(cast(bias), scores))
+            if scores_in is not None:
+                scores = bb.emit(relax.op.astype(scores, dtype))
             p = bb.emit(relax.op.nn.softmax(scores, axis=-1))
-            out = bb.emit(relax.op.matmul(p, v3))
+            if scores_in is None:
+                out = bb.emit(relax.op.matmul(p, v3))
+            else:
+                out = bb.emit(relax.op.astype(bb.emit(relax.op.matmul(
+                    p, v3, out_dtype=scores_in)), dtype))
             split = (batch, heads, seq, head_dim) if split_back else (batch, seq, heads,
                                                                         head_dim)
             result = bb.emit_output(relax.op.reshape(out, split))
@@ -263,6 +279,8 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
     "scale_computed_from_a_shape": _departure("sqrt(1 / sqrt(H)) with H read from a shape",
                                               frontend="onnx", scale="computed_from_a_shape"),
     "key_split_back_across_the_batch": key_split_back_across_the_batch,
+    "float16_operands_cast_to_bfloat16": lambda: merged_heads(
+        "float16", mask="zeros", scores_in="bfloat16"),
 }
 
 
@@ -320,6 +338,8 @@ SPACE: list[dict[str, Sequence[Any]]] = [
                   "mask": ("padding", "none", "causal")}),
     *_form("merged_heads", {"dtype": DTYPES, "shape": ("static", "symbolic", "cross"),
                             "mask": ("none", "merged")},
+           {"dtype": ("float16", "bfloat16"), "shape": ("static", "symbolic"),
+            "mask": ("zeros", "merged", "none"), "scores_in": ("float32",)},
            {"dtype": DTYPES, "shape": ("static", "cross"), "mask": ("causal",)}),
     {"form": tuple(REFUSALS)},
 ]

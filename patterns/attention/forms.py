@@ -19,7 +19,10 @@ tag                alternatives (tried in this order)
 ``merged_bias``    ``added`` (Bloom's ALiBi, on the merged scores), ``none``
 ``mask_form``      ``added`` (``+ mask``), ``fill`` / ``keep`` (masked_fill), ``none``
 ``second_term``    ``added`` (T5: a second additive term), ``none``
-``softmax_input``  ``scores``, ``widened`` (a cast to a wider dtype: float16/bfloat16 -> float32)
+``softmax_input``  ``scores``, ``widened`` (a cast to a wider dtype: float16/bfloat16 -> float32;
+                   or back to the query's, of scores computed in float32)
+``q_cast``         ``widened`` (the score matmul's operand cast to float32), ``as_is``; also
+                   ``k_cast``
 ``probabilities``  ``safe`` (torch's SDPA), ``recast``, ``cast`` (ONNX's no-op casts), ``plain``
 ``output``         ``permuted`` (back to BSNH), ``heads_first``
 =================  ==========================================================================
@@ -134,6 +137,10 @@ class AttentionForms:
     root: DFPattern
     #: the parts of ``scale`` (:mod:`.scale`)
     scale_site: ScaleSite
+    #: the casts of the score matmul's operands: the query's, the key's (4-D, merged)
+    q_cast: DFPattern
+    k_cast: DFPattern
+    merged_cast: DFPattern
 
     def roles(self) -> dict[str, DFPattern]:
         """Role name -> pattern: the operands' sources by their names, and the rest."""
@@ -146,8 +153,14 @@ class AttentionForms:
 def attention_forms() -> AttentionForms:
     """The pattern, with its roles: ``softmax(q @ k^T * scale [+ mask]) @ v`` as written."""
     q, k, v = _operand("q"), _operand("k", key=True), _operand("v", scaled=False)
-    qk = is_op("matmul")(q.plumbed, alt(tag="key_form", transposed=k.plumbed,
-                                        merged=k.merged_transpose))
+    # torch.export's float16 baddbmm casts its operands to float32 (guards.widened_operands)
+    q_cast, k_cast, merged_cast = (is_op("astype")(p) for p in (q.plumbed, k.plumbed,
+                                                                k.merged_transpose))
+    qk = is_op("matmul")(
+        alt(tag="q_cast", widened=q_cast, as_is=q.plumbed),
+        alt(tag="key_form",
+            transposed=alt(tag="k_cast", widened=k_cast, as_is=k.plumbed),
+            merged=alt(tag="k_cast", widened=merged_cast, as_is=k.merged_transpose)))
     # a float16 matmul accumulated in float32 and cast back (TVM's ToMixedPrecision,
     # patternkit's torch import) is a matmul in float16
     scores = through(is_op("astype")(qk) | qk, ("reshape",), depth=1)
@@ -201,4 +214,5 @@ def attention_forms() -> AttentionForms:
     root = alt(tag="output", permuted=out, heads_first=heads_out)
     return AttentionForms(q, k, v, qk, prescale_bias, scale, scaled, merged_bias, pre_biased,
                           regrouped, mask, second_mask, condition, fill, scores_masked,
-                          widened, softmax, cast, recast, row_test, pv, out, root, scale_site)
+                          widened, softmax, cast, recast, row_test, pv, out, root, scale_site,
+                          q_cast, k_cast, merged_cast)

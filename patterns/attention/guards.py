@@ -65,7 +65,39 @@ def widened_softmax(match: RoleMatch, forms: AttentionForms) -> str | None:
     return wide
 
 
-def one_dtype(match: RoleMatch, forms: AttentionForms) -> None:
+def widened_operands(match: RoleMatch, forms: AttentionForms) -> None:
+    """Each cast of the score matmul's operands keeps their values: a no-op, or float16 /
+    bfloat16 widened to float32 (torch.export's float16 ``baddbmm``).
+    """
+    for tag, cast, what in (("q_cast", forms.q_cast, "query"),
+                            ("k_cast", forms.k_cast, "key"),
+                            ("k_cast", forms.merged_cast, "key")):
+        if match.tag(tag) != "widened" or cast not in match:
+            continue
+        call = match[cast]
+        source, target = dtype_of(type_of(call_args(call)[0])), str(call.attrs.dtype)
+        if source != target and WIDENED_SOFTMAX.get(source or "") != target:
+            raise reject(f"the {what} is cast from {source} to {target} before the score "
+                         f"matmul: only float16 or bfloat16 widened to float32 keeps its "
+                         f"values", at=call)
+
+
+def narrowed_scores(match: RoleMatch, forms: AttentionForms) -> str | None:
+    """The dtype the scores were computed in (float32) when they are cast to the query's
+    float16 or bfloat16 before the softmax (torch.export's float16 ``baddbmm``: the
+    operands widened, scaled and biased in float32, rounded once); ``None`` otherwise.
+    """
+    if match.tag("softmax_input") != "widened":
+        return None
+    cast = match[forms.widened]
+    scores = dtype_of(type_of(call_args(cast)[0]))
+    query = dtype_of(type_of(match[forms.q.source]))
+    if str(cast.attrs.dtype) == query and WIDENED_SOFTMAX.get(query or "") == scores:
+        return scores
+    return None
+
+
+def one_dtype(match: RoleMatch, forms: AttentionForms, narrowed: bool = False) -> None:
     """Every tensor of the match has the query's dtype: the fused op has one dtype.
 
     Relax's binary ops already refuse mixed operands; what gets here is a matmul's
@@ -79,7 +111,8 @@ def one_dtype(match: RoleMatch, forms: AttentionForms) -> None:
     dtype = dtype_of(type_of(q))
     # a widened softmax (accepted by widened_softmax) reads the scores through its cast
     scores_at = match[forms.widened] if match.tag("softmax_input") == "widened" else softmax
-    scores = dtype_of(type_of(call_args(scores_at)[0]))
+    # scores computed in float32 and narrowed (narrowed_scores): the cast's own dtype
+    scores = dtype_of(type_of(scores_at if narrowed else call_args(scores_at)[0]))
     casts = {"recast": (forms.cast, forms.recast), "cast": (forms.cast,)}.get(
         match.tag("probabilities"), ())
     found_dtypes = (("values", dtype_of(type_of(v)), v), ("scores", scores, softmax),

@@ -15,7 +15,7 @@ import numpy as np
 from tvm import relax
 
 from patternkit.engine import Tolerance
-from patternkit.ir import const_value, static_shape, type_of
+from patternkit.ir import const_value, dtype_of, static_shape, type_of
 
 from .layout import IDENTITY, permuted
 
@@ -111,6 +111,10 @@ class BiasTerm:
             term = relax.op.expand_dims(term, list(range(4 - self.rank)))
         if self.factor is not None:
             term = relax.op.multiply(term, relax.const(np.array(self.factor, dtype)))
+        if dtype_of(type_of(self.expr)) not in (dtype, "bool"):
+            # a float32 term of scores computed in float32 (the check's narrowed scores),
+            # rounded as the model rounds their sum
+            term = relax.op.astype(term, dtype)
         return term
 
     def values(self) -> np.ndarray:
@@ -143,6 +147,9 @@ class AttentionPlan:
     #: The dtype the model's softmax ran in between casts of narrower scores (``None``:
     #: the scores' own), named in the log when the collapse happens.
     softmax_dtype: str | None = None
+    #: The dtype the scores were computed in before the model rounded them to the
+    #: query's for the softmax (``None``: the query's own), named in the log.
+    scores_dtype: str | None = None
 
     def result_shape(self) -> tuple:
         """The shape Relax infers for the rewrite: attention's (B, S, N, Hv), permuted."""

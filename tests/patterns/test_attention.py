@@ -169,6 +169,9 @@ REFUSED = {
                                    "shape (1))",
     "key_split_back_across_the_batch": "the key's 3-D transpose is reshaped to (1, 2, 16, 16), "
                                        "not split back into batch and heads (2, 2, 16, 8)",
+    "float16_operands_cast_to_bfloat16": "the query is cast from float16 to bfloat16 before "
+                                         "the score matmul: only float16 or bfloat16 widened "
+                                         "to float32 keeps its values",
 }
 
 COLLAPSE_CASE = RuleCase(

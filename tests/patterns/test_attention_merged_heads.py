@@ -16,13 +16,13 @@ import pytest
 import patternkit as pk
 from patternkit.engine.driver import RewriteLog
 from patternkit.patterns import LIBRARY
-from patternkit.patterns.attention.plan import FLOAT16, FLOAT32
+from patternkit.patterns.attention.plan import BFLOAT16, FLOAT16, FLOAT32
 
 torch = pytest.importorskip("torch")
 
 RULE = "attention.collapse"
 BATCH, HEADS, SEQ, HEAD_DIM = 2, 2, 8, 16
-TOLERANCE = {"float32": FLOAT32, "float16": FLOAT16}
+TOLERANCE = {"float32": FLOAT32, "float16": FLOAT16, "bfloat16": BFLOAT16}
 
 
 def _merge(x):
@@ -107,15 +107,18 @@ def test_a_merged_heads_bmm_attention_collapses_with_the_numbers_kept(dtype, dyn
                             shape_vars={"seq": SEQ})
 
 
-# float16 is not covered: patternkit's torch import computes a float16 baddbmm in
-# float32 (its operands and bias upcast, the sum cast back), a form the rule does not match
-@pytest.mark.parametrize("bias", ["merged", "causal"])
-def test_a_baddbmm_attention_collapses_with_its_bias_split_into_heads(bias):
-    dtype = "float32"
+# torch.export computes a float16 or bfloat16 baddbmm in float32 (its operands and bias
+# upcast, the sum cast back before the softmax): collapsed in the model's dtype, the
+# precision logged
+@pytest.mark.parametrize("bias, dtype", [("merged", "float32"), ("causal", "float32"),
+                                         ("merged", "float16"), ("causal", "bfloat16")])
+def test_a_baddbmm_attention_collapses_with_its_bias_split_into_heads(bias, dtype, caplog):
     before = _imported(MergedBaddbmm(bias), _inputs(dtype, extra=True))
-    after, log = _collapsed(before)
+    with caplog.at_level("INFO", logger="patternkit.patterns.attention.collapse"):
+        after, log = _collapsed(before)
     assert log.count(RULE) == 1
     assert after.script().count("R.nn.attention") == 1
+    assert ("computed in float32" in caplog.text) == (dtype != "float32")
     tol = TOLERANCE[dtype]
     pk.assert_same_numerics(before, after, rtol=tol.rtol, atol=tol.atol)
 
