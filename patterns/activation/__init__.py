@@ -48,6 +48,9 @@ order, every number in any float dtype within that dtype's rounding)
   ``R.nn.softplus(x)`` (beta 1, threshold 20).  The bare ``log(1 + exp(x))`` is *not*
   collapsed: it overflows to inf where the op does not (x > 88 in float32), so the two
   are not the same function.
+* ``softplus.collapse_cast_beta`` (:mod:`.softplus_casts`): the dynamo exporter's
+  half-precision softplus once ``softplus.collapse`` ran, ``where(x > 20, x,
+  R.nn.softplus(x) / astype(1.0, x.dtype))`` -> ``R.nn.softplus(x)`` (exact).
 
 Composites (:data:`COMPOSITES`, for external compilers): ``hardswish`` and
 ``hardsigmoid`` on the canonical spellings above (the hard-swish first: its relu6 is the
@@ -114,6 +117,7 @@ from .examples import (
 from .mish_casts import upcast_mish, upcast_refusal
 from .onnx_clip import OnnxClipCollapse
 from .onnx_minmax import OnnxMaxCollapse, OnnxMinCollapse
+from .softplus_casts import SoftplusCastBetaCollapse
 
 #: ``1 / sqrt(2)`` and ``sqrt(2)``: the erf form scales by one or divides by the other.
 SQRT_HALF = 0.5 ** 0.5
@@ -392,7 +396,8 @@ GeluExpand = example_rule_class(
 #: The collapse rules of this file, in priority order (``LIBRARY``).
 RULES = (GeluCollapse, GeluTanhCollapse, SiluCollapse, OnnxClipCollapse,
          OnnxMaxCollapse, OnnxMinCollapse, Relu6Collapse,
-         HardsigmoidCanonicalize, HardswishCanonicalize, SoftplusCollapse)
+         HardsigmoidCanonicalize, HardswishCanonicalize, SoftplusCollapse,
+         SoftplusCastBetaCollapse)
 
 #: The composites of this file (``LIBRARY``, after every rewrite of the library).
 COMPOSITES = (HardswishComposite, HardsigmoidComposite, MishComposite, QuickGeluComposite)

@@ -42,6 +42,7 @@ from patternkit.patterns.activation import (
     rational_erf,
 )
 from patternkit.patterns.activation.examples import (
+    example_input,
     gelu_call,
     hardsigmoid_written_out,
     hardswish_written_out,
@@ -52,6 +53,10 @@ from patternkit.patterns.activation.examples import (
     relu6_written_out,
     softplus_written_out,
     swish,
+)
+from patternkit.patterns.activation.softplus_casts import (
+    SoftplusCastBetaCollapse,
+    softplus_cast_beta,
 )
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
 from patternkit.verification import rule_by_example, verify_by_example
@@ -929,6 +934,41 @@ def test_both_mishes_of_a_dynamo_onnx_export_form_the_mish_composite():
     np.testing.assert_allclose(got, module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_both_mishes_of_a_bfloat16_dynamo_onnx_export_form_the_mish_composite():
+    # in bfloat16 the exporter divides the softplus by beta cast from a float32 constant:
+    # softplus.collapse_cast_beta takes that form once softplus.collapse ran
+    pytest.importorskip("onnxscript")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    module = _TwoMishes().eval().to(torch.bfloat16)
+    x = torch.linspace(-30, 30, 32).reshape(2, 16).to(torch.bfloat16)
+    model = torch.onnx.export(module, (x,), dynamo=True, verbose=False).model_proto
+    mod = from_onnx(model)
+    assert "relax.where" in _ops(mod) and "relax.divide" in _ops(mod)
+    log = pk.RewriteLog()
+    collapsed = pk.rewrite(LIBRARY, mod, log=log)
+    assert log.count("softplus.collapse_cast_beta") == 1  # the F.softplus one (nn.Mish: Mish)
+    merged = merge_composite(collapsed, LIBRARY.composites())
+    assert composite_counts(merged) == {"byoc.mish": 2}
+    pk.assert_same_numerics(mod, merged, rtol=1.6e-2, atol=1.6e-2)
+
+
+SOFTPLUS_CAST_BETA_CASE = RuleCase(
+    SoftplusCastBetaCollapse(), softplus_cast_beta(shape="static"),
+    pk.from_expr(relax.op.nn.softplus(example_input("bfloat16", "static"))),
+    negatives=[Negative("beta_of_two", softplus_cast_beta(beta=2.0),
+                        "the beta is 2, not 1: another beta is another function"),
+               Negative("threshold_of_ten", softplus_cast_beta(threshold=10.0),
+                        "the threshold is 10, not 20"),
+               Negative("softplus_of_beta_two", softplus_cast_beta(softplus_beta=2.0),
+                        "the softplus has beta 2 and threshold 20: only the default one")],
+    tolerance=EXACT)
+
+
+def test_softplus_collapse_cast_beta_meets_the_rule_contract():
+    check_rule(SOFTPLUS_CAST_BETA_CASE)
+
+
 def test_quick_gelu_is_not_taken_by_silu_collapse():
     before = quick_gelu_written_out()
     assert not apply_rule(SiluCollapse(), before).fired
@@ -1013,7 +1053,9 @@ REFUSED = {GeluTanhCollapse: {"cubic": (0.0447,)}, SiluCollapse: {"sigmoid_of": 
            HardswishCanonicalize: {"offset": (2.0,)}, SoftplusCollapse: {"threshold": (10.0,)},
            GeluExpand: {"dtype": ("float64",)}, OnnxClipCollapse: {"low": (7.0,)},
            OnnxMaxCollapse: {"reduce_axis": (1,), "keepdims": (True,)},
-           OnnxMinCollapse: {"reduce_axis": (1,), "keepdims": (True,)}}
+           OnnxMinCollapse: {"reduce_axis": (1,), "keepdims": (True,)},
+           SoftplusCastBetaCollapse: {"beta": (2.0,), "threshold": (10.0,),
+                                      "softplus_beta": (2.0,)}}
 
 #: Per-dtype tolerances of the example sweep (see F32, F16 and ERF_APPROXIMATION).
 TOLERANCES = {"float32": {"rtol": F32.rtol, "atol": F32.atol}, "float16": F16,
@@ -1133,7 +1175,7 @@ def test_rational_erf_is_erf_to_float32_rounding():
 @pytest.mark.parametrize("cls", [c for c in (*RULES, *ACTIVATION_EXPANSIONS)
                                  # classes: they have guards
                                  if c not in (OnnxClipCollapse, OnnxMaxCollapse,
-                                              OnnxMinCollapse)],
+                                              OnnxMinCollapse, SoftplusCastBetaCollapse)],
                          ids=lambda cls: cls.name)
 def test_each_rule_is_by_example_and_its_written_and_fused_sides_agree_on_llvm(cls):
     """The library builds these rules without the construction-time check (importing the
