@@ -11,6 +11,13 @@ per-channel scale and shift) has its mean / variance steps collapsed to
 on ``x: (N, C, *spatial)`` and produces ``R.nn.instance_norm(x, gamma, beta,
 channel_axis=1, axes=[2, ...])`` with the scale and shift as ``(C,)`` parameters.
 
+A bfloat16 norm reaches this rule as ``layernorm.collapse`` writes it, the layer norm in
+float32 between casts (TVM 0.27 has no bfloat16 ``layer_norm`` or ``instance_norm``
+kernel): ``astype(layer_norm(astype(x, float32), ...), bfloat16)``.  The instance norm
+then runs in float32 too, the scale and shift widened (exact) and the result cast back
+once; the log names the precision.  A cast back to a dtype the norm's does not hold
+(a float16 norm of a float32 model) is refused: the affine step would change precision.
+
 Guards, each a reason in the log: the layer norm must normalise every spatial axis and
 only those (of a rank >= 3 input), with gamma all ones and beta all zeros; scale and
 shift must vary along the channel axis 1 only.  Not covered: channels-last instance

@@ -21,6 +21,14 @@ axes=[2]`` whose ``(G,)`` gamma and beta are the exporter's constants reshaped. 
 and produces ``R.nn.group_norm(x, gamma, beta, num_groups=G, channel_axis=1,
 axes=[2, ...])`` with the scale and shift as ``(C,)`` parameters.
 
+A bfloat16 group norm's inner norm runs in float32 between casts of the groups (that is
+what ``layernorm.collapse`` writes: TVM 0.27 has no bfloat16 ``layer_norm`` and refuses a
+bfloat16 ``group_norm``), so the rule also matches ``astype(norm(astype(grouped)))``
+and produces ``astype(group_norm(astype(x, float32), ...), bfloat16)``, the float32 group
+norm rounded once, naming the precision in the log.  The casts must widen exactly: a
+norm in a dtype that does not hold ``x``'s values, or a result cast to a dtype the
+norm's does not hold, is refused.
+
 Guards, each a reason in the log: the first reshape must keep the batch and split the
 channels into ``G`` equal groups (``K * G == C * prod(spatial)``, ``C % G == 0``); the
 second must give back ``x``'s shape; the layer norm must normalise only the last axis
