@@ -87,6 +87,10 @@ class RopeComposite(CompositeRule):
     def example_space(self) -> dict[str, Sequence[Any]]:
         """Two dtypes, static or symbolic batch and sequence, the tables given or computed,
         the rotation's operands either way round, and the edges the checks refuse.
+
+        Not ``tables="ranged"`` (``from_onnx``'s tables of a dynamic sequence): that module
+        does not build for llvm as imported, so ``verify`` could not compare it; the tests
+        compare it with its proven length bound (:func:`.lengths.bind_proven_lengths`).
         """
         return {"dtype": ("float32", "float16"), "symbolic": (True, False),
                 "tables": ("inputs", "computed", "constants", "not_cos"),
