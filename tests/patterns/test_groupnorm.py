@@ -435,6 +435,57 @@ def test_group_norm_collapse_of_the_onnx_instance_norm_form_meets_the_rule_contr
     check_rule(_onnx_case(dtype))
 
 
+_BEFORE_BF16 = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "bfloat16"), w: R.Tensor((8,), "bfloat16"),
+             b: R.Tensor((8,), "bfloat16")) -> R.Tensor(("n", 8, 4, 4), "bfloat16"):
+        n = T.int64()
+        with R.dataflow():
+            grouped = R.reshape(x, R.shape([n, 4, 32]))
+            wide = R.astype(grouped, "float32")
+            ones = R.ones(R.shape([32]), "float32")
+            zeros = R.zeros(R.shape([32]), "float32")
+            normed = R.nn.layer_norm(wide, ones, zeros, axes=[-1], epsilon=1e-5)
+            narrowed = R.astype(normed, "bfloat16")
+            back = R.reshape(narrowed, R.shape([n, 8, 4, 4]))
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            scaled = R.multiply(back, scale)
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            out = R.add(scaled, shift)
+            R.output(out)
+        return out
+'''
+
+_EXPECTED_BF16 = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "bfloat16"), w: R.Tensor((8,), "bfloat16"),
+             b: R.Tensor((8,), "bfloat16")) -> R.Tensor(("n", 8, 4, 4), "bfloat16"):
+        n = T.int64()
+        with R.dataflow():
+            scale = R.reshape(w, R.shape([1, 8, 1, 1]))
+            shift = R.reshape(b, R.shape([1, 8, 1, 1]))
+            wide = R.astype(x, "float32")
+            gamma = R.astype(R.reshape(scale, R.shape([8])), "float32")
+            beta = R.astype(R.reshape(shift, R.shape([8])), "float32")
+            normed = R.nn.group_norm(wide, gamma, beta, num_groups=4, channel_axis=1,
+                                     axes=[2, 3], epsilon=1e-5)
+            out = R.astype(normed, "bfloat16")
+            R.output(out)
+        return out
+'''
+
+
+def test_group_norm_collapse_meets_the_rule_contract_in_bfloat16():
+    # built here, not at module level: the meta-tests read one case per rule
+    check_rule(RuleCase(GroupNormCollapse(), _script(_BEFORE_BF16, "bfloat16"),
+                        _script(_EXPECTED_BF16, "bfloat16"), negatives=PRECISION_NEGATIVES,
+                        tolerance=BF16))
+
+
 @pytest.mark.parametrize("inner", ["ones", "instance"])
 def test_a_bfloat16_group_norm_collapses_in_float32_between_casts_and_logs_it(inner, caplog):
     before = written_out_group_norm(dtype="bfloat16", inner=inner, batch="n")
