@@ -117,6 +117,8 @@ REASONS_FROM = {"batchnorm_linear": "matmul.fold_batchnorm"}
 #: collapse reads the ``R.nn.softmax`` between the two matmuls, which becomes part of
 #: the one ``R.nn.attention``.
 ABSORBS = {"attention": "softmax"}
+#: The rules that make that one op (``attention.einsum_matmul`` only rewrites matmuls).
+ABSORBING_RULES = frozenset({"attention.collapse", "attention.cosine"})
 
 
 def family_of_rule(rule_name: str) -> str:
@@ -273,7 +275,7 @@ def measure(spec: str, tables: dict[str, Any] | None = None, numeric: bool = Tru
             if family != family_of_rule(record.rule):
                 made[family] += 1
         family = family_of_rule(record.rule)
-        if family in ABSORBS and ".collapse" in record.rule:
+        if family in ABSORBS and record.rule in ABSORBING_RULES:
             removed[ABSORBS[family]] += 1
     error = scale = source = float64 = None
     if numeric:
