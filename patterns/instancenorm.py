@@ -48,7 +48,7 @@ from patternkit.ir import (
     type_of,
 )
 
-from .layernorm.guards import NORM_IN_FLOAT32, log_float32_norm, widened
+from .layernorm.guards import NORM_IN_FLOAT32, log_float32_norm, norm_compute_dtype, widened
 
 _LOG = logging.getLogger(__name__)
 
@@ -127,16 +127,19 @@ class InstanceNormCollapse(RewriteRule):
     def rewrite(self, match: RoleMatch) -> Any:
         """``R.nn.instance_norm`` of ``x`` with the scale and shift as ``(C,)``."""
         plan: InstanceNormPlan = match.plan
-        compute = dtype_of(type_of(match.x)) or "float32"
+        # a bfloat16 norm runs in float32 (TVM has no bfloat16 instance_norm kernel)
+        compute = norm_compute_dtype(dtype_of(type_of(match.x)) or "float32")
         norm = relax.op.nn.instance_norm(
-            match.x, widened(relax.op.reshape(match.scale, (plan.channels,)), compute),
+            widened(match.x, compute),
+            widened(relax.op.reshape(match.scale, (plan.channels,)), compute),
             widened(relax.op.reshape(match.shift, (plan.channels,)), compute), channel_axis=1,
             axes=list(range(2, plan.ndim)), epsilon=plan.epsilon)
-        if match.tag("precision") != "float32":
+        narrowed = match.tag("precision") == "float32"
+        narrow = dtype_of(type_of(match.narrowed if narrowed else match.norm)) or compute
+        if narrow == compute:
             return norm
-        narrow = dtype_of(type_of(match.narrowed)) or compute
-        log_float32_norm(_LOG, self.name, "instance_norm", match.var_of("narrowed"), narrow,
-                         compute)
+        log_float32_norm(_LOG, self.name, "instance_norm",
+                         match.var_of("narrowed" if narrowed else "norm"), narrow, compute)
         return relax.op.astype(norm, narrow)
 
     def example(self, **knobs: Any) -> tvm.IRModule:

@@ -61,7 +61,7 @@ from patternkit.ir import (
     type_of,
 )
 
-from ..layernorm.guards import log_float32_norm, widened
+from ..layernorm.guards import log_float32_norm, norm_compute_dtype, widened
 from .examples import written_out_group_norm
 
 _LOG = logging.getLogger(__name__)
@@ -218,17 +218,20 @@ class GroupNormCollapse(RewriteRule):
             return relax.op.reshape(value, (plan.channels,))
 
         inner = match.norm if match.tag("inner_norm") == "layer_norm" else match.instance
-        compute = dtype_of(type_of(inner)) or "float32"
+        # a bfloat16 norm runs in float32 (TVM refuses a bfloat16 group_norm)
+        compute = norm_compute_dtype(dtype_of(type_of(inner)) or "float32")
         norm = relax.op.nn.group_norm(widened(match.x, compute),
                                       widened(per_channel(match.scale), compute),
                                       widened(per_channel(match.shift), compute),
                                       num_groups=plan.groups, channel_axis=1,
                                       axes=list(range(2, ndim)), epsilon=plan.epsilon)
-        if match.tag("precision") != "narrowed":
+        narrowed = match.tag("precision") == "narrowed"
+        narrow = dtype_of(type_of(match.narrowed if narrowed else inner)) or compute
+        if narrow == compute:
             return norm
-        narrow = dtype_of(type_of(match.narrowed)) or compute
-        log_float32_norm(_LOG, self.name, "group_norm", match.var_of("narrowed"), narrow,
-                         compute)
+        at = match.var_of("narrowed" if narrowed else
+                         "norm" if match.tag("inner_norm") == "layer_norm" else "instance")
+        log_float32_norm(_LOG, self.name, "group_norm", at, narrow, compute)
         return relax.op.astype(norm, narrow)
 
     def example(self, **knobs: Any) -> tvm.IRModule:

@@ -486,6 +486,20 @@ def test_group_norm_collapse_meets_the_rule_contract_in_bfloat16():
                         tolerance=BF16))
 
 
+def test_a_group_norm_of_a_bfloat16_layer_norm_runs_in_float32_and_builds():
+    # F.layer_norm over the groups of a bfloat16 x, as an importer writes it: TVM refuses a
+    # bfloat16 group_norm, so the collapse computes it in float32 (once an error)
+    native = written_out_group_norm(dtype="bfloat16", norm_dtype="bfloat16")
+    after = pk.rewrite(GroupNormCollapse(), native)
+    (norm,) = [b.value for b in after["main"].body.blocks[0].bindings
+               if pk.ir.op_name(b.value) == "relax.nn.group_norm"]
+    assert norm.args[0].ty.dtype == "float32"
+    # the bfloat16 layer_norm does not build: the same model with it in float32 is the
+    # reference (same seeded constants)
+    pk.assert_same_numerics(written_out_group_norm(dtype="bfloat16"), after, rtol=BF16.rtol,
+                            atol=BF16.atol)
+
+
 @pytest.mark.parametrize("inner", ["ones", "instance"])
 def test_a_bfloat16_group_norm_collapses_in_float32_between_casts_and_logs_it(inner, caplog):
     before = written_out_group_norm(dtype="bfloat16", inner=inner, batch="n")

@@ -160,6 +160,20 @@ def test_instance_norm_collapse_meets_the_rule_contract_in_float16():
     check_rule(COLLAPSE_FLOAT16_CASE)
 
 
+def test_an_instance_norm_of_a_bfloat16_layer_norm_runs_in_float32_and_builds():
+    # a bfloat16 layer_norm as an importer writes it: TVM has no bfloat16 instance_norm
+    # kernel, so the collapse computes it in float32
+    native = written_out_instance_norm(dtype="bfloat16", norm_dtype="bfloat16")
+    after = pk.rewrite(InstanceNormCollapse(), native)
+    (norm,) = [b.value for b in after["main"].body.blocks[0].bindings
+               if pk.ir.op_name(b.value) == "relax.nn.instance_norm"]
+    assert norm.args[0].ty.dtype == "float32"
+    # the bfloat16 layer_norm does not build: the same model with it in float32 between
+    # casts is the reference (same seeded constants)
+    pk.assert_same_numerics(written_out_instance_norm(dtype="bfloat16"), after,
+                            rtol=BF16.rtol, atol=BF16.atol)
+
+
 def test_a_bfloat16_instance_norm_collapses_in_float32_between_casts_and_logs_it(caplog):
     case = RuleCase(InstanceNormCollapse(), _script(_BEFORE_BF16, "bfloat16"),
                     _script(_EXPECTED_BF16, "bfloat16"), tolerance=BF16,
