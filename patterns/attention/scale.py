@@ -31,8 +31,9 @@ BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "relax.divide": np.divide,
     "relax.multiply": np.multiply,
 }
-#: How many calls deep a computed scale may be (TorchScript's SDPA: 4).
-DEPTH = 4
+#: How many calls deep a computed scale may be (TorchScript's SDPA: 4 in float32, 5 in
+#: float16 and bfloat16, where the square root of the head size is cast to float32).
+DEPTH = 5
 
 
 @dataclass(frozen=True)

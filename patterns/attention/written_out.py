@@ -254,19 +254,23 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
 def _split_scale(bb: relax.BlockBuilder, scale: str, head_dim: int, dtype: str) -> relax.Expr:
     """``sqrt(head_dim ** -0.5)``, the factor an ONNX exporter multiplies q and k by each:
     a constant (``"split"``, the dynamo exporter) or computed from constants of shape (1,)
-    (``"computed"``, TorchScript's ``sqrt(cast(1 / sqrt(H)))``); ``"computed_per_head"``:
+    (``"computed"``, TorchScript's ``sqrt(cast(1 / sqrt(H)))``, the division in float32);
+    ``"computed_per_head"``:
     from constants of shape (1, 2, 1, 1); ``"computed_from_a_shape"``: from the head size
     read from a shape at run time, not a constant.
     """
     if scale == "split":
         return relax.const(np.array(head_dim ** -0.25, dtype))
     shape = (1, 2, 1, 1) if scale == "computed_per_head" else (1,)
-    one = relax.const(np.ones(shape, dtype))
+    one = relax.const(np.ones(shape, "float32"))
     dims: relax.Expr = relax.const(np.full(shape, head_dim, dtype))
     if scale == "computed_from_a_shape":
         dims = bb.emit(relax.op.astype(relax.op.shape_to_tensor(relax.ShapeExpr([head_dim])),
                                        dtype))
-    inverse = bb.emit(relax.op.divide(one, bb.emit(relax.op.sqrt(dims))))
+    root = bb.emit(relax.op.sqrt(dims))
+    if dtype != "float32":  # the division runs in float32 (a float16 export casts to it)
+        root = bb.emit(relax.op.astype(root, "float32"))
+    inverse = bb.emit(relax.op.divide(one, root))
     return bb.emit(relax.op.sqrt(bb.emit(relax.op.astype(inverse, dtype))))
 
 
