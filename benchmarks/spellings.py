@@ -189,7 +189,7 @@ _IMPORT_CODE = ("importing", "torch_fixups", "low_precision", "onnx_fixups", "on
 
 
 #: Bumped when what the cache holds changes.
-_CACHE_FORMAT = "3"
+_CACHE_FORMAT = "4"
 
 
 @functools.lru_cache(maxsize=1)
@@ -435,6 +435,7 @@ def branch(mod: tvm.IRModule, named: dict[str, np.ndarray], index: int, count: i
         if var in value_of and var not in needed:
             needed.add(var)
             stack.extend(vars_read(value_of[var]))
+    _keep_length_casts(func, value_of, needed)
     read = {v for var in needed for v in vars_read(value_of[var])} | {result}
     params = [p for p in func.params if p in read]
     blocks = []
@@ -453,6 +454,34 @@ def branch(mod: tvm.IRModule, named: dict[str, np.ndarray], index: int, count: i
     # the importer's helper functions (from_onnx's ``maximum``, ``einsum``) stay, shared
     others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
     return tvm.IRModule({**others, tvm.ir.GlobalVar("main"): new}), weights
+
+
+def _keep_length_casts(func: relax.Function, value_of: dict, needed: set) -> None:
+    """Add to ``needed`` the match casts that define a symbolic length a needed binding
+    uses, and what they read.
+
+    ``from_onnx`` gives ``arange(seq)`` a length of its own (``range_len_0``, matched from a
+    count computed at run time): no Var reads that match cast, only the values after it, so
+    keeping the bindings reached through Vars alone left the length undefined and the
+    branch not well formed.
+    """
+    from patternkit.ir.walk import vars_read
+
+    casts = [b for block in func.body.blocks for b in block.bindings
+             if isinstance(b, relax.MatchCast)]
+    while True:
+        used = {v.name for var in needed
+                for v in relax.analysis.free_symbolic_vars(value_of[var])}
+        defining = [cast.var for cast in casts if cast.var not in needed and used & {
+            v.name for v in relax.analysis.definable_tir_vars_in_type(cast.ty)}]
+        if not defining:
+            return
+        stack = defining
+        while stack:
+            var = stack.pop()
+            if var in value_of and var not in needed:
+                needed.add(var)
+                stack.extend(vars_read(value_of[var]))
 
 
 # -- measuring ---------------------------------------------------------------------------------

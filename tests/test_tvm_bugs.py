@@ -630,3 +630,57 @@ def test_to_mixed_precision_accepts_an_outer_product():
     after = relax.transform.ToMixedPrecision()(OuterProduct)
     comparison = numeric.compare(OuterProduct, after, rtol=2e-3, atol=2e-3)
     assert comparison.ok, comparison
+
+
+def _shape_of_a_shapeless_sum():
+    """``Shape(x + Range(0, Cast(Shape(x)[1])))[0]``: the sum's shape is lost in TVM."""
+    from onnx import TensorProto, helper
+
+    def constant(name, proto_type, value):
+        return helper.make_node("Constant", [], [name],
+                                value=helper.make_tensor(name, proto_type, [], [value]))
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), constant("i1", TensorProto.INT64, 1),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             constant("zero", TensorProto.FLOAT, 0.0), constant("one", TensorProto.FLOAT, 1.0),
+             helper.make_node("Range", ["zero", "nf", "one"], ["r"]),
+             helper.make_node("Add", ["x", "r"], ["y"]),
+             helper.make_node("Shape", ["y"], ["sy"]), constant("i0", TensorProto.INT64, 0),
+             helper.make_node("Gather", ["sy", "i0"], ["out"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "shape_of_a_shapeless_sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 from_onnx: Gather of the Shape of a tensor of unknown "
+                          "shape calls shape_of on an R.Shape")
+def test_onnx_gather_of_the_shape_of_a_shapeless_tensor_imports():
+    onnx = pytest.importorskip("onnx")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = _shape_of_a_shapeless_sum()
+    onnx.checker.check_model(model, full_check=True)  # a valid graph: onnxruntime runs it
+    mod = from_onnx(model)
+    assert relax.analysis.well_formed(mod)
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27 from_onnx: Expand to an initializer's shape "
+                                       "emits call_packed(tensor_to_shape) in a pure main")
+def test_onnx_expand_to_an_initializer_shape_is_well_formed():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["x", "shape"], ["y"])], "expand",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(np.array([2, 3], "int64"), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    mod = from_onnx(model, keep_params_in_input=True)
+    assert relax.analysis.well_formed(mod)
