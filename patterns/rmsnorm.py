@@ -45,9 +45,9 @@ the float32 computation stands in for the model's.
 :class:`RmsNormExpand` (``rmsnorm.expand``, in :data:`patternkit.patterns.EXPANSIONS`)
 writes ``R.nn.rms_norm`` out for training graphs, since ``relax.transform.Gradient`` has
 no gradient for it (TVM has none for ``rsqrt`` either): ``h = astype(x, float32)``
-(float16 only), ``y = h / sqrt(mean(h * h) + eps)``, cast back, times ``w``, all ops with
-a gradient in
-TVM 0.27 (``astype``, ``multiply``, ``mean``, ``add``, ``sqrt``, ``divide``).  It is the
+(float16 and bfloat16 only), ``y = h / sqrt(mean(h * h) + eps)``, cast back, times ``w``,
+all ops with a gradient in TVM 0.27 (``astype``, ``multiply``, ``mean``, ``add``, ``sqrt``,
+``divide``).  It is the
 Llama spelling, so ``rmsnorm.collapse`` undoes it.
 
 :class:`RmsNormComposite` (``<compiler>.rms_norm``) takes ``R.nn.rms_norm`` over the last

@@ -265,14 +265,14 @@ def test_rmsnorm_expand_meets_the_rule_contract():
     check_rule(EXPAND_CASE)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("rank, axes, symbolic", [(3, 1, False), (3, 1, True), (2, 1, False),
                                                   (4, 2, True)])
 def test_expanded_norms_keep_the_numbers_and_collapse_back(rank, axes, symbolic, dtype):
     before = RmsNormExpand().example(dtype=dtype, rank=rank, axes=axes, symbolic=symbolic)
     expanded = pk.rewrite(EXPANSIONS, before)
     assert not rms_norms(expanded)
-    tol = F32 if dtype == "float32" else EXPAND_F16
+    tol = {"float32": F32, "float16": EXPAND_F16, "bfloat16": BF16}[dtype]
     pk.assert_same_numerics(before, expanded, rtol=tol.rtol, atol=tol.atol,
                             shape_vars=SHAPE_VARS)
     log = pk.RewriteLog()
