@@ -684,3 +684,17 @@ def test_onnx_expand_to_an_initializer_shape_is_well_formed():
     onnx.checker.check_model(model, full_check=True)
     mod = from_onnx(model, keep_params_in_input=True)
     assert relax.analysis.well_formed(mod)
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 tirx pow: 'power only applies to float' on bfloat16")
+def test_power_of_a_bfloat16_tensor_builds():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4,), "bfloat16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.power(x, relax.const(2.0, "bfloat16")))
+        bb.emit_func_output(out)
+    data = np.array([0.5, 1.5, -2.0, 3.0], "float32")
+    [got] = numeric.run(bb.get(), [data])
+    np.testing.assert_allclose(np.asarray(got, "float32"), data ** 2, rtol=1e-2)
