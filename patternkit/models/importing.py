@@ -96,8 +96,31 @@ def from_onnx_model(model, keep_params: bool, entry: str, text: str,
     try:
         mod = timed(seconds, "import", from_onnx, model, keep_params_in_input=keep_params)
     except Exception as err:
+        invalid = exporter_fault(model)
+        if invalid is not None:
+            raise ZooImportError(f"{text}: the exported ONNX graph is not valid ({invalid}), "
+                                 f"so from_onnx fails on it too") from err
         raise failure("from_onnx", text, err) from err
     return finish(mod, keep_params, entry, text)
+
+
+def exporter_fault(model) -> str | None:
+    """Why onnx's own checker refuses ``model`` (``None``: it accepts it, or cannot tell).
+
+    Asked only after ``from_onnx`` failed, so the error names the exporter, not TVM, when
+    the graph itself is wrong: the TorchScript exporter writes GPT-J's ``stack(...,
+    dim=-1).flatten(-2)`` with incompatible dimensions, which onnxruntime refuses too.
+    """
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return f"onnx.checker: {type(err).__name__}: {first}"
+    except Exception:  # noqa: BLE001 - a checker that cannot run decides nothing
+        return None
+    return None
 
 
 def symbolic_dims(func: relax.Function, input_specs) -> dict[str, str]:
