@@ -35,6 +35,14 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _import_cache_in_a_temporary_folder(tmp_path_factory):
+    """The job and CLI tests load zoo models through the import cache (subprocesses
+    inherit the variable): keep their entries out of the user's ``~/.cache``."""
+    if "PATTERNKIT_IMPORT_CACHE_DIR" not in os.environ:
+        os.environ["PATTERNKIT_IMPORT_CACHE_DIR"] = str(tmp_path_factory.mktemp("imports"))
+
+
 def tensor_var(name: str, shape, dtype: str = "float32") -> relax.Var:
     return relax.Var(name, relax.TensorType(shape, dtype))
 
