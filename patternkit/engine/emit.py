@@ -159,7 +159,7 @@ def _normalize_replacements(replaced: list[tuple[Any, Any, str]], is_dataflow: b
             var = binding.var  # read once (an FFI read each time)
             targets.append(C.handle(var))
             try:
-                known.give_types(value)  # a conv's type once per signature (known_types)
+                known.give_types(value, rule_name)  # a conv's type once per signature
                 normalized = bb.normalize(value)
             except Exception as err:
                 where = describe_binding(func_name, binding)

@@ -12,7 +12,9 @@ normalised.  The signature is confirmed by structural equality, not by hash alon
 
 Only calls that are still untyped, of the operators in :data:`LAYOUT_OPS`, whose
 arguments are all Vars or constants with a tensor type, are given a type: the calls whose
-inference reads nothing but those types and the attributes.
+inference reads nothing but those types and the attributes.  Looking for them costs a
+few FFI reads a replacement, so a rule whose first replacement in the block holds none
+is not looked at again there (its later replacements are normalised as before).
 """
 
 from __future__ import annotations
@@ -50,23 +52,30 @@ class KnownTypes:
         The builder that normalises the replacements (its analyzer infers the types).
     """
 
-    __slots__ = ("_bb", "_seen", "given", "inferred")
+    __slots__ = ("_bb", "_seen", "_without", "given", "inferred")
 
     def __init__(self, bb: relax.BlockBuilder):
         self._bb = bb
         self._seen: dict[tuple[int, int, tuple[int, ...]], list[_Entry]] = {}
+        self._without: set[str] = set()  # rules whose first replacement had no such call
         #: How many calls were given a known type, and how many were inferred by TVM.
         self.given = 0
         self.inferred = 0
 
-    def give_types(self, value: Any) -> None:
-        """Type the untyped layout-operator calls nested in ``value`` (itself included):
-        a known signature's type is given, an unknown one inferred by TVM and kept.
+    def give_types(self, value: Any, rule: str) -> None:
+        """Type the untyped layout-operator calls nested in ``value`` (itself included),
+        the replacement made by ``rule``: a known signature's type is given, an unknown
+        one inferred by TVM and kept.
 
         Raises whatever TVM's normalisation raises for an ill-typed call (the caller
         reports it as it reports the replacement's own normalisation).
         """
-        for call in _untyped_layout_calls(value):
+        if rule in self._without:
+            return
+        calls = _untyped_layout_calls(value)
+        if not calls:
+            self._without.add(rule)
+        for call in calls:
             self._type(call)
 
     def _type(self, call: relax.Call) -> None:

@@ -83,7 +83,7 @@ def test_a_signature_seen_before_is_given_its_type_and_the_function_is_unchanged
     assert (known.given, known.inferred) == (1, 3)  # conv b shares conv a's signature
 
     # the reference: every replacement typed by TVM's normalisation alone
-    monkeypatch.setattr(KnownTypes, "give_types", lambda self, value: None)
+    monkeypatch.setattr(KnownTypes, "give_types", lambda self, value, rule: None)
     mod_again = _convolutions()
     reference = _emit(mod_again, _replacements(mod_again["main"]))
     # the same bindings, types and values (constants compared by value)
@@ -104,11 +104,27 @@ def test_other_attributes_or_argument_types_are_inferred_again():
                  relax.op.nn.conv2d(y, _weight(rng), padding=[1, 1]),  # other input type
                  relax.op.nn.conv2d(x, _weight(rng), padding=[1, 1])]  # the first again
         for call in calls:
-            known.give_types(call)
+            known.give_types(call, "rule")
         bb.emit_func_output(x)
     assert (known.given, known.inferred) == (1, 3)
     assert [tuple(int(d) for d in c.ty.shape) for c in calls] == [
         (1, 4, 8, 8), (1, 4, 6, 6), (1, 4, 9, 9), (1, 4, 8, 8)]
+
+
+def test_a_rule_whose_first_replacement_has_no_convolution_is_not_looked_at_again():
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    rng = np.random.default_rng(5)
+    bb = relax.BlockBuilder()
+    with bb.function("f", [x]):
+        known = KnownTypes(bb)
+        known.give_types(relax.op.add(x, x), "plain")
+        later = relax.op.nn.conv2d(x, _weight(rng), padding=[1, 1])
+        known.give_types(later, "plain")   # not looked at: normalised by TVM as before
+        assert (known.given, known.inferred) == (0, 0)
+        known.give_types(relax.op.nn.conv2d(x, _weight(rng), padding=[1, 1]), "convs")
+        known.give_types(relax.op.nn.conv2d(x, _weight(rng), padding=[1, 1]), "convs")
+        assert (known.given, known.inferred) == (1, 1)
+        bb.emit_func_output(x)
 
 
 def test_an_ill_typed_convolution_is_still_a_one_line_error_naming_the_binding():
