@@ -15,11 +15,14 @@ operator, accumulating in float32 (``out_dtype="float32"``, as TVM's converter a
 cast back to the input's dtype, then the bias added in that dtype.  Torch computes the
 same sums in float32 and rounds once, bias included; the extra rounding before the bias
 is within float16's tolerance, and it is the form backend pattern tables expect.
+Transposed convolutions (``conv_transpose1d``/``conv_transpose2d``, and ``convolution``
+with ``transposed=True``, what ``torch.export``'s decomposition leaves of them) are
+converted the same way: TVM's converter adds a float16 bias to their float32 result too.
 
 Pass :meth:`~LowPrecisionConverters.convert_map` as ``custom_convert_map``;
 :meth:`~LowPrecisionConverters.notes` says what was converted.  Transposed convolutions
-are left to TVM (no zoo model has one), so a float16 model with one still fails to import
-with TVM's own error.  ``baddbmm`` needs nothing: TVM converts it in the input's dtype.
+of rank 3 (``conv_transpose3d``) are left to TVM, which refuses them in
+every dtype.  ``baddbmm`` needs nothing: TVM converts it in the input's dtype.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ LOW_PRECISION = frozenset({"float16", "bfloat16"})
 #: Torch ops (their ``target`` names in an exported program) this module converts.
 CONVERTED_OPS = ("linear.default", "addmm.default", "mm.default", "bmm.default",
                  "matmul.default", "conv1d.default", "conv2d.default", "conv3d.default",
-                 "convolution.default")
+                 "convolution.default", "conv_transpose1d.default", "conv_transpose2d.input")
 
 Converter = Callable[[Any, Any], relax.Var]
 
@@ -70,7 +73,7 @@ class LowPrecisionConverters:
             if dtype not in LOW_PRECISION:
                 return self._original(importer, op)(node)
             result = convert(node, importer, dtype)
-            if result is None:  # a form left to TVM (a transposed convolution)
+            if result is None:  # a form left to TVM (a 3-D transposed convolution)
                 return self._original(importer, op)(node)
             self.converted[op.split(".")[0]] += 1
             return result
@@ -162,7 +165,7 @@ def _convolution(node: Any, importer: Any, dtype: str) -> relax.Var | None:
 def _any_conv(node: Any, importer: Any, dtype: str, general: bool) -> relax.Var | None:
     args = importer.retrieve_args(node)
     if general and len(args) > 6 and args[6]:
-        return None  # transposed: left to TVM
+        return _transposed(importer, dtype, [*args[:6], *args[7:9]])
     x, weight = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
     stride, padding, dilation = (args[i] if len(args) > i else default
@@ -183,7 +186,48 @@ def _any_conv(node: Any, importer: Any, dtype: str, general: bool) -> relax.Var 
     return builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))))
 
 
+#: Transposed convolution rank -> (Relax op, data layout, kernel layout).
+_TRANSPOSED = {3: (relax.op.nn.conv1d_transpose, "NCW", "IOW"),
+               4: (relax.op.nn.conv2d_transpose, "NCHW", "IOHW")}
+
+
+def _conv_transpose(node: Any, importer: Any, dtype: str) -> relax.Var | None:
+    """``conv_transpose1d``/``conv_transpose2d``: (x, weight, bias, stride, padding,
+    output_padding, groups, dilation).
+    """
+    args = importer.retrieve_args(node)
+    defaults = (None, None, None, 1, 0, 0, 1, 1)
+    x, weight, bias, stride, padding, output_padding, groups, dilation = (
+        args[i] if len(args) > i else default for i, default in enumerate(defaults))
+    return _transposed(importer, dtype, [x, weight, bias, stride, padding, dilation,
+                                         output_padding, groups])
+
+
+def _transposed(importer: Any, dtype: str, args: list[Any]) -> relax.Var | None:
+    """A transposed convolution given ``convolution``'s arguments without ``transposed``:
+    (x, weight, bias, stride, padding, dilation, output_padding, groups); None for a rank
+    TVM has no transposed convolution of.
+    """
+    defaults = (None, None, None, 1, 0, 1, 0, 1)
+    x, weight, bias, stride, padding, dilation, output_padding, groups = (
+        args[i] if len(args) > i else default for i, default in enumerate(defaults))
+    rank = len(importer.shape_of(x))
+    if rank not in _TRANSPOSED:
+        return None
+    conv, data_layout, kernel_layout = _TRANSPOSED[rank]
+    builder = importer.block_builder
+    out = _accumulated(builder, conv(x, weight, strides=stride, padding=padding,
+                                     output_padding=output_padding, dilation=dilation,
+                                     groups=groups, data_layout=data_layout,
+                                     kernel_layout=kernel_layout, out_dtype=ACCUMULATE),
+                       dtype)
+    if importer._is_no_bias(bias):
+        return out
+    return builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))))
+
+
 _LOW_PRECISION_CONVERTERS: dict[str, Callable[[Any, Any, str], relax.Var | None]] = {
     "linear.default": _linear, "addmm.default": _addmm, "mm.default": _matmul,
     "bmm.default": _matmul, "matmul.default": _matmul, "conv1d.default": _conv,
-    "conv2d.default": _conv, "conv3d.default": _conv, "convolution.default": _convolution}
+    "conv2d.default": _conv, "conv3d.default": _conv, "convolution.default": _convolution,
+    "conv_transpose1d.default": _conv_transpose, "conv_transpose2d.input": _conv_transpose}
