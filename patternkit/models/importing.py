@@ -75,17 +75,19 @@ def from_torch(program, keep_params: bool, entry: str, text: str, seconds: dict[
     from tvm.relax.frontend.torch import from_exported_program
 
     from .low_precision import LowPrecisionConverters
+    from .torch_converters import TorchConverters
     from .torch_fixups import prepare_torch_import
 
-    converters = LowPrecisionConverters()
+    converters, others = LowPrecisionConverters(), TorchConverters()
     try:
         mod = timed(seconds, "import", from_exported_program, program,
                     keep_params_as_input=keep_params, unwrap_unit_return_tuple=True,
-                    custom_convert_map=converters.convert_map())
+                    custom_convert_map={**converters.convert_map(), **others.convert_map()})
     except Exception as err:
         raise failure("from_exported_program", text, err) from err
     mod, fixups = prepare_torch_import(mod)
-    return (*finish(mod, keep_params, entry, text), converters.notes() + fixups)
+    return (*finish(mod, keep_params, entry, text),
+            converters.notes() + others.notes() + fixups)
 
 
 def from_onnx_model(model, keep_params: bool, entry: str, text: str,

@@ -1,0 +1,228 @@
+"""Converters handed to TVM 0.27's torch importer for torch ops it refuses or mis-imports.
+
+Each one covers a spelling users write that ``from_exported_program`` cannot import
+(``docs/tvm-bugs.md``); every other call of the same op goes through TVM's converter
+unchanged, so a model TVM imports imports exactly as without them.
+
+- ``amax`` / ``amin`` (``x - x.amax(-1, keepdim=True)``, a softmax written out): TVM has
+  no converter ("Unsupported function types ['amax.default']"); they are ``R.max`` /
+  ``R.min`` over the same axes.
+- ``repeat`` with a symbolic count (``nn.InstanceNorm2d(affine=True)`` on a dynamic
+  batch repeats its weight and bias per sample): TVM emits ``R.tile``, which takes
+  integers only.  A symbolic repeat is a reshape that interleaves unit axes, a
+  ``broadcast_to`` of them, and a reshape back.
+- ``view`` / ``reshape`` to a shape with a symbolic extent (the same instance norm views
+  its input as (1, N*C, H, W)): TVM's check for a reshape to the same shape compares the
+  extents with ``==``, which raises on a symbolic one ("Cannot use and / or / not
+  operator to Expr").  Here an extent is the same only when torch's and the input's are
+  the same expression; the reshape is TVM's.
+- ``_native_batch_norm_legit.no_stats`` (what instance norm decomposes into) on a
+  symbolic channel count: TVM reads the count as an ``int``.  The default weight and bias
+  are then ``ones`` / ``zeros`` of that count.
+- bfloat16 ``native_layer_norm``, ``native_group_norm`` and instance norm: TVM refuses a
+  bfloat16 ``group_norm``, and TVM 0.27 has no llvm kernel for a bfloat16 ``layer_norm``
+  or ``instance_norm``.  They import as the float32 op between casts,
+  ``astype(norm(astype(x, float32), gamma_f32, beta_f32), bfloat16)``: torch computes
+  them in float32 too, and the library's norm rules collapse that form.
+
+Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
+of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
+was converted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+from tvm import relax
+
+from ..ir import dtype_of, type_of
+
+Converter = Callable[[Any, Any], relax.Var]
+#: Norms of this dtype are computed in :data:`NORM_DTYPE` between casts.
+CAST_NORM_DTYPE = "bfloat16"
+NORM_DTYPE = "float32"
+
+
+class TorchConverters:
+    """The ``custom_convert_map`` of one import; counts what it converted, per torch op."""
+
+    def __init__(self) -> None:
+        self.converted: Counter[str] = Counter()
+        self._importer: Any = None
+        self._originals: dict[str, Callable[[Any], relax.Var]] = {}
+
+    def convert_map(self) -> dict[str, Converter]:
+        """Torch op -> converter, for ``from_exported_program(custom_convert_map=...)``."""
+        return {op: self._converter(op, convert) for op, (convert, _) in _CONVERTERS.items()}
+
+    def notes(self) -> list[str]:
+        """One line per converted torch op (empty when none was), in the words ``patternkit
+        run`` logs.
+        """
+        return [f"{count} {op} {_CONVERTERS[op][1]}"
+                for op, count in sorted(self.converted.items())]
+
+    def _converter(self, op: str, convert: Callable[[Any, Any], relax.Var | None]
+                   ) -> Converter:
+        def converter(node: Any, importer: Any) -> relax.Var:
+            result = convert(node, importer)
+            if result is None:  # a call TVM imports: its own converter runs
+                return self._original(importer, op)(node)
+            self.converted[op] += 1
+            return result
+
+        return converter
+
+    def _original(self, importer: Any, op: str) -> Callable[[Any], relax.Var]:
+        """TVM's own converter of ``op``, bound to the importer running now."""
+        if importer is not self._importer:
+            self._importer = importer
+            self._originals = type(importer).create_convert_map(importer)
+        return self._originals[op]
+
+
+def _reduce(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var]:
+    """``amax``/``amin``: (x, dim=[], keepdim=False); an empty ``dim`` reduces every axis."""
+
+    def convert(node: Any, importer: Any) -> relax.Var:
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        axes = [dim] if isinstance(dim, int) else list(dim)
+        return importer.block_builder.emit(op(x, axes or None, bool(keepdim)))
+
+    return convert
+
+
+def _repeat(node: Any, importer: Any) -> relax.Var | None:
+    """``repeat(x, counts)`` with a symbolic count (None when all are integers)."""
+    x = importer.env[node.args[0]]
+    counts = list(importer.retrieve_args(node)[1])
+    if all(isinstance(c, int) for c in counts):
+        return None
+    shape = [1] * (len(counts) - len(importer.shape_of(x))) + list(importer.shape_of(x))
+    builder = importer.block_builder
+    interleaved = [d for extent in shape for d in (1, extent)]
+    spread = [d for count, extent in zip(counts, shape) for d in (count, extent)]
+    out = builder.emit(relax.op.broadcast_to(relax.op.reshape(x, interleaved), spread))
+    return builder.emit(relax.op.reshape(out, [c * e for c, e in zip(counts, shape)]))
+
+
+def _view(node: Any, importer: Any) -> relax.Var | None:
+    """``view``/``reshape``: (x, shape) where TVM's identity check raises (None when it
+    does not: TVM's converter runs).
+    """
+    args = importer.retrieve_args(node)
+    x = args[0]
+    dims = list(args[1]) if isinstance(args[1], (list, tuple)) else list(args[1:])
+    shape = importer.shape_of(x)
+    if shape is None:
+        return None
+    try:
+        list(shape) == dims  # noqa: B015 - TVM's check, asked whether it raises
+        return None
+    except ValueError:
+        pass
+    if len(shape) == len(dims) and all(map(_same, shape, dims)):
+        return x
+    return importer._emit_torch_reshape(x, dims)
+
+
+def _same(extent: Any, dim: Any) -> bool:
+    """Whether two extents are the same: equal integers, or the same expression."""
+    if isinstance(dim, int):
+        return isinstance(getattr(extent, "value", None), int) and extent.value == dim
+    return bool(extent.same_as(dim))
+
+
+def _float32_norm(importer: Any, norm: Callable[..., relax.Expr], x: relax.Expr,
+                  gamma: relax.Expr, beta: relax.Expr, **attrs: Any) -> relax.Var:
+    """``norm`` of ``x`` (bfloat16) computed in float32 between casts."""
+    builder = importer.block_builder
+    widened = [relax.op.astype(t, NORM_DTYPE) if dtype_of(type_of(t)) != NORM_DTYPE else t
+               for t in (x, gamma, beta)]
+    out = builder.emit(norm(*widened, **attrs))
+    return builder.emit(relax.op.astype(out, dtype_of(type_of(x))))
+
+
+def _param(importer: Any, node: Any, at: int) -> relax.Expr | None:
+    arg = node.args[at] if len(node.args) > at else None
+    return importer.env.get(arg) if arg is not None else None
+
+
+def _is_cast_norm(x: relax.Expr) -> bool:
+    return dtype_of(type_of(x)) == CAST_NORM_DTYPE
+
+
+def _layer_norm(node: Any, importer: Any) -> relax.Var | None:
+    """``native_layer_norm``: (x, normalized_shape, weight, bias, eps), bfloat16 only."""
+    x = importer.env[node.args[0]]
+    if not _is_cast_norm(x):
+        return None
+    normalized = [int(d) for d in node.args[1]]
+    gamma = _param(importer, node, 2)
+    beta = _param(importer, node, 3)
+    gamma = relax.const(np.ones(normalized, NORM_DTYPE)) if gamma is None else gamma
+    beta = relax.const(np.zeros(normalized, NORM_DTYPE)) if beta is None else beta
+    eps = node.args[4] if len(node.args) > 4 else 1e-5
+    return _float32_norm(importer, relax.op.nn.layer_norm, x, gamma, beta,
+                         axes=list(range(-len(normalized), 0)), epsilon=eps)
+
+
+def _group_norm(node: Any, importer: Any) -> relax.Var | None:
+    """``native_group_norm``: (x, weight, bias, N, C, HxW, groups, eps), bfloat16 only."""
+    x = importer.env[node.args[0]]
+    if not _is_cast_norm(x):
+        return None
+    rank = len(importer.shape_of(x))
+    channels = int(node.args[4])
+    gamma = _param(importer, node, 1)
+    beta = _param(importer, node, 2)
+    gamma = relax.const(np.ones(channels, NORM_DTYPE)) if gamma is None else gamma
+    beta = relax.const(np.zeros(channels, NORM_DTYPE)) if beta is None else beta
+    return _float32_norm(importer, relax.op.nn.group_norm, x, gamma, beta,
+                         num_groups=int(node.args[6]), channel_axis=1,
+                         axes=list(range(2, rank)), epsilon=node.args[7])
+
+
+def _instance_norm(node: Any, importer: Any) -> relax.Var | None:
+    """``_native_batch_norm_legit.no_stats``: (x, weight, bias, training, momentum, eps),
+    what ``InstanceNorm`` decomposes into (``x`` viewed as (1, N*C, ...), the weight
+    repeated N times): a symbolic channel count, or bfloat16.
+    """
+    x = importer.env[node.args[0]]
+    shape = importer.shape_of(x)
+    symbolic = not isinstance(shape[1], int) and not hasattr(shape[1], "value")
+    if not symbolic and not _is_cast_norm(x):
+        return None
+    dtype = NORM_DTYPE if _is_cast_norm(x) else dtype_of(type_of(x))
+    gamma = _param(importer, node, 1)
+    beta = _param(importer, node, 2)
+    gamma = relax.op.ones([shape[1]], dtype) if gamma is None else gamma
+    beta = relax.op.zeros([shape[1]], dtype) if beta is None else beta
+    eps = node.args[5] if len(node.args) > 5 else node.kwargs.get("eps", 1e-5)
+    attrs = dict(channel_axis=1, axes=[0, *range(2, len(shape))], epsilon=eps)
+    if _is_cast_norm(x):
+        return _float32_norm(importer, relax.op.nn.instance_norm, x, gamma, beta, **attrs)
+    return importer.block_builder.emit(relax.op.nn.instance_norm(x, gamma, beta, **attrs))
+
+
+_CAST = f"computed in {NORM_DTYPE} between casts ({CAST_NORM_DTYPE}: no TVM kernel)"
+#: Torch op -> (converter, what the notes say of a converted call).
+_CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
+    "amax.default": (_reduce(relax.op.max), "imported as max (TVM's importer has none)"),
+    "amin.default": (_reduce(relax.op.min), "imported as min (TVM's importer has none)"),
+    "repeat.default": (_repeat, "with a symbolic count imported as broadcast_to (TVM's "
+                                "tile takes integers)"),
+    "view.default": (_view, "to a symbolic shape imported without TVM's identity check "
+                            "(it compares symbolic extents with ==)"),
+    "reshape.default": (_view, "to a symbolic shape imported without TVM's identity check "
+                               "(it compares symbolic extents with ==)"),
+    "native_layer_norm.default": (_layer_norm, _CAST),
+    "native_group_norm.default": (_group_norm, _CAST),
+    "_native_batch_norm_legit.no_stats": (_instance_norm, "(instance norm) on a symbolic "
+                                          "channel count or in bfloat16 imported by hand"),
+}

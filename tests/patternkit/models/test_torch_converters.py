@@ -1,0 +1,137 @@
+"""The converters of :mod:`patternkit.models.torch_converters`: torch spellings TVM 0.27's
+``from_exported_program`` refuses import through :func:`from_torch` and compute what
+torch computes; a model TVM imports imports exactly as TVM imports it.
+
+Tolerances: float32 ``rtol = atol = 1e-5`` (the same reductions in another order);
+bfloat16 ``rtol = atol = 1.6e-2`` on outputs of order one (bfloat16's epsilon is 7.8e-3:
+torch and the import round the norm's result once each, at most an ulp or two apart;
+a wrong axis or a dropped weight is off by the size of the values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from patternkit.ir import dtype_of, op_name
+from patternkit.models.importing import from_torch
+from patternkit.verification import numeric
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+FLOAT32 = dict(rtol=1e-5, atol=1e-5)
+BFLOAT16 = dict(rtol=1.6e-2, atol=1.6e-2)
+
+
+class Softmaxes(torch.nn.Module):
+    """A softmax written out with ``amax``, ``amin`` over two axes, ``amax`` of all."""
+
+    def forward(self, x):
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True), x.amin((0, 2)), x.amax()
+
+
+class InstanceNorms(torch.nn.Module):
+    """``nn.InstanceNorm2d(affine=True)`` (it decomposes into a repeat of its weight and
+    bias per sample and a view of the input as (1, N*C, H, W)), and a repeat of a weight
+    by the batch and 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.InstanceNorm2d(4, affine=True)
+        self.row = torch.nn.Parameter(torch.linspace(-1, 1, 3))
+
+    def forward(self, x):
+        return self.norm(x), self.row.repeat(x.shape[0], 2)
+
+
+class Norms(torch.nn.Module):
+    """A group norm, an instance norm and a layer norm of one input."""
+
+    def __init__(self):
+        super().__init__()
+        self.group = torch.nn.GroupNorm(2, 4)
+        self.instance = torch.nn.InstanceNorm2d(4, affine=True)
+        self.layer = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.group(x), self.instance(x), self.layer(x)
+
+
+def _weights(module):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(0.5, 1.5)
+    return module.eval()
+
+
+def _ops(mod):
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e))
+    return [(op_name(e), e) for e in found if op_name(e)]
+
+
+def test_amax_and_amin_import_as_max_and_min():
+    model = Softmaxes()
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype("float32")
+    mod, _, notes = from_torch(torch.export.export(model, (torch.from_numpy(x),)),
+                               False, "main", "softmaxes", {})
+    assert notes == ["2 amax.default imported as max (TVM's importer has none)",
+                     "1 amin.default imported as min (TVM's importer has none)"]
+    expected = [t.numpy() for t in model(torch.from_numpy(x))]
+    comparison = numeric.compare_outputs(expected, numeric.run(mod, [x]), **FLOAT32)
+    assert comparison.ok, comparison
+
+
+def test_an_instance_norm_of_a_dynamic_batch_imports_and_matches_torch():
+    model = _weights(InstanceNorms())
+    x = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype("float32")
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(model, (torch.from_numpy(x),),
+                                  dynamic_shapes={"x": {0: batch}})
+    mod, _, notes = from_torch(program, False, "main", "instance", {})
+    assert relax.analysis.check_well_formed(mod)
+    assert [n.split(" ")[:2] for n in notes] == [
+        ["1", "_native_batch_norm_legit.no_stats"], ["3", "repeat.default"],
+        ["1", "view.default"]]
+    assert "relax.tile" not in dict(_ops(mod))
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(torch.from_numpy(x))]
+    assert expected[1].shape == (3, 6)
+    comparison = numeric.compare_outputs(expected, numeric.run(mod, [x]), **FLOAT32)
+    assert comparison.ok, comparison
+
+
+def test_a_float32_model_tvm_imports_imports_exactly_as_tvm_imports_it():
+    from tvm.relax.frontend.torch import from_exported_program
+
+    model = _weights(Norms())
+    program = torch.export.export(model, (torch.randn(2, 4, 8, 8),))
+    ours, _, notes = from_torch(program, False, "main", "norms", {})
+    assert notes == []
+    tvm.ir.assert_structural_equal(ours, from_exported_program(
+        program, unwrap_unit_return_tuple=True))
+
+
+def test_bfloat16_norms_are_computed_in_float32_between_casts_and_match_torch():
+    model = _weights(Norms()).to(torch.bfloat16)
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    mod, _, notes = from_torch(torch.export.export(model, (x,)), False, "main", "norms", {})
+    norms = [(name, call) for name, call in _ops(mod)
+             if name in ("relax.nn.group_norm", "relax.nn.instance_norm", "relax.nn.layer_norm")]
+    assert sorted(name for name, _ in norms) == [
+        "relax.nn.group_norm", "relax.nn.instance_norm", "relax.nn.layer_norm"]
+    assert all(dtype_of(call.ty) == "float32" for _, call in norms)
+    assert len(notes) == 3 and all("between casts" in n or "bfloat16" in n for n in notes)
+    with torch.no_grad():
+        expected = [t.float().numpy() for t in model(x)]
+    got = numeric.run(mod, [x.float().numpy().astype(ml_dtypes.bfloat16)])
+    assert all(g.dtype == ml_dtypes.bfloat16 for g in got)
+    comparison = numeric.compare_outputs(expected, [np.asarray(g, "float32") for g in got],
+                                         **BFLOAT16)
+    assert comparison.ok, comparison
+    assert max(np.abs(e).max() for e in expected) > 1.0  # not a comparison of near-zeros
