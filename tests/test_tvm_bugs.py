@@ -698,3 +698,100 @@ def test_power_of_a_bfloat16_tensor_builds():
     data = np.array([0.5, 1.5, -2.0, 3.0], "float32")
     [got] = numeric.run(bb.get(), [data])
     np.testing.assert_allclose(np.asarray(got, "float32"), data ** 2, rtol=1e-2)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="TVM 0.27's torch importer has no converter of aten.amax / amin")
+def test_torch_amax_imports():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class SoftmaxWrittenOut(torch.nn.Module):
+        def forward(self, x):
+            e = torch.exp(x - x.amax(-1, keepdim=True))
+            return e / e.sum(-1, keepdim=True)
+
+    x = torch.randn(2, 8)
+    mod = from_exported_program(torch.export.export(SoftmaxWrittenOut(), (x,)))
+    [got] = numeric.run(mod, [x.numpy()])
+    np.testing.assert_allclose(got, torch.softmax(x, -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27's torch importer converts aten.repeat to R.tile, which "
+                          "takes integer repeats only: a symbolic count is refused")
+def test_torch_instance_norm_of_a_dynamic_batch_imports():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    norm = torch.nn.InstanceNorm2d(4, affine=True).eval()
+    x = torch.randn(2, 4, 8, 8)
+    program = torch.export.export(norm, (x,), dynamic_shapes={"input": {0: torch.export.Dim("n")}})
+    mod = from_exported_program(program)
+    [got] = numeric.run(mod, [x.numpy()])
+    np.testing.assert_allclose(got, norm(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="TVM 0.27's torch importer compares a view's symbolic extents with "
+                          "== to skip an identity reshape, which raises")
+def test_torch_view_to_a_symbolic_shape_imports():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Regroup(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[0]
+            return (x.reshape(1, n * 4, 8) * 2).reshape(n, 4, 8)
+
+    x = torch.randn(2, 4, 8)
+    program = torch.export.export(Regroup(), (x,), dynamic_shapes={"x": {0: torch.export.Dim("n")}})
+    mod = from_exported_program(program)
+    [got] = numeric.run(mod, [x.numpy()])
+    np.testing.assert_allclose(got, 2 * x.numpy(), rtol=0, atol=0)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27's torch importer converts a float16 conv_transpose2d with "
+                          "out_dtype=float32, then adds the float16 bias: mixed dtypes")
+def test_torch_float16_conv_transpose_imports_in_float16():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    conv = torch.nn.ConvTranspose2d(4, 4, 3, padding=1).half().eval()
+    x = torch.randn(1, 4, 5, 5).half()
+    mod = from_exported_program(torch.export.export(conv, (x,)))
+    [got] = numeric.run(mod, [x.numpy()])
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, conv(x).detach().numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="TVM 0.27's R.nn.group_norm refuses bfloat16 data")
+def test_torch_bfloat16_group_norm_imports():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    norm = torch.nn.GroupNorm(2, 4).to(torch.bfloat16).eval()
+    x = torch.randn(2, 4, 3, 3).to(torch.bfloat16)
+    mod = from_exported_program(torch.export.export(norm, (x,)))
+    assert relax.analysis.check_well_formed(mod)
+
+
+@pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,
+                   reason="TVM 0.27 topi layer_norm: only float32 and float16")
+def test_bfloat16_layer_norm_builds():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8), "bfloat16"))
+    gamma = relax.const(np.ones(8, "float32"), "bfloat16")
+    beta = relax.const(np.zeros(8, "float32"), "bfloat16")
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.layer_norm(x, gamma, beta, axes=[-1]))
+        bb.emit_func_output(out)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    data = np.linspace(-2, 2, 16, dtype="float32").reshape(2, 8)
+    [got] = numeric.run(bb.get(), [data.astype(ml_dtypes.bfloat16)])
+    mean, var = data.mean(-1, keepdims=True), data.var(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(got, "float32"), (data - mean) / np.sqrt(var + 1e-5),
+                               rtol=2e-2, atol=2e-2)
