@@ -36,29 +36,32 @@ class Softmaxes(torch.nn.Module):
 
 class InstanceNorms(torch.nn.Module):
     """``nn.InstanceNorm2d(affine=True)`` (it decomposes into a repeat of its weight and
-    bias per sample and a view of the input as (1, N*C, H, W)), and a repeat of a weight
-    by the batch and 2."""
+    bias per sample and a view of the input as (1, N*C, H, W)), one without a weight,
+    and a repeat of a weight by the batch and 2."""
 
     def __init__(self):
         super().__init__()
         self.norm = torch.nn.InstanceNorm2d(4, affine=True)
+        self.plain = torch.nn.InstanceNorm2d(4)
         self.row = torch.nn.Parameter(torch.linspace(-1, 1, 3))
 
     def forward(self, x):
-        return self.norm(x), self.row.repeat(x.shape[0], 2)
+        return self.norm(x), self.plain(2 * x + 1), self.row.repeat(x.shape[0], 2)
 
 
 class Norms(torch.nn.Module):
-    """A group norm, an instance norm and a layer norm of one input."""
+    """A group norm, an instance norm and a layer norm of one input, and a layer norm
+    without a weight and bias."""
 
     def __init__(self):
         super().__init__()
         self.group = torch.nn.GroupNorm(2, 4)
         self.instance = torch.nn.InstanceNorm2d(4, affine=True)
         self.layer = torch.nn.LayerNorm(8)
+        self.plain = torch.nn.LayerNorm(8, elementwise_affine=False)
 
     def forward(self, x):
-        return self.group(x), self.instance(x), self.layer(x)
+        return self.group(x), self.instance(x), self.layer(x), self.plain(3 * x)
 
 
 def _weights(module):
@@ -96,12 +99,12 @@ def test_an_instance_norm_of_a_dynamic_batch_imports_and_matches_torch():
     mod, _, notes = from_torch(program, False, "main", "instance", {})
     assert relax.analysis.check_well_formed(mod)
     assert [n.split(" ")[:2] for n in notes] == [
-        ["1", "_native_batch_norm_legit.no_stats"], ["3", "repeat.default"],
-        ["1", "view.default"]]
+        ["2", "_native_batch_norm_legit.no_stats"], ["3", "repeat.default"],
+        ["2", "view.default"]]
     assert "relax.tile" not in dict(_ops(mod))
     with torch.no_grad():
         expected = [t.numpy() for t in model(torch.from_numpy(x))]
-    assert expected[1].shape == (3, 6)
+    assert expected[2].shape == (3, 6)
     comparison = numeric.compare_outputs(expected, numeric.run(mod, [x]), **FLOAT32)
     assert comparison.ok, comparison
 
@@ -124,7 +127,8 @@ def test_bfloat16_norms_are_computed_in_float32_between_casts_and_match_torch():
     norms = [(name, call) for name, call in _ops(mod)
              if name in ("relax.nn.group_norm", "relax.nn.instance_norm", "relax.nn.layer_norm")]
     assert sorted(name for name, _ in norms) == [
-        "relax.nn.group_norm", "relax.nn.instance_norm", "relax.nn.layer_norm"]
+        "relax.nn.group_norm", "relax.nn.instance_norm", "relax.nn.layer_norm",
+        "relax.nn.layer_norm"]
     assert all(dtype_of(call.ty) == "float32" for _, call in norms)
     assert len(notes) == 3 and all("between casts" in n or "bfloat16" in n for n in notes)
     with torch.no_grad():
