@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 
 from ..ir import dtype_of, type_of
 
@@ -134,8 +134,13 @@ def _view(node: Any, importer: Any) -> relax.Var | None:
 def _same(extent: Any, dim: Any) -> bool:
     """Whether two extents are the same: equal integers, or the same expression."""
     if isinstance(dim, int):
-        return isinstance(getattr(extent, "value", None), int) and extent.value == dim
+        return _is_static(extent) and int(extent) == dim
     return bool(extent.same_as(dim))
+
+
+def _is_static(extent: Any) -> bool:
+    """Whether a shape's extent is an integer (not a symbolic expression)."""
+    return isinstance(extent, (int, tirx.IntImm))
 
 
 def _float32_norm(importer: Any, norm: Callable[..., relax.Expr], x: relax.Expr,
@@ -195,8 +200,7 @@ def _instance_norm(node: Any, importer: Any) -> relax.Var | None:
     """
     x = importer.env[node.args[0]]
     shape = importer.shape_of(x)
-    symbolic = not isinstance(shape[1], int) and not hasattr(shape[1], "value")
-    if not symbolic and not _is_cast_norm(x):
+    if _is_static(shape[1]) and not _is_cast_norm(x):
         return None
     dtype = NORM_DTYPE if _is_cast_norm(x) else dtype_of(type_of(x))
     gamma = _param(importer, node, 1)
