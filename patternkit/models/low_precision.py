@@ -20,9 +20,9 @@ with ``transposed=True``, what ``torch.export``'s decomposition leaves of them) 
 converted the same way: TVM's converter adds a float16 bias to their float32 result too.
 
 Pass :meth:`~LowPrecisionConverters.convert_map` as ``custom_convert_map``;
-:meth:`~LowPrecisionConverters.notes` says what was converted.  Transposed convolutions
-of rank 3 (``conv_transpose3d``) are left to TVM, which refuses them in
-every dtype.  ``baddbmm`` needs nothing: TVM converts it in the input's dtype.
+:meth:`~LowPrecisionConverters.notes` says what was converted.  3-D transposed
+convolutions (``conv_transpose3d``) are left to TVM, which refuses them in every dtype.
+``baddbmm`` needs nothing: TVM converts it in the input's dtype.
 """
 
 from __future__ import annotations
