@@ -2,8 +2,8 @@
 end: softmax.collapse (before attention in the library) makes it ``R.nn.softmax``, and
 attention.collapse then takes the attention.
 
-``x.amax(-1, keepdim=True)`` is not covered: TVM 0.27's torch importer has no ``amax``,
-so such a model does not import.
+``x.amax(-1, keepdim=True)`` imports too: TVM 0.27's torch importer has no ``amax``, and
+patternkit's import converts it (``patternkit.models.torch_converters``, ``docs/tvm-bugs.md``).
 """
 
 from __future__ import annotations
