@@ -55,8 +55,8 @@ logger = logging.getLogger(__name__)
 SWITCH = "PATTERNKIT_IMPORT_CACHE"
 #: The cache folder, when not the default.
 FOLDER = "PATTERNKIT_IMPORT_CACHE_DIR"
-#: Bumped when an entry's layout changes.
-LAYOUT = 1
+#: Bumped when an entry's layout changes (2: the model's description).
+LAYOUT = 2
 
 _ACTIVE: ContextVar[bool] = ContextVar("patternkit_import_cache", default=False)
 _META = re.compile(r'metadata\["ir\.GenericConst"\]\[(\d+)\]')
@@ -67,14 +67,17 @@ _IMPORT_COMMENT = re.compile(r"^# from (\S+) import (\S+)(?: as (\S+))?$")
 @dataclass(frozen=True)
 class Imported:
     """What a torch zoo model's import gave: the module, the weights it kept as
-    parameters (name -> array), what the converters and fix-ups changed, and the softmax
-    calls of the traced program (for the model's family counts).
+    parameters (name -> array), what the converters and fix-ups changed, the softmax
+    calls of the traced program (for the model's family counts), and the rest of the
+    model as JSON values (:func:`patternkit.models.zoomodel.description`: inputs, sizes,
+    families, metadata), so that a hit needs no torch module.
     """
 
     mod: tvm.IRModule
     params: dict[str, np.ndarray]
     fixups: list[str]
     softmax: int
+    description: dict[str, Any] | None = None
 
 
 @contextlib.contextmanager
@@ -139,7 +142,8 @@ def read(spec_text: str) -> Imported | None:
         with contextlib.suppress(OSError):
             _unusable(entry).write_text(spec_text + "\n")
         return None
-    return Imported(mod, params, list(meta["fixups"]), int(meta["softmax"]))
+    return Imported(mod, params, list(meta["fixups"]), int(meta["softmax"]),
+                    meta.get("description"))
 
 
 def write(spec_text: str, imported: Imported) -> bool:
@@ -154,7 +158,7 @@ def write(spec_text: str, imported: Imported) -> bool:
         return False
     meta = {"spec": spec_text, "structural_hash": str(tvm_ffi.structural_hash(imported.mod)),
             "fixups": list(imported.fixups), "softmax": imported.softmax,
-            "params": list(imported.params)}
+            "params": list(imported.params), "description": imported.description}
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=entry.parent))

@@ -10,6 +10,7 @@ exports in 1-3 s and imports in 1-6 s (``benchmarks/bench_zoo.py`` measures it).
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -17,13 +18,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import transformers
-import tvm
 
 from . import import_cache
 from .families import activation_modules, count_module_families, count_softmax_in_program
 from .importing import from_torch, symbolic_dims, timed
 from .weights import calibrate_batchnorm, randomize
-from .zoomodel import InputSpec, ZooError, ZooImportError, ZooModel
+from .zoomodel import InputSpec, ZooError, ZooImportError, ZooModel, description
+
+logger = logging.getLogger(__name__)
 
 ROLES = ("batch", "seq")
 
@@ -318,48 +320,74 @@ def export(source: TorchSource, roles: tuple[str, ...], sizes: dict[str, int], t
 
 
 def build(spec, source: TorchSource) -> ZooModel:
-    """Export ``source`` with ``torch.export``, import it, and describe the result."""
+    """Export ``source`` with ``torch.export``, import it, and describe the result.
+
+    A fresh import is kept in :mod:`.import_cache` with the model's description (when the
+    caller asked for the cache), so the next load needs neither torch nor the source.
+    """
     options = spec.as_dict()
     roles = dynamic_roles(spec, options)
     sizes = example_sizes(options)
     seconds: dict[str, float] = {}
     if options.get("dtype", "float32") != "float32":
         source = in_dtype(source, options["dtype"])
-    mod, params, fixups, softmax = _imported(spec, source, roles, sizes, seconds)
+    imported, fresh = _imported(spec, source, roles, sizes, seconds)
     families = count_module_families(source.module)
-    families["softmax"] = softmax
+    families["softmax"] = imported.softmax
     names = tuple(s.name for s in source.input_specs)
-    metadata = {**source.metadata, "exporter": "torch.export", "import_fixups": fixups,
+    metadata = {**source.metadata, "exporter": "torch.export",
+                "import_fixups": imported.fixups,
                 "activations": activation_modules(source.module),
                 "config": _config_metadata(options, "layers", "hidden", "heads", "kv_heads",
                                            "vocab", "type_vocab", "positions", "intermediate",
                                            "image", "patch", "width")}
-    return ZooModel(spec=spec, mod=mod, entry=options["entry"], input_specs=source.input_specs,
-                    sizes=sizes, symbolic_dims=symbolic_dims(mod[options["entry"]],
-                                                             source.input_specs),
-                    dim_bounds={r: source.dim_bounds.get(r, (1, None)) for r in sizes},
-                    params=params, families=families, source=source.module, metadata=metadata,
-                    seconds=seconds, reference_fn=torch_reference(source.module, names))
+    mod = imported.mod
+    model = ZooModel(spec=spec, mod=mod, entry=options["entry"],
+                     input_specs=source.input_specs, sizes=sizes,
+                     symbolic_dims=symbolic_dims(mod[options["entry"]], source.input_specs),
+                     dim_bounds={r: source.dim_bounds.get(r, (1, None)) for r in sizes},
+                     params=imported.params, families=families, source=source.module,
+                     metadata=metadata, seconds=seconds,
+                     reference_fn=torch_reference(source.module, names))
+    if fresh:
+        try:
+            kept = replace(imported, description=description(model))
+        except ZooError as err:  # a value JSON cannot hold: the model is not kept
+            logger.info("import cache: %s not kept: %s", spec.text, err)
+        else:
+            import_cache.write(spec.text, kept)
+    return model
+
+
+def built_source(spec, make_source: Callable[[dict[str, Any]], TorchSource]
+                 ) -> tuple[torch.nn.Module, Callable[..., list[np.ndarray]]]:
+    """``(module, reference function)`` of ``make_source`` as :func:`build` makes them:
+    what a model read from the import cache builds when its source is first read.
+    """
+    options = spec.as_dict()
+    source = make_source(options)
+    if options.get("dtype", "float32") != "float32":
+        source = in_dtype(source, options["dtype"])
+    return source.module, torch_reference(source.module,
+                                          tuple(s.name for s in source.input_specs))
 
 
 def _imported(spec, source: TorchSource, roles: tuple[str, ...], sizes: dict[str, int],
-              seconds: dict[str, float]) -> tuple[tvm.IRModule, dict, list[str], int]:
-    """``(module, kept weights, fix-ups, softmax calls)`` of the source's export and import,
-    read from :mod:`.import_cache` when the caller asked for it and it holds them.
+              seconds: dict[str, float]) -> tuple[import_cache.Imported, bool]:
+    """``(the source's export and import, whether it was made now)``, read from
+    :mod:`.import_cache` when the caller asked for it and it holds them.
     """
     options = spec.as_dict()
     cached = timed(seconds, "cached_import", import_cache.read, spec.text)
     if cached is not None:
-        return cached.mod, cached.params, cached.fixups, cached.softmax
+        return cached, False
     seconds.pop("cached_import")
     program = export(source, roles, sizes, spec.text, seconds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mod, params, fixups = from_torch(program, options["keep_params"], options["entry"],
                                          spec.text, seconds)
-    softmax = count_softmax_in_program(program)
-    import_cache.write(spec.text, import_cache.Imported(mod, params, fixups, softmax))
-    return mod, params, fixups, softmax
+    return import_cache.Imported(mod, params, fixups, count_softmax_in_program(program)), True
 
 
 # -- entry points named in the registry (patternkit.models.zoo.ZOO) ---------------------------

@@ -51,12 +51,14 @@ import difflib
 import functools
 import importlib
 import logging
+import time
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl
 
-from .zoomodel import ZooError, ZooModel, ZooSpec
+from . import import_cache
+from .zoomodel import Deferred, ZooError, ZooModel, ZooSpec, described
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,20 @@ class ZooEntry:
 
     def build_function(self) -> Callable[[ZooSpec], ZooModel]:
         """The entry's build function, imported now; a missing extra names its install."""
+        return self._function(self.builder)
+
+    @property
+    def from_torch(self) -> bool:
+        """Whether the entry is a torch model imported with ``torch.export`` (its import
+        is kept in :mod:`.import_cache`; its source is ``<builder>_source``).
+        """
+        return self.builder.startswith("torch_")
+
+    def source_function(self) -> Callable[[dict[str, Any]], Any]:
+        """A torch entry's source builder (``gpt2_source`` for ``gpt2``), imported now."""
+        return self._function(self.builder + "_source")
+
+    def _function(self, path: str) -> Callable:
         for extra in self.extras:
             try:
                 importlib.import_module(extra)
@@ -115,7 +131,7 @@ class ZooEntry:
                         else "onnx" if extra == "onnxruntime" else extra)
                 raise ZooError(f"zoo:{self.name} needs {extra}: pip install "
                                f"'patternkit[{hint}]'") from err
-        module, function = self.builder.rsplit(".", 1)
+        module, function = path.rsplit(".", 1)
         return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
@@ -355,8 +371,30 @@ def zoo_model(spec: str | ZooSpec, **options: Any) -> ZooModel:
 
 @functools.cache
 def _build(spec: ZooSpec) -> ZooModel:
-    builder = ZOO[spec.name].build_function()
-    model = builder(spec)
+    entry = ZOO[spec.name]
+    model = _from_import_cache(spec, entry) or entry.build_function()(spec)
     logger.info("built %s in %s", spec.text,
                 ", ".join(f"{step} {t:.1f}s" for step, t in model.seconds.items()))
     return model
+
+
+def _from_import_cache(spec: ZooSpec, entry: ZooEntry) -> ZooModel | None:
+    """A torch entry's model as the import cache kept it, its torch module built only when
+    read (:class:`~.zoomodel.Deferred`); ``None`` when not cached (or not asked for).
+    """
+    if not entry.from_torch or not import_cache.active():
+        return None
+    start = time.perf_counter()
+    found = import_cache.read(spec.text)
+    if found is None or found.description is None:
+        return None
+    seconds = {"cached_import": time.perf_counter() - start}
+
+    def build_source() -> tuple[Any, Callable]:
+        make_source = entry.source_function()  # torch and transformers imported here
+        from .torch_models import built_source
+
+        return built_source(spec, make_source)
+
+    return described(spec, found.mod, found.params, found.description, Deferred(build_source),
+                     seconds)

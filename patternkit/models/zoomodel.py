@@ -6,11 +6,17 @@ what the right numbers are (the torch module, or onnx's reference evaluator), se
 example inputs with the ranges integer inputs must stay in, and the number of instances
 of each rule family (layer norms, GELUs, attentions...) counted in the source model, so
 that a coverage table can compare what was present with what the library collapsed.
+
+A model read from the import cache (:mod:`patternkit.models.import_cache`) is rebuilt from
+its :func:`description` without torch: its ``source`` (the torch module) and its
+reference are built the first time something reads them (:class:`Deferred`), so a run
+that only rewrites and checks the Relax module never imports torch or transformers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -131,6 +137,22 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
+class Deferred:
+    """A zoo model's source and reference, built on first use.
+
+    ``build()`` returns ``(source, reference_fn)``; a :class:`ZooModel` given
+    ``source=Deferred(build)`` (and ``reference_fn=None``) calls it the first time its
+    ``source`` or its reference is read, once.
+    """
+
+    def __init__(self, build: Callable[[], tuple[Any, Callable[..., list[np.ndarray]]]]):
+        self.build = build
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "Deferred(built on first use)"
+
+
 @dataclass(frozen=True, eq=False)
 class ZooModel:
     """A real model imported into Relax, with what it takes to check it.
@@ -181,19 +203,34 @@ class ZooModel:
     dim_bounds: Mapping[str, tuple[int, int | None]]
     params: Mapping[str, np.ndarray]
     families: Mapping[str, int]
-    source: Any
+    source: Any = field(repr=False)
     metadata: Mapping[str, Any]
     seconds: Mapping[str, float]
     reference_fn: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]] = field(repr=False)
     inputs: Mapping[str, np.ndarray] = field(init=False, repr=False)
 
     def __post_init__(self):
+        if isinstance(self.source, Deferred):  # read through __getattr__ until built
+            object.__setattr__(self, "_deferred", self.source)
+            object.__delattr__(self, "source")
+            object.__delattr__(self, "reference_fn")
         for name in ("sizes", "symbolic_dims", "dim_bounds", "families", "metadata", "seconds"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "params", _frozen(
             {k: _read_only(v) for k, v in self.params.items()}))
         object.__setattr__(self, "inputs", _frozen(
             {k: _read_only(v) for k, v in self.make_inputs().items()}))
+
+    def __getattr__(self, name: str) -> Any:
+        deferred = self.__dict__.get("_deferred")
+        if deferred is None or name not in ("source", "reference_fn"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with deferred.lock:
+            if "source" not in self.__dict__:
+                source, reference_fn = deferred.build()
+                object.__setattr__(self, "reference_fn", reference_fn)
+                object.__setattr__(self, "source", source)
+        return self.__dict__[name]
 
     @property
     def name(self) -> str:
@@ -240,3 +277,49 @@ class ZooModel:
     def reference(self, inputs: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """The source model's outputs on ``inputs`` (default: :attr:`inputs`), as numpy."""
         return self.reference_fn(self.inputs if inputs is None else inputs)
+
+
+# -- a model without its source, for the import cache -----------------------------------------
+def description(model: ZooModel) -> dict[str, Any]:
+    """What :func:`described` needs besides the module and the weights, as JSON values
+    (tuples kept as ``{"__tuple__": [...]}``): the entry, inputs, sizes, families, metadata.
+    """
+    return _plain({"entry": model.entry, "input_specs": [asdict(s) for s in model.input_specs],
+                   "sizes": dict(model.sizes), "symbolic_dims": dict(model.symbolic_dims),
+                   "dim_bounds": dict(model.dim_bounds), "families": dict(model.families),
+                   "metadata": dict(model.metadata)})
+
+
+def described(spec: ZooSpec, mod: tvm.IRModule, params: Mapping[str, np.ndarray],
+              found: Mapping[str, Any], source: Deferred,
+              seconds: Mapping[str, float]) -> ZooModel:
+    """The model :func:`description` gave ``found``, with ``source`` built on first use."""
+    found = _typed(found)
+    return ZooModel(spec=spec, mod=mod, entry=found["entry"],
+                    input_specs=tuple(InputSpec(**s) for s in found["input_specs"]),
+                    sizes=found["sizes"], symbolic_dims=found["symbolic_dims"],
+                    dim_bounds=found["dim_bounds"], params=params, families=found["families"],
+                    source=source, metadata=found["metadata"], seconds=seconds,
+                    reference_fn=None)  # type: ignore[arg-type]  # the deferred's
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return {"__tuple__": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    raise ZooError(f"cannot keep {type(value).__name__} {value!r} in a model description")
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__tuple__"}:
+            return tuple(_typed(v) for v in value["__tuple__"])
+        return {k: _typed(v) for k, v in value.items()}
+    return value

@@ -7,14 +7,17 @@ entry's builder (not ``zoo_model``'s per-process memo): a tiny GPT-2, 1 layer, h
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from patternkit.models import import_cache, parse_spec, torch_models
+from patternkit.models import ZooError, import_cache, parse_spec, torch_models, zoo
 from patternkit.models.zoo import ZOO
+from patternkit.models.zoomodel import Deferred, InputSpec, ZooModel, described, description
 
 pytestmark = pytest.mark.models
 
@@ -52,6 +55,29 @@ def test_a_cached_import_skips_the_export_and_gives_the_same_model(cache, monkey
     assert again.metadata == first.metadata and again.symbolic_dims == first.symbolic_dims
     # the source module is still there: the reference the checks compare against
     np.testing.assert_array_equal(again.reference()[0], first.reference()[0])
+
+
+def test_a_cached_load_builds_the_torch_model_only_when_something_reads_it(cache,
+                                                                           monkeypatch):
+    spec = parse_spec(SPEC)
+    first = zoo._build.__wrapped__(spec)  # the loader's path, past the per-process memo
+    made = []
+    real = torch_models.gpt2_source
+    monkeypatch.setattr(torch_models, "gpt2_source",
+                        lambda options: made.append(options) or real(options))
+    monkeypatch.setattr(torch_models, "export", _no_export)
+    again = zoo._build.__wrapped__(spec)
+    assert made == [] and set(again.seconds) == {"cached_import"}
+    assert tvm_ffi.structural_equal(again.mod, first.mod)
+    for name in ("entry", "input_specs", "sizes", "symbolic_dims", "dim_bounds", "families",
+                 "metadata", "input_ranges"):
+        assert getattr(again, name) == getattr(first, name), name
+    for name, array in first.inputs.items():
+        np.testing.assert_array_equal(again.inputs[name], array)
+    # the reference builds the source, once, with the same seeded weights
+    np.testing.assert_array_equal(again.reference()[0], first.reference()[0])
+    assert len(made) == 1 and type(again.source) is type(first.source)
+    assert again.source is again.source and len(made) == 1
 
 
 def _small(value: float = 1.0) -> tvm.IRModule:
@@ -124,3 +150,32 @@ def test_off_switch_outside_using_and_unwritable_folder_keep_nothing(cache, monk
     monkeypatch.setenv(import_cache.FOLDER, str(blocked / "imports"))
     assert not import_cache.write("zoo:small", _imported())
     assert import_cache.read("zoo:small") is None
+
+
+def test_a_description_gives_back_tuples_and_refuses_what_json_cannot_hold():
+    spec = parse_spec("zoo:gpt2")
+    built = []
+
+    def build_source():
+        built.append(1)
+        return "the source", lambda inputs: [np.zeros(1)]
+
+    model = ZooModel(spec=spec, mod=_small(), entry="main",
+                     input_specs=(InputSpec("x", "float32", ("batch", 3)),), sizes={"batch": 2},
+                     symbolic_dims={"batch": "n"}, dim_bounds={"batch": (1, None)}, params={},
+                     families={"layernorm": 1}, source="a module",
+                     metadata={"gqa": (4, 2), "config": {"depths": (2, 2)}, "fixups": ["f"]},
+                     seconds={}, reference_fn=lambda inputs: [])
+    again = described(spec, model.mod, {}, json.loads(json.dumps(description(model))),
+                      Deferred(build_source), {})
+    assert again.metadata == model.metadata and again.metadata["gqa"] == (4, 2)
+    assert again.input_specs == model.input_specs and again.dim_bounds == model.dim_bounds
+    assert built == [] and again.reference()[0].shape == (1,) and again.source == "the source"
+    assert built == [1]
+    with pytest.raises(AttributeError, match="no attribute 'sauce'"):
+        again.sauce  # noqa: B018 - a misspelt name is an AttributeError, as before
+    odd = ZooModel(spec=spec, mod=_small(), entry="main", input_specs=(), sizes={},
+                   symbolic_dims={}, dim_bounds={}, params={}, families={}, source=None,
+                   metadata={"width": np.int64(3)}, seconds={}, reference_fn=lambda i: [])
+    with pytest.raises(ZooError, match="cannot keep int64"):
+        description(odd)
