@@ -46,6 +46,7 @@ from ..ir import compat as C
 from ..ir.dtypes import is_float_dtype, machine_epsilon
 from .builds import BuildCache
 from .indices import index_ranges, out_of_bounds
+from .legalize_once import pipeline as legalize_once_pipeline
 
 #: Integers for inputs that index nothing known: small, so valid in small tensors.
 DEFAULT_INT_RANGE = (0, 8)
@@ -155,6 +156,10 @@ def _needs_lambda_lift(mod: tvm.IRModule) -> bool:
 #: ``None``: TVM's default.
 CHECK_OPT_LEVEL: int | None = 1
 
+#: Whether ``llvm`` check builds legalise each distinct call once
+#: (:mod:`patternkit.verification.legalize_once`); ``False``: TVM's default pipeline.
+LEGALIZE_ONCE = True
+
 
 def check_target(target: str = "llvm") -> str | tvm.target.Target:
     """The target the checks build for: ``llvm`` at :data:`CHECK_OPT_LEVEL`; any other
@@ -168,13 +173,18 @@ def check_target(target: str = "llvm") -> str | tvm.target.Target:
 def build(mod: tvm.IRModule, target: str = "llvm") -> relax.VirtualMachine:
     """Build for ``target`` and return a VM on the CPU.
 
-    ``llvm`` is built at LLVM's :data:`CHECK_OPT_LEVEL` (:func:`check_target`).  Local
-    functions (as produced by :func:`patternkit.partition`) are lifted first with
-    ``LambdaLift``, since the VM lowering rejects them.
+    ``llvm`` is built at LLVM's :data:`CHECK_OPT_LEVEL` (:func:`check_target`), with
+    each distinct operator call legalised once (:mod:`.legalize_once`; the same module
+    as TVM's default pipeline).  Local functions (as produced by
+    :func:`patternkit.partition`) are lifted first with ``LambdaLift``, since the VM
+    lowering rejects them.
     """
     if _needs_lambda_lift(mod):
         mod = relax.transform.LambdaLift()(mod)
-    return relax.VirtualMachine(relax.build(mod, target=check_target(target)), tvm.cpu())
+    checked = check_target(target)
+    pipeline = legalize_once_pipeline() if target == "llvm" and LEGALIZE_ONCE else "default"
+    return relax.VirtualMachine(relax.build(mod, target=checked, relax_pipeline=pipeline),
+                                tvm.cpu())
 
 
 def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[int, ...]:
