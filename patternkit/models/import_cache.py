@@ -10,7 +10,10 @@ A Relax module cannot be serialised in TVM 0.27 (``save_json`` crashes on Relax
 expressions, ``docs/tvm-bugs.md``), so an entry is the module's TVMScript text, its
 tensor constants in an ``.npz`` file (the printer's ``metadata[...]`` references read
 them back), and what else the import found (its fix-ups, the softmax calls of the
-traced program, the weights kept as parameters).
+traced program, the weights kept as parameters) with the rest of the model's description
+(inputs, sizes, family counts, metadata), so that a hit builds no torch module: the zoo
+builds it only if something reads the model's ``source`` or reference
+(:class:`patternkit.models.zoomodel.Deferred`).
 
 * **Never stale**: an entry's key is the canonical spec and the versions of Python,
   numpy, torch, transformers and TVM, plus a digest of every source file of patternkit

@@ -186,7 +186,8 @@ class ZooModel:
         its torch modules (norms, activations, attention blocks) and its traced program
         (softmax); see :mod:`patternkit.models.families`.
     source : object
-        The torch module (``torch.nn.Module``, in eval mode) or the ``onnx.ModelProto``.
+        The torch module (``torch.nn.Module``, in eval mode) or the ``onnx.ModelProto``;
+        built when first read for a model read from the import cache.
     metadata : Mapping[str, Any]
         Facts about the build (config sizes, GELU form, attention implementation,
         exporter, opset, ONNX fix-ups).
