@@ -31,6 +31,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ..ir import compat as C
+
 #: Operators the default pipeline dispatches before legalising (``DispatchSortScan``,
 #: ``DispatchSampling``): left in place for them.
 DISPATCHED = ("relax.bucketize", "relax.sort", "relax.argsort", "relax.topk",
@@ -50,7 +52,6 @@ def legalize_once(counts: Reuse | None = None) -> tvm.transform.Pass:
     ``counts``, when given, is the table used (its ``made`` and ``reused`` counts).
     """
 
-    @tvm.transform.module_pass(opt_level=0, name="LegalizeOpsOnce")
     def run(mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         table = Reuse() if counts is None else counts
         legalizers = {name: table.wrap(found) for name in _operators(mod)
@@ -59,7 +60,7 @@ def legalize_once(counts: Reuse | None = None) -> tvm.transform.Pass:
         return relax.transform.LegalizeOps(customize_legalize_map=legalizers,
                                            skip_ops=list(DISPATCHED))(mod)
 
-    return run
+    return C.module_pass(run, "LegalizeOpsOnce")
 
 
 class Reuse:
