@@ -181,9 +181,15 @@ def _any_conv(node: Any, importer: Any, dtype: str, general: bool) -> relax.Var 
                                      dilation=dilation, groups=groups,
                                      data_layout=data_layout, kernel_layout=kernel_layout,
                                      out_dtype=ACCUMULATE), dtype)
+    return _channel_bias(importer, out, bias, rank)
+
+
+def _channel_bias(importer: Any, out: relax.Var, bias: Any, rank: int) -> relax.Var:
+    """``out`` plus a per-channel ``bias`` (axis 1 of a rank-``rank`` result), if any."""
     if importer._is_no_bias(bias):
         return out
-    return builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))))
+    channels = relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))
+    return importer.block_builder.emit(relax.op.add(out, channels))
 
 
 #: Transposed convolution rank -> (Relax op, data layout, kernel layout).
@@ -221,9 +227,7 @@ def _transposed(importer: Any, dtype: str, args: list[Any]) -> relax.Var | None:
                                      groups=groups, data_layout=data_layout,
                                      kernel_layout=kernel_layout, out_dtype=ACCUMULATE),
                        dtype)
-    if importer._is_no_bias(bias):
-        return out
-    return builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1) + (1,) * (rank - 2))))
+    return _channel_bias(importer, out, bias, rank)
 
 
 _LOW_PRECISION_CONVERTERS: dict[str, Callable[[Any, Any, str], relax.Var | None]] = {
