@@ -10,6 +10,11 @@ So each picture is tried in steps, cheapest-to-read first, until one lays out in
 3. the same around the function's result only (``focus=`` the output, a few hops), which
    always lays out.
 
+A step with a smaller one after it is skipped, before any layout, when ``dot`` would
+have too much to place (:func:`patternkit.viz.fit.layout_size` past
+:data:`LAYOUT_BUDGET`): the picture then does not depend on how busy the machine is, and
+the job does not wait seconds for a layout it would not show.
+
 Each picture is then fitted into 10,000 px a side (:func:`patternkit.viz.fit.fit`: a long
 chain laid out in columns; one still too big is scaled down, except as it is, where the
 next step is tried first).  ``full=True`` (``--full-drawing``) draws every node, with a
@@ -39,6 +44,13 @@ LAYOUT_TIMEOUT = 8.0
 #: not be readable anyway.
 AS_IS_NODES = 400
 FULL_TIMEOUT = 120.0
+#: Past this :func:`~patternkit.viz.fit.layout_size` a picture with a smaller one to fall
+#: back on is not laid out: ``dot`` would take seconds (a 12-layer GPT-2's rewritten
+#: module drawn as it is: 2,180, 1.8 s of CPU unloaded, past the 8 s timeout under load;
+#: its diff with one node of context: 2,945, 2.7 s), and the picture would be a poster,
+#: not a figure.  The decision needs no layout, so the picture drawn does not depend on
+#: how busy the machine is.
+LAYOUT_BUDGET = 1_500
 
 
 def _full_options() -> dict[str, Any]:
@@ -67,7 +79,8 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
     from ..viz.display import DotUnavailable
 
     last = ""
-    for how, options, mode in _attempts(full):
+    attempts = _attempts(full)
+    for i, (how, options, mode) in enumerate(attempts):
         start = time.perf_counter()
         options = {"timeout": LAYOUT_TIMEOUT, **options}
         try:
@@ -76,6 +89,11 @@ def draw_picture(path: Path, draw, full: bool = False) -> str:
             if not graph.layout_allowed or (mode == "as is" and nodes > AS_IS_NODES):
                 last = f"{nodes} nodes is past the layout limit"
                 logger.info("%s: %s has %d nodes; trying smaller", path.name, how, nodes)
+                continue
+            size = fitting.layout_size(graph.model) if i < len(attempts) - 1 else 0
+            if size > LAYOUT_BUDGET:
+                last = f"{size} nodes and edges to place is past the layout budget"
+                logger.info("%s: %s has %s; trying smaller", path.name, how, last)
                 continue
             if not full:
                 fitted = fitting.fit(graph)

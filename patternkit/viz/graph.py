@@ -147,6 +147,17 @@ class VizGraph:
             self._svg = data.decode("utf-8")
         return data
 
+    def laid_out(self, options: VizOptions, svg: str) -> VizGraph:
+        """The same model drawn with ``options``, whose SVG layout is ``svg`` already.
+
+        For a layout changed without ``dot`` (:func:`patternkit.viz.fit.scale_svg`):
+        ``options`` must lay out to the same picture, so that :attr:`source` and the
+        SVG agree.  The model is shared, not copied.
+        """
+        drawing = VizGraph(self.model, options)
+        drawing._svg = svg
+        return drawing
+
     def render(self, path: str | os.PathLike = "graph", format: str = "svg") -> str:
         """Write the drawing to ``path`` (the ``.<format>`` suffix is added when missing).
 

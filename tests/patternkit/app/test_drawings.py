@@ -65,3 +65,30 @@ def test_the_full_drawing_is_available_on_request(tmp_path):
     mod = _deep(3)
     drawn = drawings.draw_job(tmp_path, {"before": mod}, mod, mod, full=True)
     assert drawn["before"].startswith("full drawing")
+
+
+def test_a_picture_past_the_layout_budget_is_not_laid_out(tmp_path, monkeypatch):
+    from patternkit.viz import graph as graph_module
+    from patternkit.viz.fit import layout_size
+
+    mod = _deep(40)
+    whole = layout_size(viz_expr(mod).model)
+    monkeypatch.setattr(drawings, "LAYOUT_BUDGET", whole - 1)  # as it is: just past
+    laid_out: list[int] = []
+    real = graph_module.run_dot
+
+    def counted(source: str, fmt: str, timeout: float) -> bytes:
+        laid_out.append(source.count(" -> "))
+        return real(source, fmt, timeout)
+
+    monkeypatch.setattr(graph_module, "run_dot", counted)
+    drawn = drawings.draw_job(tmp_path, {"before": mod}, mod, mod)
+    assert drawn["before"].startswith("repeated layers drawn once")
+    assert "x40" in (tmp_path / "before.svg").read_text()
+    folded = laid_out[0]
+    assert folded < len(viz_expr(mod).model.edges) / 4  # the whole was never laid out
+    # the last resort is drawn whatever its size: a picture is always written
+    monkeypatch.setattr(drawings, "LAYOUT_BUDGET", 0)
+    how = drawings.draw_picture(tmp_path / "p", drawings._expr_drawer(mod, "main"))
+    assert how.startswith("the output's neighbourhood only")
+    assert (tmp_path / "p.svg").is_file()

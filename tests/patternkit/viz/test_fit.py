@@ -230,3 +230,101 @@ def test_bad_columns_or_max_side_are_named():
         viz_expr(_chain(3), columns=-2)
     with pytest.raises(VizError, match="max_side= expects a non-negative int"):
         viz_expr(_chain(3), max_side="big")
+
+
+def _fan(width: int) -> tvm.IRModule:
+    """``width`` unary ops side by side on one input, concatenated: wide, not long."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            parts = [bb.emit(relax.op.nn.relu(x)) for _ in range(width)]
+            out = bb.emit_output(relax.op.concat(parts, axis=0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _counting_layouts(monkeypatch) -> list[str]:
+    from patternkit.viz import graph as graph_module
+
+    calls: list[str] = []
+    real = graph_module.run_dot
+
+    def counted(source: str, fmt: str, timeout: float) -> bytes:
+        calls.append(source)
+        return real(source, fmt, timeout)
+
+    monkeypatch.setattr(graph_module, "run_dot", counted)
+    return calls
+
+
+@needs_dot
+def test_a_drawing_too_big_is_scaled_without_a_second_layout(monkeypatch):
+    graph = viz_expr(_chain(20))  # too short for columns, too tall for 400 px
+    whole = graph.pipe("svg").decode("utf-8")
+    calls = _counting_layouts(monkeypatch)
+    fitted = fit(graph, max_px=400)
+    assert len(calls) == 0  # the drawing's own layout is reused, not laid out again
+    fitted = fit(viz_expr(_chain(20)), max_px=400)
+    assert len(calls) == 1 and fitted.scaled and "scaled down" in fitted.note
+    svg = fitted.graph.pipe("svg").decode("utf-8")
+    assert max(svg_size(svg)) <= 400 and (fitted.width, fitted.height) == svg_size(svg)
+    assert max(svg_size(whole)) > 400
+    # the same drawing, smaller: every node and the laid-out coordinates kept
+    view = re.compile(r'viewBox="[^"]*"')
+    assert view.search(svg).group(0) == view.search(whole).group(0)
+    assert svg.count('<g id="node') == whole.count('<g id="node') == len(graph.model.nodes)
+    assert svg[svg.index("<g id=\"graph0"):] == whole[whole.index("<g id=\"graph0"):]
+    # its DOT text asks Graphviz for the same size, so the source and the picture agree
+    assert 'size="4.17,4.17"' in fitted.graph.source and len(calls) == 1
+
+
+@needs_dot
+def test_a_long_chain_costs_two_layouts_even_when_scaled(monkeypatch):
+    calls = _counting_layouts(monkeypatch)
+    fitted = fit(viz_expr(_chain(120)), max_px=1500)
+    assert fitted.scaled and "columns" in fitted.note and len(calls) == 2
+    assert max(fitted.width, fitted.height) <= 1500
+
+
+@needs_dot
+def test_a_wide_drawing_is_not_cut_into_columns(monkeypatch):
+    graph = viz_expr(_fan(60))
+    width, height = svg_size(graph.pipe("svg"))
+    assert width > fitting.LONG_PX and width > fitting.ASPECT * height  # long, across ranks
+    calls = _counting_layouts(monkeypatch)
+    fitted = fit(graph)
+    assert calls == [] and fitted.note == "" and fitted.graph is graph
+
+
+def test_scale_svg_keeps_everything_but_the_outer_size():
+    svg = ('<svg width="3000pt" height="600pt"\n viewBox="0.00 0.00 3000.00 600.00">'
+           '<g id="graph0"><g id="node1"/></g></svg>')
+    small = fitting.scale_svg(svg, 1000)
+    assert svg_size(small) == (1000, 200)
+    assert small.endswith(svg[svg.index("\n"):])
+    assert fitting.scale_svg(svg, 10_000) == svg
+    with pytest.raises(ValueError, match="width and height"):
+        fitting.scale_svg('<svg width="10">', 5)
+
+
+def test_layout_size_counts_the_ranks_long_edges_cross():
+    chain = viz_expr(_chain(20)).model
+    assert fitting.layout_size(chain) == len(chain.nodes) + len(chain.edges)
+    for length in (3, 9):
+        skip = viz_expr(_skip(length)).model  # one edge past ``length`` ranks
+        assert fitting.layout_size(skip) == len(skip.nodes) + len(skip.edges) + length
+
+
+def _skip(length: int) -> tvm.IRModule:
+    """``a = relu(x)``, ``length`` tanh after it, and ``a`` added to the last one."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = h = bb.emit(relax.op.nn.relu(x))
+            for _ in range(length):
+                h = bb.emit(relax.op.tanh(h))
+            out = bb.emit_output(relax.op.add(h, a))
+        bb.emit_func_output(out)
+    return bb.get()
