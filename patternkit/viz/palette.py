@@ -15,6 +15,7 @@ uses :func:`text_color`: the same hue, darkened until it clears 4.5:1 on every f
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 
 __all__ = ["FILLS", "STATUS_COLORS", "contrast_ratio", "fill_color", "outline_color",
            "text_color"]
@@ -62,8 +63,12 @@ def contrast_ratio(a: str, b: str) -> float:
     return (la + 0.05) / (lb + 0.05)
 
 
+@lru_cache(maxsize=256)
 def text_color(color: str, backgrounds: tuple[str, ...] = FILLS) -> str:
-    """``color`` darkened (same hue) until it reads at AA on every one of ``backgrounds``."""
+    """``color`` darkened (same hue) until it reads at AA on every one of ``backgrounds``.
+
+    Kept per colour: a drawing asks for the same few colours hundreds of times.
+    """
     r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
     scale = 1.0
     while True:

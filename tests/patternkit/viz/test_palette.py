@@ -55,3 +55,13 @@ def test_every_font_colour_in_a_diff_drawing_reads_at_aa_on_every_fill():
 
 def test_fill_colours_are_stable_per_name():
     assert fill_color("ccompiler") == fill_color("ccompiler") in FILLS
+
+
+def test_text_colour_is_worked_out_once_per_colour():
+    from patternkit.viz import palette
+
+    palette.text_color.cache_clear()
+    first = palette.text_color("#E69F00")
+    assert palette.text_color("#E69F00") == first
+    info = palette.text_color.cache_info()
+    assert (info.misses, info.hits) == (1, 1)
