@@ -400,6 +400,33 @@ class HandSoftmaxAttention(Attention):
         return torch.matmul(e / e.sum(-1, keepdim=True), v)
 
 
+#: Swin v2's clamp of the learned logit scale: the scale is at most 100.
+MAX_LOGIT = math.log(100.0)
+#: The tokens of one window (Swin's windows are of a fixed size; the batch is images *
+#: windows, so only the batch varies in the dynamic columns).
+WINDOW_TOKENS = 8
+
+
+class CosineAttention(Attention):
+    """Swin v2's cosine attention: ``F.normalize``d queries and keys, the scores times a
+    learned per-head scale ``exp(clamp(logit_scale, max=log(100)))``, then a position bias
+    ``16 * sigmoid(table)`` added before the softmax (transformers' ``Swinv2SelfAttention``).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(HEADS, 1, 1))
+                                        + 0.3 * torch.randn(HEADS, 1, 1))
+        self.table = nn.Parameter(torch.randn(HEADS, WINDOW_TOKENS, WINDOW_TOKENS))
+
+    def core(self, q, k, v):
+        """The cosine core."""
+        scores = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        scores = scores * torch.clamp(self.logit_scale, max=MAX_LOGIT).exp()
+        scores = scores + 16 * torch.sigmoid(self.table).unsqueeze(0)
+        return torch.matmul(scores.softmax(-1), v)
+
+
 # -- rotary embeddings -------------------------------------------------------------------------
 class Rotary(nn.Module):
     """A rotary embedding of ``(batch, heads, seq, 8)`` with tables computed on the fly
@@ -626,6 +653,8 @@ SPELLINGS: tuple[Spelling, ...] = (
              _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),
     Spelling("attention", "softmax written out", HandSoftmaxAttention, _TOKENS,
              _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.", "softmax.")),
+    Spelling("attention", "cosine (Swin v2)", CosineAttention, ("batch", WINDOW_TOKENS, WIDTH),
+             _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),
     # rotary embeddings
     Spelling("rope", "half rotation (Llama)", Rotary, _HEADS, _composite("rope"),
              ("byoc.rope",)),

@@ -24,6 +24,12 @@ unchanged, so a model TVM imports imports exactly as without them.
   or ``instance_norm``.  They import as the float32 op between casts,
   ``astype(norm(astype(x, float32), gamma_f32, beta_f32), bfloat16)``: torch computes
   them in float32 too, and the library's norm rules collapse that form.
+- bfloat16 ``pow(x, 2)`` and ``pow(x, 0.5)`` (a layer norm written out, ``(x -
+  mean).pow(2)``; ``F.normalize``'s norm): TVM 0.27 cannot build a bfloat16 ``R.power``
+  for llvm ("power only applies to float").  They import as ``x * x`` and ``sqrt(x)``,
+  which is what torch computes for these two exponents (its ``pow`` takes ``x * x`` and
+  ``sqrt`` for them): bit for bit the same on every finite bfloat16 value, in torch and
+  built by TVM (each a float32 product or square root of bfloat16 operands, rounded once).
 
 Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
 of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
@@ -44,6 +50,10 @@ Converter = Callable[[Any, Any], relax.Var]
 #: Norms of this dtype are computed in :data:`NORM_DTYPE` between casts.
 CAST_NORM_DTYPE = "bfloat16"
 NORM_DTYPE = "float32"
+#: ``pow`` of this dtype by these exponents imports as the op torch computes them with.
+POWER_DTYPE = "bfloat16"
+EXACT_POWERS: dict[float, Callable[[relax.Expr], relax.Expr]] = {
+    2.0: lambda x: relax.op.multiply(x, x), 0.5: relax.op.sqrt}
 
 
 class TorchConverters:
@@ -214,6 +224,18 @@ def _instance_norm(node: Any, importer: Any) -> relax.Var | None:
     return importer.block_builder.emit(relax.op.nn.instance_norm(x, gamma, beta, **attrs))
 
 
+def _power(node: Any, importer: Any) -> relax.Var | None:
+    """``pow.Tensor_Scalar``: (x, exponent), a bfloat16 ``x`` squared or square-rooted
+    (None otherwise: TVM's converter runs).
+    """
+    x = importer.env[node.args[0]]
+    exponent = node.args[1] if len(node.args) > 1 else node.kwargs.get("exponent")
+    if (dtype_of(type_of(x)) != POWER_DTYPE or isinstance(exponent, bool)
+            or not isinstance(exponent, (int, float)) or float(exponent) not in EXACT_POWERS):
+        return None
+    return importer.block_builder.emit(EXACT_POWERS[float(exponent)](x))
+
+
 _CAST = f"computed in {NORM_DTYPE} between casts ({CAST_NORM_DTYPE}: no TVM kernel)"
 #: Torch op -> (converter, what the notes say of a converted call).
 _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
@@ -229,4 +251,7 @@ _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
     "native_group_norm.default": (_group_norm, _CAST),
     "_native_batch_norm_legit.no_stats": (_instance_norm, "(instance norm) on a symbolic "
                                           "channel count or in bfloat16 imported by hand"),
+    "pow.Tensor_Scalar": (_power, f"({POWER_DTYPE}, exponent 2 or 0.5) imported as x * x or "
+                                  f"sqrt(x), as torch computes it (no TVM kernel for "
+                                  f"{POWER_DTYPE} power)"),
 }

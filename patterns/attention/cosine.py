@@ -26,18 +26,28 @@ This rule's pattern (:mod:`.cosine_forms`) keeps the norm inside its match.
 Refused, each with its reason: an operand normalised over another axis than the one
 the score matmul contracts, a scale that varies along the query or key axis (not one
 number per head), a softmax over another axis than the keys, tensors of more than one
-dtype, scores of unknown shape, a windowed view that does not split the batch into
-windows or a window mask that does not keep the view's shape; the shapes, plumbing and
-biases are :mod:`.guards`' checks.  An operand without the normalisation does not match
-(``patternkit explain`` reports the near miss).
+dtype, bfloat16 (the fold's error is not measured there), a norm clamped by a
+``call_tir`` of another PrimFunc than TOPI's maximum, a matmul accumulated in another
+dtype than float32 before its cast back, scores of unknown shape, a windowed view that
+does not split the batch into windows or a window mask that does not keep the view's
+shape; the shapes, plumbing and biases are :mod:`.guards`' checks.  An operand without
+the normalisation does not match (``patternkit explain`` reports the near miss).
 
 Shifted windows: transformers adds their mask through a view of the scores, ``(B/W, W,
 N, S, T) + mask[None, :, None]`` (twice), and undoes the view; each term becomes part of
 the bias, broadcast to the view's ``(B/W, W, ., ., T)`` and merged back to ``(B, ., .,
 T)``, which adds to score ``b = i * W + j`` what the view added to ``[i, j]``.
 
-Not covered: the ONNX exporters' spellings of ``F.normalize``; a scale varying along
-the queries (foldable into q row by row, but not this form).
+The ONNX doors: both exporters write ``F.normalize`` as ``ReduceL2`` (or ``Pow`` /
+``ReduceSum`` / ``Sqrt``), ``Clip(min=eps)``, ``Expand``, ``Div``, which ``from_onnx``
+imports as ``sqrt(sum(x * x))``, a ``call_tir`` of TOPI's ``maximum`` with the bound
+``where(isnan(eps), -inf, eps)``, ``broadcast_to`` and ``divide``; the per-head scale and
+the bias come as tensors (the dynamo exporter folds them to constants).  A float16 or
+bfloat16 model imported by torch.export accumulates its batched matmuls in float32 and
+casts them back (:mod:`patternkit.models.low_precision`): the matmul in that dtype.
+
+Not covered: a scale varying along the queries (foldable into q row by row, but not
+this form); bfloat16 (refused, see :func:`.cosine_forms.measured_dtype`).
 """
 
 from __future__ import annotations
@@ -57,8 +67,11 @@ from . import guards
 from .cosine_examples import REFUSALS, SPACE, cosine_block
 from .cosine_forms import (
     CosineForms,
+    cast_back,
+    clamped_by_maximum,
     cosine_forms,
     known_shape,
+    measured_dtype,
     normalised_over,
     one_dtype,
     per_head_scale,
@@ -136,10 +149,15 @@ class AttentionCosine(RewriteRule):
                      (batch, heads, seq, v_view[3]))
         normalised_over(match, forms.q, q_axes[3], "the query")
         normalised_over(match, forms.k, k_axes[2], "the key")
+        clamped_by_maximum(match, forms.q, "the query")
+        clamped_by_maximum(match, forms.k, "the key")
+        cast_back(match, forms.qk, forms.qk_cast, "the scores")
+        cast_back(match, forms.pv, forms.pv_cast, "the weighted values")
         softmax_over_keys(match[forms.softmax])
-        one_dtype({"the query": match.q_normalised, "the key": match.k_normalised,
-                   "the value": match.v, "the scores": score_tensor,
-                   "the result": match.root})
+        measured_dtype(one_dtype({"the query": match.q_normalised,
+                                  "the key": match.k_normalised, "the value": match.v,
+                                  "the scores": score_tensor, "the result": match.root}),
+                       match.root)
         padded = per_head_scale(match.scale, scores)
         biases: list[BiasTerm] = []
         if match.tag("bias") in ("added", "masked", "windowed"):

@@ -28,9 +28,26 @@ WINDOWS = 2
 MAX_LOGIT = math.log(100.0)
 
 
-def _normalise(bb: relax.BlockBuilder, x: relax.Expr, axis: int) -> relax.Expr:
-    """``F.normalize(x, dim=axis)`` as the torch importer writes it."""
+def _normalise(bb: relax.BlockBuilder, x: relax.Expr, axis: int, form: str = "torch",
+               clamp_name: str = "maximum") -> relax.Expr:
+    """``F.normalize(x, dim=axis)`` as the torch importer writes it (``form="torch"``) or
+    as ``from_onnx`` writes both exporters' ``ReduceL2`` (or ``Pow`` / ``ReduceSum`` /
+    ``Sqrt``), ``Clip(min=eps)``, ``Expand``, ``Div`` (``"onnx"``): ``sqrt(sum(x * x))``,
+    a ``call_tir`` of TOPI's maximum (the PrimFunc called ``clamp_name``) with the bound
+    ``where(isnan(eps), -inf, eps)``.
+    """
     shape = x.ty.shape
+    if form == "onnx":
+        from tvm import topi
+
+        total = bb.emit(relax.op.sum(bb.emit(relax.op.multiply(x, x)), axis=[axis],
+                                     keepdims=True))
+        eps = relax.const(1e-12, x.ty.dtype)
+        bound = bb.emit(relax.op.where(bb.emit(relax.op.isnan(eps)),
+                                       relax.const(-math.inf, x.ty.dtype), eps))
+        clamped = bb.emit_te(topi.maximum, bb.emit(relax.op.sqrt(total)), bound,
+                             primfunc_name_hint=clamp_name)
+        return bb.emit(relax.op.divide(x, relax.op.broadcast_to(clamped, shape)))
     squared = bb.emit(relax.op.power(relax.op.abs(x), relax.const(2.0, x.ty.dtype)))
     total = bb.emit(relax.op.sum(squared, axis=[axis], keepdims=True))
     norm = bb.emit(relax.op.power(total, relax.const(0.5, x.ty.dtype)))
@@ -40,9 +57,11 @@ def _normalise(bb: relax.BlockBuilder, x: relax.Expr, axis: int) -> relax.Expr:
 
 
 def _batched(bb: relax.BlockBuilder, lhs: relax.Expr, rhs: relax.Expr, out: Any,
-             out_dtype: str = "") -> relax.Expr:
+             out_dtype: str = "", accumulate: str = "") -> relax.Expr:
     """``lhs @ rhs`` on 4-D views as the torch importer writes it: each operand
-    ``broadcast_to`` its own shape and merged to 3-D, the result split back to ``out``.
+    ``broadcast_to`` its own shape and merged to 3-D, the result split back to ``out``;
+    ``accumulate``: the product computed in that dtype and cast back (patternkit's import
+    of a float16 / bfloat16 ``bmm``).
     """
     merged = []
     for operand in (lhs, rhs):
@@ -52,8 +71,10 @@ def _batched(bb: relax.BlockBuilder, lhs: relax.Expr, rhs: relax.Expr, out: Any,
                  else [*value[:3], value[2]])
         full = bb.emit(relax.op.broadcast_to(operand, shape))
         merged.append(bb.emit(relax.op.reshape(full, [shape[0] * shape[1], *shape[2:]])))
-    product = bb.emit(relax.op.matmul(merged[0], merged[1],
-                                      out_dtype=out_dtype or str(lhs.ty.dtype)))
+    dtype = out_dtype or str(lhs.ty.dtype)
+    product = bb.emit(relax.op.matmul(merged[0], merged[1], out_dtype=accumulate or dtype))
+    if accumulate:
+        product = bb.emit(relax.op.astype(product, dtype))
     return bb.emit(relax.op.reshape(product, out))
 
 
@@ -75,7 +96,9 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
                  scale: str = "per_head", normalised: str = "both", norm_axis: int = -1,
                  softmax_axis: int = -1, score_dtype: str = "", score_shape: str = "known",
                  window_view: str = "windows", window_mask_rank: int = 5,
-                 logit: float = math.log(10.0), seed: int = 0) -> tvm.IRModule:
+                 logit: float = math.log(10.0), norm_form: str = "torch",
+                 clamp_name: str = "maximum", accumulate: str = "",
+                 seed: int = 0) -> tvm.IRModule:
     """One window attention on ``xq, xk, xv: (B, 16, 16)`` (2 heads of 8), returning the
     heads back in place, ``(B, 16, 16)``.
 
@@ -94,7 +117,11 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
     not cast back: refused).  ``score_shape="unknown"``: the scores reshaped to a shape
     given as a parameter (refused: their axes cannot be told apart).  ``logit``: the
     learned logit scale's centre (Swin v2 initialises it at ``log(10)``; the clamp stops
-    it at ``log(100)``).
+    it at ``log(100)``).  ``norm_form="onnx"``: ``F.normalize`` as ``from_onnx`` imports
+    the exporters' spelling (:func:`_normalise`; ``clamp_name``: its ``maximum`` PrimFunc's
+    name, another one refused).  ``accumulate``: both batched matmuls computed in that
+    dtype and cast back (``"float32"`` on a float16 / bfloat16 model, as patternkit's
+    torch import writes them; ``"bfloat16"`` on a float16 one: refused).
     """
     rng = np.random.default_rng(seed)
     batch: Any = tvm.tirx.Var("batch", "int64") if shape == "symbolic" else 4
@@ -126,12 +153,12 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
                 heads_first.append(bb.emit(relax.op.permute_dims(split, [0, 2, 1, 3])))
             q, k, v = heads_first
             if normalised == "both":
-                q = _normalise(bb, q, norm_axis)
-            k = _normalise(bb, k, norm_axis)
+                q = _normalise(bb, q, norm_axis, norm_form, clamp_name)
+            k = _normalise(bb, k, norm_axis, norm_form, clamp_name)
             k_t = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
             scores_dtype = score_dtype or dtype
             scores = _batched(bb, q, k_t, shape_param if score_shape == "unknown"
-                              else [batch, HEADS, TOKENS, TOKENS], score_dtype)
+                              else [batch, HEADS, TOKENS, TOKENS], score_dtype, accumulate)
             clamped = bb.emit(relax.op.clip(logits, relax.prim_value(
                 tvm.tirx.FloatImm("float64", -math.inf)), relax.prim_value(
                 tvm.tirx.FloatImm("float64", MAX_LOGIT))))
@@ -152,7 +179,8 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
             probabilities = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
             if scores_dtype != dtype:
                 v = bb.emit(relax.op.astype(v, scores_dtype))
-            out = _batched(bb, probabilities, v, [batch, HEADS, TOKENS, HEAD_DIM])
+            out = _batched(bb, probabilities, v, [batch, HEADS, TOKENS, HEAD_DIM],
+                           accumulate=accumulate)
             out = bb.emit(relax.op.permute_dims(out, [0, 2, 1, 3]))
             result = bb.emit_output(relax.op.reshape(out, [batch, TOKENS, hidden]))
         bb.emit_func_output(result)
@@ -169,6 +197,9 @@ REFUSALS: dict[str, dict[str, Any]] = {
     "scores_of_unknown_shape": {"score_shape": "unknown"},
     "scores_viewed_across_windows": {"bias": "shifted", "window_view": "across"},
     "window_mask_of_rank_6": {"bias": "shifted", "window_mask_rank": 6},
+    "norm_clamped_by_another_primfunc": {"norm_form": "onnx", "clamp_name": "fused_maximum_add"},
+    "float16_scores_accumulated_in_bfloat16": {"dtype": "float16", "accumulate": "bfloat16"},
+    "bfloat16_attention": {"dtype": "bfloat16", "accumulate": "float32"},
 }
 
 #: The rule's example space (the first point is the default example).
@@ -176,4 +207,8 @@ SPACE: list[dict[str, Any]] = [
     {"dtype": ("float32", "float16"), "shape": ("static", "symbolic"),
      "bias": ("position", "position_and_mask", "none"), "scale": ("per_head", "scalar")},
     {"dtype": ("float32", "float16"), "bias": ("shifted",), "scale": ("per_head", "scalar")},
+    {"dtype": ("float32", "float16"), "shape": ("static", "symbolic"), "norm_form": ("onnx",),
+     "bias": ("position", "none")},
+    {"dtype": ("float16",), "accumulate": ("float32",), "norm_form": ("torch", "onnx"),
+     "bias": ("position", "none")},
 ]

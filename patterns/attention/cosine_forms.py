@@ -19,11 +19,23 @@ scale is one number per head (and batch).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tvm import relax
 
-from patternkit.dpl import DFPattern, alt, is_constant, is_op, is_scalar, square, through, wildcard
+from patternkit.dpl import (
+    DFPattern,
+    alt,
+    is_constant,
+    is_gv,
+    is_op,
+    is_scalar,
+    is_tuple,
+    square,
+    through,
+    wildcard,
+)
 from patternkit.engine import RoleMatch, reject
 from patternkit.ir import (
     call_args,
@@ -49,6 +61,7 @@ class NormalisedForms:
 
     source: DFPattern
     total: DFPattern
+    clamp_tir: DFPattern
     normalised: DFPattern
     operand: OperandForms
 
@@ -58,8 +71,14 @@ def _normalised(name: str, key: bool = False) -> NormalisedForms:
     # F.normalize: x / clamp_min(||x||_2, eps), the norm as abs -> pow 2 -> sum -> pow 0.5
     total = is_op("sum")(square(is_op("abs")(source) | source))
     norm = is_op("power")(total, is_scalar(0.5, rtol=0.0)) | is_op("sqrt")(total)
+    # from_onnx's one-sided Clip (both exporters' clamp_min, after ReduceL2 or Pow /
+    # ReduceSum / Sqrt, which it imports as sqrt(sum(x * x))): a call_tir of TOPI's
+    # maximum, the bound NaN-guarded, where(isnan(eps), -inf, eps), or folded
+    bound = is_constant() | is_op("where")(is_op("isnan")(is_constant()), is_constant(),
+                                           is_constant())
+    clamp_tir = is_op("call_tir")(is_gv("maximum"), is_tuple([norm, bound]))
     clamped = (is_op("clip")(norm, varg_default_wildcard=True)
-               | is_op("maximum")(norm, is_constant()) | norm)
+               | is_op("maximum")(norm, is_constant()) | clamp_tir | norm)
     normalised = is_op("divide")(source, through(clamped, ("broadcast_to",), depth=1))
     split = is_op("permute_dims")(normalised)
     view = alt(tag=f"{name}_layout", split=split, as_is=normalised)
@@ -67,7 +86,7 @@ def _normalised(name: str, key: bool = False) -> NormalisedForms:
     if key:
         transpose = is_op("permute_dims")(view)
         view = transpose
-    return NormalisedForms(source, total, normalised, OperandForms(
+    return NormalisedForms(source, total, clamp_tir, normalised, OperandForms(
         name, normalised, split, through(view, OPERAND_PLUMBING), transpose=transpose))
 
 
@@ -79,6 +98,7 @@ class CosineForms:
     k: NormalisedForms
     v: OperandForms
     qk: DFPattern
+    qk_cast: DFPattern
     scores: DFPattern
     scale: DFPattern
     position_bias: DFPattern
@@ -90,6 +110,7 @@ class CosineForms:
     window_back: DFPattern
     softmax: DFPattern
     pv: DFPattern
+    pv_cast: DFPattern
     heads_out: DFPattern
     out: DFPattern
     root: DFPattern
@@ -101,6 +122,7 @@ class CosineForms:
             name = forms.operand.name
             found[name] = forms.source
             found[f"{name}_total"] = forms.total
+            found[f"{name}_clamp_tir"] = forms.clamp_tir
             found[f"{name}_normalised"] = forms.normalised
         found.update({name: value for name, value in vars(self).items()
                       if isinstance(value, DFPattern) and name != "root"})
@@ -115,7 +137,11 @@ def cosine_forms() -> CosineForms:
     qk = is_op("matmul")(q.operand.plumbed, k.operand.plumbed)
     # the scale and bias broadcast over the 4-D scores: the merged (B*N, S, T) ones would
     # pair a (N, 1, 1) scale with batch * heads
-    scores = through(qk, ("reshape",), depth=1).has_type(relax.TensorType(ndim=4, dtype="void"))
+    # a float16 / bfloat16 matmul accumulated in float32 and cast back (patternkit's torch
+    # import of a low-precision bmm: models.low_precision) is a matmul in that dtype
+    qk_cast = is_op("astype")(qk)
+    scores = through(qk_cast | qk, ("reshape",), depth=1).has_type(
+        relax.TensorType(ndim=4, dtype="void"))
     scale = wildcard()
     scaled = is_op("multiply")(scores, scale)  # the matcher tries both operand orders
     position_bias, mask = wildcard(), wildcard()
@@ -135,13 +161,56 @@ def cosine_forms() -> CosineForms:
     v_split = is_op("permute_dims")(v)
     v_plumbed = through(alt(tag="v_layout", split=v_split, as_is=v), OPERAND_PLUMBING)
     pv = is_op("matmul")(through(softmax, OPERAND_PLUMBING), v_plumbed)
-    heads_out = through(pv, ("reshape",), depth=1).has_type(
+    pv_cast = is_op("astype")(pv)
+    heads_out = through(pv_cast | pv, ("reshape",), depth=1).has_type(
         relax.TensorType(ndim=4, dtype="void"))
     out = is_op("permute_dims")(heads_out)
     root = alt(tag="output", permuted=out, heads_first=heads_out)
-    return CosineForms(q, k, OperandForms("v", v, v_split, v_plumbed), qk, scores, scale,
-                       position_bias, mask, windowed, window_mask, window_added,
-                       second_window_mask, window_back, softmax, pv, heads_out, out, root)
+    return CosineForms(q, k, OperandForms("v", v, v_split, v_plumbed), qk, qk_cast, scores,
+                       scale, position_bias, mask, windowed, window_mask, window_added,
+                       second_window_mask, window_back, softmax, pv, pv_cast, heads_out, out,
+                       root)
+
+
+#: What ``BlockBuilder.emit_te`` names TOPI's maximum (a suffix when the name is taken):
+#: ``from_onnx``'s ``Clip`` callee, read by name as ``clip.collapse_onnx`` reads it.
+_TE_MAXIMUM = re.compile(r"maximum\d*")
+
+
+def clamped_by_maximum(match: RoleMatch, forms: NormalisedForms, what: str) -> None:
+    """``from_onnx``'s clamp of the norm calls TOPI's ``maximum`` (by its name).
+
+    Why it matters: ``max(||x||, eps) >= ||x||`` keeps the normalised operand within the
+    unit ball whatever ``eps`` is, so the eps needs no guard, but a ``call_tir`` of another
+    PrimFunc could make the divisor anything.
+    """
+    if forms.clamp_tir not in match:
+        return
+    call = match[forms.clamp_tir]
+    callee = call.args[0].name_hint
+    if not _TE_MAXIMUM.fullmatch(callee):
+        raise reject(f"{what}'s norm is clamped by a call_tir of {callee!r}, not of a "
+                     f"PrimFunc emit_te names after TOPI's maximum: its body is unknown "
+                     f"here, so the operand is not known to be a unit vector", at=call)
+
+
+#: The dtypes a low-precision matmul may accumulate in before its cast back.
+ACCUMULATE = "float32"
+
+
+def cast_back(match: RoleMatch, matmul: DFPattern, cast: DFPattern, what: str) -> None:
+    """A cast after a batched matmul casts a float32 accumulation back to the operands'
+    float16 / bfloat16 (or is a no-op): the matmul in that dtype.
+    """
+    if cast not in match:
+        return
+    node, product = match[cast], match[matmul]
+    operands = dtype_of(type_of(call_args(product)[0]))
+    accumulated = dtype_of(type_of(product))
+    if accumulated not in (operands, ACCUMULATE) or str(node.attrs.dtype) != operands:
+        raise reject(f"{what} of {operands} operands accumulate in {accumulated} and are "
+                     f"cast to {node.attrs.dtype}: only a {ACCUMULATE} accumulation cast "
+                     f"back to the operands' dtype is a matmul in that dtype", at=node)
 
 
 def normalised_over(match: RoleMatch, forms: NormalisedForms, axis: int, what: str) -> None:
@@ -241,5 +310,26 @@ def one_dtype(named: dict[str, relax.Expr]) -> str:
     return str(first)
 
 
-__all__ = ["CosineForms", "NormalisedForms", "cosine_forms", "normalised_over",
+#: The dtypes whose error :mod:`.cosine`'s tolerances state (measured).
+MEASURED_DTYPES = ("float32", "float16")
+
+
+def measured_dtype(dtype: str, root: relax.Expr) -> None:
+    """The attention computes in a dtype whose error the rule measured.
+
+    bfloat16 rounds scores up to the scale (<= 100) to steps of 0.5, and what folding the
+    scale into the query changes there is not measured: TVM 0.27 builds neither the
+    imports' bfloat16 ``power`` (torch.export's ``F.normalize``) nor ``isnan`` (the ONNX
+    ``Clip``), so no import of it runs on llvm.
+    """
+    if dtype not in MEASURED_DTYPES:
+        raise reject(f"cosine attention in {dtype}: scores up to the scale (<= 100) are "
+                     f"rounded at other points once the scale is folded into the query, and "
+                     f"that error is measured for {' and '.join(MEASURED_DTYPES)} only (TVM "
+                     f"0.27 builds no {dtype} import of F.normalize to measure it on)",
+                     at=root)
+
+
+__all__ = ["CosineForms", "measured_dtype", "NormalisedForms", "cosine_forms", "normalised_over",
+           "clamped_by_maximum", "cast_back",
            "per_head_scale", "window_terms", "softmax_over_keys", "known_shape", "one_dtype"]

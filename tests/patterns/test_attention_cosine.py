@@ -157,6 +157,13 @@ REFUSED = {
                                     "16), not split into windows (B/W, W, 2, 16, 16)",
     "window_mask_of_rank_6": "the window mask (1, 1, 2, 1, 16, 16) does not add to the "
                              "windowed scores (2, 2, 2, 16, 16) as a term of their shape",
+    "norm_clamped_by_another_primfunc": "the query's norm is clamped by a call_tir of "
+                                        "'fused_maximum_add', not of a PrimFunc emit_te "
+                                        "names after TOPI's maximum",
+    "float16_scores_accumulated_in_bfloat16": "the scores of float16 operands accumulate in "
+                                              "bfloat16 and are cast to float16",
+    "bfloat16_attention": "cosine attention in bfloat16: scores up to the scale (<= 100) "
+                          "are rounded at other points",
     # no normalisation, no match: explain names the query's matmul operand
     "query_not_normalised": "no match",
 }
@@ -226,3 +233,34 @@ def test_swinv2_window_attention_from_torch_export_collapses_with_its_numbers_ke
     with torch.no_grad():
         reference = module(windows, shift_mask).numpy()
     np.testing.assert_allclose(fused, reference, rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+
+
+@pytest.mark.models
+def test_cosine_attention_through_the_torchscript_onnx_exporter_collapses_with_its_numbers_kept():
+    """The spelling matrix's Swin v2 block (F.normalize, the clamped per-head logit scale,
+    a position bias) exported by the TorchScript exporter at opset 14 (its norm a
+    ReduceL2, its clamp a one-sided Clip that from_onnx writes as a call_tir of TOPI's
+    maximum with a NaN-guarded bound): both cosine attentions collapse (before: none,
+    attention.collapse stopped at the normalised query), the result agrees with the import
+    and with torch on llvm.
+    """
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    from patternkit.models.importing import from_onnx_model
+    from patternkit.models.onnx_models import export_to_onnx
+    from patternkit.models.spelling_sources import find_spelling, spelling_model
+
+    model = spelling_model(find_spelling("attention/cosine (Swin v2)"))
+    x = torch.randn(3, 8, 16, generator=torch.Generator().manual_seed(0))
+    data = export_to_onnx(model, (x,), ["x"], opset=14, text="cosine")
+    before, _ = from_onnx_model(onnx.load_from_string(data), False, "main", "cosine", {})
+    log = pk.RewriteLog()
+    after = pk.rewrite(LIBRARY, before, log=log)
+    assert log.count(RULE) == 2
+    assert after.script().count("R.nn.attention") == 2
+    assert "R.nn.softmax" not in after.script()
+    fused = numeric.run(after, [x.numpy()], "main")[0]
+    np.testing.assert_allclose(fused, numeric.run(before, [x.numpy()], "main")[0],
+                               rtol=FLOAT32.rtol, atol=FLOAT32.atol)
+    with torch.no_grad():
+        np.testing.assert_allclose(fused, model(x).numpy(), rtol=1e-4, atol=1e-4)

@@ -7,6 +7,8 @@ weights (float32, ``rtol=1e-5, atol=1e-5``; errors seen: about 1e-6).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -114,12 +116,30 @@ def test_the_written_out_activations_and_softmaxes_compute_torchs():
 
 def test_every_attention_spelling_computes_the_same_attention_on_the_same_weights():
     x = torch.randn(3, 5, S.WIDTH)
-    keys = [s.key for s in S.SPELLINGS if s.family == "attention"]
+    keys = [s.key for s in S.SPELLINGS if s.family == "attention" and "cosine" not in s.key]
     eager = _block(keys[0])
     for key in keys[1:]:
         other = _block(key)
         other.load_state_dict(eager.state_dict())
         torch.testing.assert_close(other(x), eager(x), **CLOSE, msg=key)
+
+
+def test_the_cosine_attention_scores_unit_vectors_by_the_clamped_per_head_scale():
+    """Swin v2's block: scaling a query or key projection by a positive factor changes
+    nothing (the operands are normalised); the logit scale is clamped at log(100)."""
+    x = torch.randn(3, S.WINDOW_TOKENS, S.WIDTH)
+    block = _block("attention/cosine (Swin v2)")
+    before = block(x)
+    with torch.no_grad():
+        for projection in block.qkv[:2]:
+            projection.weight.mul_(7.0)
+            projection.bias.mul_(7.0)
+    torch.testing.assert_close(block(x), before, **CLOSE)
+    with torch.no_grad():
+        block.logit_scale.fill_(9.0)
+        clamped = block(x)
+        block.logit_scale.fill_(math.log(100.0))
+    torch.testing.assert_close(clamped, block(x), **CLOSE)
 
 
 def test_the_gated_mlps_packed_and_separate_agree_on_the_same_weights():

@@ -139,3 +139,69 @@ def test_bfloat16_norms_are_computed_in_float32_between_casts_and_match_torch():
                                          **BFLOAT16)
     assert comparison.ok, comparison
     assert max(np.abs(e).max() for e in expected) > 1.0  # not a comparison of near-zeros
+
+
+
+class Squares(torch.nn.Module):
+    """``pow(x, 2)`` and ``pow(x, 0.5)``."""
+
+    def forward(self, x):
+        return x.pow(2), x.pow(0.5)
+
+
+class HandLayerNorm(torch.nn.Module):
+    """A layer norm written out, its variance as ``(x - mean).pow(2)``."""
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        variance = centred.pow(2).mean(-1, keepdim=True)
+        return centred * torch.rsqrt(variance + 1e-5)
+
+
+def _bits(values):
+    """bfloat16 values as their bits, every NaN as one pattern."""
+    values = np.asarray(values, ml_dtypes.bfloat16)
+    return np.where(np.isnan(values.astype("float32")), -1, values.view(np.int16))
+
+
+def test_bfloat16_squares_and_square_roots_import_as_torch_computes_them_bit_for_bit():
+    """bfloat16 pow(x, 2) and pow(x, 0.5) import as x * x and sqrt(x) (TVM 0.27 builds no
+    bfloat16 power): on every finite bfloat16 value the built import gives torch's values
+    bit for bit.  float32 powers and a bfloat16 cube stay TVM's R.power.
+    """
+    every = np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    every = every[np.isfinite(every.astype("float32"))]
+    x = torch.from_numpy(every.view(np.int16).copy()).view(torch.bfloat16)
+    mod, _, notes = from_torch(torch.export.export(Squares(), (x,)), False, "main", "sq", {})
+    assert notes == ["2 pow.Tensor_Scalar (bfloat16, exponent 2 or 0.5) imported as x * x or "
+                     "sqrt(x), as torch computes it (no TVM kernel for bfloat16 power)"]
+    assert "relax.power" not in [name for name, _ in _ops(mod)]
+    got = numeric.run(mod, [every])
+    with torch.no_grad():
+        expected = [t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) for t in Squares()(x)]
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(_bits(g), _bits(e))
+    for dtype, module in ((torch.float32, Squares()), (torch.bfloat16, _Cube())):
+        left, _, notes = from_torch(torch.export.export(module, (x.to(dtype),)), False,
+                                    "main", "powers", {})
+        assert notes == [] and "relax.power" in [name for name, _ in _ops(left)]
+
+
+class _Cube(torch.nn.Module):
+    def forward(self, x):
+        return x.pow(3)
+
+
+def test_a_bfloat16_layer_norm_written_out_builds_and_matches_torch():
+    """The spelling matrix's bfloat16 layer norm written out (``(x - mean).pow(2)``) via
+    torch.export: before, its import did not build on llvm (bfloat16 R.power), so its
+    numeric check said NOT RUN; now it builds and agrees with torch.
+    """
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    model = HandLayerNorm().eval()
+    mod, _, _ = from_torch(torch.export.export(model, (x,)), False, "main", "norm", {})
+    (got,) = numeric.run(mod, [x.float().numpy().astype(ml_dtypes.bfloat16)])
+    with torch.no_grad():
+        expected = model(x).float().numpy()
+    np.testing.assert_allclose(np.asarray(got, "float32"), expected, **BFLOAT16)
+    assert np.abs(expected).max() > 1.0  # not a comparison of near-zeros
