@@ -36,18 +36,17 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from patternkit.dpl import alt, is_constant, is_op, wildcard
+from patternkit.dpl import alt, is_op, wildcard
 from patternkit.engine import NoSuchExample, RewriteRule, RoleMatch, reject
-from patternkit.ir import (
-    NotPerChannel,
-    const_value,
-    dtype_of,
-    per_channel_axis,
-    round_trips_wider,
-    static_shape,
-    type_of,
-)
+from patternkit.ir import dtype_of, static_shape, type_of
 
+from .groupnorm.affine import (
+    check_exact_narrowing,
+    check_per_channel_affine,
+    check_unit_params,
+    shape_text,
+    unit_params,
+)
 from .layernorm.guards import NORM_IN_FLOAT32, log_float32_norm, norm_compute_dtype, widened
 
 _LOG = logging.getLogger(__name__)
@@ -62,10 +61,6 @@ class InstanceNormPlan:
     epsilon: float
 
 
-def _shape_text(shape: Any) -> str:
-    return "(" + ", ".join(str(d) for d in shape or ()) + ")"
-
-
 class InstanceNormCollapse(RewriteRule):
     """Collapse an instance norm written as a spatial layer norm and a per-channel affine
     step to ``R.nn.instance_norm``.
@@ -76,12 +71,9 @@ class InstanceNormCollapse(RewriteRule):
     def __init__(self, rewrite_once: bool = False):
         super().__init__(rewrite_once=rewrite_once)
         self.x = wildcard()
-        self.inner_gamma, self.inner_beta = is_constant(), is_constant()
-        gamma = alt(tag="gamma_form", constant=self.inner_gamma,
-                    filled=is_op("ones")(wildcard()))
-        beta = alt(tag="beta_form", constant=self.inner_beta,
-                   filled=is_op("zeros")(wildcard()))
-        self.norm = is_op("nn.layer_norm")(self.x, gamma, beta)
+        params = unit_params()
+        self.inner_gamma, self.inner_beta = params.constant_gamma, params.constant_beta
+        self.norm = is_op("nn.layer_norm")(self.x, params.gamma, params.beta)
         # a bfloat16 norm, which layernorm.collapse computes in float32 between casts
         self.narrowed = is_op("astype")(self.norm)
         normed = alt(tag="precision", native=self.norm, float32=self.narrowed)
@@ -99,29 +91,14 @@ class InstanceNormCollapse(RewriteRule):
         axes = sorted(int(a) % max(ndim, 1) for a in norm.attrs.axes)
         if ndim < 3 or axes != list(range(2, ndim)):
             return reject(f"the layer_norm normalises axes {[int(a) for a in norm.attrs.axes]} "
-                          f"of x {_shape_text(x_shape)}: an instance norm normalises every "
+                          f"of x {shape_text(x_shape)}: an instance norm normalises every "
                           f"spatial axis of (N, C, *spatial) and only those", at=norm)
-        for role, value, fill in (("inner_gamma", "gamma", 1.0), ("inner_beta", "beta", 0.0)):
-            if role in match and not np.all(const_value(match[role]) == fill):
-                return reject(f"the layer_norm's {value} is not all {fill:g}: an instance "
-                              f"norm scales and shifts per channel only", at=match[role])
+        check_unit_params(match, ("inner_gamma", "inner_beta"), "layer_norm", "an instance norm")
         assert x_shape is not None  # ndim >= 3 above
         if match.tag("precision") == "float32":
-            wide, narrow = dtype_of(type_of(norm)), dtype_of(type_of(match.narrowed))
-            if not round_trips_wider(narrow or "", wide or "", narrow or ""):
-                return reject(f"the layer_norm's {wide} result is cast to {narrow}, which "
-                              f"{wide} does not hold exactly: the scale and shift would be "
-                              f"applied in another precision", at=match.narrowed)
-        for role in ("scale", "shift"):
-            try:
-                axis = per_channel_axis(static_shape(type_of(match[role])), x_shape,
-                                        name=f"the {role}", of="x")
-            except NotPerChannel as why:
-                return reject(str(why), at=match[role])
-            if axis != 1:
-                return reject(f"the {role} varies along axis {axis} of x "
-                              f"{_shape_text(x_shape)}, not along its channel axis 1",
-                              at=match[role])
+            wide = dtype_of(type_of(norm))
+            check_exact_narrowing(match.narrowed, wide, f"the layer_norm's {wide}")
+        check_per_channel_affine(match, x_shape)
         return InstanceNormPlan(x_shape[1], ndim, float(norm.attrs.epsilon))
 
     def rewrite(self, match: RoleMatch) -> Any:

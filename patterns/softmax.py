@@ -81,7 +81,7 @@ from tvm import relax
 
 from patternkit.dpl import DFPattern, alt, is_op, is_tuple, is_tuple_get_item, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
-from patternkit.ir import dtype_of, type_of, var_name
+from patternkit.ir import HALF_WIDENINGS, dtype_of, type_of, var_name
 
 _LOG = logging.getLogger(__name__)
 
@@ -131,22 +131,17 @@ def max_along_one_axis(x: DFPattern) -> MaxPatterns:
                        reduction, topk, widen)
 
 
-#: The dtype a model may widen each narrower float dtype to for its max and its sum: float32
-#: holds every float16 and bfloat16 value exactly, and it is the precision TVM's kernels
-#: keep a half-precision softmax in.
-WIDENINGS = {"float16": "float32", "bfloat16": "float32"}
-
-
 def checked_widening(cast: Any, x: Any, what: str) -> str:
     """The dtype ``cast`` widens the ``x`` values of a softmax to; refuses any other cast.
 
-    Only float16 and bfloat16 widened to float32 are taken (:data:`WIDENINGS`): the
-    widening is exact, so a max taken there is the same number, and a sum taken there is
-    the float32 accumulation the collapse keeps.  Any other cast (a float32 model's
-    reduction in float64, a narrowing) is a precision the collapse would not reproduce.
+    Only float16 and bfloat16 widened to float32 are taken
+    (:data:`patternkit.ir.HALF_WIDENINGS`): the widening is exact, so a max taken there is
+    the same number, and a sum taken there is the float32 accumulation the collapse keeps.
+    Any other cast (a float32 model's reduction in float64, a narrowing) is a precision
+    the collapse would not reproduce.
     """
     narrow, wide = dtype_of(type_of(x)), str(cast.attrs.dtype)
-    if WIDENINGS.get(narrow or "") != wide:
+    if HALF_WIDENINGS.get(narrow or "") != wide:
         raise reject(f"{what} runs in {wide} on {narrow} values: only float16 and bfloat16 "
                      f"widened to float32 are taken (an exact widening, the precision the "
                      f"collapse keeps)", at=cast)

@@ -22,7 +22,7 @@ from .compat import (
                      type_of,
                      var_name,
 )
-from .dtypes import machine_epsilon, round_trips_wider
+from .dtypes import HALF_WIDENINGS, machine_epsilon, round_trips_wider
 from .kinds import FunctionKind, function_kinds
 from .opnames import relax_op_name, relay_short_name
 from .shapes import (
@@ -42,7 +42,7 @@ __all__ = [
     "type_of", "static_shape", "dtype_of", "const_value", "is_constant", "is_tensor_constant",
     "var_name", "int_list", "call_args", "op_name", "relax_op_name", "relay_short_name",
     "from_expr", "to_expr",
-    "machine_epsilon", "round_trips_wider", "FunctionKind", "function_kinds",
+    "machine_epsilon", "round_trips_wider", "HALF_WIDENINGS", "FunctionKind", "function_kinds",
     "per_channel_axis", "NotPerChannel",
     "prove_equal", "same_shape",
     "dims_equal", "trailing_axes", "NotTrailing", "per_feature_shape", "NotPerFeature",

@@ -7,16 +7,26 @@ rounds most coarsely; numpy knows ``float16/32/64`` but not ``bfloat16``.
 
 from __future__ import annotations
 
-from typing import Iterable
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float", "round_trips_wider"]
+__all__ = ["is_float_dtype", "machine_epsilon", "coarsest_float", "round_trips_wider",
+           "HALF_WIDENINGS"]
 
 #: (exponent bits, significand bits) of the float dtypes a model may compute a step in
 #: between casts: a dtype holds every value of another only when it has at least as many of
 #: both (float16 and bfloat16 have the same width but neither holds the other's values).
 _FLOAT_FIELDS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+
+#: The dtype a model may widen each half-precision float to for a reduction (a softmax's
+#: max and sum, attention's softmax over its scores): float32 holds every float16 and
+#: bfloat16 value exactly, and it is the precision TVM's kernels (R.nn.softmax,
+#: R.nn.attention) keep a half-precision softmax in.  Any other widening (a float32
+#: model's reduction in float64) is a precision a collapse would not reproduce.
+HALF_WIDENINGS: Mapping[str, str] = MappingProxyType({"float16": "float32",
+                                                      "bfloat16": "float32"})
 
 
 def is_float_dtype(dtype: str | None) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 
 from patternkit.engine import RoleMatch, reject
 from patternkit.ir import (
+    HALF_WIDENINGS,
     call_args,
     const_value,
     dims_equal,
@@ -38,17 +39,17 @@ SCALE_OWNER = {"q_scale": "the query's", "k_scale": "the key's",
 AXIS_NAMES = ("batch", "heads", "sequence", "head size")
 
 
-#: The dtypes whose scores a model may widen for its softmax, and the dtype the collapse
-#: accepts it in: R.nn.attention's kernels keep the softmax in float32 for them (TVM 0.27's
-#: llvm legalisation multiplies the scores by its float32 scale first, and flash-attention
-#: kernels accumulate the softmax in float32), the precision the model asked for.
-WIDENED_SOFTMAX = {"float16": "float32", "bfloat16": "float32"}
+# The dtypes whose scores a model may widen for its softmax, and the dtype the collapse
+# accepts it in, are patternkit.ir.HALF_WIDENINGS: R.nn.attention's kernels keep the
+# softmax in float32 for float16 and bfloat16 scores (TVM 0.27's llvm legalisation
+# multiplies the scores by its float32 scale first, and flash-attention kernels accumulate
+# the softmax in float32), the precision the model asked for.
 
 
 def widened_softmax(match: RoleMatch, forms: AttentionForms) -> str | None:
     """The dtype the model's softmax runs in between casts of narrower scores (``None``:
     the softmax runs in the scores' dtype); refused, by name, outside
-    :data:`WIDENED_SOFTMAX`.
+    :data:`patternkit.ir.HALF_WIDENINGS`.
     """
     if match.tag("softmax_input") != "widened":
         return None
@@ -57,7 +58,7 @@ def widened_softmax(match: RoleMatch, forms: AttentionForms) -> str | None:
     wide = str(widened.attrs.dtype)
     if wide == scores:
         return None
-    if WIDENED_SOFTMAX.get(scores or "") != wide:
+    if HALF_WIDENINGS.get(scores or "") != wide:
         raise reject(f"the softmax runs in {wide} between casts of the {scores} scores "
                      f"(softmax(..., dtype={wide})): R.nn.attention keeps the softmax in "
                      f"float32 only for float16 and bfloat16 scores, so {wide} is a "
@@ -76,7 +77,7 @@ def widened_operands(match: RoleMatch, forms: AttentionForms) -> None:
             continue
         call = match[cast]
         source, target = dtype_of(type_of(call_args(call)[0])), str(call.attrs.dtype)
-        if source != target and WIDENED_SOFTMAX.get(source or "") != target:
+        if source != target and HALF_WIDENINGS.get(source or "") != target:
             raise reject(f"the {what} is cast from {source} to {target} before the score "
                          f"matmul: only float16 or bfloat16 widened to float32 keeps its "
                          f"values", at=call)
@@ -92,7 +93,7 @@ def narrowed_scores(match: RoleMatch, forms: AttentionForms) -> str | None:
     cast = match[forms.widened]
     scores = dtype_of(type_of(call_args(cast)[0]))
     query = dtype_of(type_of(match[forms.q.source]))
-    if str(cast.attrs.dtype) == query and WIDENED_SOFTMAX.get(query or "") == scores:
+    if str(cast.attrs.dtype) == query and HALF_WIDENINGS.get(query or "") == scores:
         return scores
     return None
 

@@ -50,18 +50,16 @@ from tvm import relax
 
 from patternkit.dpl import alt, is_constant, is_op, through, wildcard
 from patternkit.engine import RewriteRule, RoleMatch, reject
-from patternkit.ir import (
-    NotPerChannel,
-    const_value,
-    dtype_of,
-    per_channel_axis,
-    prove_equal,
-    round_trips_wider,
-    static_shape,
-    type_of,
-)
+from patternkit.ir import dtype_of, prove_equal, round_trips_wider, static_shape, type_of
 
 from ..layernorm.guards import log_float32_norm, norm_compute_dtype, widened
+from .affine import (
+    check_exact_narrowing,
+    check_per_channel_affine,
+    check_unit_params,
+    shape_text,
+    unit_params,
+)
 from .examples import written_out_group_norm
 
 _LOG = logging.getLogger(__name__)
@@ -74,10 +72,6 @@ class GroupNormPlan:
     groups: int
     channels: int
     epsilon: float
-
-
-def _shape_text(shape: Any) -> str:
-    return "(" + ", ".join(str(d) for d in shape or ()) + ")"
 
 
 class GroupNormCollapse(RewriteRule):
@@ -95,13 +89,9 @@ class GroupNormCollapse(RewriteRule):
         # bfloat16 layer_norm or instance_norm: layernorm.collapse computes it so)
         self.wide_grouped = is_op("astype")(self.grouped)
         grouped = alt(tag="widening", none=self.grouped, cast=self.wide_grouped)
-        self.inner_gamma = is_constant()
-        self.inner_beta = is_constant()
-        gamma = alt(tag="gamma_form", constant=self.inner_gamma,
-                    filled=is_op("ones")(wildcard()))
-        beta = alt(tag="beta_form", constant=self.inner_beta,
-                   filled=is_op("zeros")(wildcard()))
-        self.norm = is_op("nn.layer_norm")(grouped, gamma, beta)
+        params = unit_params()
+        self.inner_gamma, self.inner_beta = params.constant_gamma, params.constant_beta
+        self.norm = is_op("nn.layer_norm")(grouped, params.gamma, params.beta)
         # the ONNX form: InstanceNormalization over the groups, its (G,) constants
         # reshaped by the importer (to (G, 1) for the affine step, back to (G,))
         self.group_gamma, self.group_beta = is_constant(), is_constant()
@@ -123,8 +113,8 @@ class GroupNormCollapse(RewriteRule):
         x_shape = static_shape(type_of(match.x))
         grouped = static_shape(type_of(match.var_of("grouped")))
         if x_shape is None or len(x_shape) < 3 or grouped is None or len(grouped) != 3:
-            return reject(f"x {_shape_text(x_shape)} is not reshaped from (N, C, *spatial) "
-                          f"to (N, G, K) but to {_shape_text(grouped)}", at=match.grouped)
+            return reject(f"x {shape_text(x_shape)} is not reshaped from (N, C, *spatial) "
+                          f"to (N, G, K) but to {shape_text(grouped)}", at=match.grouped)
         channels, groups = x_shape[1], grouped[1]
         if not (isinstance(channels, int) and isinstance(groups, int)):
             return reject(f"channels {channels} and groups {groups} are not both static",
@@ -133,7 +123,7 @@ class GroupNormCollapse(RewriteRule):
             isinstance(d, int) for d in x_shape[2:]) else None
         if (spatial is None or channels % groups != 0 or not prove_equal(grouped[0], x_shape[0])
                 or not prove_equal(grouped[2], channels // groups * spatial)):
-            return reject(f"the reshape of x {_shape_text(x_shape)} to {_shape_text(grouped)} "
+            return reject(f"the reshape of x {shape_text(x_shape)} to {shape_text(grouped)} "
                           f"does not split its {channels} channels into {groups} groups of "
                           f"whole channels", at=match.grouped)
         why = self._inner_norm_refusal(match)
@@ -146,18 +136,9 @@ class GroupNormCollapse(RewriteRule):
         back = static_shape(type_of(match.var_of("ungrouped")))
         if back is None or len(back) != len(x_shape) or not all(
                 prove_equal(a, b) for a, b in zip(back, x_shape)):
-            return reject(f"the normalised groups are reshaped to {_shape_text(back)}, not "
-                          f"back to x's {_shape_text(x_shape)}", at=match.ungrouped)
-        for role in ("scale", "shift"):
-            shape = static_shape(type_of(match[role]))
-            try:
-                axis = per_channel_axis(shape, x_shape, name=f"the {role}", of="x")
-            except NotPerChannel as why:
-                return reject(str(why), at=match[role])
-            if axis != 1:
-                return reject(f"the {role} varies along axis {axis} of x "
-                              f"{_shape_text(x_shape)}, not along its channel axis 1",
-                              at=match[role])
+            return reject(f"the normalised groups are reshaped to {shape_text(back)}, not "
+                          f"back to x's {shape_text(x_shape)}", at=match.ungrouped)
+        check_per_channel_affine(match, x_shape)
         return GroupNormPlan(groups, channels, float(norm.attrs.epsilon))
 
     @staticmethod
@@ -171,11 +152,7 @@ class GroupNormCollapse(RewriteRule):
             return reject(f"the groups of the {x_dtype} x are normalised in {wide}, which "
                           f"does not hold every {x_dtype} value", at=match.wide_grouped)
         if match.tag("precision") == "narrowed":
-            narrow = dtype_of(type_of(match.narrowed)) or ""
-            if not round_trips_wider(narrow, wide, narrow):
-                return reject(f"the {wide} norm's result is cast to {narrow}, which {wide} "
-                              f"does not hold exactly: the scale and shift would be applied "
-                              f"in another precision", at=match.narrowed)
+            check_exact_narrowing(match.narrowed, wide, f"the {wide} norm's")
         return None
 
     @staticmethod
@@ -198,10 +175,7 @@ class GroupNormCollapse(RewriteRule):
                               f"{channel_axis} of the grouped (N, G, K): a group norm "
                               f"normalises the last axis with the groups as channels",
                               at=norm)
-        for role, value, fill in zip(roles, ("gamma", "beta"), (1.0, 0.0)):
-            if role in match and not np.all(const_value(match[role]) == fill):
-                return reject(f"the {op}'s {value} is not all {fill:g}: a group norm "
-                              f"scales and shifts per channel only", at=match[role])
+        check_unit_params(match, roles, op, "a group norm")
         return None
 
     def rewrite(self, match: RoleMatch) -> Any:

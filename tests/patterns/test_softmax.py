@@ -449,3 +449,16 @@ def test_the_dynamo_export_of_a_float16_written_out_softmax_collapses():
     assert _ops(after) == ["relax.astype", "relax.nn.softmax", "relax.astype"]
     tol = NARROW_TOLERANCE["float16"]
     pk.assert_same_numerics(mod, after, rtol=tol, atol=tol)
+
+
+def test_the_softmax_and_attention_rules_read_one_table_of_exact_half_widenings():
+    from patternkit import ir
+    from patternkit.patterns import softmax
+    from patternkit.patterns.attention import guards
+
+    # one home in the ir layer: the two rules cannot come to disagree on which widenings
+    # of a half-precision softmax keep the precision R.nn.softmax / R.nn.attention compute
+    assert dict(ir.HALF_WIDENINGS) == {"float16": "float32", "bfloat16": "float32"}
+    assert softmax.HALF_WIDENINGS is guards.HALF_WIDENINGS is ir.HALF_WIDENINGS
+    with pytest.raises(TypeError):
+        ir.HALF_WIDENINGS["float32"] = "float64"  # type: ignore[index]
