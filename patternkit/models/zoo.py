@@ -182,34 +182,52 @@ _TORCH = ("torch", "transformers")
 _ONNX = ("torch", "transformers", "onnx")
 _EXPORTER = Option("torchscript", "torch.onnx.export exporter (dynamo: through onnxscript, "
                    "opset 18 converted down)", ("torchscript", "dynamo"))
+_KV_HEADS = Option(2, "key/value heads (GQA when < heads)")
+_MLP_WIDTH = Option(128, "MLP width")
+_TYPE_VOCAB = Option(2, "token type vocabulary size")
+_IMAGE_32 = Option(32, "image size")
+
+
+def _torch_vision(**extra: Option) -> dict[str, Option]:
+    """A torch vision model's options: the common ones (no sequence), the weights' dtype,
+    then ``extra``.
+    """
+    return {**_common(static_seq=True), "dtype": _DTYPE, **extra}
 
 
 def _entries() -> dict[str, ZooEntry]:
     text = dict(_common(), **_transformer(vocab=Option(128, "vocabulary size"),
                                           positions=Option(64, "position table size")))
+
+    def torch_text(attention: Option, **extra: Option) -> dict[str, Option]:
+        """A torch text model's options: ``text``, the attention, the dtype, ``extra``."""
+        return {**text, "attention": attention, "dtype": _DTYPE, **extra}
+
+    def onnx_text(**extra: Option) -> dict[str, Option]:
+        """An ONNX export's options: ``text``, the exporter and opset, then ``extra``."""
+        return {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
+                **extra}
+
     entries = [
         ZooEntry("gpt2", "GPT-2 (GPT2Model): pre-LN, GELU-tanh (NewGELUActivation), causal "
-                 "attention", {**text, "attention": _ATTENTION, "dtype": _DTYPE},
+                 "attention", torch_text(_ATTENTION),
                  "torch_models.gpt2", _TORCH),
         ZooEntry("bert", "BERT (BertModel, no pooler): token types, padding mask, GELU erf",
-                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
-                  "type_vocab": Option(2, "token type vocabulary size")},
+                 torch_text(_ATTENTION, type_vocab=_TYPE_VOCAB),
                  "torch_models.bert", _TORCH),
         ZooEntry("llama", "Llama-style decoder (LlamaModel): RMSNorm, SiLU-gated MLP, RoPE, "
                  "grouped-query attention",
-                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
-                  "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
-                  "intermediate": Option(128, "MLP width")},
+                 torch_text(_ATTENTION, kv_heads=_KV_HEADS, intermediate=_MLP_WIDTH),
                  "torch_models.llama", _TORCH),
         ZooEntry("falcon", "Falcon (FalconModel): parallel attention and MLP, RoPE or ALiBi, "
                  "multi-query (7B layout) or grouped key/value heads (40B layout)",
-                 {**text, "attention": _ATTENTION, "dtype": _DTYPE,
-                  "multi_query": Option(True, "7b layout: one key/value head (false: one "
-                                        "per head)"),
-                  "layout": Option("7b", "7b: multi-query; 40b: grouped key/value heads "
-                                   "(new_decoder_architecture)", ("7b", "40b")),
-                  "kv_heads": Option(1, "40b layout: key/value heads"),
-                  "alibi": Option(False, "ALiBi bias on the scores instead of RoPE")},
+                 torch_text(_ATTENTION,
+                            multi_query=Option(True, "7b layout: one key/value head (false: "
+                                               "one per head)"),
+                            layout=Option("7b", "7b: multi-query; 40b: grouped key/value "
+                                          "heads (new_decoder_architecture)", ("7b", "40b")),
+                            kv_heads=Option(1, "40b layout: key/value heads"),
+                            alibi=Option(False, "ALiBi bias on the scores instead of RoPE")),
                  "torch_models.falcon", _TORCH),
         ZooEntry("t5", "T5 encoder (T5EncoderModel): RMS norms (T5LayerNorm), relative "
                  "position bias and padding mask on unscaled scores, gated GELU-tanh",
@@ -221,70 +239,62 @@ def _entries() -> dict[str, ZooEntry]:
                   "image": Option(32, "image size"), "patch": Option(8, "patch size")},
                  "torch_models.vit", _TORCH),
         ZooEntry("resnet18", "ResNet-18 (transformers ResNetModel, basic blocks 2-2-2-2)",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "width": Option(16, "stem width (64 in the paper)"),
-                  "image": Option(32, "image size")}, "torch_models.resnet18", _TORCH),
+                 _torch_vision(width=Option(16, "stem width (64 in the paper)"),
+                               image=_IMAGE_32), "torch_models.resnet18", _TORCH),
         ZooEntry("resnet50", "ResNet-50 (transformers ResNetModel, bottlenecks 3-4-6-3)",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "width": Option(8, "stem width (64 in the paper)"),
-                  "image": Option(32, "image size")}, "torch_models.resnet50", _TORCH),
+                 _torch_vision(width=Option(8, "stem width (64 in the paper)"),
+                               image=_IMAGE_32), "torch_models.resnet50", _TORCH),
         ZooEntry("gptj", "GPT-J (GPTJModel): rotary embeddings on interleaved lanes over "
                  "rotary_dim lanes of each head, parallel attention and MLP",
-                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
-                  "rotary_dim": Option(8, "lanes of each head the rotation takes (even)")},
+                 torch_text(_ATTENTION_EAGER,
+                            rotary_dim=Option(8, "lanes of each head the rotation takes (even)")),
                  "torch_decoder_models.gptj", _TORCH),
         ZooEntry("phi", "Phi (PhiModel): partial half-rotation rotary embeddings, parallel "
                  "attention and MLP, GELU-tanh",
-                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
-                  "partial_rotary": Option(0.5, "share of each head the rotation takes"),
-                  "intermediate": Option(128, "MLP width")},
+                 torch_text(_ATTENTION_EAGER,
+                            partial_rotary=Option(0.5, "share of each head the rotation takes"),
+                            intermediate=_MLP_WIDTH),
                  "torch_decoder_models.phi", _TORCH),
         ZooEntry("qwen2", "Qwen2 (Qwen2Model): SwiGLU decoder, RMS norms, RoPE, grouped-query "
                  "attention with biased q/k/v",
-                 {**text, "attention": _ATTENTION_EAGER, "dtype": _DTYPE,
-                  "kv_heads": Option(2, "key/value heads (GQA when < heads)"),
-                  "intermediate": Option(128, "MLP width")},
+                 torch_text(_ATTENTION_EAGER, kv_heads=_KV_HEADS, intermediate=_MLP_WIDTH),
                  "torch_decoder_models.qwen2", _TORCH),
         ZooEntry("mobilenet", "MobileNetV3-style net: depthwise convs, batch norms, "
                  "squeeze-excite with hard-sigmoid, hard-swish and ReLU6",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "width": Option(16, "stem width"), "classes": Option(10, "output classes"),
-                  "image": Option(32, "image size")},
+                 _torch_vision(width=Option(16, "stem width"),
+                               classes=Option(10, "output classes"), image=_IMAGE_32),
                  "torch_vision_models.mobilenet", ("torch",)),
         ZooEntry("unet_block", "diffusion UNet middle block in torch: ResNet blocks (GroupNorm, "
                  "SiLU, conv, time embedding) around a GroupNorm + transformer with GEGLU",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "channels": Option(32, "channels"), "groups": Option(8, "group-norm groups"),
-                  "heads": Option(2, "attention heads"),
-                  "time_dim": Option(32, "time embedding size"),
-                  "image": Option(8, "latent size")},
+                 _torch_vision(channels=Option(32, "channels"),
+                               groups=Option(8, "group-norm groups"),
+                               heads=Option(2, "attention heads"),
+                               time_dim=Option(32, "time embedding size"),
+                               image=Option(8, "latent size")),
                  "torch_vision_models.unet_block", ("torch",)),
         ZooEntry("levit", "LeViT (LevitModel): Linear + BatchNorm1d layers, hard-swish, "
                  "attention with learned position biases",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "layers": Option(1, "blocks per stage (two stages)"),
-                  "hidden": Option(32, "first stage width (a multiple of 8)"),
-                  "heads": Option(2, "first stage heads"), "image": Option(64, "image size")},
+                 _torch_vision(layers=Option(1, "blocks per stage (two stages)"),
+                               hidden=Option(32, "first stage width (a multiple of 8)"),
+                               heads=Option(2, "first stage heads"),
+                               image=Option(64, "image size")),
                  "torch_vision_models.levit", _TORCH),
         ZooEntry("swinv2", "Swin v2 (Swinv2Model, no pooler): shifted-window cosine "
                  "attention with a log-spaced position bias MLP, two stages",
-                 {**_common(static_seq=True), "dtype": _DTYPE,
-                  "layers": Option(1, "blocks per stage (two stages)"),
-                  "hidden": Option(16, "embedding size"), "heads": Option(2, "first stage heads"),
-                  "window": Option(4, "window size"), "patch": Option(4, "patch size"),
-                  "image": Option(32, "image size")},
+                 _torch_vision(layers=Option(1, "blocks per stage (two stages)"),
+                               hidden=Option(16, "embedding size"),
+                               heads=Option(2, "first stage heads"),
+                               window=Option(4, "window size"), patch=Option(4, "patch size"),
+                               image=_IMAGE_32),
                  "torch_vision_models.swinv2", _TORCH),
         ZooEntry("onnx:gpt2", "GPT-2 through torch.onnx.export (opset 14 writes LayerNorm out)",
-                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17))},
-                 "onnx_models.gpt2", _ONNX),
+                 onnx_text(), "onnx_models.gpt2", _ONNX),
         ZooEntry("onnx:bert", "BERT through torch.onnx.export (opset 14 writes LayerNorm out)",
-                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
-                  "type_vocab": Option(2, "token type vocabulary size")},
+                 onnx_text(type_vocab=_TYPE_VOCAB),
                  "onnx_models.bert", _ONNX),
         ZooEntry("onnx:t5", "T5 encoder through torch.onnx.export (every opset before 23 "
                  "writes RMS norms out)",
-                 {**text, "exporter": _EXPORTER, "opset": Option(17, "ONNX opset", (14, 17)),
-                  "feed_forward": _T5_FEED_FORWARD},
+                 onnx_text(feed_forward=_T5_FEED_FORWARD),
                  "onnx_models.t5", _ONNX),
         ZooEntry("onnx:qdq", "ONNX QDQ model (patternkit.models.onnx_qdq): Conv + Relu + "
                  "MatMul + Add quantised by onnxruntime's quantize_static, one fixed input "
