@@ -1,7 +1,7 @@
 """The whole pattern library against one rule, on GPT-2 graphs of 1 to 48 layers.
 
 Run ``python benchmarks/bench_library.py`` (``--layers 1 4 12 48``, ``--repeat 3``,
-``--graphs gpt2 onnx:gpt2?opset=14``, ``--rule gelu_tanh.collapse``).
+``--graphs gpt2 onnx:gpt2?opset=14``, ``--rule gelu_tanh.collapse``, ``--before DIR``).
 
 What is timed, on the same imported module:
 
@@ -10,13 +10,19 @@ What is timed, on the same imported module:
   ``merge_composite`` with every composite of the library on the rewritten module;
 * **rewrites**: the rewrite half of that alone;
 * **one rule**: ``pk.rewrite`` with the single rule ``--rule`` (default
-  ``gelu_tanh.collapse``, which fires once per layer on both graphs).
+  ``gelu_tanh.collapse``, which fires once per layer on both graphs);
+* **composites**: the composite half of the library alone, ``merge_composite`` on the
+  rewrites' result with the function index the rewrite left (as in the library run).
+
+``--before DIR`` also times a checkout of an older commit (``git archive <commit> | tar -x
+-C DIR``): its processes alternate with this code's, so both meet the same load, and each
+row gives the older code's times and ratio beside this code's (``before_*``).
 
 Graphs, from :func:`patternkit.models.zoo_model` (random weights, nothing downloaded):
 ``gpt2`` (torch export: the importer emits ``R.nn.layer_norm`` and ``R.nn.softmax``
-itself, so only GELU-tanh and the matmul composites fire) and ``onnx:gpt2?opset=14``
-(layer norms, softmax-free attention and GELU-tanh written out, so the collapse rules
-fire on every layer).
+itself, so ``attention.collapse`` and ``gelu_tanh.collapse`` fire, once a layer each, then
+the matmul and layer-norm composites) and ``onnx:gpt2?opset=14`` (layer norms, softmax-free
+attention and GELU-tanh written out, so the collapse rules fire on every layer).
 
 How it times: every (graph, layers) pair runs in ``--processes`` fresh processes (a
 process that has just imported a 48-layer model runs what follows it slower), each of
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,6 +56,21 @@ def _cpu_seconds(fn) -> float:
     forget_indexes()  # each run indexes its input, as the first run on a module does
     start = time.process_time()
     fn()
+    return time.process_time() - start
+
+
+def _composites_seconds(rewrite, rules, mod, composites) -> float:
+    """CPU time of ``merge_composite`` on the rewrites' result, the rewrite untimed: the
+    composites' share of the library run (the index the rewrite's last round built is
+    kept, as the library run finds it).
+    """
+    from patternkit.byoc.merge import merge_composite
+    from patternkit.engine.index import forget_indexes
+
+    forget_indexes()
+    rewritten = rewrite(rules, mod)
+    start = time.process_time()
+    merge_composite(rewritten, composites)
     return time.process_time() - start
 
 
@@ -71,10 +93,12 @@ def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
         return merge_composite(pk.rewrite(rules, mod), composites)
 
     times: dict[str, float] = {}
-    for _ in range(repeat):  # interleaved, so load bursts fall on all three alike
+    for _ in range(repeat):  # interleaved, so load bursts fall on all of them alike
         for name, fn in (("library", library), ("rewrites", lambda: pk.rewrite(rules, mod)),
                          ("one_rule", lambda: pk.rewrite([one], mod))):
             times[name] = min(times.get(name, float("inf")), _cpu_seconds(fn))
+        times["composites"] = min(times.get("composites", float("inf")),
+                                  _composites_seconds(pk.rewrite, rules, mod, composites))
     log = pk.RewriteLog()
     pk.rewrite(rules, mod, log=log)
     one_log = pk.RewriteLog()
@@ -108,23 +132,86 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--processes", type=int, default=3,
                         help="fresh processes per (graph, layers); each time is the best")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also time this checkout of an older commit, in alternate "
+                             "processes")
     parser.add_argument("--child", nargs=2, metavar=("GRAPH", "LAYERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        if os.environ.get(_CODE_VARIABLE):
+            _import_library_from(os.environ[_CODE_VARIABLE])
         print(json.dumps(measure(args.child[0], int(args.child[1]), args.rule, args.repeat)))
         return
     for graph in args.graphs:
         rows = []
         for layers in args.layers:
-            cmd = [sys.executable, __file__, "--child", graph, str(layers), "--rule", args.rule,
-                   "--repeat", str(args.repeat)]
-            runs = []
-            for _ in range(args.processes):
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                runs.append(json.loads(out.strip().splitlines()[-1]))
-            rows.append(combine(runs))
+            child = ["--child", graph, str(layers), "--rule", args.rule,
+                     "--repeat", str(args.repeat)]
+            runs, before = [], []
+            for _ in range(args.processes):  # alternate, so both codes meet the same load
+                runs.append(_child(child))
+                if args.before:
+                    before.append(_child(child, args.before))
+            row = combine(runs)
+            if before:
+                row = compare(row, combine(before))
+            rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
         print(json.dumps(summarize(rows)), flush=True)
+
+
+def _child(args: list[str], code: str | None = None) -> dict:
+    """The JSON line of this script run with ``args`` in a fresh process; ``code``: a checkout
+    of patternkit to import instead of the installed one (``--before``).
+    """
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
+        env[_CODE_VARIABLE] = code
+    cmd = [sys.executable, __file__, *args]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+#: Set in a ``--before`` child: the checkout whose rule library it imports.
+_CODE_VARIABLE = "PATTERNKIT_BENCH_CODE"
+
+
+def _import_library_from(code: str) -> None:
+    """Import ``patternkit.patterns`` from the checkout ``code``.
+
+    ``PYTHONPATH`` puts the checkout's ``patternkit`` first, but the editable install maps
+    ``patternkit.patterns`` to the working tree's ``patterns/`` folder by name, which would
+    pair the old engine with the new library.
+    """
+    import importlib.util
+
+    import patternkit
+
+    folder = os.path.join(code, "patterns")
+    spec = importlib.util.spec_from_file_location(
+        "patternkit.patterns", os.path.join(folder, "__init__.py"),
+        submodule_search_locations=[folder])
+    if spec is None or spec.loader is None or not patternkit.__file__.startswith(code):
+        raise SystemExit(f"--before: {code} is not a patternkit checkout imported first")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["patternkit.patterns"] = module
+    spec.loader.exec_module(module)
+
+
+def compare(after: dict, before: dict) -> dict:
+    """``after``'s row with ``before``'s times and ratios beside it (``before_*``).
+
+    ``before`` comes from an older checkout whose rows may lack the composites' time.
+    """
+    row = dict(after)
+    for name in ("library", "rewrites", "one_rule", "composites"):
+        if f"{name}_s" in before:
+            row[f"before_{name}_s"] = before[f"{name}_s"]
+    row["before_library_over_one_rule"] = before["library_over_one_rule"]
+    row["before_median_of_process_ratios"] = before["median_of_process_ratios"]
+    row["library_after_over_before"] = round(after["library_s"] / before["library_s"], 2)
+    return row
 
 
 def combine(runs: list[dict]) -> dict:
@@ -136,8 +223,9 @@ def combine(runs: list[dict]) -> dict:
     the processes' own ratios is kept beside them.
     """
     row = dict(runs[0])
-    for name in ("library", "rewrites", "one_rule"):
-        row[f"{name}_s"] = min(run[f"{name}_s"] for run in runs)
+    for name in ("library", "rewrites", "one_rule", "composites"):
+        if all(f"{name}_s" in run for run in runs):  # an older checkout's rows lack some
+            row[f"{name}_s"] = min(run[f"{name}_s"] for run in runs)
     row["library_over_one_rule"] = round(row["library_s"] / row["one_rule_s"], 2)
     row["rewrites_over_one_rule"] = round(row["rewrites_s"] / row["one_rule_s"], 2)
     row["processes"] = len(runs)

@@ -33,3 +33,8 @@ def bench_layernorm():
 @pytest.fixture(scope="module")
 def bench_from_rewriter():
     return _load("bench_from_rewriter.py")
+
+
+@pytest.fixture(scope="module")
+def bench_library():
+    return _load("bench_library.py")
