@@ -6,8 +6,11 @@
 ``zoo:swinv2``): ``F.normalize`` as ``x / broadcast_to(clip(sum(abs(x) ** 2, -1) ** 0.5,
 1e-12))``, the batched matmuls behind ``broadcast_to`` and ``reshape`` to ``(B*N, ., .)``,
 the scores multiplied by ``exp(clip(logit_scale, max=log(100)))`` of shape ``(N, 1, 1)``,
-the position bias ``16 * sigmoid(table)`` expanded to ``(1, N, S, S)``.  A knob departs
-from that form in the one way a refusal is about.
+the position bias ``16 * sigmoid(table)`` expanded to ``(1, N, S, S)``.  Two knobs write
+the other imports' forms: ``norm_form="onnx"`` the norm as ``from_onnx`` imports both
+exporters' ``F.normalize``, ``accumulate="float32"`` the batched matmuls of a float16
+model as patternkit's torch import writes them.  Any other knob departs from the form in
+the one way a refusal is about.
 """
 
 from __future__ import annotations

@@ -12,9 +12,16 @@ leaf read twice (by the norm and by the division): ``attention.collapse``'s patt
 which knows no normalisation, takes the division for a query scale and stops at that
 tensor, whose other reader (the norm) lies outside its match.  The plumbing around the
 batched matmuls is ``attention.collapse``'s (:data:`.layout.OPERAND_PLUMBING`), and so
-are the guards on shapes and biases (:mod:`.guards`); here are the two cosine attention
+are the guards on shapes and biases (:mod:`.guards`); here are the ones cosine attention
 adds: the operands are normalised over the axis the score matmul contracts, and the
 scale is one number per head (and batch).
+
+The norm is read in each importer's spelling: torch.export's ``clip(sum(abs(x) ** 2) **
+0.5, eps)``, and ``from_onnx``'s ``sqrt(sum(x * x))`` clamped by a ``call_tir`` of TOPI's
+``maximum`` (both ONNX exporters' ``ReduceL2`` or ``Pow``/``ReduceSum``/``Sqrt`` and
+``Clip(min=eps)``), checked to be that maximum (:func:`clamped_by_maximum`).  A
+float16 model imported by torch.export accumulates its batched matmuls in float32 and
+casts them back (:func:`cast_back`); bfloat16 is refused (:func:`measured_dtype`).
 """
 
 from __future__ import annotations

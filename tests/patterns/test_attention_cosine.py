@@ -264,3 +264,20 @@ def test_cosine_attention_through_the_torchscript_onnx_exporter_collapses_with_i
                                rtol=FLOAT32.rtol, atol=FLOAT32.atol)
     with torch.no_grad():
         np.testing.assert_allclose(fused, model(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_float16_block_as_the_torch_import_writes_it_collapses_within_the_float16_tolerance():
+    """A float16 model imported by torch.export computes its batched matmuls in float32
+    and casts them back (patternkit's low-precision converters): before, the rule did not
+    match them; now both matmuls are read as float16 ones and the result stays within
+    FLOAT16 of the module as imported, at the clamp of the scale (100).
+    """
+    import math
+
+    from patternkit.patterns.attention.cosine_examples import cosine_block
+
+    before = cosine_block("float16", accumulate="float32", logit=math.log(100.0))
+    log = pk.RewriteLog()
+    after = pk.rewrite([AttentionCosine()], before, log=log)
+    assert log.count(RULE) == 1 and "R.nn.softmax" not in after.script()
+    pk.assert_same_numerics(before, after, rtol=FLOAT16.rtol, atol=FLOAT16.atol)
