@@ -31,6 +31,8 @@ from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind
 from .index_snapshot import fill_from_snapshot, read_snapshot
 from .prefilter import root_filter
 
+_array_get, _array_size = C._array_get, C._array_size  # pylint: disable=protected-access
+
 
 def has_candidates(func: relax.Function, keys: Iterable[str] | None) -> bool:
     """Cheap pre-scan: does any binding of ``func`` have one of ``keys``?
@@ -367,14 +369,22 @@ def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any
         if type(op) is tvm.ir.Op:
             # The common case, read once: an operator call on leaves.
             kind, pure = C.op_info(op)
-            args = C.array_items(value.args)
+            array = value.args
+            size = _array_size(array)
+            # Unrolled for the usual one or two arguments (a list comprehension is a
+            # frame of its own).
+            if size == 2:
+                args = [_array_get(array, 0), _array_get(array, 1)]
+            elif size == 1:
+                args = [_array_get(array, 0)]
+            else:
+                args = [_array_get(array, i) for i in range(size)]
             value_key = handle(value)
             index.call_args[value_key] = args
             index.call_ops[value_key] = handle(op)
             reads = []
-            kind_of = KIND_OF.get
             for a in args:
-                arg_kind = kind_of(type(a))
+                arg_kind = KIND_OF.get(type(a))
                 if arg_kind is VAR:
                     reads.append(handle(a))
                 elif arg_kind not in LEAF_KINDS:  # a tuple, or not seen yet
@@ -387,20 +397,26 @@ def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any
                 table[key] = value
             else:
                 table.add(key, j, value)
-        index.by_key.setdefault(kind, []).append(at)
+        at_key = index.by_key.get(kind)
+        if at_key is None:
+            index.by_key[kind] = [at]
+        else:
+            at_key.append(at)
     keys.append((key, pure and is_dataflow_var))
     if reads is None:
         reads = [handle(v) for v in vars_read(value)]
         if index.not_normal is None and nests_a_call(value):
             index.not_normal = ((bi, j), "nests a call in its value")
-    position, params = index.position, index.params
-    for used in reads:
-        # Reads only look backwards: the binding itself is not in position yet.
-        if used not in position and used not in params and index.undefined is None \
-                and not _reads_symbolic_var(value, used):
-            index.undefined = ((bi, j), used)
+    if index.undefined is None:
+        position, params = index.position, index.params
+        for used in reads:
+            # Reads only look backwards: the binding itself is not in position yet.
+            if used not in position and used not in params \
+                    and not _reads_symbolic_var(value, used):
+                index.undefined = ((bi, j), used)
+                break
     index.reads[key] = reads
-    position[key] = at
+    index.position[key] = at
     if is_dataflow and not is_dataflow_var:
         index.escaping.add(key)
     return reads

@@ -97,6 +97,35 @@ def test_reads_list_the_vars_each_bound_value_reads_with_repeats():
         "p": ["o"], "q": ["o"]}
 
 
+@I.ir_module
+class Arities:
+    """Operator calls of one to three arguments (the index reads the usual one and two
+    arguments unrolled), leaves among them."""
+
+    @R.function
+    def main(x: R.Tensor((2, 3), "float32"), c: R.Tensor((2, 3), "bool")):
+        with R.dataflow():
+            z = R.zeros(R.shape([2, 3]), "float32")
+            e = R.exp(x)
+            s = R.add(e, R.const(1.0, "float32"))
+            w = R.where(c, s, z)
+            R.output(w)
+        return w
+
+
+def test_the_index_holds_each_calls_arguments_in_order_whatever_their_number():
+    index, names = _index(Arities)
+    by_name = {names[handle(b.var)]: b.value for block in index.blocks for b in block}
+    for name, arity in (("z", 1), ("e", 1), ("s", 2), ("w", 3)):
+        call = by_name[name]
+        args = index.call_args[handle(call)]
+        assert len(args) == arity
+        assert [handle(a) for a in args] == [handle(a) for a in call.args]
+        assert index.call_ops[handle(call)] == handle(call.op)
+    assert {names[k]: [names[r] for r in reads] for k, reads in index.reads.items()} == {
+        "z": [], "e": ["x"], "s": ["e"], "w": ["c", "s", "z"]}
+
+
 def test_users_of_lists_the_bindings_that_read_a_var():
     index, names = _index(TwoBlocks)
     bindings = _bound(TwoBlocks["main"])
