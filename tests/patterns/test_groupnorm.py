@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import tvm
+from script_templates import script_in_dtype
+from torch_exports import import_torch_export, run_on_llvm
 from tvm import relax
 
 import patternkit as pk
@@ -65,10 +65,6 @@ class Module:
 '''
 
 
-def _script(text: str, dtype: str) -> tvm.IRModule:
-    return tvm.script.from_source(text.replace("{dtype}", dtype))
-
-
 def _float16_norm_cast_to_float32() -> tvm.IRModule:
     """A float16 x normalised in float16, the result cast to float32 before a float32 affine
     step: a precision the float16 norm does not hold."""
@@ -114,7 +110,7 @@ BF16 = Tolerance(1.6e-2, 3.2e-2, "the written-out bfloat16 form rounds the norma
 
 def _collapse_case(dtype: str) -> RuleCase:
     return RuleCase(
-        GroupNormCollapse(), _script(_BEFORE, dtype), _script(_EXPECTED, dtype),
+        GroupNormCollapse(), script_in_dtype(_BEFORE, dtype), script_in_dtype(_EXPECTED, dtype),
         negatives=[
             Negative("learned_inner_gamma", written_out_group_norm(inner="learned", dtype=dtype),
                      "the layer_norm's gamma is not all 1: a group norm scales and shifts "
@@ -317,24 +313,17 @@ def _torch_group_norms(torch, form: str):
 def test_a_torch_group_norm_written_by_hand_becomes_one_group_norm_and_a_composite(
         form, dynamic_batch):
     torch = pytest.importorskip("torch")
-    from patternkit.models.importing import from_torch
 
     model = _torch_group_norms(torch, form)
     x = torch.randn(3, 8, 4, 4)
-    dynamic = {"x": {0: torch.export.Dim("batch", min=2, max=64)}} if dynamic_batch else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.export.export(model, (x,), dynamic_shapes=dynamic)
-    mod, _, _ = from_torch(program, keep_params=False, entry="main", text="group norm",
-                           seconds={})
+    mod = import_torch_export(model, x, dynamic_batch=dynamic_batch, text="group norm")
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY, mod, log=log)
     assert log.counts().get("groupnorm.collapse") == 1
     text = after.script()
     assert text.count("R.nn.group_norm(") == 1 and "layer_norm" not in text
-    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()))
-    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_on_llvm(after, x.numpy()), model(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
     merged = merge_composite(after, [GroupNormComposite("ccompiler", silu=True)])
     assert [str(f.attrs["Composite"]) for _, f in composite_functions(merged)] == [
         "ccompiler.group_norm_silu"]
@@ -481,8 +470,8 @@ class Module:
 
 def test_group_norm_collapse_meets_the_rule_contract_in_bfloat16():
     # built here, not at module level: the meta-tests read one case per rule
-    check_rule(RuleCase(GroupNormCollapse(), _script(_BEFORE_BF16, "bfloat16"),
-                        _script(_EXPECTED_BF16, "bfloat16"), negatives=PRECISION_NEGATIVES,
+    check_rule(RuleCase(GroupNormCollapse(), script_in_dtype(_BEFORE_BF16, "bfloat16"),
+                        script_in_dtype(_EXPECTED_BF16, "bfloat16"), negatives=PRECISION_NEGATIVES,
                         tolerance=BF16))
 
 
@@ -543,6 +532,5 @@ def test_an_onnx_export_of_torch_group_norm_becomes_one_group_norm(exporter):
     text = after.script()
     assert text.count("R.nn.group_norm(") == 1 and "instance_norm" not in text
     assert "num_groups=4" in text
-    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()))
-    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_on_llvm(after, x.numpy()), model(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)

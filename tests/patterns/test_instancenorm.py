@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import tvm
+from script_templates import script_in_dtype
+from torch_exports import import_torch_export, run_on_llvm
 from tvm import relax
 
 import patternkit as pk
@@ -108,10 +108,6 @@ BF16 = Tolerance(1.6e-2, 3.2e-2, "the written-out bfloat16 form rounds the norma
                                  "outputs below 8")
 
 
-def _script(text: str, dtype: str) -> tvm.IRModule:
-    return tvm.script.from_source(text.replace("{dtype}", dtype))
-
-
 def _full_tensor_shift() -> tvm.IRModule:
     rng = np.random.default_rng(0)
     x = relax.Var("x", relax.TensorType((2, 4, 4, 4), "float32"))
@@ -145,10 +141,10 @@ NEGATIVES = [
              "exactly"),
 ]
 
-COLLAPSE_CASE = RuleCase(InstanceNormCollapse(), _script(_BEFORE, "float32"),
-                         _script(_EXPECTED, "float32"), negatives=NEGATIVES, tolerance=F32)
-COLLAPSE_FLOAT16_CASE = RuleCase(InstanceNormCollapse(), _script(_BEFORE, "float16"),
-                                 _script(_EXPECTED, "float16"), negatives=NEGATIVES,
+COLLAPSE_CASE = RuleCase(InstanceNormCollapse(), script_in_dtype(_BEFORE, "float32"),
+                         script_in_dtype(_EXPECTED, "float32"), negatives=NEGATIVES, tolerance=F32)
+COLLAPSE_FLOAT16_CASE = RuleCase(InstanceNormCollapse(), script_in_dtype(_BEFORE, "float16"),
+                                 script_in_dtype(_EXPECTED, "float16"), negatives=NEGATIVES,
                                  tolerance=F16)
 
 
@@ -175,8 +171,8 @@ def test_an_instance_norm_of_a_bfloat16_layer_norm_runs_in_float32_and_builds():
 
 
 def test_a_bfloat16_instance_norm_collapses_in_float32_between_casts_and_logs_it(caplog):
-    case = RuleCase(InstanceNormCollapse(), _script(_BEFORE_BF16, "bfloat16"),
-                    _script(_EXPECTED_BF16, "bfloat16"), tolerance=BF16,
+    case = RuleCase(InstanceNormCollapse(), script_in_dtype(_BEFORE_BF16, "bfloat16"),
+                    script_in_dtype(_EXPECTED_BF16, "bfloat16"), tolerance=BF16,
                     negatives=NEGATIVES[-1:])
     with caplog.at_level("INFO", logger="patternkit.patterns.instancenorm"):
         check_rule(case)
@@ -199,7 +195,6 @@ def test_every_spelling_collapses_with_the_same_numbers(inner, spatial, batch):
 @pytest.mark.parametrize("dynamic_batch", [False, True])
 def test_a_torch_instance_norm_written_by_hand_becomes_one_instance_norm(dynamic_batch):
     torch = pytest.importorskip("torch")
-    from patternkit.models.importing import from_torch
 
     class HandWritten(torch.nn.Module):
         def __init__(self):
@@ -216,17 +211,11 @@ def test_a_torch_instance_norm_written_by_hand_becomes_one_instance_norm(dynamic
     torch.manual_seed(0)
     model = HandWritten().eval()
     x = torch.randn(3, 8, 4, 4)
-    dynamic = {"x": {0: torch.export.Dim("batch", min=2, max=64)}} if dynamic_batch else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.export.export(model, (x,), dynamic_shapes=dynamic)
-    mod, _, _ = from_torch(program, keep_params=False, entry="main", text="instance norm",
-                           seconds={})
+    mod = import_torch_export(model, x, dynamic_batch=dynamic_batch, text="instance norm")
     log = pk.RewriteLog()
     after = pk.rewrite(LIBRARY, mod, log=log)
     assert log.counts().get("instancenorm.collapse") == 1
     text = after.script()
     assert text.count("R.nn.instance_norm(") == 1 and "layer_norm" not in text
-    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()))
-    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_on_llvm(after, x.numpy()), model(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)

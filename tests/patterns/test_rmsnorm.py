@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from script_templates import script_in_dtype
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
 
@@ -42,11 +43,14 @@ SHAPE_VARS = {"n": 2, "s": 5, "h": 3}
 RULE = "rmsnorm.collapse"
 
 
+#: transformers' LlamaRMSNorm on a half-precision model ("{dtype}"), as torch.export gives
+#: it: the norm in float32 between casts.
+_LLAMA_RMS_NORM = '''
 @I.ir_module
-class LlamaRmsNorm:  # transformers' LlamaRMSNorm on a float16 model, as torch.export gives it
+class Module:
     @R.function
-    def main(x: R.Tensor(("n", "s", 16), "float16"), w: R.Tensor((16,), "float16"),
-             ) -> R.Tensor(("n", "s", 16), "float16"):
+    def main(x: R.Tensor(("n", "s", 16), "{dtype}"), w: R.Tensor((16,), "{dtype}"),
+             ) -> R.Tensor(("n", "s", 16), "{dtype}"):
         with R.dataflow():
             h = R.astype(x, "float32")
             sq = R.power(h, R.const(2.0, "float32"))
@@ -54,21 +58,27 @@ class LlamaRmsNorm:  # transformers' LlamaRMSNorm on a float16 model, as torch.e
             radicand = R.add(var, R.const(1e-6, "float32"))
             inv = R.rsqrt(radicand)
             y = R.multiply(h, inv)
-            back = R.astype(y, "float16")
+            back = R.astype(y, "{dtype}")
             out = R.multiply(w, back)
             R.output(out)
         return out
+'''
 
-
+#: What the collapse makes of it: one rms_norm in the model's dtype.
+_COLLAPSED = '''
 @I.ir_module
-class Collapsed:
+class Module:
     @R.function
-    def main(x: R.Tensor(("n", "s", 16), "float16"), w: R.Tensor((16,), "float16"),
-             ) -> R.Tensor(("n", "s", 16), "float16"):
+    def main(x: R.Tensor(("n", "s", 16), "{dtype}"), w: R.Tensor((16,), "{dtype}"),
+             ) -> R.Tensor(("n", "s", 16), "{dtype}"):
         with R.dataflow():
-            out = R.nn.rms_norm(x, w, axes=[-1], epsilon=EPS)
+            out = R.nn.rms_norm(x, w, axes=[-1], epsilon={eps})
             R.output(out)
         return out
+'''.replace("{eps}", repr(EPS))
+
+LlamaRmsNorm = script_in_dtype(_LLAMA_RMS_NORM, "float16")
+Collapsed = script_in_dtype(_COLLAPSED, "float16")
 
 
 def norm_then_scaled() -> tvm.IRModule:
@@ -182,39 +192,11 @@ def test_a_float16_norm_returned_in_float32_runs_in_float32():
     pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
 
 
-@I.ir_module
-class LlamaRmsNormBf16:  # transformers' LlamaRMSNorm on a bfloat16 model (torch.export)
-    @R.function
-    def main(x: R.Tensor(("n", "s", 16), "bfloat16"), w: R.Tensor((16,), "bfloat16"),
-             ) -> R.Tensor(("n", "s", 16), "bfloat16"):
-        with R.dataflow():
-            h = R.astype(x, "float32")
-            sq = R.power(h, R.const(2.0, "float32"))
-            var = R.mean(sq, axis=[-1], keepdims=True)
-            radicand = R.add(var, R.const(1e-6, "float32"))
-            inv = R.rsqrt(radicand)
-            y = R.multiply(h, inv)
-            back = R.astype(y, "bfloat16")
-            out = R.multiply(w, back)
-            R.output(out)
-        return out
-
-
-@I.ir_module
-class CollapsedBf16:
-    @R.function
-    def main(x: R.Tensor(("n", "s", 16), "bfloat16"), w: R.Tensor((16,), "bfloat16"),
-             ) -> R.Tensor(("n", "s", 16), "bfloat16"):
-        with R.dataflow():
-            out = R.nn.rms_norm(x, w, axes=[-1], epsilon=EPS)
-            R.output(out)
-        return out
-
-
 def test_a_bfloat16_norm_collapses_as_tvm_builds_it_and_the_log_names_the_precision(caplog):
     # the contract's proofs on bfloat16 (a case built here: the meta-tests read one
     # module-level case per rule, COLLAPSE_CASE, whose negatives cover every refusal)
-    check_rule(RuleCase(RmsNormCollapse(), LlamaRmsNormBf16, CollapsedBf16,
+    check_rule(RuleCase(RmsNormCollapse(), script_in_dtype(_LLAMA_RMS_NORM, "bfloat16"),
+                        script_in_dtype(_COLLAPSED, "bfloat16"),
                         negatives=COLLAPSE_CASE.negatives[:1], tolerance=BF16))
     # the plain spelling, computed in bfloat16 throughout, takes the float32 kernel too
     before = written_out(dtype="bfloat16", spelling="plain", square="multiply", symbolic=True)
