@@ -276,12 +276,34 @@ def test_viz_writes_an_svg(tmp_path):
     assert "<svg" in target.read_text()
 
 
-def test_verify_checks_every_library_entry(capsys):
+#: ``verify --budget 4`` over the whole library is ~130 s of CPU: four shards of its entries
+#: let CI's workers run it side by side (no entry dominates: attention.cosine, the
+#: slowest, is ~10% of it).
+VERIFY_SHARDS = 4
+
+
+def library_entries_of_verify_shard(shard: int) -> list[str]:
+    """Shard ``shard`` (0-based) of the library's entries: every ``VERIFY_SHARDS``-th entry
+    in library order (the slow attention entries are spread over the shards)."""
+    return list(LIBRARY.names[shard::VERIFY_SHARDS])
+
+
+def test_the_verify_shards_hold_every_library_entry_exactly_once():
+    shards = [library_entries_of_verify_shard(k) for k in range(VERIFY_SHARDS)]
+    assert all(shards)
+    assert sorted(name for shard in shards for name in shard) == sorted(LIBRARY.names)
+
+
+@pytest.mark.parametrize("shard", range(VERIFY_SHARDS),
+                         ids=lambda k: f"shard{k + 1}of{VERIFY_SHARDS}")
+def test_verify_checks_every_library_entry(shard, capsys):
     # a small budget: every entry runs end to end (the per-rule contract tests go deeper);
     # the default budget over 67 entries took four minutes of CI
-    assert main(["verify", "--quiet", "--budget", "4"]) == 0
+    names = library_entries_of_verify_shard(shard)
+    assert main(["verify", "--quiet", "--budget", "4", *names]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[:2] for line in lines] == [["ok", f"{name}:"] for name in LIBRARY.names]
+    assert [line.split()[:4] for line in lines] == [["ok", f"{name}:", "4", "tried,"]
+                                                    for name in names]
 
 
 def test_verify_fuzzes_one_rule_with_a_budget_and_a_shard(capsys):
