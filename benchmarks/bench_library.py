@@ -14,6 +14,11 @@ What is timed, on the same imported module:
 * **composites**: the composite half of the library alone, ``merge_composite`` on the
   rewrites' result with the function index the rewrite left (as in the library run).
 
+``--stages`` prints instead where the time goes, per stage, in one process per size (the
+best CPU time of each stage over ``--repeat`` runs): the function indexes, each rule's
+matching and check (each composite entry's, for the composites), emission, the multi-root
+rules, the composites' functions.
+
 ``--before DIR`` also times a checkout of an older commit (``git archive <commit> | tar -x
 -C DIR``): its processes alternate with this code's, so both meet the same load, and each
 row gives the older code's times and ratio beside this code's (``before_*``).
@@ -45,6 +50,8 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 DEFAULT_LAYERS = [1, 4, 12, 48]
 DEFAULT_GRAPHS = ["gpt2", "onnx:gpt2?opset=14"]
@@ -72,6 +79,89 @@ def _composites_seconds(rewrite, rules, mod, composites) -> float:
     start = time.process_time()
     merge_composite(rewritten, composites)
     return time.process_time() - start
+
+
+@contextmanager
+def timed_calls(probes: list[tuple[Any, str, str]], name_of: Callable[..., str],
+                times: dict[str, float]) -> Iterator[None]:
+    """Within the block, every call of each probe's ``owner.attribute`` adds its CPU time to
+    ``times[label]`` (a label with ``{}`` is completed by ``name_of(args, kwargs)``); the
+    attributes are put back on leaving, even after an error.  Labels may nest (a multi-root
+    rule builds an index): their times are not meant to add up.
+    """
+    saved = [(owner, attribute, vars(owner)[attribute]) for owner, attribute, _ in probes]
+
+    def probe(original: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            name = label.format(name_of(args, kwargs)) if "{}" in label else label
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                times[name] = times.get(name, 0.0) + time.process_time() - start
+        return timed
+
+    try:
+        for owner, attribute, label in probes:
+            setattr(owner, attribute, probe(getattr(owner, attribute), label))
+        yield
+    finally:
+        for owner, attribute, original in saved:
+            setattr(owner, attribute, original)
+
+
+def stage_times(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
+    """Where the library run's time goes (``--stages``): per stage, the best CPU time over
+    ``repeat`` runs, in ms, for the one rule, the rewrites and the composites.
+    """
+    import patternkit as pk
+    import patternkit.byoc.merge.composites as composites_module
+    import patternkit.engine.driver as driver
+    from patternkit.byoc.merge import merge_composite
+    from patternkit.engine.index import FunctionIndex, forget_indexes
+    from patternkit.models import zoo_model
+    from patternkit.patterns import LIBRARY
+
+    separator = "&" if "?" in graph else "?"
+    mod = zoo_model(f"{graph}{separator}layers={layers}").mod
+    rules = LIBRARY.rewrite_rules()
+    composites = LIBRARY.composites().for_compiler("ccompiler")
+    one = LIBRARY.find(rule_name)
+    entry_of = {id(rule.pattern): rule.name for rule in composites}
+
+    def name_of(args: tuple, kwargs: dict) -> str:  # find_groups: the rule, or the entry
+        return str(kwargs.get("rule") or entry_of.get(id(args[1]), "?"))
+
+    probes = [(driver, "find_groups", "match and check: {}"),
+              (composites_module, "find_groups", "match and check: {}"),
+              (driver, "emit_rewrites", "emission"),
+              (composites_module, "emit_rewrites", "emission"),
+              (driver, "rewrite_function_bindings", "multi-root rules (with their index)"),
+              (FunctionIndex, "build", "index"),
+              (composites_module, "build_group_function", "composite functions")]
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(repeat):
+        runs: dict[str, dict[str, float]] = {"one_rule": {}, "rewrites": {}, "composites": {}}
+        forget_indexes()
+        with timed_calls(probes, name_of, runs["one_rule"]):
+            runs["one_rule"]["total"] = _cpu_seconds(lambda: pk.rewrite([one], mod))
+        forget_indexes()
+        with timed_calls(probes, name_of, runs["rewrites"]):
+            start = time.process_time()
+            rewritten = pk.rewrite(rules, mod)
+            runs["rewrites"]["total"] = time.process_time() - start
+        with timed_calls(probes, name_of, runs["composites"]):
+            start = time.process_time()
+            merge_composite(rewritten, composites)
+            runs["composites"]["total"] = time.process_time() - start
+        for part, times in runs.items():
+            kept = best.setdefault(part, {})
+            for label, seconds in times.items():
+                kept[label] = min(kept.get(label, float("inf")), seconds)
+    return {"graph": graph, "layers": layers, "stages_ms": {
+        part: {label: round(seconds * 1000, 2)
+               for label, seconds in sorted(times.items(), key=lambda item: -item[1])}
+        for part, times in best.items()}}
 
 
 def measure(graph: str, layers: int, rule_name: str, repeat: int) -> dict:
@@ -135,18 +225,24 @@ def main() -> None:
     parser.add_argument("--before", metavar="DIR",
                         help="also time this checkout of an older commit, in alternate "
                              "processes")
+    parser.add_argument("--stages", action="store_true",
+                        help="instead: where the time goes, per stage (one process each)")
     parser.add_argument("--child", nargs=2, metavar=("GRAPH", "LAYERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         if os.environ.get(_CODE_VARIABLE):
             _import_library_from(os.environ[_CODE_VARIABLE])
-        print(json.dumps(measure(args.child[0], int(args.child[1]), args.rule, args.repeat)))
+        run = stage_times if args.stages else measure
+        print(json.dumps(run(args.child[0], int(args.child[1]), args.rule, args.repeat)))
         return
     for graph in args.graphs:
         rows = []
         for layers in args.layers:
             child = ["--child", graph, str(layers), "--rule", args.rule,
                      "--repeat", str(args.repeat)]
+            if args.stages:
+                print(json.dumps(_child([*child, "--stages"])), flush=True)
+                continue
             runs, before = [], []
             for _ in range(args.processes):  # alternate, so both codes meet the same load
                 runs.append(_child(child))
@@ -157,7 +253,8 @@ def main() -> None:
                 row = compare(row, combine(before))
             rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
-        print(json.dumps(summarize(rows)), flush=True)
+        if rows:
+            print(json.dumps(summarize(rows)), flush=True)
 
 
 def _child(args: list[str], code: str | None = None) -> dict:

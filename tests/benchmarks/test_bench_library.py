@@ -35,3 +35,44 @@ def test_the_older_checkout_is_reported_beside_this_one(bench_library):
     assert row["library_over_one_rule"] == 2.4
     assert row["library_after_over_before"] == 0.8
     assert "before_composites_s" not in row  # the older rows did not time it
+
+
+class _Owner:
+    """Stands for a module or class whose functions ``--stages`` times."""
+
+    @classmethod
+    def build(cls, n: int) -> int:
+        return n + 1
+
+
+def _find(pattern: str, *, rule: str = "") -> str:
+    return f"{rule}:{pattern}"
+
+
+def test_stage_probes_time_each_call_under_its_label_and_are_put_back(bench_library):
+    import types
+
+    module = types.SimpleNamespace(find=_find)
+    original_build = vars(_Owner)["build"]
+    times: dict[str, float] = {}
+    probes = [(module, "find", "match: {}"), (_Owner, "build", "index")]
+    with bench_library.timed_calls(probes, lambda args, kwargs: kwargs.get("rule", "?"), times):
+        assert module.find("p", rule="gelu") == "gelu:p"  # the call's own result
+        module.find("q", rule="gelu")
+        module.find("r")
+        assert _Owner.build(1) == 2
+    assert set(times) == {"match: gelu", "match: ?", "index"}
+    assert all(seconds >= 0 for seconds in times.values())
+    assert module.find is _find and vars(_Owner)["build"] is original_build
+
+
+def test_stage_probes_are_put_back_after_an_error(bench_library):
+    import types
+
+    module = types.SimpleNamespace(find=_find)
+    try:
+        with bench_library.timed_calls([(module, "find", "match")], lambda a, k: "", {}):
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert module.find is _find
