@@ -103,10 +103,11 @@ def layout_size(model: GraphModel) -> int:
     """About how many nodes ``dot``'s placement works on: nodes, edges, ranks crossed.
 
     Each edge is a node of ``dot``'s network simplex, and an edge between ranks ``r`` and
-    ``s`` adds ``|r - s| - 1`` virtual nodes (ranks by longest path, as ``dot`` ranks a
-    chain).  The placement's time grows faster than this count: the job's drawings of a
-    12-layer GPT-2 measured 1.8-2.7 s of ``dot`` at 2,200-2,900 and 0.1 s at 960.
-    Clusters and label sizes are left out: it ranks drawings, it does not time them.
+    ``s`` adds ``|r - s| - 1`` virtual nodes.  Ranks are by longest path, as ``dot`` ranks
+    a chain, except that a node without inputs (a parameter, a constant) sits just above
+    its first reader, as ``dot`` pulls it down to shorten its edges.  The placement's
+    time grows faster than this count, and clusters stretch it further: it ranks
+    drawings, it does not time them (see :data:`patternkit.app.drawings.LAYOUT_BUDGET`).
     """
     nodes = model.nodes
     succ: dict[str, list[str]] = {}
@@ -115,8 +116,9 @@ def layout_size(model: GraphModel) -> int:
         if e.src in nodes and e.dst in nodes and e.src != e.dst:
             succ.setdefault(e.src, []).append(e.dst)
             indegree[e.dst] += 1
+    sources = [n for n, d in indegree.items() if d == 0]
     rank = dict.fromkeys(nodes, 0)
-    ready = [n for n, d in indegree.items() if d == 0]
+    ready = list(sources)
     while ready:
         node = ready.pop()
         for nxt in succ.get(node, ()):
@@ -124,6 +126,9 @@ def layout_size(model: GraphModel) -> int:
             indegree[nxt] -= 1
             if indegree[nxt] == 0:
                 ready.append(nxt)
+    for node in sources:
+        if node in succ:
+            rank[node] = min(rank[n] for n in succ[node]) - 1
     crossed = sum(max(0, abs(rank.get(e.dst, 0) - rank.get(e.src, 0)) - 1)
                   for e in model.edges)
     return len(nodes) + len(model.edges) + crossed

@@ -314,6 +314,23 @@ def test_layout_size_counts_the_ranks_long_edges_cross():
     for length in (3, 9):
         skip = viz_expr(_skip(length)).model  # one edge past ``length`` ranks
         assert fitting.layout_size(skip) == len(skip.nodes) + len(skip.edges) + length
+    late = viz_expr(_late_input(9)).model  # an input read only at the end: placed there
+    assert fitting.layout_size(late) == len(late.nodes) + len(late.edges)
+
+
+def _late_input(length: int) -> tvm.IRModule:
+    """``length`` tanh on ``x``, then ``+ y``: ``y`` has no input and one late reader."""
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            h = x
+            for _ in range(length):
+                h = bb.emit(relax.op.tanh(h))
+            out = bb.emit_output(relax.op.add(h, y))
+        bb.emit_func_output(out)
+    return bb.get()
 
 
 def _skip(length: int) -> tvm.IRModule:
