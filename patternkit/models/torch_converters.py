@@ -30,6 +30,9 @@ unchanged, so a model TVM imports imports exactly as without them.
   which is what torch computes for these two exponents (its ``pow`` takes ``x * x`` and
   ``sqrt`` for them): bit for bit the same on every finite bfloat16 value, in torch and
   built by TVM (each a float32 product or square root of bfloat16 operands, rounded once).
+- bfloat16 ``linalg_vector_norm`` of order 2 (``F.normalize``'s norm): TVM writes it with
+  ``R.power``, which does not build.  It imports as torch computes it, in float32 between
+  casts: ``astype(sqrt(sum(x32 * x32)), bfloat16)`` with ``x32 = astype(x, float32)``.
 
 Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
 of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
@@ -224,6 +227,23 @@ def _instance_norm(node: Any, importer: Any) -> relax.Var | None:
     return importer.block_builder.emit(relax.op.nn.instance_norm(x, gamma, beta, **attrs))
 
 
+def _vector_norm(node: Any, importer: Any) -> relax.Var | None:
+    """``linalg_vector_norm``: (x, ord=2, dim=None, keepdim=False), a bfloat16 ``x`` of
+    order 2 (None otherwise: TVM's converter runs).
+    """
+    x = importer.env[node.args[0]]
+    order = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord", 2)
+    if (dtype_of(type_of(x)) != POWER_DTYPE or isinstance(order, bool)
+            or not isinstance(order, (int, float)) or float(order) != 2.0):
+        return None
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+    keepdim = node.args[3] if len(node.args) > 3 else node.kwargs.get("keepdim", False)
+    axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    wide = relax.op.astype(x, NORM_DTYPE)
+    total = relax.op.sum(relax.op.multiply(wide, wide), axes, bool(keepdim))
+    return importer.block_builder.emit(relax.op.astype(relax.op.sqrt(total), POWER_DTYPE))
+
+
 def _power(node: Any, importer: Any) -> relax.Var | None:
     """``pow.Tensor_Scalar``: (x, exponent), a bfloat16 ``x`` squared or square-rooted
     (None otherwise: TVM's converter runs).
@@ -251,6 +271,7 @@ _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
     "native_group_norm.default": (_group_norm, _CAST),
     "_native_batch_norm_legit.no_stats": (_instance_norm, "(instance norm) on a symbolic "
                                           "channel count or in bfloat16 imported by hand"),
+    "linalg_vector_norm.default": (_vector_norm, f"({POWER_DTYPE}, order 2) {_CAST}"),
     "pow.Tensor_Scalar": (_power, f"({POWER_DTYPE}, exponent 2 or 0.5) imported as x * x or "
                                   f"sqrt(x), as torch computes it (no TVM kernel for "
                                   f"{POWER_DTYPE} power)"),

@@ -26,7 +26,7 @@ This rule's pattern (:mod:`.cosine_forms`) keeps the norm inside its match.
 Refused, each with its reason: an operand normalised over another axis than the one
 the score matmul contracts, a scale that varies along the query or key axis (not one
 number per head), a softmax over another axis than the keys, tensors of more than one
-dtype, bfloat16 (the fold's error is not measured there), a norm clamped by a
+dtype, bfloat16 (what the fold moves is as large as the outputs), a norm clamped by a
 ``call_tir`` of another PrimFunc than TOPI's maximum, a matmul accumulated in another
 dtype than float32 before its cast back, scores of unknown shape, a windowed view that
 does not split the batch into windows or a window mask that does not keep the view's
@@ -44,10 +44,12 @@ imports as ``sqrt(sum(x * x))``, a ``call_tir`` of TOPI's ``maximum`` with the b
 ``where(isnan(eps), -inf, eps)``, ``broadcast_to`` and ``divide``; the per-head scale and
 the bias come as tensors (the dynamo exporter folds them to constants).  A float16 or
 bfloat16 model imported by torch.export accumulates its batched matmuls in float32 and
-casts them back (:mod:`patternkit.models.low_precision`): the matmul in that dtype.
+casts them back (:mod:`patternkit.models.low_precision`): the matmul in that dtype; a
+bfloat16 one computes ``F.normalize``'s norm in float32 between casts
+(:mod:`patternkit.models.torch_converters`), the same norm.
 
 Not covered: a scale varying along the queries (foldable into q row by row, but not
-this form); bfloat16 (refused, see :func:`.cosine_forms.measured_dtype`).
+this form); bfloat16 (refused, :func:`.cosine_forms.measured_dtype`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ the scores multiplied by ``exp(clip(logit_scale, max=log(100)))`` of shape ``(N,
 the position bias ``16 * sigmoid(table)`` expanded to ``(1, N, S, S)``.  Two knobs write
 the other imports' forms: ``norm_form="onnx"`` the norm as ``from_onnx`` imports both
 exporters' ``F.normalize``, ``accumulate="float32"`` the batched matmuls of a float16
-model as patternkit's torch import writes them.  Any other knob departs from the form in
+model as patternkit's torch import writes them (and ``norm_form="float32"`` the norm of
+a bfloat16 one).  Any other knob departs from the form in
 the one way a refusal is about.
 """
 
@@ -40,6 +41,14 @@ def _normalise(bb: relax.BlockBuilder, x: relax.Expr, axis: int, form: str = "to
     ``where(isnan(eps), -inf, eps)``.
     """
     shape = x.ty.shape
+    if form == "float32":  # the torch import of a bfloat16 model: the norm between casts
+        wide = bb.emit(relax.op.astype(x, "float32"))
+        total = bb.emit(relax.op.sum(bb.emit(relax.op.multiply(wide, wide)), axis=[axis],
+                                     keepdims=True))
+        norm = bb.emit(relax.op.astype(bb.emit(relax.op.sqrt(total)), x.ty.dtype))
+        clamped = bb.emit(relax.op.clip(norm, relax.prim_value(tvm.tirx.FloatImm(
+            "float64", 1e-12)), relax.prim_value(tvm.tirx.FloatImm("float64", math.inf))))
+        return bb.emit(relax.op.divide(x, relax.op.broadcast_to(clamped, shape)))
     if form == "onnx":
         from tvm import topi
 
@@ -125,6 +134,8 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
     name, another one refused).  ``accumulate``: both batched matmuls computed in that
     dtype and cast back (``"float32"`` on a float16 / bfloat16 model, as patternkit's
     torch import writes them; ``"bfloat16"`` on a float16 one: refused).
+    ``norm_form="float32"``: the norm computed in float32 between casts (the torch import
+    of a bfloat16 model).
     """
     rng = np.random.default_rng(seed)
     batch: Any = tvm.tirx.Var("batch", "int64") if shape == "symbolic" else 4
@@ -143,10 +154,10 @@ def cosine_block(dtype: str = "float32", shape: str = "static", bias: str = "pos
     shape_param = relax.Var("score_shape", relax.ShapeType(ndim=4))
     if score_shape == "unknown":
         params.append(shape_param)
-    table = relax.const(rng.uniform(-2, 2, (HEADS, TOKENS, TOKENS)).astype(dtype))
+    table = relax.const(rng.uniform(-2, 2, (HEADS, TOKENS, TOKENS)).astype(dtype), dtype)
     scale_shape = {"per_head": (HEADS, 1, 1), "scalar": (1,),
                    "per_query": (HEADS, TOKENS, 1)}[scale]
-    logits = relax.const((logit + rng.uniform(-0.5, 0.5, scale_shape)).astype(dtype))
+    logits = relax.const((logit + rng.uniform(-0.5, 0.5, scale_shape)).astype(dtype), dtype)
     bb = relax.BlockBuilder()
     with bb.function("main", params):
         with bb.dataflow():
@@ -202,7 +213,8 @@ REFUSALS: dict[str, dict[str, Any]] = {
     "window_mask_of_rank_6": {"bias": "shifted", "window_mask_rank": 6},
     "norm_clamped_by_another_primfunc": {"norm_form": "onnx", "clamp_name": "fused_maximum_add"},
     "float16_scores_accumulated_in_bfloat16": {"dtype": "float16", "accumulate": "bfloat16"},
-    "bfloat16_attention": {"dtype": "bfloat16", "accumulate": "float32"},
+    "bfloat16_attention": {"dtype": "bfloat16", "accumulate": "float32",
+                           "norm_form": "float32"},
 }
 
 #: The rule's example space (the first point is the default example).

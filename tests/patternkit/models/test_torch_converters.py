@@ -205,3 +205,32 @@ def test_a_bfloat16_layer_norm_written_out_builds_and_matches_torch():
         expected = model(x).float().numpy()
     np.testing.assert_allclose(np.asarray(got, "float32"), expected, **BFLOAT16)
     assert np.abs(expected).max() > 1.0  # not a comparison of near-zeros
+
+
+class Normalised(torch.nn.Module):
+    """``F.normalize`` over the last axis and a vector norm over two axes."""
+
+    def forward(self, x):
+        return (torch.nn.functional.normalize(x, dim=-1),
+                torch.linalg.vector_norm(x, dim=(0, 2)))
+
+
+def test_a_bfloat16_vector_norm_is_computed_in_float32_between_casts_as_torch_computes_it():
+    """bfloat16 F.normalize / vector_norm (TVM writes R.power, which does not build): the
+    norm imported as astype(sqrt(sum(x32 * x32)), bfloat16) builds and gives torch's
+    values bit for bit here; a float32 norm imports as TVM imports it.
+    """
+    x = (3 * torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(0))).to(
+        torch.bfloat16)
+    mod, _, notes = from_torch(torch.export.export(Normalised(), (x,)), False, "main", "n", {})
+    assert notes == ["2 linalg_vector_norm.default (bfloat16, order 2) computed in float32 "
+                     "between casts (bfloat16: no TVM kernel)"]
+    assert "relax.power" not in [name for name, _ in _ops(mod)]
+    got = numeric.run(mod, [x.float().numpy().astype(ml_dtypes.bfloat16)])
+    with torch.no_grad():
+        expected = [t.float().numpy() for t in Normalised()(x)]
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(np.asarray(g, "float32"), e)
+    wide, _, notes = from_torch(torch.export.export(Normalised(), (x.float(),)), False,
+                                "main", "n", {})
+    assert notes == [] and "relax.power" in [name for name, _ in _ops(wide)]
