@@ -590,7 +590,7 @@ def test_hardswish_canonicalize_meets_the_rule_contract():
     check_rule(HARDSWISH_CASE)
 
 
-HARD_COMPOSITE = """
+_ONE_INPUT_COMPOSITE = """
 @I.ir_module
 class Module:
     @R.function
@@ -600,9 +600,7 @@ class Module:
             def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
                 R.func_attr({{"Composite": "byoc.{name}", "PartitionedFromPattern": "{ops}"}})
                 with R.dataflow():
-                    a = R.add(x1, R.const(3.0, "float32"))
-                    b = R.clip(a, 0, 6)
-                    {body}
+{body}
                     R.output(out1)
                 return out1
 
@@ -611,11 +609,22 @@ class Module:
         return out
 """
 
+
+def composite_of_x(name: str, ops: str, *body: str) -> tvm.IRModule:
+    """A ``main`` on ``x: (2, 16) float32`` that is one call of the composite ``byoc.<name>``
+    (``PartitionedFromPattern`` ``ops``), whose bindings on ``x1`` are ``body``, the last
+    one binding ``out1``."""
+    lines = "\n".join(" " * 20 + line for line in body)
+    return tvm.script.from_source(_ONE_INPUT_COMPOSITE.format(name=name, ops=ops, body=lines))
+
+
+#: The hard activations' shared start: ``clip(x + 3, 0, 6)``.
+_ADD_THREE_CLIP = ('a = R.add(x1, R.const(3.0, "float32"))', "b = R.clip(a, 0, 6)")
+
 HARDSWISH_COMPOSITE_CASE = RuleCase(
-    HardswishComposite(), HardswishCanonical, tvm.script.from_source(HARD_COMPOSITE.format(
-        name="hardswish", ops="add_clip_multiply_divide_",
-        body='c = R.multiply(x1, b)\n                    out1 = R.divide(c, R.const(6.0, '
-             '"float32"))')),
+    HardswishComposite(), HardswishCanonical, composite_of_x(
+        "hardswish", "add_clip_multiply_divide_", *_ADD_THREE_CLIP,
+        "c = R.multiply(x1, b)", 'out1 = R.divide(c, R.const(6.0, "float32"))'),
     negatives=[
         Negative("add_two_is_not_hardswish",
                  hardswish_written_out(spelling="canonical", offset=2.0), "no match"),
@@ -625,9 +634,9 @@ HARDSWISH_COMPOSITE_CASE = RuleCase(
     tolerance=EXACT)
 
 HARDSIGMOID_COMPOSITE_CASE = RuleCase(
-    HardsigmoidComposite(), HardsigmoidCanonical, tvm.script.from_source(HARD_COMPOSITE.format(
-        name="hardsigmoid", ops="add_clip_divide_",
-        body='out1 = R.divide(b, R.const(6.0, "float32"))')),
+    HardsigmoidComposite(), HardsigmoidCanonical, composite_of_x(
+        "hardsigmoid", "add_clip_divide_", *_ADD_THREE_CLIP,
+        'out1 = R.divide(b, R.const(6.0, "float32"))'),
     negatives=[
         Negative("add_two_is_not_hardsigmoid",
                  hardsigmoid_written_out(spelling="canonical", offset=2.0), "no match"),
@@ -786,25 +795,9 @@ class MishWritten:
         return out
 
 
-@I.ir_module
-class MishComposed:
-    @R.function
-    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
-        with R.dataflow():
-            @R.function
-            def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
-                R.func_attr({"Composite": "byoc.mish",
-                             "PartitionedFromPattern": "nn.softplus_tanh_multiply_"})
-                with R.dataflow():
-                    a = R.nn.softplus(x1, beta=1.0, threshold=20.0)
-                    b = R.tanh(a)
-                    out1 = R.multiply(x1, b)
-                    R.output(out1)
-                return out1
-
-            out = composite(x)
-            R.output(out)
-        return out
+MishComposed = composite_of_x("mish", "nn.softplus_tanh_multiply_",
+                              "a = R.nn.softplus(x1, beta=1.0, threshold=20.0)",
+                              "b = R.tanh(a)", "out1 = R.multiply(x1, b)")
 
 
 MISH_CASE = RuleCase(
@@ -834,25 +827,9 @@ class QuickGeluWritten:
         return out
 
 
-@I.ir_module
-class QuickGeluComposed:
-    @R.function
-    def main(x: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
-        with R.dataflow():
-            @R.function
-            def composite(x1: R.Tensor((2, 16), "float32")) -> R.Tensor((2, 16), "float32"):
-                R.func_attr({"Composite": "byoc.quick_gelu",
-                             "PartitionedFromPattern": "multiply_sigmoid_multiply_"})
-                with R.dataflow():
-                    a = R.multiply(x1, R.const(1.702, "float32"))
-                    b = R.sigmoid(a)
-                    out1 = R.multiply(x1, b)
-                    R.output(out1)
-                return out1
-
-            out = composite(x)
-            R.output(out)
-        return out
+QuickGeluComposed = composite_of_x("quick_gelu", "multiply_sigmoid_multiply_",
+                                   'a = R.multiply(x1, R.const(1.702, "float32"))',
+                                   "b = R.sigmoid(a)", "out1 = R.multiply(x1, b)")
 
 
 QUICK_GELU_CASE = RuleCase(

@@ -35,38 +35,59 @@ class HalfRotation:
         return out
 
 
+#: A ``main({x}, cos, sin)`` that is one call of the composite ``byoc.{name}``
+#: (``PartitionedFromPattern`` ``{ops}``) on the rotated tensor ``{x}`` of ``{lanes}`` lanes
+#: and rotary tables of 8 lanes; ``{body}`` is the composite's bindings on ``{x}1_``,
+#: ``cos1`` and ``sin1``, ending in ``R.output(out1)``.
+ROPE_COMPOSITE = """
 @I.ir_module
-class HalfRotationComposite:
+class Module:
     @R.function
-    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
-             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
+    def main({x}: R.Tensor(("n", 4, "s", {lanes}), "float32"),
+             cos: R.Tensor((1, 1, "s", 8), "float32"), sin: R.Tensor((1, 1, "s", 8), "float32"),
+             ) -> R.Tensor(("n", 4, "s", {lanes}), "float32"):
         n = T.int64()
         s = T.int64()
         with R.dataflow():
             @R.function
-            def composite(q1_: R.Tensor((n, 4, s, 8), "float32"),
+            def composite({x}1_: R.Tensor((n, 4, s, {lanes}), "float32"),
                           sin1: R.Tensor((1, 1, s, 8), "float32"),
                           cos1: R.Tensor((1, 1, s, 8), "float32"),
-                          ) -> R.Tensor((n, 4, s, 8), "float32"):
-                R.func_attr({"Composite": "byoc.rope",
-                             "PartitionedFromPattern": "multiply_Tuple_Tuple_Tuple_Tuple_"
-                             "strided_slice_negative_Tuple_Tuple_Tuple_Tuple_strided_slice_"
-                             "Tuple_concatenate_multiply_add_"})
+                          ) -> R.Tensor((n, 4, s, {lanes}), "float32"):
+                R.func_attr({{"Composite": "byoc.{name}", "PartitionedFromPattern": "{ops}"}})
                 with R.dataflow():
-                    qc = R.multiply(q1_, cos1)
-                    q1 = R.strided_slice(q1_, (3,), (0,), (4,), (1,), assume_inbound=False)
-                    q2 = R.strided_slice(q1_, (3,), (4,), (9223372036854775807,), (1,),
-                                         assume_inbound=False)
-                    nq2 = R.negative(q2)
-                    rot = R.concat((nq2, q1), axis=-1)
-                    rs = R.multiply(rot, sin1)
-                    out1 = R.add(qc, rs)
-                    R.output(out1)
+{body}
                 return out1
 
-            out = composite(q, sin, cos)
+            out = composite({x}, sin, cos)
             R.output(out)
         return out
+"""
+
+
+def _indent(text: str, spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in text.strip().splitlines())
+
+
+def rope_composite(name: str, ops: str, body: str, x: str = "q",
+                   lanes: int = 8) -> tvm.IRModule:
+    """:data:`ROPE_COMPOSITE` with its fields filled in (``body`` unindented)."""
+    return tvm.script.from_source(ROPE_COMPOSITE.format(
+        name=name, ops=ops, body=_indent(body, 20), x=x, lanes=lanes))
+
+
+HalfRotationComposite = rope_composite(
+    "rope", "multiply_Tuple_Tuple_Tuple_Tuple_strided_slice_negative_Tuple_Tuple_Tuple_Tuple_"
+    "strided_slice_Tuple_concatenate_multiply_add_", """
+qc = R.multiply(q1_, cos1)
+q1 = R.strided_slice(q1_, (3,), (0,), (4,), (1,), assume_inbound=False)
+q2 = R.strided_slice(q1_, (3,), (4,), (9223372036854775807,), (1,), assume_inbound=False)
+nq2 = R.negative(q2)
+rot = R.concat((nq2, q1), axis=-1)
+rs = R.multiply(rot, sin1)
+out1 = R.add(qc, rs)
+R.output(out1)
+""")
 
 
 @I.ir_module
@@ -95,42 +116,22 @@ class Interleaved:
         return out
 
 
-@I.ir_module
-class InterleavedComposite:
-    @R.function
-    def main(q: R.Tensor(("n", 4, "s", 8), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
-             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 8), "float32"):
-        n = T.int64()
-        s = T.int64()
-        with R.dataflow():
-            @R.function
-            def composite(q1: R.Tensor((n, 4, s, 8), "float32"),
-                          sin1: R.Tensor((1, 1, s, 8), "float32"),
-                          cos1: R.Tensor((1, 1, s, 8), "float32"),
-                          ) -> R.Tensor((n, 4, s, 8), "float32"):
-                R.func_attr({"Composite": "byoc.rope_interleaved",
-                             "PartitionedFromPattern": "multiply_Tuple_Tuple_Tuple_Tuple_"
-                             "strided_slice_negative_expand_dims_Tuple_Tuple_Tuple_Tuple_"
-                             "strided_slice_expand_dims_Tuple_concatenate_reshape_multiply_add_"})
-                with R.dataflow():
-                    even = R.strided_slice(q1, (3,), (0,), (9223372036854775807,), (2,),
-                                           assume_inbound=False)
-                    odd = R.strided_slice(q1, (3,), (1,), (9223372036854775807,), (2,),
-                                          assume_inbound=False)
-                    nodd = R.negative(odd)
-                    a = R.expand_dims(nodd, axis=[4])
-                    b = R.expand_dims(even, axis=[4])
-                    pairs = R.concat((a, b), axis=-1)
-                    rot = R.reshape(pairs, R.shape([n, 4, s, 8]))
-                    qc = R.multiply(q1, cos1)
-                    rs = R.multiply(rot, sin1)
-                    out1 = R.add(qc, rs)
-                    R.output(out1)
-                return out1
-
-            out = composite(q, sin, cos)
-            R.output(out)
-        return out
+InterleavedComposite = rope_composite(
+    "rope_interleaved", "multiply_Tuple_Tuple_Tuple_Tuple_strided_slice_negative_expand_dims_"
+    "Tuple_Tuple_Tuple_Tuple_strided_slice_expand_dims_Tuple_concatenate_reshape_multiply_add_",
+    """
+even = R.strided_slice(q1_, (3,), (0,), (9223372036854775807,), (2,), assume_inbound=False)
+odd = R.strided_slice(q1_, (3,), (1,), (9223372036854775807,), (2,), assume_inbound=False)
+nodd = R.negative(odd)
+a = R.expand_dims(nodd, axis=[4])
+b = R.expand_dims(even, axis=[4])
+pairs = R.concat((a, b), axis=-1)
+rot = R.reshape(pairs, R.shape([n, 4, s, 8]))
+qc = R.multiply(q1_, cos1)
+rs = R.multiply(rot, sin1)
+out1 = R.add(qc, rs)
+R.output(out1)
+""")
 
 
 @I.ir_module
@@ -290,30 +291,6 @@ class Module:
         return out
 """
 
-PARTIAL_COMPOSITE = """
-@I.ir_module
-class Module:
-    @R.function
-    def main(k: R.Tensor(("n", 4, "s", 16), "float32"), cos: R.Tensor((1, 1, "s", 8), "float32"),
-             sin: R.Tensor((1, 1, "s", 8), "float32")) -> R.Tensor(("n", 4, "s", 16), "float32"):
-        n = T.int64()
-        s = T.int64()
-        with R.dataflow():
-            @R.function
-            def composite(k1_: R.Tensor((n, 4, s, 16), "float32"),
-                          sin1: R.Tensor((1, 1, s, 8), "float32"),
-                          cos1: R.Tensor((1, 1, s, 8), "float32"),
-                          ) -> R.Tensor((n, 4, s, 16), "float32"):
-                R.func_attr({{"Composite": "byoc.{name}", "PartitionedFromPattern": "{ops}"}})
-                with R.dataflow():
-{body}
-                return out1
-
-            out = composite(k, sin, cos)
-            R.output(out)
-        return out
-"""
-
 #: PartitionedFromPattern of the two partial composites (the ops in pattern order).
 _SLICE = "Tuple_Tuple_Tuple_Tuple_strided_slice_"
 PARTIAL_OPS = {
@@ -324,10 +301,6 @@ PARTIAL_OPS = {
 }
 
 
-def _indent(text: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in text.strip().splitlines())
-
-
 def _partial(interleaved: bool, composite: bool):
     rotation = (PAIR_LINES if interleaved else HALF_LINES).strip()
     names = (dict(k="k1_", cos="cos1", sin="sin1", out="out1") if composite
@@ -336,8 +309,7 @@ def _partial(interleaved: bool, composite: bool):
     if not composite:
         return tvm.script.from_source(PARTIAL.format(body=_indent(body, 12)))
     name = "rope_interleaved_partial" if interleaved else "rope_partial"
-    return tvm.script.from_source(PARTIAL_COMPOSITE.format(
-        body=_indent(body, 20), name=name, ops=PARTIAL_OPS[interleaved]))
+    return rope_composite(name, PARTIAL_OPS[interleaved], body, x="k", lanes=16)
 
 
 def _partial_negatives(interleaved: bool) -> list[Negative]:
