@@ -514,7 +514,7 @@ def test_merge_composite_functions_passes_an_extern_call_through():
     fused = relax.transform.FuseOpsByPattern(
         [("cc.relu", is_op("relax.nn.relu")(wildcard()))])(ReluAroundAnExternCall)
     merged = relax.transform.MergeCompositeFunctions()(fused)
-    assert relax.analysis.well_formed(merged)
+    assert relax.analysis.check_well_formed(merged)
     assert "my.probe" in merged["main"].script()
 
 
@@ -665,7 +665,7 @@ def test_onnx_gather_of_the_shape_of_a_shapeless_tensor_imports():
     model = _shape_of_a_shapeless_sum()
     onnx.checker.check_model(model, full_check=True)  # a valid graph: onnxruntime runs it
     mod = from_onnx(model)
-    assert relax.analysis.well_formed(mod)
+    assert relax.analysis.check_well_formed(mod)
 
 
 @pytest.mark.xfail(strict=True, reason="TVM 0.27 from_onnx: Expand to an initializer's shape "
@@ -683,7 +683,7 @@ def test_onnx_expand_to_an_initializer_shape_is_well_formed():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model, full_check=True)
     mod = from_onnx(model, keep_params_in_input=True)
-    assert relax.analysis.well_formed(mod)
+    assert relax.analysis.check_well_formed(mod)
 
 
 @pytest.mark.xfail(strict=True, raises=tvm.error.InternalError,

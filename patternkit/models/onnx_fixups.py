@@ -24,8 +24,12 @@ that compute the same values, so the graph's function is unchanged:
   takes anything but a ``Constant`` there for run-time pads ("Dynamic pads are not
   supported yet").  Pads computed from constants and static shapes alone are evaluated
   (with onnx's reference evaluator) and given to the ``Pad`` as a ``Constant``.
+- :func:`constant_expand_shapes`: an ``Expand`` whose shape is an initializer (the dynamo
+  exporter's ``F.normalize``) imports, under ``keep_params_in_input=True``, as a shape read
+  from a parameter at run time by an impure ``call_packed`` inside a pure function, which
+  fails TVM's well-formedness check.  The ``Expand`` is given that shape as a ``Constant``.
 
-:func:`prepare_for_tvm` applies all four; ``patternkit run model.onnx`` and the zoo's
+:func:`prepare_for_tvm` applies all five; ``patternkit run model.onnx`` and the zoo's
 ONNX entries call it.
 """
 
@@ -52,7 +56,35 @@ def prepare_for_tvm(model: onnx.ModelProto) -> list[str]:
         fixups.append(f"{rewritten} Range(0, a dynamic dimension, 1) written as CumSum of ones")
     if folded := fold_constant_pads(model):
         fixups.append(f"{folded} Pad pads computed from constants folded to Constant")
+    if given := constant_expand_shapes(model):
+        fixups.append(f"{given} Expand shapes read from initializers given as Constant")
     return fixups
+
+
+def constant_expand_shapes(model: onnx.ModelProto) -> int:
+    """Give each ``Expand`` whose shape is an initializer that shape as a ``Constant``.
+
+    The initializer stays (other nodes may read it); one ``Constant`` is made per
+    initializer and placed first.  Returns how many ``Expand`` nodes now read a
+    ``Constant`` (``model`` is changed in place).
+    """
+    initializers = {i.name: i for i in model.graph.initializer}
+    constant_of: dict[str, str] = {}
+    given = 0
+    for node in model.graph.node:
+        if node.op_type != "Expand" or len(node.input) < 2 or node.input[1] not in initializers:
+            continue
+        shape = node.input[1]
+        constant_of.setdefault(shape, f"{shape}/patternkit_expand_shape")
+        node.input[1] = constant_of[shape]
+        given += 1
+    constants = [helper.make_node("Constant", [], [name], value=initializers[shape])
+                 for shape, name in constant_of.items()]
+    if constants:
+        nodes = constants + list(model.graph.node)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return given
 
 
 def fold_scalar_constant_of_shape(model: onnx.ModelProto) -> int:

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from patternkit.models.onnx_fixups import (  # noqa: E402
+    constant_expand_shapes,
     fold_constant_pads,
     fold_static_shape_gathers,
     prepare_for_tvm,
@@ -157,4 +158,44 @@ def test_pads_read_from_a_graph_input_are_left_to_the_importer():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     before = model.SerializeToString()
     assert fold_constant_pads(model) == 0
+    assert model.SerializeToString() == before
+
+
+def _expand_by_initializer(readers: int) -> onnx.ModelProto:
+    """``x: [1, 4]`` expanded ``readers`` times to ``[2, 3, 4]`` by one initializer shape."""
+    shape = numpy_helper.from_array(np.array([2, 3, 4], np.int64), "shape")
+    nodes = [helper.make_node("Expand", ["x", "shape"], [f"y{k}"]) for k in range(readers)]
+    outputs = [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, None)
+               for k in range(readers)]
+    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], outputs, initializer=[shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_expand_shape_read_from_an_initializer_becomes_a_constant_and_imports_well_formed():
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = _expand_by_initializer(readers=2)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    original = ReferenceEvaluator(model).run(None, {"x": x})
+    # the bug worked around (docs/tvm-bugs.md): an impure call in the pure main
+    assert not relax.analysis.check_well_formed(from_onnx(model, keep_params_in_input=True))
+    assert constant_expand_shapes(model) == 2
+    assert [n.op_type for n in model.graph.node] == ["Constant", "Expand", "Expand"]
+    assert [i.name for i in model.graph.initializer] == ["shape"]  # kept for other readers
+    for got, want in zip(ReferenceEvaluator(model).run(None, {"x": x}), original):
+        np.testing.assert_array_equal(got, want)
+    mod = from_onnx(model, keep_params_in_input=True)
+    assert relax.analysis.check_well_formed(mod)
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array([2, 3, 4], np.int64)))
+    np.testing.assert_array_equal(out[0].numpy(), np.broadcast_to(x, (2, 3, 4)))
+
+
+def test_an_expand_shape_computed_in_the_graph_is_left_to_the_importer():
+    model = _expand_by_initializer(readers=1)
+    model.graph.node[0].input[1] = "computed"
+    model.graph.node.insert(0, helper.make_node("Shape", ["x"], ["computed"]))
+    before = model.SerializeToString()
+    assert constant_expand_shapes(model) == 0
     assert model.SerializeToString() == before
