@@ -41,7 +41,8 @@ COLLAPSED_TODAY = (
     "batchnorm/Conv2d + BatchNorm2d", "batchnorm/ConvTranspose2d + BatchNorm2d",
     "softmax/nn.Softmax", "log_softmax/nn.LogSoftmax",
     "attention/eager matmul-softmax-matmul", "attention/SDPA", "attention/einsum",
-    "attention/baddbmm (batch*heads)", "rope/half rotation (Llama)",
+    "attention/baddbmm (batch*heads)", "attention/cosine (Swin v2)",
+    "rope/half rotation (Llama)",
     "rope/interleaved (GPT-J)", "rope/partial (Phi)", "swiglu/separate gate / up",
     "swiglu/packed gate_up + chunk", "geglu/separate gate / up",
     "geglu/packed gate_up + chunk")
