@@ -117,12 +117,16 @@ def draw_job(out: Path, pictures: dict[str, tvm.IRModule], before: tvm.IRModule,
              after: tvm.IRModule, *, changes: Any = None, func: str = "main",
              full: bool = False, adjoint: tvm.IRModule | None = None) -> dict[str, str]:
     """``before.svg``, ``after.svg``, ``diff.svg`` (and ``adjoint.svg``); name -> how drawn."""
-    from ..viz import viz_diff
+    from ..viz.diff import DiffDrawer
+
+    diffs: list[DiffDrawer] = []  # one, made on the first step: built and aligned once
 
     def diff_drawer(mode: str, **options):
         context = {"as is": 2, "fold": 1, "output": 0}[mode]
-        return viz_diff(before, after, changes=changes, context=context, functions=[func],
-                        **{k: v for k, v in options.items() if k != "radius"}), ""
+        if not diffs:  # inside the step, so a bad input is a picture not drawn
+            diffs.append(DiffDrawer(before, after, changes=changes))
+        return diffs[0].draw(context, functions=[func],
+                         **{k: v for k, v in options.items() if k != "radius"}), ""
 
     drawn = {}
     for name, mod in pictures.items():

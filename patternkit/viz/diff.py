@@ -23,6 +23,7 @@ with the rule, before the structural passes align the rest.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -30,10 +31,10 @@ from typing import Any
 from .build import build_model
 from .graph import VizGraph
 from .model import Cluster, Edge, GraphModel, Node, gc_paused
-from .options import VizError, make_options
+from .options import VizError, VizOptions, make_options
 from .shape import neighbourhood, restrict, shape_model
 
-__all__ = ["viz_diff"]
+__all__ = ["DiffDrawer", "viz_diff"]
 
 LAYOUTS = ("merged", "side_by_side")
 
@@ -68,28 +69,82 @@ def viz_diff(before: Any, after: Any, changes: Any = None, context: int | None =
         Either side is not Relax IR, ``layout``/``context`` are invalid, or a change
         record lacks ``rule``/``function``/``root``/``replaced``.
     """
+    _check_layout(layout)
+    _check_context(context)
+    return DiffDrawer(before, after, changes, layout).draw(context, **options)
+
+
+class DiffDrawer:
+    """Drawings of one diff at several contexts, the two sides built and aligned once.
+
+    :func:`viz_diff` builds both sides' graph models, aligns and merges them, then keeps
+    the changes and ``context`` hops around them.  A caller that tries several contexts
+    (the job's drawings: 2, then 1, then 0 hops, until one fits its layout budget) would
+    pay for the build and the alignment each time; :meth:`draw` does them on its first
+    call and shapes a copy of the merged model for each context, so every drawing is the
+    one :func:`viz_diff` returns for the same arguments.
+
+    Parameters
+    ----------
+    before, after, changes, layout
+        As for :func:`viz_diff`.
+
+    Raises
+    ------
+    patternkit.viz.VizError
+        ``layout`` is invalid, or a change record lacks ``rule``/``function``/``root``/
+        ``replaced``.
+    """
+
+    def __init__(self, before: Any, after: Any, changes: Any = None,
+                 layout: str = "merged"):
+        _check_layout(layout)
+        self.before, self.after, self.layout = before, after, layout
+        self.records = _records(changes)
+        #: How many times both sides were built and aligned (one per distinct walk).
+        self.builds = 0
+        self._merged: tuple[VizOptions, GraphModel] | None = None
+
+    def draw(self, context: int | None = None, **options: Any) -> VizGraph:
+        """The diff with ``context`` hops around the changes, drawn with ``options``.
+
+        ``options`` are :func:`patternkit.viz.viz_expr`'s; the sides are built again only
+        when the options that shape the walk (all but ``collapse``, ``focus`` and
+        ``highlight``) differ from the previous call's.
+        """
+        _check_context(context)
+        options.setdefault("title", "diff")
+        opts = make_options(**options)
+        walk_opts = replace(opts, collapse="none", focus=None, highlight=None)
+        with gc_paused():
+            if self._merged is None or self._merged[0] != walk_opts:
+                self._merged = (walk_opts, self._merge(walk_opts))
+                self.builds += 1
+            model = self._merged[1].copy()
+            model.title = opts.title
+            if context is not None:
+                _restrict_to_changes(model, context)
+            shape_model(model, opts, _functions_of(self.after))
+        return VizGraph(model, opts)
+
+    def _merge(self, walk_opts: VizOptions) -> GraphModel:
+        mb = build_model(self.before, walk_opts)
+        ma = build_model(self.after, walk_opts)
+        pairs, forced_added, forced_clusters = _align(mb, ma, self.records)
+        if self.layout == "merged":
+            return _merge(mb, ma, pairs, forced_added, forced_clusters)
+        return _side_by_side(mb, ma, pairs, forced_added)
+
+
+def _check_layout(layout: Any) -> None:
     if layout not in LAYOUTS:
         raise VizError(f"layout= expects one of {list(LAYOUTS)}, found {layout!r}")
+
+
+def _check_context(context: Any) -> None:
     if context is not None and (not isinstance(context, int) or isinstance(context, bool)
                                 or context < 0):
         raise VizError(f"context= expects a non-negative int (hops), found {context!r}")
-    options.setdefault("title", "diff")
-    opts = make_options(**options)
-    walk_opts = replace(opts, collapse="none", focus=None, highlight=None)
-    records = _records(changes)
-    with gc_paused():
-        mb = build_model(before, walk_opts)
-        ma = build_model(after, walk_opts)
-        pairs, forced_added, forced_clusters = _align(mb, ma, records)
-        if layout == "merged":
-            model = _merge(mb, ma, pairs, forced_added, forced_clusters)
-        else:
-            model = _side_by_side(mb, ma, pairs, forced_added)
-        model.title = opts.title
-        if context is not None:
-            _restrict_to_changes(model, context)
-        shape_model(model, opts, _functions_of(after))
-    return VizGraph(model, opts)
 
 
 def _functions_of(obj: Any) -> list:
@@ -175,28 +230,67 @@ class _Alignment:
 
 
 def _apply_records(mb: GraphModel, ma: GraphModel, records: list, alignment: _Alignment):
-    """What the change records force: ``({after node: rule}, {after cluster: rule})``."""
+    """What the change records force: ``({after node: rule}, {after cluster: rule})``.
+
+    Each side is indexed once (the before bindings by function and name, each after
+    cluster's nodes by the common prefix of their ids), so a record costs a look-up and a
+    pass over the clusters, not a walk over every node and every cluster's nodes.
+    """
     forced_added: dict[str, str] = {}
     forced_clusters: dict[str, str] = {}
+    if not records:
+        return forced_added, forced_clusters
+    top_level: dict[tuple[str, str], list[str]] = {}
+    for n in mb.nodes.values():
+        if n.id == f"{n.function}/{n.name}":
+            top_level.setdefault((n.function, n.name), []).append(n.id)
+    prefixes: list[tuple[str, str, str]] | None = None  # (cluster, function, common prefix)
     for r in records:
         fn, root = _name(r.function), _name(r.root)
-        replaced = {_name(v) for v in r.replaced}
         exact = f"{fn}/{root}"
         if exact in ma.nodes:
             # A plain rewrite: the replaced bindings are gone, the root is new.
             forced_added[exact] = str(r.rule)
-            alignment.blocked_b.update(
-                n.id for n in mb.nodes.values()
-                if n.function == fn and n.id == f"{fn}/{n.name}" and n.name in replaced)
+            for v in r.replaced:
+                alignment.blocked_b.update(top_level.get((fn, _name(v)), ()))
             continue
         # The root is a call drawn inline (a partition or composite): its outermost cluster
         # is what the rule created, and the replaced bindings are absorbed into it.
-        for c in ma.clusters.values():
-            inside = ma.nodes_under(c.id)
-            if c.function == fn and inside and all(i.startswith(exact + "/") for i in inside):
-                forced_clusters[c.id] = str(r.rule)
+        if prefixes is None:
+            prefixes = _cluster_prefixes(ma)
+        inlined = exact + "/"
+        for cid, function, prefix in prefixes:
+            if function == fn and prefix.startswith(inlined):
+                forced_clusters[cid] = str(r.rule)
                 break
     return forced_added, forced_clusters
+
+
+def _cluster_prefixes(model: GraphModel) -> list[tuple[str, str, str]]:
+    """``(cluster id, function, common prefix of its nodes' ids)`` of each non-empty cluster.
+
+    In the model's cluster order.  Every node id under a cluster starts with a string
+    exactly when the common prefix of the smallest and the largest of those ids does, so
+    one prefix per cluster answers "are all its nodes inside this call?".
+    """
+    children: dict[str | None, list[str]] = {}
+    for c in model.clusters.values():
+        children.setdefault(c.parent, []).append(c.id)
+    lowest: dict[str, str] = {}
+    highest: dict[str, str] = {}
+    for n in model.nodes.values():
+        cluster = n.cluster
+        while cluster is not None and cluster in model.clusters:
+            if cluster not in lowest or n.id < lowest[cluster]:
+                lowest[cluster] = n.id
+            if cluster not in highest or n.id > highest[cluster]:
+                highest[cluster] = n.id
+            cluster = model.clusters[cluster].parent
+    out = []
+    for c in model.clusters.values():
+        if c.id in lowest:
+            out.append((c.id, c.function, os.path.commonprefix([lowest[c.id], highest[c.id]])))
+    return out
 
 
 def _pair_params_and_outputs(mb: GraphModel, ma: GraphModel, alignment: _Alignment) -> None:

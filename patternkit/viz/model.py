@@ -13,7 +13,7 @@ across runs and readable in tests.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..ir.compat import (
@@ -194,6 +194,25 @@ class GraphModel:
         """Add ``cluster`` and return it."""
         self.clusters[cluster.id] = cluster
         return cluster
+
+    def copy(self) -> GraphModel:
+        """A copy to edit: its nodes, edges and clusters are new objects, the IR is shared.
+
+        Restricting, collapsing or highlighting the copy leaves this model as it was, so
+        one built model can be shaped into several drawings.
+        """
+        other = GraphModel(self.title)
+        other.nodes = {k: replace(n, attrs=dict(n.attrs), key_attrs=list(n.key_attrs),
+                                  folded=list(n.folded), roles=list(n.roles))
+                       for k, n in self.nodes.items()}
+        other.edges = [replace(e) for e in self.edges]
+        other.clusters = {k: replace(c, attrs=dict(c.attrs)) for k, c in self.clusters.items()}
+        other.functions = list(self.functions)
+        other.messages = list(self.messages)
+        other.collapsed_composites = Counter(self.collapsed_composites)
+        other.index = {k: list(v) for k, v in self.index.items()}
+        other.keepalive = list(self.keepalive)
+        return other
 
     # ----------------------------------------------------------------- queries
     def lookup(self, obj: Any) -> list[str]:

@@ -92,3 +92,45 @@ def test_a_picture_past_the_layout_budget_is_not_laid_out(tmp_path, monkeypatch)
     how = drawings.draw_picture(tmp_path / "p", drawings._expr_drawer(mod, "main"))
     assert how.startswith("the output's neighbourhood only")
     assert (tmp_path / "p.svg").is_file()
+
+
+def _rewritten_deep(layers: int):
+    """A chain of matmul and SiLU before and after the library's rewrite, and its log."""
+    import patternkit as pk
+    from patternkit.patterns import LIBRARY
+
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for _ in range(layers):  # x * sigmoid(x): silu.collapse's form
+                y = bb.emit(relax.op.matmul(h, relax.const(np.eye(4, dtype="float32"))))
+                h = bb.emit(relax.op.multiply(y, bb.emit(relax.op.sigmoid(y))))
+            out = bb.emit_output(relax.op.sum(h))
+        bb.emit_func_output(out)
+    before = bb.get()
+    log = pk.RewriteLog()
+    return before, pk.rewrite(LIBRARY.rewrite_rules(), before, log=log), log
+
+
+def test_the_diff_is_built_once_for_every_context_tried(tmp_path, monkeypatch):
+    from patternkit.viz import diff as diff_module, viz_diff
+
+    before, after, log = _rewritten_deep(6)
+    built: list[object] = []
+    real = diff_module.build_model
+
+    def counted(obj, options):
+        built.append(obj)
+        return real(obj, options)
+
+    monkeypatch.setattr(diff_module, "build_model", counted)
+    monkeypatch.setattr(drawings, "LAYOUT_BUDGET", 0)  # context 2 and 1 tried, then skipped
+    drawn = drawings.draw_job(tmp_path, {}, before, after, changes=log)
+    assert drawn["diff"].startswith("the output's neighbourhood only")
+    assert len(built) == 2  # before and after, once: not once per context (6)
+    drawn_svg = (tmp_path / "diff.svg").read_text()
+    alone = viz_diff(before, after, changes=log, context=0, functions=["main"],
+                     collapse="all")
+    assert drawn_svg == alone.pipe("svg").decode("utf-8")  # the same picture as one-shot
