@@ -795,3 +795,25 @@ def test_bfloat16_layer_norm_builds():
     mean, var = data.mean(-1, keepdims=True), data.var(-1, keepdims=True)
     np.testing.assert_allclose(np.asarray(got, "float32"), (data - mean) / np.sqrt(var + 1e-5),
                                rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError,
+                   reason="TVM 0.27 from_onnx: Expand to a constant shape reads dim.value of "
+                          "every input dimension, and a symbolic one has none")
+def test_onnx_expand_of_a_symbolic_shape_to_a_constant_one_imports():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    shape = numpy_helper.from_array(np.array([1, 2], "int64"))
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["shape"], value=shape),
+         helper.make_node("Expand", ["x", "shape"], ["y"])], "expand",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    mod = from_onnx(model)
+    n = mod["main"].params[0].ty.shape[0]
+    assert relax.analysis.check_well_formed(mod)
+    assert mod["main"].ret_ty.shape[0].same_as(n) and int(mod["main"].ret_ty.shape[1]) == 2

@@ -28,8 +28,14 @@ that compute the same values, so the graph's function is unchanged:
   exporter's ``F.normalize``) imports, under ``keep_params_in_input=True``, as a shape read
   from a parameter at run time by an impure ``call_packed`` inside a pure function, which
   fails TVM's well-formedness check.  The ``Expand`` is given that shape as a ``Constant``.
+- :func:`symbolic_expand_shapes`: an ``Expand`` to a constant shape imports only when its
+  input's shape is static (the converter reads ``dim.value`` of every dimension:
+  ``AttributeError: 'Var' object has no attribute 'value'``; GPT-J's ``repeat_interleave``
+  with a dynamic sequence).  Its shape is written as the output shape it broadcasts to,
+  the input's symbolic dimensions read by ``Shape(x, start, end)`` and concatenated with
+  constants, which the importer takes as a symbolic shape.
 
-:func:`prepare_for_tvm` applies all five; ``patternkit run model.onnx`` and the zoo's
+:func:`prepare_for_tvm` applies all six; ``patternkit run model.onnx`` and the zoo's
 ONNX entries call it.
 """
 
@@ -58,7 +64,90 @@ def prepare_for_tvm(model: onnx.ModelProto) -> list[str]:
         fixups.append(f"{folded} Pad pads computed from constants folded to Constant")
     if given := constant_expand_shapes(model):
         fixups.append(f"{given} Expand shapes read from initializers given as Constant")
+    if written := symbolic_expand_shapes(model):
+        fixups.append(f"{written} Expand of a symbolic shape to a constant one given its "
+                      "output shape")
     return fixups
+
+
+#: ``Shape``'s ``start``/``end`` attributes, which :func:`symbolic_expand_shapes` writes,
+#: came with opset 15.
+_SHAPE_SLICES_OPSET = 15
+
+
+def symbolic_expand_shapes(model: onnx.ModelProto) -> int:
+    """Give each ``Expand`` of a tensor with a symbolic dimension to a constant shape the
+    output shape it broadcasts to, as ``Concat`` of constants and ``Shape`` slices.
+
+    ``Expand(x, c)`` broadcasts ``x`` with ``c`` (both padded with leading 1s to one
+    rank): dimension ``i`` of the output is ``c[i]`` unless ``c[i]`` is 1, and then ``x``'s.
+    That output shape, with ``x``'s symbolic dimensions read as ``Shape(x, start=j,
+    end=j + 1)``, gives ``x`` the same broadcast.  Rewritten: an ``Expand`` whose shape is
+    a non-negative int64 vector (a ``Constant`` or an initializer), whose input's rank
+    onnx's shape inference knows, with a dimension it does not, and every such dimension
+    meeting a 1 in the shape (the importer compares a constant target with a symbolic
+    dimension with ``==``, which raises); at opset 15 or later.  Returns how many were
+    rewritten (``model`` is changed in place).
+    """
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    expands = [n for n in model.graph.node if n.op_type == "Expand" and len(n.input) == 2]
+    if opset < _SHAPE_SLICES_OPSET or not expands:
+        return 0
+    targets = {n.input[1] for n in expands}
+    constants = _constant_values(model)
+    constants.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+                      if i.name in targets})
+    dims: dict[str, list[int | None]] | None = None
+
+    def with_output_shape(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        nonlocal dims
+        shape = constants.get(node.input[1]) if node.op_type == "Expand" else None
+        if (shape is None or shape.ndim != 1 or shape.dtype != np.int64
+                or bool((shape < 0).any())):
+            return None
+        if dims is None:
+            dims = _inferred_shapes(model)
+        data = dims.get(node.input[0])
+        if data is None or all(d is not None for d in data):
+            return None  # rank unknown (left to the importer), or static: it imports
+        rank = max(len(data), len(shape))
+        padded = [1] * (rank - len(shape)) + [int(v) for v in shape]
+        if any(d is None and s != 1 for d, s in zip([1] * (rank - len(data)) + data, padded)):
+            return None  # a symbolic dimension broadcast to the shape's
+        pieces = _output_shape_pieces(data, padded)
+        name = f"{node.output[0]}/patternkit_expand"
+        made, parts = [], []
+        for k, (kind, values) in enumerate(pieces):
+            part = f"{name}/{k}"
+            parts.append(part)
+            if kind == "constant":
+                made.append(helper.make_node("Constant", [], [part], value=numpy_helper.from_array(
+                    np.array(values, np.int64))))
+            else:
+                made.append(helper.make_node("Shape", [node.input[0]], [part],
+                                             start=values[0], end=values[-1] + 1))
+        made.append(helper.make_node("Concat", parts, [f"{name}/shape"], axis=0))
+        node.input[1] = f"{name}/shape"
+        return [*made, node]
+
+    return _replace_nodes(model, with_output_shape)
+
+
+def _output_shape_pieces(data: list[int | None], shape: list[int]
+                         ) -> list[tuple[str, list[int]]]:
+    """The broadcast of ``data`` (``None``: symbolic, met by a 1) with ``shape`` (of the
+    higher rank), as runs of ``("constant", dims)`` and ``("shape", axes of data)`` in order.
+    """
+    lead = len(shape) - len(data)
+    pieces: list[tuple[str, list[int]]] = []
+    for i, s in enumerate(shape):
+        d = data[i - lead] if i >= lead else 1
+        kind, value = ("shape", i - lead) if d is None else ("constant", d if s == 1 else s)
+        if pieces and pieces[-1][0] == kind:
+            pieces[-1][1].append(value)
+        else:
+            pieces.append((kind, [value]))
+    return pieces
 
 
 def constant_expand_shapes(model: onnx.ModelProto) -> int:

@@ -21,6 +21,7 @@ from patternkit.models.onnx_fixups import (  # noqa: E402
     fold_static_shape_gathers,
     prepare_for_tvm,
     rewrite_dimension_ranges,
+    symbolic_expand_shapes,
 )
 
 
@@ -198,4 +199,104 @@ def test_an_expand_shape_computed_in_the_graph_is_left_to_the_importer():
     model.graph.node.insert(0, helper.make_node("Shape", ["x"], ["computed"]))
     before = model.SerializeToString()
     assert constant_expand_shapes(model) == 0
+    assert model.SerializeToString() == before
+
+
+def _repeat_interleave(dims: list[str | int]) -> onnx.ModelProto:
+    """``torch.repeat_interleave(x, 2, dim=-1)`` of ``x: dims`` (rank 2, last 4) as
+    ``torch.onnx.export(dynamo=True)`` writes it (GPT-J's rotary angles): ``Unsqueeze``,
+    ``Expand`` to the initializer ``[1, 1, 2]``, ``Reshape`` to ``[-1, 8]``."""
+    initializers = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in
+                    (("axes", [2]), ("pairs", [1, 1, 2]), ("lanes", [-1, 8]))]
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["column"]),
+             helper.make_node("Expand", ["column", "pairs"], ["repeated"]),
+             helper.make_node("Reshape", ["repeated", "lanes"], ["y"], allowzero=1)]
+    graph = helper.make_graph(
+        nodes, "repeat_interleave", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 8])],
+        initializer=initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _expand(dims: list[str | int], shape: list[int], opset: int = 18,
+            output: list[str | int] | None = None) -> onnx.ModelProto:
+    """``Expand(x: dims, Constant(shape))`` (``y: output``)."""
+    nodes = [helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(
+                 np.array(shape, np.int64))),
+             helper.make_node("Expand", ["x", "shape"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _imports_and_matches(model: onnx.ModelProto, original: onnx.ModelProto,
+                         inputs: list[np.ndarray], output_dims: list[str]) -> None:
+    """``model`` computes what ``original`` does on each input (onnx's reference evaluator,
+    bit for bit), imports with the output dimensions ``output_dims`` (a symbolic one
+    named as in ``x``'s type), and its llvm build gives the same numbers."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    onnx.checker.check_model(model, full_check=True)
+    mod = from_onnx(model)
+    assert relax.analysis.check_well_formed(mod)
+    assert [str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d)
+            for d in mod["main"].ret_ty.shape] == output_dims
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    for x in inputs:
+        expected = ReferenceEvaluator(original).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0],
+                                      expected)
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_array_equal(got, expected)  # a broadcast copies: exact
+
+
+def test_gptj_repeat_interleave_of_a_dynamic_length_imports_with_that_length():
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model, original = _repeat_interleave(["n", 4]), _repeat_interleave(["n", 4])
+    with pytest.raises(AttributeError, match="'Var' object has no attribute 'value'"):
+        from_onnx(original)  # the bug worked around (docs/tvm-bugs.md)
+    assert prepare_for_tvm(model) == [
+        "1 Expand shapes read from initializers given as Constant",
+        "1 Expand of a symbolic shape to a constant one given its output shape"]
+    expand = next(n for n in model.graph.node if n.op_type == "Expand")
+    assert expand.input[1] == "repeated/patternkit_expand/shape"
+    rng = np.random.default_rng(0)
+    _imports_and_matches(model, original,
+                         [rng.standard_normal((n, 4)).astype("float32") for n in (3, 5)],
+                         ["n", "8"])
+
+
+@pytest.mark.parametrize("dims, shape, output_dims", [
+    (["n", 1], [3, 1, 2], ["3", "n", "2"]),       # the shape has the higher rank
+    (["b", 1, 4], [2, 1], ["b", "2", "4"]),       # the input has the higher rank
+    (["b", "s"], [1], ["b", "s"]),                # every dimension from the input
+])
+def test_an_expand_of_a_symbolic_shape_broadcasts_to_the_same_output_shape(
+        dims, shape, output_dims):
+    output = [int(d) if d.isdigit() else d for d in output_dims]
+    model, original = _expand(dims, shape, output=output), _expand(dims, shape, output=output)
+    assert symbolic_expand_shapes(model) == 1
+    sizes = [{"n": 1, "b": 2, "s": 3}.get(d, d) if isinstance(d, str) else d for d in dims]
+    other = [{"n": 4, "b": 3, "s": 2}.get(d, d) if isinstance(d, str) else d for d in dims]
+    rng = np.random.default_rng(1)
+    _imports_and_matches(model, original,
+                         [rng.standard_normal(s).astype("float32") for s in (sizes, other)],
+                         output_dims)
+
+
+@pytest.mark.parametrize("case", ["static input", "shape read at run time", "opset 14",
+                                  "rank unknown", "symbolic dimension broadcast"])
+def test_other_expands_are_left_to_the_importer(case):
+    # the last: n must be 1 or 4, and TVM's importer refuses a constant meeting a symbol
+    model = _expand([2, 1] if case == "static input" else ["n", 1],
+                    [4, 2] if case == "symbolic dimension broadcast" else [1, 2],
+                    opset=14 if case == "opset 14" else 18)
+    if case == "shape read at run time":
+        model.graph.node[0].CopyFrom(helper.make_node("Shape", ["x"], ["shape"]))
+    if case == "rank unknown":
+        model.graph.input[0].type.tensor_type.ClearField("shape")
+    before = model.SerializeToString()
+    assert symbolic_expand_shapes(model) == 0
     assert model.SerializeToString() == before
