@@ -36,11 +36,15 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkout import child_env, import_checkout_library  # noqa: E402
 
 BINDINGS_PER_NORM = 9
 HIDDEN = 16
@@ -164,13 +168,9 @@ def _child(args: list[str], code: str | None = None) -> dict:
     """Run this script's ``args`` in a fresh process; ``code``: a checkout of patternkit
     to import instead of the installed one (``--before``).
     """
-    import os
-
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
     cmd = [sys.executable, __file__, *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         env=child_env(code)).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -195,6 +195,7 @@ def main() -> None:
     parser.add_argument("--anchor-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        import_checkout_library()
         print(json.dumps(measure(args.child, args.repeat)))
         return
     if args.anchor_child:

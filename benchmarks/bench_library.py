@@ -53,6 +53,9 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkout import child_env, import_checkout_library  # noqa: E402
+
 DEFAULT_LAYERS = [1, 4, 12, 48]
 DEFAULT_GRAPHS = ["gpt2", "onnx:gpt2?opset=14"]
 
@@ -230,8 +233,7 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("GRAPH", "LAYERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        if os.environ.get(_CODE_VARIABLE):
-            _import_library_from(os.environ[_CODE_VARIABLE])
+        import_checkout_library()
         run = stage_times if args.stages else measure
         print(json.dumps(run(args.child[0], int(args.child[1]), args.rule, args.repeat)))
         return
@@ -261,39 +263,10 @@ def _child(args: list[str], code: str | None = None) -> dict:
     """The JSON line of this script run with ``args`` in a fresh process; ``code``: a checkout
     of patternkit to import instead of the installed one (``--before``).
     """
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
-        env[_CODE_VARIABLE] = code
     cmd = [sys.executable, __file__, *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         env=child_env(code)).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
-
-
-#: Set in a ``--before`` child: the checkout whose rule library it imports.
-_CODE_VARIABLE = "PATTERNKIT_BENCH_CODE"
-
-
-def _import_library_from(code: str) -> None:
-    """Import ``patternkit.patterns`` from the checkout ``code``.
-
-    ``PYTHONPATH`` puts the checkout's ``patternkit`` first, but the editable install maps
-    ``patternkit.patterns`` to the working tree's ``patterns/`` folder by name, which would
-    pair the old engine with the new library.
-    """
-    import importlib.util
-
-    import patternkit
-
-    folder = os.path.join(code, "patterns")
-    spec = importlib.util.spec_from_file_location(
-        "patternkit.patterns", os.path.join(folder, "__init__.py"),
-        submodule_search_locations=[folder])
-    if spec is None or spec.loader is None or not patternkit.__file__.startswith(code):
-        raise SystemExit(f"--before: {code} is not a patternkit checkout imported first")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["patternkit.patterns"] = module
-    spec.loader.exec_module(module)
 
 
 def compare(after: dict, before: dict) -> dict:
