@@ -73,3 +73,35 @@ def test_a_check_build_legalises_once_and_computes_what_the_default_pipeline_bui
     got = numeric.build(mod)["main"](x)
     assert len(tables) == 1 and tables[0].reused == 3
     np.testing.assert_array_equal(got.numpy(), expected.numpy())  # same kernels: same bits
+
+
+def test_the_round_trip_prepares_its_reference_legalising_each_distinct_call_once(
+        monkeypatch):
+    from patternkit.verification import legalize_once as once_module
+    from patternkit.verification.roundtrip import check_roundtrip, default_fusion
+
+    tables: list[Reuse] = []
+
+    class Counted(Reuse):
+        def __init__(self) -> None:
+            super().__init__()
+            tables.append(self)
+
+    monkeypatch.setattr(once_module, "Reuse", Counted)
+    mod = _layers()
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("scan", [x]):  # left to the build's dispatch passes by legalize_once
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.cumsum(relax.op.exp(x), axis=1))
+        bb.emit_func_output(out)
+    scan = bb.get()["scan"]
+    mod = tvm.IRModule({**{gv: f for gv, f in mod.functions.items()},
+                        relax.GlobalVar("scan"): scan})
+    prepare, _ = default_fusion()
+    prepared = prepare(mod)
+    assert len(tables) == 1 and tables[0].reused == 6  # the three layers' repeats
+    plain = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                      relax.transform.AnnotateTIROpPattern()])(mod)
+    assert tvm_ffi.structural_equal(prepared, plain)  # cumsum legalised too
+    assert check_roundtrip(mod, func_name="main").difference is None
