@@ -113,3 +113,31 @@ def test_a_run_that_fails_after_the_drawing_started_waits_for_it(tmp_path, monke
                 if t.name.startswith(("patternkit-drawing", "patternkit-scripts"))]
     # the staged drawings and scripts went with the run
     assert not list(tmp_path.rglob("*.svg")) and not list(tmp_path.rglob("*.py"))
+
+
+def test_the_round_trips_run_while_the_model_builds_and_report_as_before(monkeypatch):
+    from patternkit.app import job, round_trips
+
+    started = threading.Event()
+    real_trip, real_joint = round_trips.check_roundtrip, job.build_joint
+    seen: dict[str, object] = {}
+
+    def trip(*args, **options):
+        seen.setdefault("thread", threading.current_thread().name)
+        started.set()
+        return real_trip(*args, **options)
+
+    def joint(*args, **options):
+        seen["running during the build"] = started.wait(timeout=20)
+        return real_joint(*args, **options)
+
+    monkeypatch.setattr(round_trips, "check_roundtrip", trip)
+    monkeypatch.setattr(job, "build_joint", joint)
+    report = run(_model(), out_dir=None, draw=False)
+    assert seen["running during the build"] is True
+    assert str(seen["thread"]).startswith("patternkit-round-trips")
+    assert list(report.roundtrip) == ["FuseOps", "MergeComposite+PartitionGraph"]
+    assert all(entry.ok for entry in report.roundtrip.values())
+    steps = list(report.seconds)  # timed where they were: after the checks, in order
+    assert steps[steps.index("sites") + 1:][:2] == ["roundtrip_fuseops",
+                                                     "roundtrip_composites"]
