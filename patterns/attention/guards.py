@@ -27,7 +27,7 @@ from patternkit.ir import (
 )
 
 from .forms import AttentionForms, OperandForms
-from .layout import IDENTITY, axes_of, compose, is_view, shape_text
+from .layout import IDENTITY, axes_of, compose, is_view, permuted, shape_text
 from .plan import BiasTerm, MaskFill
 from .scale import ScaleSite, scale_value, what_matched
 
@@ -114,15 +114,22 @@ def one_dtype(match: RoleMatch, forms: AttentionForms, narrowed: bool = False) -
     scores_at = match[forms.widened] if match.tag("softmax_input") == "widened" else softmax
     # scores computed in float32 and narrowed (narrowed_scores): the cast's own dtype
     scores = dtype_of(type_of(scores_at if narrowed else call_args(scores_at)[0]))
-    casts = {"recast": (forms.cast, forms.recast), "cast": (forms.cast,)}.get(
-        match.tag("probabilities"), ())
-    found_dtypes = (("values", dtype_of(type_of(v)), v), ("scores", scores, softmax),
-                    *(("probabilities", str(match[c].attrs.dtype), match[c]) for c in casts),
-                    ("results", dtype_of(type_of(match.root)), match.root))
-    for what, found, at in found_dtypes:
-        if found != dtype:
-            raise reject(f"the {what} are {found}, the query {dtype}: R.nn.attention "
-                         f"computes in one dtype", at=at)
+    _same_dtype("values", dtype_of(type_of(v)), v, dtype)
+    _same_dtype("scores", scores, softmax, dtype)
+    probabilities = match.tag("probabilities")
+    if probabilities in ("recast", "cast"):
+        for c in (forms.cast, forms.recast) if probabilities == "recast" else (forms.cast,):
+            cast = match[c]
+            _same_dtype("probabilities", str(cast.attrs.dtype), cast, dtype)
+    root = match.root
+    _same_dtype("results", dtype_of(type_of(root)), root, dtype)
+
+
+def _same_dtype(what: str, found: str | None, at: Any, dtype: str | None) -> None:
+    """:func:`one_dtype`'s refusal of ``what``, found in ``found`` where the query is ``dtype``."""
+    if found != dtype:
+        raise reject(f"the {what} are {found}, the query {dtype}: R.nn.attention "
+                     f"computes in one dtype", at=at)
 
 
 def operand_view(match: RoleMatch, operand: OperandForms) -> tuple[tuple[int, ...], tuple]:
@@ -136,14 +143,15 @@ def operand_view(match: RoleMatch, operand: OperandForms) -> tuple[tuple[int, ..
     if match.tag(f"{operand.name}_layout") == "split":
         axes = compose(axes, axes_of(match[operand.split], 4))
     if operand.transpose is None:
-        return axes, tuple(shape[a] for a in axes)
-    if match.tag("key_form") == "merged" or match.tag("k_transpose") == "unmerged":
-        axes = compose(axes, merged_transpose(match, operand, tuple(shape[a] for a in axes)))
-        if match.tag("k_transpose") == "unmerged":
-            unmerged(match, operand, tuple(shape[a] for a in axes))
+        return axes, permuted(shape, axes)
+    transpose = match.tag("k_transpose")
+    if transpose == "unmerged" or match.tag("key_form") == "merged":
+        axes = compose(axes, merged_transpose(match, operand, permuted(shape, axes)))
+        if transpose == "unmerged":
+            unmerged(match, operand, permuted(shape, axes))
     else:
         axes = compose(axes, axes_of(match[operand.transpose], 4))
-    return axes, tuple(shape[a] for a in axes)
+    return axes, permuted(shape, axes)
 
 
 def merged_transpose(match: RoleMatch, key: OperandForms, view: tuple) -> tuple[int, ...]:

@@ -28,6 +28,8 @@ OPERAND_PLUMBING = ("broadcast_to", "reshape")
 
 def compose(inner: Sequence[int], outer: Sequence[int]) -> tuple[int, ...]:
     """Axes of ``permute_dims(permute_dims(x, inner), outer)`` as one ``permute_dims`` of x."""
+    if len(outer) == 4:  # attention's operands: indexed directly (a check composes ~8)
+        return (inner[outer[0]], inner[outer[1]], inner[outer[2]], inner[outer[3]])
     return tuple(inner[i] for i in outer)
 
 
@@ -44,7 +46,7 @@ def shape_text(shape: Sequence[Any] | None) -> str:
 
 def permuted(shape: Sequence[Any], axes: Sequence[int]) -> tuple:
     """``shape`` after ``permute_dims(., axes)``."""
-    return tuple(shape[a] for a in axes)
+    return compose(shape, axes)
 
 
 def is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> bool:
@@ -52,7 +54,10 @@ def is_view(shape: Sequence[Any] | None, view: tuple, merged: bool = True) -> bo
     if shape is None:
         return False
     if len(shape) == 4:
-        return all(prove_equal(a, b) for a, b in zip(shape, view))
+        for a, b in zip(shape, view):  # static dims (the usual case) compared as ints
+            if not (a == b if type(a) is int and type(b) is int else prove_equal(a, b)):
+                return False
+        return True
     return (merged and len(shape) == 3 and prove_equal(shape[0], view[0] * view[1])
             and prove_equal(shape[1], view[2]) and prove_equal(shape[2], view[3]))
 
