@@ -12,7 +12,8 @@ the number of timed runs).  Two measurements, and a third on request:
    layout time for both when Graphviz is installed.
 3. With ``--job DIR`` (a ``patternkit run --out DIR`` folder): the job's drawings of its
    ``before.py`` and ``after.py`` redrawn (:func:`patternkit.app.drawings.draw_job`:
-   before, after, their diff) into a temporary folder, best of ``--repeat``: wall, the
+   before, after, their diff with the job's rewrite log, made again from the rules its
+   ``report.json`` names) into a temporary folder, best of ``--repeat``: wall, the
    process's CPU, ``dot``'s CPU, the number of ``dot`` layouts, and how each was drawn.
 
     patternkit run "zoo:gpt2?layers=12" --out out && python benchmarks/bench_viz.py --job out
@@ -123,6 +124,23 @@ def timed_layout(source: str, timeout: float) -> str:
     return f"{time.perf_counter() - t:.2f} s"
 
 
+def _rewrite_log(folder: Path, before):
+    """The job's rewrite log, made again: its rules (``report.json``) on ``before``.
+
+    The job draws its diff with the log (each rule's root labelled, the bindings it
+    replaced removed); the rewrite is deterministic, so the log is the job's.
+    """
+    import json
+
+    from patternkit.app.rules import resolve_rules
+    from patternkit.engine.driver import RewriteLog, rewrite
+
+    names = json.loads((folder / "report.json").read_text())["patterns"]
+    log = RewriteLog()
+    rewrite(resolve_rules(names).rewrite_rules(), before, log=log)
+    return log
+
+
 def job_drawings(folder: Path, repeat: int) -> None:
     """Redraw a job's before/after/diff ``repeat`` times; print the best run's costs."""
     from patternkit.app import drawings
@@ -131,6 +149,7 @@ def job_drawings(folder: Path, repeat: int) -> None:
 
     before, _ = load_model(str(folder / "before.py"))
     after, _ = load_model(str(folder / "after.py"))
+    changes = _rewrite_log(folder, before)
     layouts: list[int] = []
     real = graph_module.run_dot
 
@@ -146,7 +165,7 @@ def job_drawings(folder: Path, repeat: int) -> None:
         cpu, wall = time.process_time(), time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             drawn = drawings.draw_job(Path(out), {"before": before, "after": after},
-                                      before, after)
+                                      before, after, changes=changes)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         done = resource.getrusage(resource.RUSAGE_CHILDREN)
         dot_cpu = done.ru_utime + done.ru_stime - children.ru_utime - children.ru_stime
