@@ -30,8 +30,7 @@ directly.  The steps, each timed:
 5. **round trips**: ``DefuseOps(FuseOps(x)) == x`` on the model, and
    ``DefuseOps(PartitionGraph(MergeComposite(x))) == x`` on the rewritten model (the
    module step 3 partitioned: the composites are formed once), modulo the dead bindings
-   fusion drops (listed in the report); run in a thread from step 4 on, while the job
-   builds and checks (:mod:`patternkit.app.round_trips`);
+   fusion drops (listed in the report);
 6. optionally (``train=True``) a **gradient check** (:mod:`patternkit.app.training`);
 7. **write** ``before.py`` and ``after.py`` (which load again: written and read back in
    a thread from step 4 on, :func:`patternkit.app.scripts.start_writing`), ``before.svg``,
@@ -75,6 +74,7 @@ from ..engine.wellformed import assert_well_formed
 from ..errors import BuildError
 from ..verification import numeric
 from ..verification.joint import build_joint
+from ..verification.roundtrip import check_roundtrip
 from ..verification.sites import SitePlan, SiteReport, plan_sites, validate_sites
 from .loading import DEFAULT_MODEL, JobError, LoadedModel, entry_function, load, load_model
 from .near_misses import near_misses_of
@@ -88,7 +88,6 @@ from .report import (
     SiteValidation,
     report_markdown,
 )
-from .round_trips import start_round_trips
 from .rules import resolve_rules
 from .summary import op_summary
 
@@ -242,8 +241,6 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
 
         drawing = start_drawing(staging, {"before": before, "after": after}, before, after,
                                 changes=log, func=entry, full=full_drawing)
-    # in a thread: they read nothing the build makes (see round_trips)
-    trips = start_round_trips(before, rewritten, after if table else None, entry)
     try:
         say("building before and after for llvm and comparing ...")
         options = _numeric_options(loaded, entry, seed, numeric_options, input_ranges)
@@ -267,9 +264,19 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
                                 inputs, seed, plan, joint.vm if joint is not None else None)
 
         say("checking the fuse/defuse round trips ...")
-        for trip in trips.result():
-            seconds[trip.step] = trip.seconds
-            report.roundtrip[trip.name] = RoundTripEntry.of(trip.result)
+        fused = step("roundtrip_fuseops", check_roundtrip, before, func_name=entry,
+                     raise_on_failure=False)
+        report.roundtrip["FuseOps"] = RoundTripEntry.of(fused)
+        if table:
+            def partitioned_above(mod: tvm.IRModule) -> tvm.IRModule:
+                # the module the composites step partitioned: the round trip undoes what the
+                # job ran, not a second run of MergeComposite + PartitionGraph
+                assert mod is rewritten
+                return after
+
+            partitioned = step("roundtrip_composites", check_roundtrip, rewritten,
+                               partitioned_above, func_name=entry, raise_on_failure=False)
+            report.roundtrip["MergeComposite+PartitionGraph"] = RoundTripEntry.of(partitioned)
 
         adjoint = None
         if train and report.numeric.not_built == "before":
@@ -301,7 +308,7 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
                           scripts=scripts)
         return report
     finally:
-        started: list[futures.Future] = [f for f in (drawing, scripts, trips) if f is not None]
+        started: list[futures.Future] = [f for f in (drawing, scripts) if f is not None]
         futures.wait(started)  # never leave them writing into a folder being removed
 
 
