@@ -186,7 +186,7 @@ def _dynamic_axes(spelling: Spelling, column: Column) -> dict[int, str]:
 #: The code an import depends on besides the sources: a change to any of them (or to
 #: torch's or TVM's version) is a new cache key.
 _IMPORT_CODE = ("importing", "torch_fixups", "low_precision", "torch_converters",
-                "onnx_fixups", "onnx_models")
+                "fallback_converters", "onnx_fixups", "onnx_models")
 
 
 #: Bumped when what the cache holds changes.

@@ -27,12 +27,12 @@ convolutions (``conv_transpose3d``) are left to TVM, which refuses them in every
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Callable
 
 from tvm import relax
 
 from ..ir import dtype_of, type_of
+from .fallback_converters import Converter, FallbackConverters
 
 #: The dtype TVM's converters accumulate in.
 ACCUMULATE = "float32"
@@ -43,16 +43,8 @@ CONVERTED_OPS = ("linear.default", "addmm.default", "mm.default", "bmm.default",
                  "matmul.default", "conv1d.default", "conv2d.default", "conv3d.default",
                  "convolution.default", "conv_transpose1d.default", "conv_transpose2d.input")
 
-Converter = Callable[[Any, Any], relax.Var]
-
-
-class LowPrecisionConverters:
+class LowPrecisionConverters(FallbackConverters):
     """The ``custom_convert_map`` of one import; counts what it converted, per torch op."""
-
-    def __init__(self) -> None:
-        self.converted: Counter[str] = Counter()
-        self._importer: Any = None
-        self._originals: dict[str, Callable[[Any], relax.Var]] = {}
 
     def convert_map(self) -> dict[str, Converter]:
         """Torch op -> converter, for ``from_exported_program(custom_convert_map=...)``."""
@@ -79,15 +71,6 @@ class LowPrecisionConverters:
             return result
 
         return converter
-
-    def _original(self, importer: Any, op: str) -> Callable[[Any], relax.Var]:
-        """TVM's own converter of ``op``, bound to the importer running now.  Its
-        ``convert_map`` holds ours by now, so the table is made afresh, once an import.
-        """
-        if importer is not self._importer:
-            self._importer = importer
-            self._originals = type(importer).create_convert_map(importer)
-        return self._originals[op]
 
 
 def _input_dtype(op: str, node: Any, importer: Any) -> str | None:

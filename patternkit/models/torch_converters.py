@@ -41,15 +41,14 @@ was converted.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
 from tvm import relax, tirx
 
 from ..ir import dtype_of, type_of
+from .fallback_converters import Converter, FallbackConverters
 
-Converter = Callable[[Any, Any], relax.Var]
 #: Norms of this dtype are computed in :data:`NORM_DTYPE` between casts.
 CAST_NORM_DTYPE = "bfloat16"
 NORM_DTYPE = "float32"
@@ -59,13 +58,8 @@ EXACT_POWERS: dict[float, Callable[[relax.Expr], relax.Expr]] = {
     2.0: lambda x: relax.op.multiply(x, x), 0.5: relax.op.sqrt}
 
 
-class TorchConverters:
+class TorchConverters(FallbackConverters):
     """The ``custom_convert_map`` of one import; counts what it converted, per torch op."""
-
-    def __init__(self) -> None:
-        self.converted: Counter[str] = Counter()
-        self._importer: Any = None
-        self._originals: dict[str, Callable[[Any], relax.Var]] = {}
 
     def convert_map(self) -> dict[str, Converter]:
         """Torch op -> converter, for ``from_exported_program(custom_convert_map=...)``."""
@@ -88,13 +82,6 @@ class TorchConverters:
             return result
 
         return converter
-
-    def _original(self, importer: Any, op: str) -> Callable[[Any], relax.Var]:
-        """TVM's own converter of ``op``, bound to the importer running now."""
-        if importer is not self._importer:
-            self._importer = importer
-            self._originals = type(importer).create_convert_map(importer)
-        return self._originals[op]
 
 
 def _reduce(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var]:
