@@ -273,9 +273,6 @@ def _cluster_prefixes(model: GraphModel) -> list[tuple[str, str, str]]:
     exactly when the common prefix of the smallest and the largest of those ids does, so
     one prefix per cluster answers "are all its nodes inside this call?".
     """
-    children: dict[str | None, list[str]] = {}
-    for c in model.clusters.values():
-        children.setdefault(c.parent, []).append(c.id)
     lowest: dict[str, str] = {}
     highest: dict[str, str] = {}
     for n in model.nodes.values():
