@@ -29,7 +29,7 @@ from ..ir.rebuild import describe_binding as describe_binding  # the engine's na
 from ..ir.snapshot import FunctionSnapshot
 from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind, vars_read
 from .index_snapshot import fill_from_snapshot, read_snapshot
-from .prefilter import root_filter
+from .prefilter import root_filter, table_filter
 
 _array_get, _array_size = C._array_get, C._array_size  # pylint: disable=protected-access
 
@@ -257,14 +257,21 @@ class FunctionIndex:
     def candidates_for(self, pattern: DFPattern) -> list[tuple[int, int]]:
         """The positions of the bindings that may be the root of a match of ``pattern``.
 
-        :meth:`candidates` of its root operators, less those the integer check compiled
-        from the pattern's top rejects (:mod:`~patternkit.engine.prefilter`; only on an
-        index read from a snapshot): each of those the matcher would have failed.
+        :meth:`candidates` of its root operators, less those the check compiled from the
+        pattern's top rejects (:mod:`~patternkit.engine.prefilter`: over the snapshot's
+        integers, or over this index's call tables): each of those the matcher would
+        have failed.
         """
         found = self.candidates(root_op_names(pattern))
-        snap = self.snapshot
-        if snap is None or not found:
+        if not found:
             return found
+        snap = self.snapshot
+        if snap is None:
+            check = table_filter(pattern, self.call_ops, self.call_args)
+            if check is None:
+                return found
+            keys, values = self.keys, self.values
+            return [at for at in found if check(values[at[0]], keys[at[0]][at[1]][0])]
         accepts = root_filter(pattern, snap, self.pure_ops)
         if accepts is None:
             return found

@@ -71,10 +71,17 @@ def _patterns() -> list[DFPattern]:
     return found
 
 
-def _assert_dropped_never_match(func) -> int:
-    """Every candidate the prefilter drops fails the matcher; returns how many it dropped."""
-    index = FunctionIndex.build_from_snapshot(func)
-    assert index.snapshot is not None
+def _assert_dropped_never_match(func, from_snapshot: bool = True) -> int:
+    """Every candidate the prefilter drops fails the matcher; returns how many it dropped.
+
+    ``from_snapshot``: the snapshot's integer check, else the check over the
+    field-by-field index's tables (:func:`~patternkit.engine.prefilter.table_filter`).
+    """
+    if from_snapshot:
+        index = FunctionIndex.build_from_snapshot(func)
+        assert index.snapshot is not None
+    else:
+        index = FunctionIndex.build_by_fields(func)
     dropped = 0
     for pattern in _patterns():
         kept = set(index.candidates_for(pattern))
@@ -88,18 +95,35 @@ def _assert_dropped_never_match(func) -> int:
     return dropped
 
 
+@pytest.mark.parametrize("from_snapshot", [True, False], ids=["snapshot", "tables"])
 @pytest.mark.parametrize("spec", ZOO)
-def test_dropped_roots_never_match_on_zoo_models(spec):
+def test_dropped_roots_never_match_on_zoo_models(spec, from_snapshot):
     from patternkit.models.zoo import zoo_model
 
     model = zoo_model(spec)
-    assert _assert_dropped_never_match(model.mod[model.entry]) > 0
+    assert _assert_dropped_never_match(model.mod[model.entry], from_snapshot) > 0
 
 
+@pytest.mark.parametrize("from_snapshot", [True, False], ids=["snapshot", "tables"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(op_programs(min_ops=2, max_ops=8))
-def test_dropped_roots_never_match_on_random_programs(mod):
-    _assert_dropped_never_match(mod["main"])
+@given(mod=op_programs(min_ops=2, max_ops=8))
+def test_dropped_roots_never_match_on_random_programs(from_snapshot, mod):
+    _assert_dropped_never_match(mod["main"], from_snapshot)
+
+
+def test_the_table_check_follows_the_matcher_on_a_hand_built_function():
+    """The field-by-field index's check: commuted operands, a Var looked through, and a
+    multiply in another block (not looked into) as the snapshot's check does."""
+    pattern = is_op("relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
+    index = FunctionIndex.build_by_fields(Adds["main"])
+    assert index.snapshot is None
+    assert index.candidates_for(pattern) == [(0, 1), (0, 2)]
+    assert len(index.candidates_for(is_op("relax.add")(wildcard(), wildcard()))) == 5
+    assert index.candidates_for(is_op("relax.exp")(is_op("relax.exp")(wildcard()))) == []
+    # alternatives calling one operator are merged, never lost
+    either = is_op("relax.add")(is_op("relax.exp")(wildcard()), wildcard()) | is_op(
+        "relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
+    assert index.candidates_for(either) == [(0, 1), (0, 2), (0, 4)]
 
 
 def _rewrite(mod, path: str, monkeypatch) -> tuple:
