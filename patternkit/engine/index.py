@@ -270,8 +270,7 @@ class FunctionIndex:
             check = table_filter(pattern, self.call_ops, self.call_args)
             if check is None:
                 return found
-            keys, values = self.keys, self.values
-            return [at for at in found if check(values[at[0]], keys[at[0]][at[1]][0])]
+            return _checked(found, check, self.keys, self.values)
         accepts = root_filter(pattern, snap, self.pure_ops)
         if accepts is None:
             return found
@@ -355,6 +354,30 @@ class FunctionIndex:
         self.values[bi].pop(key, None)
         if _RECENT.get(handle(self.func)) is self:  # no longer the index of self.func
             del _RECENT[handle(self.func)]
+
+
+#: How many candidates :func:`_checked` tests before it judges whether the table check
+#: pays: a composite entry's roots mostly match (every ``matmul`` of GPT-2 takes its
+#: bias), and testing them all costs more than the matcher saves.
+CHECK_PROBE = 16
+
+
+def _checked(found: list[tuple[int, int]], check: Any, keys: list[list[tuple[int, bool]]],
+             values: list[dict[int, Any]]) -> list[tuple[int, int]]:
+    """``found`` less the candidates ``check(table, key)`` rejects.
+
+    Once :data:`CHECK_PROBE` candidates are tested, the rest are kept untested if the
+    check kept more than half of those: either way the matcher sees every candidate
+    that can match, so the result of a pass does not depend on it.
+    """
+    kept: list[tuple[int, int]] = []
+    for n, at in enumerate(found):
+        if n == CHECK_PROBE and 2 * len(kept) > n:
+            kept.extend(found[n:])
+            break
+        if check(values[at[0]], keys[at[0]][at[1]][0]):
+            kept.append(at)
+    return kept
 
 
 def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any,

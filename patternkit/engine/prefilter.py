@@ -43,7 +43,7 @@ from ..dpl.pattern import (
     TypePattern,
     op_names_of,
 )
-from ..ir.compat import VAR_TYPES, handle, handle_or_none
+from ..ir.compat import VAR_TYPES, handle
 from ..ir.snapshot import FunctionSnapshot, ValueKind
 
 #: How many levels of call patterns the check looks at: the root and its arguments'
@@ -275,15 +275,20 @@ class _TableCheck:
         return accepts
 
     def value_matches(self, trie: Trie, value: Any, table: dict[int, Any]) -> bool:
-        """May ``value`` (an expression of the block of ``table``) pass ``trie``?"""
+        """May ``value`` (an expression of the block of ``table``) pass ``trie``?
+
+        The hot loop of the check: loops instead of generators, the handle read
+        directly (every argument of a Relax call is a TVM object).
+        """
         if trie is None:
             return True
         while type(value) in VAR_TYPES:
-            value = table.get(handle(value))
+            value = table.get(value.__chandle__())
             if value is None:
                 return False
-        key = handle_or_none(value)
-        if key is None:
+        try:
+            key = value.__chandle__()
+        except AttributeError:
             return False
         entry = trie.get(self.call_ops.get(key, -1))
         if entry is None:
@@ -292,13 +297,18 @@ class _TableCheck:
         if checks is None:
             return True
         args = self.call_args[key]
-        if prefix:  # varg_default_wildcard: the patterns are a prefix
-            if len(args) < len(checks):
-                return False
-        elif len(args) != len(checks):
+        n = len(checks)
+        if len(args) != n and not (prefix and len(args) > n):
             return False
         value_matches = self.value_matches
-        if all(c is None or value_matches(c, a, table) for c, a in zip(checks, args)):
+        for i in range(n):
+            check = checks[i]
+            if check is not None and not value_matches(check, args[i], table):
+                break
+        else:
             return True
-        return swap and len(args) == 2 and all(
-            c is None or value_matches(c, a, table) for c, a in zip(checks, args[::-1]))
+        if not swap or n != 2:
+            return False
+        first, second = checks
+        return ((first is None or value_matches(first, args[1], table))
+                and (second is None or value_matches(second, args[0], table)))
