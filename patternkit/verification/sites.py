@@ -24,6 +24,12 @@ are built once and run on every duplicate's real values; all sites of a run buil
 module (the job builds it with the model before and after: :func:`plan_sites` cuts the
 sites out first, :mod:`patternkit.verification.joint` builds them all at once).
 
+A site may read tensors whose shapes use a symbolic size only inside an expression (the
+``4 * s`` windows of a shifted-window attention over a batch of ``s``): TVM's VM cannot
+read ``s`` off such a shape, so the site's functions take it as a last ``R.Shape([s])``
+parameter, valued in each call from the shapes of the tensors passed (the model's own
+values, or a draw made with the same ``s``).
+
 The judgement (:func:`judge`) is elementwise ``|got - ref| <= rtol * |ref| + atol * scale``,
 with ``scale`` the reference's root mean square: a 1 % error fails wherever it happens,
 and a value near zero is judged against its tensor's own scale, not against an absolute
@@ -217,6 +223,9 @@ class _Region:
     before: relax.Function
     after: relax.Function
     key: int
+    #: The symbolic sizes both functions take as a trailing ``R.Shape`` parameter
+    #: (:func:`_carried_sizes`); empty for most sites.
+    sizes: list = field(default_factory=list)
 
 
 class _Bindings:
@@ -287,13 +296,14 @@ def _region(record: RewriteRecord, bindings: _Bindings, outputs: list, before_bi
     inputs = _inputs_of(before_bindings, after_bindings)
     if isinstance(inputs, str):
         return inputs
+    sizes = _carried_sizes(inputs)
     try:
-        before = _site_function(before_bindings, inputs, outputs)
-        after = _site_function(after_bindings, inputs, outputs)
+        before = _site_function(before_bindings, inputs, outputs, sizes)
+        after = _site_function(after_bindings, inputs, outputs, sizes)
     except Exception as err:  # e.g. a symbolic size no parameter defines
         return f"the region does not stand alone as a function: {numeric._first_line(err)}"
     key = hash((C.structural_hash(before), C.structural_hash(after)))
-    return _Region(record, inputs, before, after, key)
+    return _Region(record, inputs, before, after, key, sizes)
 
 
 #: Operators that only change how a value is viewed: inputs that are such views of one
@@ -419,13 +429,16 @@ def _inputs_of(*sides: list) -> list | str:
     return inputs
 
 
-def _site_function(bindings: list, inputs: list, outputs: list) -> relax.Function:
+def _site_function(bindings: list, inputs: list, outputs: list, sizes: Sequence = ()
+                   ) -> relax.Function:
     """``bindings`` as a function of ``inputs`` returning ``outputs`` (a tuple of them
-    when there are several).
+    when there are several); with ``sizes``, a last parameter ``R.Shape([sizes])``.
     """
     params = [relax.Var(C.var_name(x) if isinstance(x, relax.Var) else f"const{i}", x.ty)
               for i, x in enumerate(inputs)]
     mapping = {C.handle(x): p for x, p in zip(inputs, params)}
+    if sizes:
+        params.append(relax.Var(SIZES, relax.ShapeType(list(sizes))))
     bb = relax.BlockBuilder()
     with bb.function("site", params):
         with bb.dataflow():
@@ -436,6 +449,90 @@ def _site_function(bindings: list, inputs: list, outputs: list) -> relax.Functio
             out = bb.emit_output(results[0] if len(results) == 1 else relax.Tuple(results))
         bb.emit_func_output(out)
     return bb.get()["site"]
+
+
+#: The name of the parameter that carries a site's sizes (:func:`_carried_sizes`).
+SIZES = "sizes"
+
+
+def _carried_sizes(inputs: list) -> list:
+    """The symbolic sizes the inputs' shapes use only inside expressions, in order.
+
+    A shifted-window attention reads tensors of ``4 * s`` windows and none of ``s``:
+    TVM's VM reads a size off a parameter's shape only where it stands alone, so a site
+    function of those inputs does not build.  It takes these sizes as one more parameter
+    (:func:`_size_arguments` values them from the shapes of the inputs of each call).
+    """
+    bare: set[str] = set()
+    used: dict[str, Any] = {}
+    for x in inputs:
+        for dim in C.static_shape(x.ty) or ():
+            if tvm.ir.is_prim_var(dim):
+                bare.add(dim.name)
+        for size in relax.analysis.tir_vars_in_type(x.ty):
+            used.setdefault(size.name, size)
+    return [size for name, size in used.items() if name not in bare]
+
+
+def _solved_sizes(func: relax.Function, arrays: Sequence[np.ndarray], known: dict[str, int]
+                  ) -> dict[str, int]:
+    """``known`` (sizes read off bare dimensions) and every size a dimension of a parameter
+    of ``func`` determines from the shape of its array in ``arrays``.
+
+    A dimension that is an expression of one unknown size, affine in it (``4 * s``,
+    ``s * 16 + 1``), gives that size; the value is kept only when the expression gives
+    the array's size back, so an expression it does not fit leaves the size unknown.
+    """
+    sizes = dict(known)
+    pending = [(dim, int(size)) for param, array in zip(func.params, arrays)
+               for dim, size in zip(C.static_shape(param.ty) or (), np.shape(array))
+               if not isinstance(dim, int) and not tvm.ir.is_prim_var(dim)]
+    progress = True
+    while progress:
+        progress = False
+        for dim, size in pending:
+            unknown = [v for v in tvm.tirx.analysis.undefined_vars(dim) if v.name not in sizes]
+            if len(unknown) == 1:
+                value = _solve(dim, unknown[0], size, sizes)
+                if value is not None:
+                    sizes[unknown[0].name] = value
+                    progress = True
+    return sizes
+
+
+def _solve(dim: Any, size_var: Any, size: int, known: Mapping[str, int]) -> int | None:
+    """The value of ``size_var`` that makes ``dim`` equal ``size``, or ``None``."""
+    def at(value: int) -> int | None:
+        analyzer = C.Analyzer()
+        for v in tvm.tirx.analysis.undefined_vars(dim):
+            bound = value if v.same_as(size_var) else known.get(v.name)
+            if bound is None:
+                return None
+            analyzer.bind(v, tvm.tirx.const(bound, str(v.ty.dtype)))
+        found = analyzer.simplify(dim)
+        return int(found) if isinstance(found, tvm.tirx.IntImm) else None
+
+    zero, one = at(0), at(1)
+    if zero is None or one is None or one == zero or (size - zero) % (one - zero):
+        return None
+    value = (size - zero) // (one - zero)
+    return value if value >= 0 and at(value) == size else None
+
+
+def _size_arguments(region: _Region, arrays: Sequence[np.ndarray]) -> list:
+    """The arguments a site's functions take after ``arrays``: its sizes
+    (:func:`_carried_sizes`) read off the shapes of ``arrays``, or nothing.
+
+    Raises :class:`ValueError` naming a size the shapes do not determine.
+    """
+    if not region.sizes:
+        return []
+    solved = _solved_sizes(region.before, arrays, _symbolic_sizes(region.before, arrays))
+    missing = [v.name for v in region.sizes if v.name not in solved]
+    if missing:
+        raise ValueError(f"the size(s) {', '.join(missing)} cannot be read off the shapes "
+                         "of the inputs")
+    return [tvm.runtime.ShapeTuple([solved[v.name] for v in region.sizes])]
 
 
 # -- the values the real model feeds each site --------------------------------------------
@@ -530,6 +627,8 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
     constants = {i: x.value.numpy() for i, x in enumerate(region.inputs)
                  if isinstance(x, tvm.ir.GenericConst)}
     sizes = _symbolic_sizes(func, real[0][1] if real else None)
+    if region.sizes and real:
+        sizes = _solved_sizes(func, real[0][1], sizes)
     symbolic = {v.name for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
     dtypes = [C.dtype_of(p.ty) or "" for p in func.params]
     dtype = next((d for d in dtypes if d.startswith(("float", "bfloat"))), "float32")
@@ -544,8 +643,7 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
                                  (f"wide [-{wide:g}, {wide:g}]", -wide, wide),
                                  ("zeros", 0.0, 0.0)):
             try:
-                arrays = numeric.random_inputs(func, seed=seed, shape_vars=shape_vars,
-                                               low=low, high=high)
+                arrays = _random_inputs(region, seed, shape_vars, low, high)
             except ValueError:
                 continue
             for i, value in constants.items():
@@ -559,6 +657,26 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
         base = (real or draws[len(real):])[0][1]
         draws.append(("rows masked with -inf", _masked(base, masks)))
     return draws
+
+
+def _random_inputs(region: _Region, seed: int, shape_vars: dict[str, int], low: float,
+                   high: float) -> list[np.ndarray]:
+    """:func:`~patternkit.verification.numeric.random_inputs` for the inputs of ``region``.
+
+    A site that carries sizes (:attr:`_Region.sizes`) is drawn from its function with
+    every size bound (a size ``shape_vars`` does not name gets
+    :data:`~patternkit.verification.numeric.DEFAULT_DIM`), so that a dimension ``4 * s``
+    is drawn ``4 *`` the value ``s`` is passed with.
+    """
+    func = region.before
+    if region.sizes:
+        values = {v: shape_vars.get(v.name, numeric.DEFAULT_DIM)
+                  for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
+        bound = func.bind_symbolic_vars(values)
+        func = relax.Function(bound.params[:len(region.inputs)], bound.body, bound.ret_ty,
+                              bound.is_pure, bound.attrs)  # drawn from, never built
+        shape_vars = {}
+    return numeric.random_inputs(func, seed=seed, shape_vars=shape_vars, low=low, high=high)
 
 
 def _mask_params(func: relax.Function) -> list[int]:
@@ -826,7 +944,7 @@ def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
     inconclusive: list[str] = []
     for label, arrays in draws:
         try:
-            tensors = [C.to_tensor(a) for a in arrays]
+            tensors = [C.to_tensor(a) for a in arrays] + _size_arguments(region, arrays)
             ref = numeric.flatten(vm[f"site{number}_before"](*tensors))
             got = numeric.flatten(vm[f"site{number}_after"](*tensors))
         except Exception as err:  # noqa: BLE001 - a draw the region cannot take
@@ -863,8 +981,9 @@ def _arbitrate(verdict: Judgement, region: _Region, arrays: list[np.ndarray],
         wide = widen(region.before)
         wide_inputs = [a.astype("float64") if a.dtype.kind == "f" or str(a.dtype) == "bfloat16"
                        else a for a in arrays]
-        truth = numeric.run(_module({"wide": wide.with_attr("global_symbol", "wide")}),
-                            wide_inputs, "wide")
+        vm = numeric.build(_module({"wide": wide.with_attr("global_symbol", "wide")}))
+        truth = numeric.flatten(vm["wide"](*[C.to_tensor(a) for a in wide_inputs],
+                                           *_size_arguments(region, wide_inputs)))
     except Exception:  # noqa: BLE001 - no arbitration: the miss stands
         return verdict
     if len(truth) != len(ref):
