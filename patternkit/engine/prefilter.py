@@ -208,46 +208,88 @@ def table_filter(pattern: DFPattern, call_ops: dict[int, int], call_args: dict[i
 
 
 def _trie_of(pattern: DFPattern) -> Trie:
-    """:func:`compile_pattern` to :data:`TABLE_DEPTH` as a :data:`Trie`; built once and
-    kept on the pattern.
+    """The :data:`Trie` of ``pattern`` to :data:`TABLE_DEPTH` levels; built once and kept
+    on the pattern.
     """
     cache = pattern.__dict__
     if _TABLE_ATTRIBUTE not in cache:
-        cache[_TABLE_ATTRIBUTE] = _trie(compile_pattern(pattern, TABLE_DEPTH))
+        cache[_TABLE_ATTRIBUTE] = _TrieBuilder().trie(pattern, TABLE_DEPTH)
     trie: Trie = cache[_TABLE_ATTRIBUTE]
     return trie
 
 
-def _trie(n: Node) -> Trie:
-    if n is None:
+class _TrieBuilder:
+    """Builds a pattern's :data:`Trie`, each (sub-pattern, depth) and each union once.
+
+    A pattern is a DAG whose roles and ``through`` alternatives are shared many times
+    over: expanded as a tree, six levels of GPT-2's attention pattern are tens of
+    thousands of nodes (three seconds at eight levels).  Memoised, the trie's size is
+    that of the operator paths it tells apart.
+    """
+
+    def __init__(self) -> None:
+        self._tries: dict[tuple[int, int], Trie] = {}
+        self._unions: dict[tuple[int, int], Trie] = {}
+        self._kept: list[Any] = []  # what the memos' ids refer to, alive while building
+
+    def trie(self, pattern: Any, depth: int) -> Trie:
+        """The check of ``pattern`` down to ``depth`` levels of calls (``None``: none)."""
+        if depth <= 0 or not isinstance(pattern, DFPattern):
+            return None
+        key = (id(pattern), depth)
+        if key in self._tries:
+            return self._tries[key]
+        self._kept.append(pattern)
+        found = self._tries[key] = self._build(pattern, depth)
+        return found
+
+    def _build(self, pattern: DFPattern, depth: int) -> Trie:
+        if isinstance(pattern, CallPattern):
+            names = op_names_of(pattern.op)
+            if names is None:
+                return None
+            args = None
+            if not names.isdisjoint(_REASSOCIATED):  # no operand test below (see above)
+                names = names | _REASSOCIATED
+            elif pattern.args is not None:
+                args = tuple(self.trie(a, depth - 1) for a in pattern.args)
+            entry = (args, bool(pattern.varg_default_wildcard),
+                     not names.isdisjoint(COMMUTATIVE_OPS))
+            return {handle(Op.get(name)): entry for name in names}
+        if isinstance(pattern, (TagPattern, AttrPattern, TypePattern, DataTypePattern,
+                                ShapePattern)):
+            return self.trie(pattern.pattern, depth)
+        if isinstance(pattern, AltPattern):
+            return self.union(self.trie(pattern.left, depth), self.trie(pattern.right, depth))
+        if isinstance(pattern, AndPattern):  # either side alone is a necessary condition
+            left = self.trie(pattern.left, depth)
+            return self.trie(pattern.right, depth) if left is None else left
         return None
-    if n[0] == "any":
-        return _union(_trie(n[1]), _trie(n[2]))
-    if n[0] == "all":  # either side alone is a necessary condition
-        left = _trie(n[1])
-        return _trie(n[2]) if left is None else left
-    args = None if n[2] is None else tuple(_trie(a) for a in n[2])
-    entry = (args, bool(n[3]), bool(n[4]))
-    return {handle(Op.get(name)): entry for name in n[1]}
 
+    def union(self, a: Trie, b: Trie) -> Trie:
+        """A check that accepts what ``a`` or ``b`` accepts (and perhaps more)."""
+        if a is None or b is None:
+            return None
+        if a is b:
+            return a
+        key = (id(a), id(b))
+        if key in self._unions:
+            return self._unions[key]
+        merged = dict(a)
+        for op, entry in b.items():
+            mine = merged.get(op)
+            merged[op] = entry if mine is None else self._union_entry(mine, entry)
+        self._kept.append(merged)
+        self._unions[key] = merged
+        return merged
 
-def _union(a: Trie, b: Trie) -> Trie:
-    """A check that accepts what ``a`` or ``b`` accepts (and perhaps more)."""
-    if a is None or b is None:
-        return None
-    merged = dict(a)
-    for op, entry in b.items():
-        mine = merged.get(op)
-        merged[op] = entry if mine is None else _union_entry(mine, entry)
-    return merged
-
-
-def _union_entry(a: tuple[Any, bool, bool], b: tuple[Any, bool, bool]) -> tuple[Any, bool, bool]:
-    (args_a, prefix_a, swap_a), (args_b, prefix_b, swap_b) = a, b
-    swap = swap_a or swap_b
-    if args_a is None or args_b is None or prefix_a != prefix_b or len(args_a) != len(args_b):
-        return (None, prefix_a or prefix_b, swap)  # the operator alone
-    return (tuple(_union(x, y) for x, y in zip(args_a, args_b)), prefix_a, swap)
+    def _union_entry(self, a: tuple[Any, bool, bool], b: tuple[Any, bool, bool]
+                     ) -> tuple[Any, bool, bool]:
+        (args_a, prefix_a, swap_a), (args_b, prefix_b, swap_b) = a, b
+        swap = swap_a or swap_b
+        if args_a is None or args_b is None or prefix_a != prefix_b or len(args_a) != len(args_b):
+            return (None, prefix_a or prefix_b, swap)  # the operator alone
+        return (tuple(self.union(x, y) for x, y in zip(args_a, args_b)), prefix_a, swap)
 
 
 class _TableCheck:
