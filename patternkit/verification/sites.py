@@ -461,7 +461,7 @@ def _carried_sizes(inputs: list) -> list:
     A shifted-window attention reads tensors of ``4 * s`` windows and none of ``s``:
     TVM's VM reads a size off a parameter's shape only where it stands alone, so a site
     function of those inputs does not build.  It takes these sizes as one more parameter
-    (:func:`_size_arguments` values them from the shapes of the inputs of each call).
+    (:func:`_size_arguments`), valued per draw (:func:`_draws`).
     """
     bare: set[str] = set()
     used: dict[str, Any] = {}
@@ -519,20 +519,19 @@ def _solve(dim: Any, size_var: Any, size: int, known: Mapping[str, int]) -> int 
     return value if value >= 0 and at(value) == size else None
 
 
-def _size_arguments(region: _Region, arrays: Sequence[np.ndarray]) -> list:
-    """The arguments a site's functions take after ``arrays``: its sizes
-    (:func:`_carried_sizes`) read off the shapes of ``arrays``, or nothing.
+def _size_arguments(region: _Region, sizes: Mapping[str, int]) -> list:
+    """The arguments a site's functions take after its tensors: the sizes it carries
+    (:func:`_carried_sizes`) valued from ``sizes`` (a draw's), or nothing.
 
-    Raises :class:`ValueError` naming a size the shapes do not determine.
+    Raises :class:`ValueError` naming a size ``sizes`` does not value.
     """
     if not region.sizes:
         return []
-    solved = _solved_sizes(region.before, arrays, _symbolic_sizes(region.before, arrays))
-    missing = [v.name for v in region.sizes if v.name not in solved]
+    missing = [v.name for v in region.sizes if v.name not in sizes]
     if missing:
-        raise ValueError(f"the size(s) {', '.join(missing)} cannot be read off the shapes "
-                         "of the inputs")
-    return [tvm.runtime.ShapeTuple([solved[v.name] for v in region.sizes])]
+        raise ValueError(f"the size(s) {', '.join(missing)} cannot be read off the model's "
+                         "values or the shapes of the inputs")
+    return [tvm.runtime.ShapeTuple([sizes[v.name] for v in region.sizes])]
 
 
 # -- the values the real model feeds each site --------------------------------------------
@@ -620,20 +619,29 @@ def _symbolic_sizes(func: relax.Function, arrays: Sequence[np.ndarray] | None) -
     return sizes
 
 
-def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
-           ) -> list[tuple[str, list[np.ndarray]]]:
-    """``(label, inputs)`` per draw: the real values first, then the adversarial ones."""
+def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int,
+           model_sizes: Mapping[str, int] | None = None
+           ) -> list[tuple[str, list[np.ndarray], dict[str, int]]]:
+    """``(label, inputs, sizes)`` per draw: the real values first, then the adversarial
+    ones; ``sizes`` values the symbolic sizes of the draw (what a site that carries sizes,
+    :func:`_carried_sizes`, is passed).
+
+    The real values' sizes are ``model_sizes`` (read off the model's own inputs) and what
+    the shapes of the site's inputs give (:func:`_solved_sizes`); the adversarial draws
+    keep the first real draw's sizes (or bind every size to 1).
+    """
     func = region.before
     constants = {i: x.value.numpy() for i, x in enumerate(region.inputs)
                  if isinstance(x, tvm.ir.GenericConst)}
     sizes = _symbolic_sizes(func, real[0][1] if real else None)
+    draws = [(label, arrays, _real_sizes(region, arrays, model_sizes))
+             for label, arrays in real]
     if region.sizes and real:
-        sizes = _solved_sizes(func, real[0][1], sizes)
+        sizes = {**draws[0][2], **sizes}
     symbolic = {v.name for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
     dtypes = [C.dtype_of(p.ty) or "" for p in func.params]
     dtype = next((d for d in dtypes if d.startswith(("float", "bfloat"))), "float32")
     wide = WIDE.get(dtype, 1e4)
-    draws = list(real)
     shapes = [("", sizes)]
     if symbolic:
         shapes.append((", every symbolic dimension 1", {name: 1 for name in symbolic}))
@@ -642,8 +650,10 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
                                  ("uniform [0.5, 1.5]", 0.5, 1.5),  # a sqrt's or log's domain
                                  (f"wide [-{wide:g}, {wide:g}]", -wide, wide),
                                  ("zeros", 0.0, 0.0)):
+            drawn_sizes = {name: shape_vars.get(name, numeric.DEFAULT_DIM)
+                           for name in symbolic}
             try:
-                arrays = _random_inputs(region, seed, shape_vars, low, high)
+                arrays = _random_inputs(region, seed, shape_vars, drawn_sizes, low, high)
             except ValueError:
                 continue
             for i, value in constants.items():
@@ -651,26 +661,36 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int
             if low == high == 0.0:
                 arrays = [np.zeros_like(a) if i not in constants
                           and a.dtype.kind == "f" else a for i, a in enumerate(arrays)]
-            draws.append((label + suffix, arrays))
+            draws.append((label + suffix, arrays, drawn_sizes))
     masks = _mask_params(func)
     if masks and len(draws) > len(real):
-        base = (real or draws[len(real):])[0][1]
-        draws.append(("rows masked with -inf", _masked(base, masks)))
+        _, base, base_sizes = draws[0]  # the first real draw, else the first drawn
+        draws.append(("rows masked with -inf", _masked(base, masks), base_sizes))
     return draws
 
 
-def _random_inputs(region: _Region, seed: int, shape_vars: dict[str, int], low: float,
-                   high: float) -> list[np.ndarray]:
+def _real_sizes(region: _Region, arrays: Sequence[np.ndarray],
+                model_sizes: Mapping[str, int] | None) -> dict[str, int]:
+    """The sizes of a site that carries sizes on its real values: the model's own
+    (``model_sizes``), then what the shapes of ``arrays`` give; ``{}`` for another site.
+    """
+    if not region.sizes:
+        return {}
+    known = {**(model_sizes or {}), **_symbolic_sizes(region.before, arrays)}
+    return _solved_sizes(region.before, arrays, known)
+
+
+def _random_inputs(region: _Region, seed: int, shape_vars: dict[str, int],
+                   sizes: Mapping[str, int], low: float, high: float) -> list[np.ndarray]:
     """:func:`~patternkit.verification.numeric.random_inputs` for the inputs of ``region``.
 
     A site that carries sizes (:attr:`_Region.sizes`) is drawn from its function with
-    every size bound (a size ``shape_vars`` does not name gets
-    :data:`~patternkit.verification.numeric.DEFAULT_DIM`), so that a dimension ``4 * s``
-    is drawn ``4 *`` the value ``s`` is passed with.
+    every size bound to its value in ``sizes``, so that a dimension ``4 * s`` is drawn
+    ``4 *`` the value ``s`` is passed with.
     """
     func = region.before
     if region.sizes:
-        values = {v: shape_vars.get(v.name, numeric.DEFAULT_DIM)
+        values = {v: sizes[v.name]
                   for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
         bound = func.bind_symbolic_vars(values)
         func = relax.Function(bound.params[:len(region.inputs)], bound.body, bound.ret_ty,
@@ -772,6 +792,7 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
     capture_note = ""
     if probe is not None and inputs is not None:  # a probe is made only for inputs
         real_values, capture_note = _read_values(probe, built.probe_vm, list(inputs))
+    model_sizes = _model_sizes(before, func_name, inputs, groups)
     for number, regions in enumerate(groups):
         first = regions[0]
         site_vm, why = built.vm_of(number)
@@ -790,8 +811,22 @@ def validate_sites(before: tvm.IRModule, after: tvm.IRModule | None, log: Rewrit
         if not real and inputs is not None:
             site.inputs.append("real values: " + (capture_note or "not available (an input "
                                "is made by an earlier rewrite or lives in another function)"))
-        _run_site(site, site_vm, number, _draws(first, real, seed), tol, first, widen)
+        _run_site(site, site_vm, number, _draws(first, real, seed, model_sizes), tol, first,
+                  widen)
     return report
+
+
+def _model_sizes(before: tvm.IRModule, func_name: str, inputs: Sequence[np.ndarray] | None,
+                 groups: list[list[_Region]]) -> dict[str, int]:
+    """The symbolic sizes the model's own inputs give its entry function (``{}`` unless
+    a site carries sizes, :func:`_carried_sizes`): a size a site sees only multiplied by
+    another (``b * s``) is read off the model, where it stands alone.
+    """
+    if inputs is None or not any(regions[0].sizes for regions in groups):
+        return {}
+    if not any(gv.name_hint == func_name for gv in before.functions):
+        return {}
+    return _symbolic_sizes(before[func_name], list(inputs))
 
 
 @dataclass
@@ -942,9 +977,9 @@ def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
     """Run every draw on both sides and set the site's verdict."""
     errors: list[tuple[float, float]] = []
     inconclusive: list[str] = []
-    for label, arrays in draws:
+    for label, arrays, sizes in draws:
         try:
-            tensors = [C.to_tensor(a) for a in arrays] + _size_arguments(region, arrays)
+            tensors = [C.to_tensor(a) for a in arrays] + _size_arguments(region, sizes)
             ref = numeric.flatten(vm[f"site{number}_before"](*tensors))
             got = numeric.flatten(vm[f"site{number}_after"](*tensors))
         except Exception as err:  # noqa: BLE001 - a draw the region cannot take
@@ -952,7 +987,7 @@ def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
             continue
         verdict = judge(ref, got, tol.rtol, tol.atol)
         if verdict.verdict == "fail" and widen is not None:
-            verdict = _arbitrate(verdict, region, arrays, ref, got, tol, widen)
+            verdict = _arbitrate(verdict, region, arrays, sizes, ref, got, tol, widen)
         site.inputs.append(f"{label}: {verdict.verdict}")
         if verdict.verdict == "inconclusive":
             inconclusive.append(f"{label}: {verdict.reason}")
@@ -972,8 +1007,8 @@ def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
 
 
 def _arbitrate(verdict: Judgement, region: _Region, arrays: list[np.ndarray],
-               ref: list[np.ndarray], got: list[np.ndarray], tol: Tolerance,
-               widen: Callable) -> Judgement:
+               sizes: Mapping[str, int], ref: list[np.ndarray], got: list[np.ndarray],
+               tol: Tolerance, widen: Callable) -> Judgement:
     """A missed draw measured against the region in float64: the replacement passes when
     it is at most :data:`SLACK` times as far from it as the region itself (+ atol).
     """
@@ -983,7 +1018,7 @@ def _arbitrate(verdict: Judgement, region: _Region, arrays: list[np.ndarray],
                        else a for a in arrays]
         vm = numeric.build(_module({"wide": wide.with_attr("global_symbol", "wide")}))
         truth = numeric.flatten(vm["wide"](*[C.to_tensor(a) for a in wide_inputs],
-                                           *_size_arguments(region, wide_inputs)))
+                                           *_size_arguments(region, sizes)))
     except Exception:  # noqa: BLE001 - no arbitration: the miss stands
         return verdict
     if len(truth) != len(ref):

@@ -68,10 +68,38 @@ def test_a_site_read_as_a_multiple_of_the_batch_runs_on_its_real_values_and_draw
     real = [given.get(C.var_name(x), np.asarray(inputs[0]).reshape(8, 3, 4, 4))
             for x in region.inputs]
     windows = next(i for i, x in enumerate(region.inputs) if len(x.ty.shape) == 4)
-    shapes = {label: arrays[windows].shape[0] for label, arrays in
-              _draws(region, [("real values", real)], seed=0)}
-    assert shapes["uniform [-1, 1]"] == 8 and shapes["zeros"] == 8
-    assert shapes["uniform [-1, 1], every symbolic dimension 1"] == 4
+    draws = {label: (arrays[windows].shape[0], sizes) for label, arrays, sizes in
+             _draws(region, [("real values", real)], seed=0)}
+    assert draws["real values"] == (8, {"n": 2})
+    assert draws["uniform [-1, 1]"] == draws["zeros"] == (8, {"n": 2})
+    assert draws["uniform [-1, 1], every symbolic dimension 1"] == (4, {"n": 1})
+
+
+def test_a_site_read_as_a_product_of_two_sizes_takes_them_from_the_model_inputs():
+    n, m = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("m", "int64")
+    x = relax.Var("x", _f32((n, m, 3, 4, 4)))
+    gamma, beta, mean, var = (relax.Var(name, _f32((3, 1, 1)))
+                              for name in ("gamma", "beta", "mean", "var"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, gamma, beta, mean, var]):
+        with bb.dataflow():
+            flat = bb.emit(relax.op.reshape(x, relax.ShapeExpr([n * m, 3, 4, 4])))
+            out = gamma * (flat - mean) / relax.op.sqrt(var + relax.const(1e-5, "float32"))
+            result = bb.emit_output(out + beta)
+        bb.emit_func_output(result)
+    mod = relax.transform.Normalize()(bb.get())
+    log = pk.RewriteLog()
+    after = pk.rewrite(BatchnormCollapse(), mod, log=log)
+    inputs = numeric.random_inputs(mod["main"], seed=1, shape_vars={"n": 2, "m": 3},
+                                   positive=("var",))
+    with_inputs = validate_sites(mod, after, log, inputs=inputs)
+    (site,) = with_inputs.sites
+    assert site.status == "pass", str(site)
+    assert site.inputs[0] == f"real values at {site.binding}: pass"
+    assert "uniform [0.5, 1.5], every symbolic dimension 1: pass" in site.inputs
+    # without the model's inputs, the drawn sizes are passed as they were drawn
+    (drawn,) = validate_sites(mod, after, log).sites
+    assert drawn.status == "pass" and "uniform [-1, 1]: pass" in drawn.inputs
 
 
 def test_a_rounding_miss_at_such_a_site_is_measured_against_float64_with_its_sizes():
