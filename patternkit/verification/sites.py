@@ -27,8 +27,9 @@ sites out first, :mod:`patternkit.verification.joint` builds them all at once).
 A site may read tensors whose shapes use a symbolic size only inside an expression (the
 ``4 * s`` windows of a shifted-window attention over a batch of ``s``): TVM's VM cannot
 read ``s`` off such a shape, so the site's functions take it as a last ``R.Shape([s])``
-parameter, valued in each call from the shapes of the tensors passed (the model's own
-values, or a draw made with the same ``s``).
+parameter.  On the model's own values it is read off the model's inputs (where ``s``
+stands alone) or solved from the shapes of the site's inputs; each adversarial draw
+passes the sizes it was drawn with.
 
 The judgement (:func:`judge`) is elementwise ``|got - ref| <= rtol * |ref| + atol * scale``,
 with ``scale`` the reference's root mean square: a 1 % error fails wherever it happens,
@@ -653,7 +654,7 @@ def _draws(region: _Region, real: list[tuple[str, list[np.ndarray]]], seed: int,
             drawn_sizes = {name: shape_vars.get(name, numeric.DEFAULT_DIM)
                            for name in symbolic}
             try:
-                arrays = _random_inputs(region, seed, shape_vars, drawn_sizes, low, high)
+                arrays = _random_inputs(region, seed, drawn_sizes, low, high)
             except ValueError:
                 continue
             for i, value in constants.items():
@@ -680,23 +681,23 @@ def _real_sizes(region: _Region, arrays: Sequence[np.ndarray],
     return _solved_sizes(region.before, arrays, known)
 
 
-def _random_inputs(region: _Region, seed: int, shape_vars: dict[str, int],
-                   sizes: Mapping[str, int], low: float, high: float) -> list[np.ndarray]:
-    """:func:`~patternkit.verification.numeric.random_inputs` for the inputs of ``region``.
+def _random_inputs(region: _Region, seed: int, sizes: dict[str, int], low: float,
+                   high: float) -> list[np.ndarray]:
+    """:func:`~patternkit.verification.numeric.random_inputs` for the inputs of
+    ``region``, every symbolic size valued by ``sizes``.
 
     A site that carries sizes (:attr:`_Region.sizes`) is drawn from its function with
-    every size bound to its value in ``sizes``, so that a dimension ``4 * s`` is drawn
-    ``4 *`` the value ``s`` is passed with.
+    every size bound, so that a dimension ``4 * s`` is drawn ``4 *`` the value ``s`` is
+    passed with.
     """
     func = region.before
-    if region.sizes:
-        values = {v: sizes[v.name]
-                  for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)}
-        bound = func.bind_symbolic_vars(values)
-        func = relax.Function(bound.params[:len(region.inputs)], bound.body, bound.ret_ty,
-                              bound.is_pure, bound.attrs)  # drawn from, never built
-        shape_vars = {}
-    return numeric.random_inputs(func, seed=seed, shape_vars=shape_vars, low=low, high=high)
+    if not region.sizes:
+        return numeric.random_inputs(func, seed=seed, shape_vars=sizes, low=low, high=high)
+    bound = func.bind_symbolic_vars(
+        {v: sizes[v.name] for p in func.params for v in relax.analysis.tir_vars_in_type(p.ty)})
+    tensors_only = relax.Function(bound.params[:len(region.inputs)], bound.body, bound.ret_ty,
+                                  bound.is_pure, bound.attrs)  # drawn from, never built
+    return numeric.random_inputs(tensors_only, seed=seed, low=low, high=high)
 
 
 def _mask_params(func: relax.Function) -> list[int]:

@@ -11,7 +11,7 @@ import patternkit as pk
 from patternkit.patterns import LIBRARY
 from patternkit.patterns.batchnorm import BatchnormCollapse
 from patternkit.verification import numeric
-from patternkit.verification.sites import judge, validate_sites
+from patternkit.verification.sites import judge, plan_sites, validate_sites
 
 
 def _f32(shape):
@@ -187,4 +187,8 @@ def test_every_site_of_a_zoo_model_is_validated_on_its_own_values(name, options,
     # an attention's mask is also drawn with rows that are entirely -inf (padding)
     assert all("rows masked with -inf: pass" in s.inputs for s in report.sites
                if s.rule == "attention.collapse")
+    # sizes that stand alone (a dynamic batch) are read off the tensors: the site functions
+    # take exactly the region's inputs, no sizes parameter
+    regions = [r for group in plan_sites(model.mod, log, model.entry).groups for r in group]
+    assert all(not r.sizes and len(r.before.params) == len(r.inputs) for r in regions)
     assert tvm_ffi.structural_equal(model.mod, zoo(name, **options).mod)
