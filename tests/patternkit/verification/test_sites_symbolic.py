@@ -61,8 +61,9 @@ def test_a_site_read_as_a_multiple_of_the_batch_runs_on_its_real_values_and_draw
     # the site takes n as a trailing R.Shape([n]); the draws keep n = 2, the real value
     plan = plan_sites(mod, log)
     (region,) = [regions[0] for regions in plan.groups]
-    *tensors, sizes = region.before.params
-    assert isinstance(sizes.ty, relax.ShapeType) and [v.name for v in sizes.ty.values] == ["n"]
+    *tensors, carried = region.before.params
+    assert isinstance(carried.ty, relax.ShapeType)
+    assert [v.name for v in carried.ty.values] == ["n"]
     assert len(tensors) == len(region.inputs)
     given = dict(zip(["gamma", "beta", "mean", "var"], inputs[1:]))
     real = [given.get(C.var_name(x), np.asarray(inputs[0]).reshape(8, 3, 4, 4))
