@@ -319,19 +319,15 @@ class _TableCheck:
     def value_matches(self, trie: Trie, value: Any, table: dict[int, Any]) -> bool:
         """May ``value`` (an expression of the block of ``table``) pass ``trie``?
 
-        The hot loop of the check: loops instead of generators, the handle read
-        directly (every argument of a Relax call is a TVM object).
+        The hot loop of the check: loops instead of generators.
         """
         if trie is None:
             return True
         while type(value) in VAR_TYPES:
-            value = table.get(value.__chandle__())
+            value = table.get(handle(value))
             if value is None:
                 return False
-        try:
-            key = value.__chandle__()
-        except AttributeError:
-            return False
+        key = handle(value)  # every argument of a Relax call is a TVM object
         entry = trie.get(self.call_ops.get(key, -1))
         if entry is None:
             return False
