@@ -393,7 +393,23 @@ class Matcher(_MatchRecord):
         return scalar_matches(pattern, value), (expr if via is None else value), via
 
     def _on_call(self, pattern: CallPattern, expr: Any) -> _Outcome:
-        value, via = self._resolve(expr)
+        # _resolve, inlined for the engine's table: a call pattern is most of a rule's
+        # nodes, and most of them look through one Var
+        get = self._table_get
+        if get is None:
+            value, via = self._resolve(expr)
+        else:
+            value, via = expr, None
+            internal = self._internal
+            while type(value) in VAR_TYPES:
+                key = handle(value)
+                found = get(key)
+                if found is None:
+                    break
+                if key not in internal:
+                    internal[key] = value
+                    self._trail.append(("internal", key))
+                via, value = value, found
         if type(value) is not relax.Call:
             return False, None, None
         # _match_call, inlined: a call pattern is most of a rule's nodes.
@@ -421,8 +437,7 @@ class Matcher(_MatchRecord):
         if self._table_get is not None:  # the engine's index: alternatives flattened (_Flat)
             # _Flat.of's look-up, without its frame: every | of every match comes here
             flat = pattern.__dict__.get("_flat_alternatives") or _Flat.of(pattern)
-            memo = self._memo
-            if not any(node in memo for node in flat.nested):
+            if self._memo.keys().isdisjoint(flat.nested):
                 return self._on_flat_alt(flat, expr, mark)
         if self.visit(pattern.left, expr):
             return True, self._memo[pattern.left], self._via.get(pattern.left)
@@ -446,10 +461,11 @@ class Matcher(_MatchRecord):
         value, op_key = _value_and_op(expr, get, call_ops)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
-        for alternative, required, path, ahead, swap in flat.alternatives:
+        tried = flat.by_op.get(op_key)
+        if tried is None:
+            tried = flat.for_op(op_key)
+        for alternative, required, path, ahead, swap in tried:
             if required is not None:
-                if op_key not in required:
-                    continue
                 if ahead is not None and op_key == ahead[0]:
                     if args is None:
                         args = self._args_of(value)
@@ -678,7 +694,20 @@ class Matcher(_MatchRecord):
             return False
         trail = self._trail
         mark = len(trail)
-        if self._match_args(pargs, args):
+        # _match_args, inlined (the operands in order, the usual case)
+        visit, memo, inputs = self.visit, self._memo, self._inputs
+        for p, a in zip(pargs, args):
+            if type(p) is WildcardPattern and p not in memo:
+                memo[p] = a
+                if type(a) is not tvm.ir.Op:
+                    akey = handle(a)
+                    if akey not in inputs:
+                        inputs[akey] = a
+                        trail.append(("input", akey))
+                trail.append(("memo", p))
+            elif not visit(p, a):
+                break
+        else:
             return True
         if len(trail) > mark:
             self._rollback(mark)
@@ -851,7 +880,7 @@ class _Flat:
     pattern (patterns are not changed once built) and kept on it (:meth:`of`).
     """
 
-    __slots__ = ("alternatives", "nested")
+    __slots__ = ("alternatives", "nested", "by_op")
 
     def __init__(self, top: AltPattern):
         alternatives: list[tuple[DFPattern, frozenset[int] | None, tuple[DFPattern, ...],
@@ -874,6 +903,17 @@ class _Flat:
         flatten(top, ())
         self.alternatives = tuple(alternatives)
         self.nested = tuple(nested)
+        #: operator handle (``None``: not a call) -> the alternatives that may match a
+        #: call of it, in order (:meth:`for_op`)
+        self.by_op: dict[int | None, tuple[Any, ...]] = {}
+
+    def for_op(self, op_key: int | None) -> tuple[Any, ...]:
+        """The alternatives that may match an expression calling ``op_key`` (``None``:
+        not an operator call), in the order they are tried; kept for the next time.
+        """
+        found = self.by_op[op_key] = tuple(
+            entry for entry in self.alternatives if entry[1] is None or op_key in entry[1])
+        return found
 
     @classmethod
     def of(cls, pattern: AltPattern) -> "_Flat":
