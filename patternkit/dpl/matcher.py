@@ -461,11 +461,10 @@ class Matcher(_MatchRecord):
         value, op_key = _value_and_op(expr, get, call_ops)
         visit, memo, via_of, trail = self.visit, self._memo, self._via, self._trail
         args = None
-        tried = flat.by_op.get(op_key)
-        if tried is None:
-            tried = flat.for_op(op_key)
-        for alternative, required, path, ahead, swap in tried:
+        for alternative, required, path, ahead, swap in flat.alternatives:
             if required is not None:
+                if op_key not in required:
+                    continue
                 if ahead is not None and op_key == ahead[0]:
                     if args is None:
                         args = self._args_of(value)
@@ -880,7 +879,7 @@ class _Flat:
     pattern (patterns are not changed once built) and kept on it (:meth:`of`).
     """
 
-    __slots__ = ("alternatives", "nested", "by_op")
+    __slots__ = ("alternatives", "nested")
 
     def __init__(self, top: AltPattern):
         alternatives: list[tuple[DFPattern, frozenset[int] | None, tuple[DFPattern, ...],
@@ -903,17 +902,6 @@ class _Flat:
         flatten(top, ())
         self.alternatives = tuple(alternatives)
         self.nested = tuple(nested)
-        #: operator handle (``None``: not a call) -> the alternatives that may match a
-        #: call of it, in order (:meth:`for_op`)
-        self.by_op: dict[int | None, tuple[Any, ...]] = {}
-
-    def for_op(self, op_key: int | None) -> tuple[Any, ...]:
-        """The alternatives that may match an expression calling ``op_key`` (``None``:
-        not an operator call), in the order they are tried; kept for the next time.
-        """
-        found = self.by_op[op_key] = tuple(
-            entry for entry in self.alternatives if entry[1] is None or op_key in entry[1])
-        return found
 
     @classmethod
     def of(cls, pattern: AltPattern) -> "_Flat":
