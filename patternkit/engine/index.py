@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import tvm
 from tvm import relax
@@ -257,25 +257,34 @@ class FunctionIndex:
     def candidates_for(self, pattern: DFPattern) -> list[tuple[int, int]]:
         """The positions of the bindings that may be the root of a match of ``pattern``.
 
-        :meth:`candidates` of its root operators, less those the check compiled from the
-        pattern's top rejects (:mod:`~patternkit.engine.prefilter`: over the snapshot's
-        integers, or over this index's call tables): each of those the matcher would
-        have failed.
+        :meth:`candidates` of its root operators, less those :meth:`root_check` rejects:
+        each of those the matcher would have failed.
         """
         found = self.candidates(root_op_names(pattern))
-        if not found:
-            return found
+        check = self.root_check(pattern) if found else None
+        return found if check is None else [at for at in found if check(at)]
+
+    def root_check(self, pattern: DFPattern) -> Callable[[tuple[int, int]], bool] | None:
+        """``accepts(position)``: may the binding at ``position`` (one of
+        :meth:`candidates`) be the root of a match of ``pattern``?  ``None`` when the
+        pattern's top constrains nothing the index holds.
+
+        The check compiled from the pattern's top (:mod:`~patternkit.engine.prefilter`),
+        over the snapshot's integers or over this index's call tables.  A necessary
+        condition: a position it rejects is one the matcher would fail.
+        """
         snap = self.snapshot
         if snap is None:
             check = table_filter(pattern, self.call_ops, self.call_args)
             if check is None:
-                return found
-            return _checked(found, check, self.keys, self.values)
+                return None
+            keys, values = self.keys, self.values
+            return lambda at: check(values[at[0]], keys[at[0]][at[1]][0])
         accepts = root_filter(pattern, snap, self.pure_ops)
         if accepts is None:
-            return found
+            return None
         starts = self.block_starts
-        return [at for at in found if accepts(starts[at[0]] + at[1])]
+        return lambda at: accepts(starts[at[0]] + at[1])
 
     def may_hold(self, root_keys: Iterable[str] | None,
                  required: tuple[frozenset[str], ...] = ()) -> bool:
@@ -354,30 +363,6 @@ class FunctionIndex:
         self.values[bi].pop(key, None)
         if _RECENT.get(handle(self.func)) is self:  # no longer the index of self.func
             del _RECENT[handle(self.func)]
-
-
-#: How many candidates :func:`_checked` tests before it judges whether the table check
-#: pays: a composite entry's roots mostly match (every ``matmul`` of GPT-2 takes its
-#: bias), and testing them all costs more than the matcher saves.
-CHECK_PROBE = 16
-
-
-def _checked(found: list[tuple[int, int]], check: Any, keys: list[list[tuple[int, bool]]],
-             values: list[dict[int, Any]]) -> list[tuple[int, int]]:
-    """``found`` less the candidates ``check(table, key)`` rejects.
-
-    Once :data:`CHECK_PROBE` candidates are tested, the rest are kept untested if the
-    check kept more than half of those: either way the matcher sees every candidate
-    that can match, so the result of a pass does not depend on it.
-    """
-    kept: list[tuple[int, int]] = []
-    for n, at in enumerate(found):
-        if n == CHECK_PROBE and 2 * len(kept) > n:
-            kept.extend(found[n:])
-            break
-        if check(values[at[0]], keys[at[0]][at[1]][0]):
-            kept.append(at)
-    return kept
 
 
 def _add_binding(index: FunctionIndex, bi: int, j: int, binding: Any, table: Any,

@@ -21,7 +21,7 @@ from tvm import relax
 
 from ..dpl.dominator import Uses
 from ..dpl.matcher import Match, Matcher
-from ..dpl.pattern import DFPattern
+from ..dpl.pattern import DFPattern, root_op_names
 from ..ir import compat as C
 from .index import FunctionIndex
 from .rule import MatchCheck, Reject, RuleMatch, judge
@@ -93,6 +93,13 @@ def group_check(check: MatchCheck, roles: Mapping[str, DFPattern],
     return run
 
 
+#: How many candidate roots :func:`find_groups` tests with the index's root check before
+#: it judges whether the check pays: a composite entry's roots mostly match (every
+#: ``matmul`` of GPT-2 takes its bias), and testing them all costs more than the matcher
+#: saves.  Either way the matcher sees every root that can match.
+CHECK_PROBE = 16
+
+
 def find_groups(index: FunctionIndex, pattern: DFPattern,
                 check: Callable[[Group], Any] | None = None,
                 allow_escaping_intermediates: bool = False, *,
@@ -141,12 +148,22 @@ def find_groups(index: FunctionIndex, pattern: DFPattern,
                 for table in index.values]
     dead = index.dead_code
     keys, values = index.keys, index.values
-    for position in reversed(index.candidates_for(pattern)):
+    check_root = index.root_check(pattern)
+    tested = passed = 0
+    for position in reversed(index.candidates(root_op_names(pattern))):
         root_key = keys[position[0]][position[1]][0]  # the root's handle, without an FFI read
         if root_key in dead:
             continue
         if not report_claimed and (root_key in claimed or (taken and root_key in taken)):
             continue  # a match here would be an overlap, and nobody asks why
+        if check_root is not None:  # a root the matcher would fail, dropped cheaply
+            tested += 1
+            accepted = check_root(position)
+            passed += accepted
+            if tested == CHECK_PROBE and 2 * passed > tested:
+                check_root = None  # most roots pass: the matcher alone is cheaper
+            if not accepted:
+                continue
         binding = index.binding_at(position)
         # the value as the index holds it (no FFI read), unless the binding is impure
         value = values[position[0]].get(root_key)
