@@ -89,8 +89,8 @@ def _reduce(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var]:
 
     def convert(node: Any, importer: Any) -> relax.Var:
         x = importer.env[node.args[0]]
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
-        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        dim = _argument(node, 1, "dim", [])
+        keepdim = _argument(node, 2, "keepdim", False)
         axes = [dim] if isinstance(dim, int) else list(dim)
         return importer.block_builder.emit(op(x, axes or None, bool(keepdim)))
 
@@ -153,6 +153,13 @@ def _float32_norm(importer: Any, norm: Callable[..., relax.Expr], x: relax.Expr,
     return builder.emit(relax.op.astype(out, dtype_of(type_of(x))))
 
 
+def _argument(node: Any, at: int, name: str, default: Any = None) -> Any:
+    """The FX node's argument at position ``at``, else its keyword ``name``, else
+    ``default``: torch.export passes an aten argument either way.
+    """
+    return node.args[at] if len(node.args) > at else node.kwargs.get(name, default)
+
+
 def _param(importer: Any, node: Any, at: int) -> relax.Expr | None:
     arg = node.args[at] if len(node.args) > at else None
     return importer.env.get(arg) if arg is not None else None
@@ -172,7 +179,7 @@ def _layer_norm(node: Any, importer: Any) -> relax.Var | None:
     beta = _param(importer, node, 3)
     gamma = relax.const(np.ones(normalized, NORM_DTYPE)) if gamma is None else gamma
     beta = relax.const(np.zeros(normalized, NORM_DTYPE)) if beta is None else beta
-    eps = node.args[4] if len(node.args) > 4 else 1e-5
+    eps = _argument(node, 4, "eps", 1e-5)
     return _float32_norm(importer, relax.op.nn.layer_norm, x, gamma, beta,
                          axes=list(range(-len(normalized), 0)), epsilon=eps)
 
@@ -207,7 +214,7 @@ def _instance_norm(node: Any, importer: Any) -> relax.Var | None:
     beta = _param(importer, node, 2)
     gamma = relax.op.ones([shape[1]], dtype) if gamma is None else gamma
     beta = relax.op.zeros([shape[1]], dtype) if beta is None else beta
-    eps = node.args[5] if len(node.args) > 5 else node.kwargs.get("eps", 1e-5)
+    eps = _argument(node, 5, "eps", 1e-5)
     attrs = dict(channel_axis=1, axes=[0, *range(2, len(shape))], epsilon=eps)
     if _is_cast_norm(x):
         return _float32_norm(importer, relax.op.nn.instance_norm, x, gamma, beta, **attrs)
@@ -219,12 +226,12 @@ def _vector_norm(node: Any, importer: Any) -> relax.Var | None:
     order 2 (None otherwise: TVM's converter runs).
     """
     x = importer.env[node.args[0]]
-    order = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord", 2)
+    order = _argument(node, 1, "ord", 2)
     if (dtype_of(type_of(x)) != POWER_DTYPE or isinstance(order, bool)
             or not isinstance(order, (int, float)) or float(order) != 2.0):
         return None
-    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
-    keepdim = node.args[3] if len(node.args) > 3 else node.kwargs.get("keepdim", False)
+    dim = _argument(node, 2, "dim")
+    keepdim = _argument(node, 3, "keepdim", False)
     axes = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
     wide = relax.op.astype(x, NORM_DTYPE)
     total = relax.op.sum(relax.op.multiply(wide, wide), axes, bool(keepdim))
@@ -236,7 +243,7 @@ def _power(node: Any, importer: Any) -> relax.Var | None:
     (None otherwise: TVM's converter runs).
     """
     x = importer.env[node.args[0]]
-    exponent = node.args[1] if len(node.args) > 1 else node.kwargs.get("exponent")
+    exponent = _argument(node, 1, "exponent")
     if (dtype_of(type_of(x)) != POWER_DTYPE or isinstance(exponent, bool)
             or not isinstance(exponent, (int, float)) or float(exponent) not in EXACT_POWERS):
         return None
