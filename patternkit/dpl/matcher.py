@@ -693,20 +693,7 @@ class Matcher(_MatchRecord):
             return False
         trail = self._trail
         mark = len(trail)
-        # _match_args, inlined (the operands in order, the usual case)
-        visit, memo, inputs = self.visit, self._memo, self._inputs
-        for p, a in zip(pargs, args):
-            if type(p) is WildcardPattern and p not in memo:
-                memo[p] = a
-                if type(a) is not tvm.ir.Op:
-                    akey = handle(a)
-                    if akey not in inputs:
-                        inputs[akey] = a
-                        trail.append(("input", akey))
-                trail.append(("memo", p))
-            elif not visit(p, a):
-                break
-        else:
+        if self._match_args(pargs, args):
             return True
         if len(trail) > mark:
             self._rollback(mark)
