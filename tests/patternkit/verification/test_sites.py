@@ -109,7 +109,7 @@ def test_identical_sites_are_built_once_and_run_on_every_duplicates_values():
     assert report.by_rule()["batchnorm.collapse"]["validated"] == 3
 
 
-def test_a_site_of_a_symbolic_dimension_is_run_with_it_bound_to_one():
+def test_a_site_of_a_symbolic_dimension_is_cut_out_as_is_and_run_with_it_bound_to_one():
     n = tvm.tirx.Var("n", "int64")
     x = relax.Var("x", _f32((n, 3, 4, 4)))
     gamma, beta, mean, var = (relax.Var(name, _f32((3, 1, 1)))
@@ -118,6 +118,10 @@ def test_a_site_of_a_symbolic_dimension_is_run_with_it_bound_to_one():
                        + beta)
     log = pk.RewriteLog()
     after = pk.rewrite(BatchnormCollapse(), mod, log=log)
+    # a size that stands alone in an input's shape: the region's inputs, no sizes argument
+    (region,) = [regions[0] for regions in plan_sites(mod, log).groups]
+    assert len(region.before.params) == len(region.after.params) == len(region.inputs)
+    assert all(isinstance(p.ty, relax.TensorType) for p in region.before.params)
     report = validate_sites(mod, after, log)  # no inputs: adversarial draws only
     (site,) = report.sites
     assert site.status == "pass"
