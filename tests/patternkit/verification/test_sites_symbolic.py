@@ -49,17 +49,27 @@ def _batchnorm_of_windows() -> tvm.IRModule:
     return _batchnorm_of_merged((n, 4, 3, 4, 4), [4 * n, 3, 4, 4])
 
 
-def test_a_site_read_as_a_multiple_of_the_batch_runs_on_its_real_values_and_draws():
-    mod = _batchnorm_of_windows()
-    text = mod.script()
+def _validated_on_real_values(mod: tvm.IRModule, shape_vars: dict[str, int]) -> tuple:
+    """``batchnorm.collapse`` on ``mod``, its one site validated on the model's values
+    drawn with ``shape_vars``: asserts it passes there first; returns ``(after, log,
+    inputs, report)``.
+    """
     log = pk.RewriteLog()
     after = pk.rewrite(BatchnormCollapse(), mod, log=log)
-    inputs = numeric.random_inputs(mod["main"], seed=1, shape_vars={"n": 2},
+    inputs = numeric.random_inputs(mod["main"], seed=1, shape_vars=shape_vars,
                                    positive=("var",))
     report = validate_sites(mod, after, log, inputs=inputs)
     (site,) = report.sites
     assert site.status == "pass", str(site)
     assert site.inputs[0] == f"real values at {site.binding}: pass"
+    return after, log, inputs, report
+
+
+def test_a_site_read_as_a_multiple_of_the_batch_runs_on_its_real_values_and_draws():
+    mod = _batchnorm_of_windows()
+    text = mod.script()
+    _, log, inputs, report = _validated_on_real_values(mod, {"n": 2})
+    (site,) = report.sites
     assert "wide [-10000, 10000]: pass" in site.inputs
     assert "uniform [0.5, 1.5], every symbolic dimension 1: pass" in site.inputs
     assert report.builds == 1
@@ -86,14 +96,8 @@ def test_a_site_read_as_a_multiple_of_the_batch_runs_on_its_real_values_and_draw
 def test_a_site_read_as_a_product_of_two_sizes_takes_them_from_the_model_inputs():
     n, m = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("m", "int64")
     mod = _batchnorm_of_merged((n, m, 3, 4, 4), [n * m, 3, 4, 4])
-    log = pk.RewriteLog()
-    after = pk.rewrite(BatchnormCollapse(), mod, log=log)
-    inputs = numeric.random_inputs(mod["main"], seed=1, shape_vars={"n": 2, "m": 3},
-                                   positive=("var",))
-    with_inputs = validate_sites(mod, after, log, inputs=inputs)
+    after, log, _, with_inputs = _validated_on_real_values(mod, {"n": 2, "m": 3})
     (site,) = with_inputs.sites
-    assert site.status == "pass", str(site)
-    assert site.inputs[0] == f"real values at {site.binding}: pass"
     assert "uniform [0.5, 1.5], every symbolic dimension 1: pass" in site.inputs
     # without the model's inputs, the drawn sizes are passed as they were drawn
     (drawn,) = validate_sites(mod, after, log).sites
