@@ -8,14 +8,17 @@ tagged with Relay's ``PartitionedFromPattern`` string.  :func:`patternkit.partit
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..ir import compat as C
 from ..ir.kinds import PARTITIONED_FROM_PATTERN
 from ..ir.opnames import relay_short_name
+from ..ir.outline import outline as native_outline
 from ..ir.walk import CALL, GET_ITEM, KIND_OF, TUPLE, VAR, expr_kind, substitute
 from .index import FunctionIndex
 from .proposal import Group
@@ -89,12 +92,32 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
 
     Every copied call keeps the type of the call it copies: the parameters have the
     types of the inputs they stand for, so inference would find the same types again.
-    The Vars, calls, bindings, block, body and function are built through the FFI
-    constructors directly (a composite is built per match, and the Python wrappers'
-    argument conversion was most of its cost).
+    A match of operator calls over leaves is copied in one native call
+    (:mod:`patternkit.ir.outline`); any other, or without native code, through one FFI
+    constructor per Var, call, binding, block, body and function (a composite is built
+    per match, and the Python wrappers' argument conversion was most of its cost).  Both
+    give the same function.
     """
     group_id = group.gid
     inputs = lifted_inputs(group) if inputs is None else inputs
+    position = index.position
+    members = sorted((position[key], key)
+                     for key in (*group.match.internal_keys, C.handle(group.root_var)))
+    built = native_outline(inputs, [C.type_of(e) for e in inputs],
+                           [index.binding_at(at) for at, _ in members],
+                           f"FunctionVar_{group_id}_", _attrs_callback(attrs), not normalize)
+    if built is not None:
+        return relax.BlockBuilder().normalize(built) if normalize else built
+    return _built_in_python(index, group, attrs, inputs, members, normalize)
+
+
+def _built_in_python(index: FunctionIndex, group: Group, attrs: dict[str, Any],
+                     inputs: list[Any], members: list[tuple[tuple[int, int], int]],
+                     normalize: bool) -> relax.Function:
+    """:func:`build_group_function` through the FFI constructors, one call each: for any
+    match (tuples, projections), when the native outliner is off or does not take it.
+    """
+    group_id = group.gid
     mapping: dict[Any, Any] = {}
     params = []
     for i, expr in enumerate(inputs):
@@ -102,8 +125,6 @@ def build_group_function(index: FunctionIndex, group: Group, attrs: dict[str, An
         params.append(param)
         mapping[C.handle(expr)] = param
     root_key = C.handle(group.root_var)
-    position = index.position
-    members = sorted((position[key], key) for key in (*group.match.internal_keys, root_key))
     bindings = []
     values: dict[int, Any] = {}  # handle of an interior Var -> its value, for the name
     typed = True
@@ -148,6 +169,38 @@ def _function_attrs(partition: str, attrs: dict[str, Any]) -> Any:
             _ATTRS.clear()
         found = _ATTRS[key] = tvm.ir.DictAttrs(items)
     return found
+
+
+#: ``attrs_of(names)`` callbacks of the native outliner, by the attributes they add: the
+#: composites of one entry share one (converting a Python callable for the FFI costs
+#: about 2 us).
+_CALLBACKS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _attrs_callback(attrs: dict[str, Any]) -> Any:
+    """The FFI callable giving an outlined function's attributes from its operator names
+    (:func:`patternkit.ir.outline.outline`'s ``attrs_of``).
+    """
+    def attrs_of(names: str) -> Any:
+        return _function_attrs(_partition_of_names(names), attrs)
+
+    if not all(type(v) is str for v in attrs.values()):
+        return tvm_ffi.convert(attrs_of)
+    key = tuple(attrs.items())
+    found = _CALLBACKS.get(key)
+    if found is None:
+        if len(_CALLBACKS) >= _ATTRS_KEPT:
+            _CALLBACKS.clear()
+        found = _CALLBACKS[key] = tvm_ffi.convert(attrs_of)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def _partition_of_names(names: str) -> str:
+    """Relay's ``PartitionedFromPattern`` from Relax operator names in post-order, each
+    followed by a space: ``"relax.matmul relax.add "`` -> ``"matmul_add_"``.
+    """
+    return "".join(relay_short_name(name) + "_" for name in names.split())
 
 
 def _copied_call(value: Any, op: Any, args: list[Any], mapping: dict[int, Any]) -> Any:

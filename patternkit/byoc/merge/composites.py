@@ -170,7 +170,7 @@ def merge_composite(mod: Any, table: Any, *, compiler: str | None = None,
     CallbackError
         A check raised; the message names the entry and the binding.
     """
-    table = PatternTable(table, compiler)
+    table = PatternTable.of(table, compiler)
     semantics = _semantics(table, semantics, bind_constants, annotate_codegen)
     if semantics == "tvm":
         return apply_to_target(mod, lambda module: _fuse_by_pattern(

@@ -114,6 +114,12 @@ class CompositeEntry:
         return self.name.split(".", 1)[0] if "." in self.name else None
 
 
+#: The tables of the last rule sets :meth:`PatternTable.of` was given, by ``(id, compiler)``;
+#: each kept with its rule set, so that the id cannot be taken by another.
+_TABLES_OF_RULESETS: dict[tuple[int, str | None], tuple[Any, "PatternTable"]] = {}
+_RULESET_TABLES_KEPT = 8
+
+
 class PatternTable(Sequence):
     """A validated, ordered pattern table (earlier entries have higher priority).
 
@@ -178,6 +184,28 @@ class PatternTable(Sequence):
                     f"'{compiler}.<pattern>' for compiler '{compiler}'")
             seen.setdefault(entry.name, i)
             self._entries.append(entry)
+
+    @classmethod
+    def of(cls, table: Any, compiler: str | None = None) -> "PatternTable":
+        """``table`` as a validated :class:`PatternTable`, validated once.
+
+        A :class:`PatternTable` was validated when it was made and is returned as it is
+        (unless ``compiler`` asks for a prefix it was not checked for); the table of a
+        :class:`patternkit.RuleSet`, which cannot change, is kept for the next call.  A
+        pass applied function after function, or a library applied model after model,
+        then checks its 45 entries once, not on every call.
+        """
+        if isinstance(table, PatternTable) and compiler in (None, table.compiler):
+            return table
+        if not isinstance(table, RuleSet):
+            return cls(table, compiler)
+        key = (id(table), compiler)
+        kept = _TABLES_OF_RULESETS.get(key)
+        if kept is None or kept[0] is not table:
+            if len(_TABLES_OF_RULESETS) >= _RULESET_TABLES_KEPT:
+                _TABLES_OF_RULESETS.clear()
+            kept = _TABLES_OF_RULESETS[key] = (table, cls(table, compiler))
+        return kept[1]
 
     @classmethod
     def from_tvm(cls, prefix_or_patterns: str | Iterable[Any], *,

@@ -10,7 +10,13 @@ import tvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.byoc import CompositeLog, PatternTable, composite_counts, merge_composite
+from patternkit.byoc import (
+    CompositeLog,
+    PatternTable,
+    PatternTableError,
+    composite_counts,
+    merge_composite,
+)
 from patternkit.patterns.conv import ConvAddReluComposite
 
 
@@ -93,6 +99,21 @@ def test_a_rule_set_is_a_table_of_its_composites():
         "ccompiler.batch_norm_grad_unscaled", "ccompiler.layer_norm_grad_unscaled",
         "ccompiler.frozen_batch_norm_grad"]
     assert table[0].rule is rules.composites()[0]
+
+
+def test_a_table_is_validated_once_however_often_it_is_applied():
+    from patternkit.patterns import LIBRARY
+
+    rules = LIBRARY.for_compiler("ccompiler")
+    table = PatternTable.of(rules)
+    assert table.names == PatternTable(rules).names
+    assert PatternTable.of(rules) is table  # a rule set cannot change: its table is kept
+    assert PatternTable.of(table) is table and PatternTable.of(table, None) is table
+    assert PatternTable.of(rules, "ccompiler") is not table  # checked for the prefix
+    with pytest.raises(PatternTableError, match=r"must be named 'cutlass.<pattern>'"):
+        PatternTable.of(table, "cutlass")  # a prefix the table was not checked for
+    # a new rule set of the same rules is a table of its own
+    assert PatternTable.of(LIBRARY.for_compiler("ccompiler")) is not table
 
 
 def test_merge_composite_takes_a_rule_set_and_logs_its_rules_reasons():

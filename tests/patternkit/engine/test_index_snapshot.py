@@ -144,8 +144,8 @@ def test_a_failing_native_walk_never_fails_a_rewrite(monkeypatch):
     def crash(func, table):
         raise RuntimeError("InternalError: field not found\nstack")
 
-    monkeypatch.setattr(native, "_walker", crash)
-    monkeypatch.setattr(native, "_failed", False)
+    monkeypatch.setattr(native.WALK, "built", crash)
+    monkeypatch.setattr(native.WALK, "failed", False)
     monkeypatch.delenv(native.NATIVE_VARIABLE, raising=False)
     monkeypatch.setenv(SNAPSHOT_INDEX_VARIABLE, "1")
     relu6 = LIBRARY.find("relu6.collapse")

@@ -186,8 +186,8 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("ninja: build stopped: subcommand failed.\nmore detail")
 
-    monkeypatch.setattr(native, "_walker", None)
-    monkeypatch.setattr(native, "_failed", False)
+    monkeypatch.setattr(native.WALK, "built", None)
+    monkeypatch.setattr(native.WALK, "failed", False)
     monkeypatch.setattr(tvm_ffi.cpp, "load_inline", broken)
     func = _module()["main"]
     with pytest.warns(RuntimeWarning, match=r"native snapshot reader could not be built "
@@ -203,8 +203,8 @@ def test_a_failing_native_walk_warns_once_and_falls_back(monkeypatch):
     def crash(func, table):
         raise RuntimeError("InternalError: field not found\nstack")
 
-    monkeypatch.setattr(native, "_walker", crash)
-    monkeypatch.setattr(native, "_failed", False)
+    monkeypatch.setattr(native.WALK, "built", crash)
+    monkeypatch.setattr(native.WALK, "failed", False)
     func = _module()["main"]
     with pytest.warns(RuntimeWarning, match=r"native snapshot reader failed \(InternalError: "
                                             r"field not found\); using the pure-Python"):
