@@ -29,7 +29,7 @@ from ..ir.rebuild import describe_binding as describe_binding  # the engine's na
 from ..ir.snapshot import FunctionSnapshot
 from ..ir.walk import CALL, GET_ITEM, KIND_OF, LEAF_KINDS, TUPLE, VAR, expr_kind, vars_read
 from .index_snapshot import fill_from_snapshot, read_snapshot
-from .prefilter import root_filter, table_filter
+from .prefilter import operator_keys, root_filter, table_filter
 
 _array_get, _array_size = C._array_get, C._array_size  # pylint: disable=protected-access
 
@@ -136,6 +136,8 @@ class FunctionIndex:
     snapshot: FunctionSnapshot | None = None
     block_starts: list[int] = field(default_factory=list)
     pure_ops: list[bool] = field(default_factory=list)
+    #: The trie key of each operator of the snapshot's table, made on first use.
+    _op_keys: list[int] | None = None
     _dead_reads: dict[int, int] = field(default_factory=dict)
     _dead_readers: dict[int, list[int]] = field(default_factory=dict)
 
@@ -269,9 +271,11 @@ class FunctionIndex:
         :meth:`candidates`) be the root of a match of ``pattern``?  ``None`` when the
         pattern's top constrains nothing the index holds.
 
-        The check compiled from the pattern's top (:mod:`~patternkit.engine.prefilter`),
-        over the snapshot's integers or over this index's call tables.  A necessary
-        condition: a position it rejects is one the matcher would fail.
+        The pattern's top, :data:`~patternkit.engine.prefilter.DEPTH` levels of calls
+        compiled once into a trie keyed by operator handle
+        (:mod:`~patternkit.engine.prefilter`), evaluated over the snapshot's integers or
+        over this index's call tables.  A necessary condition: a position it rejects is
+        one the matcher would fail.
         """
         snap = self.snapshot
         if snap is None:
@@ -280,7 +284,9 @@ class FunctionIndex:
                 return None
             keys, values = self.keys, self.values
             return lambda at: check(values[at[0]], keys[at[0]][at[1]][0])
-        accepts = root_filter(pattern, snap, self.pure_ops)
+        if self._op_keys is None:  # once per snapshot, not per rule
+            self._op_keys = operator_keys(snap.ops)
+        accepts = root_filter(pattern, snap, self.pure_ops, self._op_keys)
         if accepts is None:
             return None
         starts = self.block_starts

@@ -1,28 +1,32 @@
-"""Reject candidate roots over integers, before the matcher reads any TVM object.
+"""Reject candidate roots over integers or handles, before the matcher reads a TVM object.
 
 A rule's candidates are the bindings calling its root operator; most of them do not
-match (``attention.einsum_matmul`` roots on every ``reshape`` of GPT-2).  The matcher
-finds that out by reading the binding, its value, the argument array and each
-argument's value over the FFI.  The function's snapshot already holds, as integers,
-each binding's operator, its arguments and their bindings, so the top of a pattern is
-compiled once per rule into a check over those integers (the root's operator and arity,
-and the operators its arguments' bindings call), and a candidate that fails it is
-dropped without a read.
+match (``attention.collapse``: 358 candidates on GPT-2, 12 matches).  The matcher finds
+that out by reading the binding, its value, the argument array and each argument's
+value over the FFI.  The index already holds those facts without the objects: each
+bound call's operator and arguments, and which binding each argument is.  So the top of
+a pattern, :data:`DEPTH` levels of calls, is compiled once per rule and checked first,
+and a candidate that fails it is dropped without a read.
+
+One compiler, two evaluators.  :func:`_trie_of` compiles a pattern's top into a
+:data:`Trie` keyed by operator handle (one dictionary look-up per level, alternatives
+calling one operator merged).  It is evaluated over whichever facts the index holds:
+
+* :func:`root_filter`, over the snapshot's integer arrays, for an index filled from a
+  snapshot (``PATTERNKIT_SNAPSHOT_INDEX=1``); the snapshot's operator table is mapped to
+  trie keys once per index (:func:`operator_keys`);
+* :func:`table_filter`, over the field-by-field index's call tables and each block's
+  Var -> value table, at about 1.3 us a root, a quarter of a failed match (GPT-2's 358
+  attention roots: about 0.5 ms to drop 310).
 
 The check is a necessary condition only: it never rejects what the matcher would
 accept.  It follows the matcher's own freedoms: a commutative operator's operands in
 either order, the divide/multiply re-association (no test below such a node), an
-argument seen through a Var binding (not tested), ``varg_default_wildcard``'s prefix,
-alternatives (``|``) and conjunctions (``&``).  A dropped candidate is one the matcher
-would have failed silently, so no refusal is lost from a rewrite's log.
-
-An index read field by field has no snapshot, but holds the same facts as handles: each
-bound call's operator and argument list, and each block's Var -> value table.
-:func:`table_filter` checks a pattern's top over those, compiled into a trie (one
-dictionary look-up per level, alternatives calling one operator merged), at about
-1.3 us a root, a quarter of a failed match (GPT-2's 358 attention roots: about 0.5 ms
-to drop 310).  :meth:`~patternkit.engine.index.FunctionIndex.root_check` picks the check
-of the index's path; :func:`~patternkit.engine.proposal.find_groups` applies it.
+argument seen through a Var binding, ``varg_default_wildcard``'s prefix, alternatives
+(``|``, merged per operator) and conjunctions (``&``, checked on one side).  A dropped
+candidate is one the matcher would have failed silently, so no refusal is lost from a
+rewrite's log.  :meth:`~patternkit.engine.index.FunctionIndex.root_check` picks the
+evaluator of the index's path; :func:`~patternkit.engine.proposal.find_groups` applies it.
 """
 
 from __future__ import annotations
@@ -45,12 +49,13 @@ from ..dpl.pattern import (
     TypePattern,
     op_names_of,
 )
-from ..ir.compat import VAR_TYPES, handle
+from ..ir.compat import TVM_ERRORS, VAR_TYPES, handle
 from ..ir.snapshot import FunctionSnapshot, ValueKind
 
-#: How many levels of call patterns the check looks at: the root and its arguments'
-#: producers.  Deeper levels would repeat the matcher's work on every match that holds.
-DEPTH = 2
+#: How many levels of call patterns the check looks at: the fourth level is where
+#: attention's candidates part (GPT-2: 358 roots, 146 left at two levels, 48 at four).
+#: Deeper levels would repeat the matcher's work on every match that holds.
+DEPTH = 4
 
 #: Operators between which the matcher re-associates (``a * (1 / b)`` is ``a / b``).
 _REASSOCIATED = frozenset({"relax.divide", "relax.multiply"})
@@ -58,165 +63,30 @@ _REASSOCIATED = frozenset({"relax.divide", "relax.multiply"})
 _OP_CALL = ValueKind.OP_CALL
 _VAR = ValueKind.VAR
 
-# A compiled node: ``None`` accepts anything; otherwise one of
-#   ("call", names, args or None, prefix, commutative, reassociated)
-#   ("any", left, right)   an alternative
-#   ("all", left, right)   a conjunction
-Node = tuple[Any, ...] | None
+_TRIE_ATTRIBUTE = "_patternkit_trie"
 
-_CACHE_ATTRIBUTE = "_patternkit_integer_check"
-
-
-def compiled(pattern: DFPattern) -> Node:
-    """The integer check of ``pattern``, compiled on first use and kept on the pattern."""
-    cache = pattern.__dict__
-    if _CACHE_ATTRIBUTE not in cache:
-        cache[_CACHE_ATTRIBUTE] = compile_pattern(pattern, DEPTH)
-    node: Node = cache[_CACHE_ATTRIBUTE]
-    return node
-
-
-def compile_pattern(pattern: Any, depth: int) -> Node:
-    """The check of ``pattern`` down to ``depth`` levels of calls (``None``: no check)."""
-    if depth <= 0 or not isinstance(pattern, DFPattern):
-        return None
-    if isinstance(pattern, CallPattern):
-        names = op_names_of(pattern.op)
-        if names is None:
-            return None
-        reassociated = not names.isdisjoint(_REASSOCIATED)
-        args = None
-        if pattern.args is not None and not reassociated:
-            args = tuple(compile_pattern(a, depth - 1) for a in pattern.args)
-        return ("call", names | (_REASSOCIATED if reassociated else frozenset()), args,
-                bool(pattern.varg_default_wildcard), not names.isdisjoint(COMMUTATIVE_OPS),
-                reassociated)
-    if isinstance(pattern, (TagPattern, AttrPattern, TypePattern, DataTypePattern,
-                            ShapePattern)):
-        return compile_pattern(pattern.pattern, depth)
-    if isinstance(pattern, AltPattern):
-        left, right = compile_pattern(pattern.left, depth), compile_pattern(pattern.right, depth)
-        return None if left is None or right is None else ("any", left, right)
-    if isinstance(pattern, AndPattern):
-        left, right = compile_pattern(pattern.left, depth), compile_pattern(pattern.right, depth)
-        if left is None or right is None:
-            return right if left is None else left
-        return ("all", left, right)
-    return None
-
-
-def root_filter(pattern: DFPattern, snap: FunctionSnapshot,
-                pure_ops: list[bool]) -> Callable[[int], bool] | None:
-    """``accepts(i)``: may binding ``i`` of ``snap`` be the root of a match of
-    ``pattern``?  ``None`` when the pattern's top constrains nothing the snapshot holds.
-
-    ``pure_ops[k]``: is operator ``k`` of ``snap.ops`` pure (only pure bindings are seen
-    through by the matcher).
-    """
-    node = compiled(pattern)
-    if node is None:
-        return None
-    return partial(_RootCheck(snap, pure_ops).accepts, node)
-
-
-class _RootCheck:
-    """The compiled checks evaluated over one snapshot's arrays.
-
-    Methods rather than nested closures: two closures calling each other would form a
-    reference cycle per rule and function, left for the collector after every pass.
-    """
-
-    __slots__ = ("kind", "op", "names", "arg_start", "args", "block", "pure_ops")
-
-    def __init__(self, snap: FunctionSnapshot, pure_ops: list[bool]):
-        self.kind, self.op, self.names = snap.kind, snap.op, snap.ops
-        self.arg_start, self.args, self.block = snap.arg_start, snap.args, snap.block
-        self.pure_ops = pure_ops
-
-    def accepts(self, n: Node, i: int) -> bool:
-        """May binding ``i``'s value match the compiled node ``n``?"""
-        assert n is not None
-        tag = n[0]
-        if tag == "any":
-            return self.accepts(n[1], i) or self.accepts(n[2], i)
-        if tag == "all":
-            return self.accepts(n[1], i) and self.accepts(n[2], i)
-        if self.kind[i] is not _OP_CALL or self.names[self.op[i]] not in n[1]:
-            return False
-        patterns = n[2]
-        if patterns is None:
-            return True
-        codes = self.args[self.arg_start[i]:self.arg_start[i + 1]]
-        if n[3]:  # varg_default_wildcard: the patterns are a prefix
-            if len(codes) < len(patterns):
-                return False
-            codes = codes[:len(patterns)]
-        elif len(codes) != len(patterns):
-            return False
-        here = self.block[i]
-        argument = self.argument
-        if all(argument(p, c, here) for p, c in zip(patterns, codes)):
-            return True
-        return bool(n[4]) and len(codes) == 2 and all(
-            argument(p, c, here) for p, c in zip(patterns, codes[::-1]))
-
-    def argument(self, n: Node, code: int, here: int) -> bool:
-        """May the argument ``code`` of a binding in block ``here`` match ``n``?"""
-        if n is None:
-            return True
-        if code < 0 or self.block[code] != here:  # not a binding the matcher looks into
-            return False
-        k = self.kind[code]
-        if k is _VAR:  # a Var copied: the matcher follows it; no test
-            return True
-        if k is _OP_CALL and not self.pure_ops[self.op[code]]:
-            return False  # impure: not looked through, so never a call to the matcher
-        return self.accepts(n, code)
-
-
-# -- the same check over the field-by-field index's tables ------------------------------
-
-#: How many levels of call patterns :func:`table_filter` looks at: the fourth level is
-#: where attention's candidates part (GPT-2: 358 roots, 146 left at two levels, 48 at
-#: four).
-TABLE_DEPTH = 4
-
-_TABLE_ATTRIBUTE = "_patternkit_table_check"
-
-#: A check over the index's tables: ``None`` accepts anything; otherwise operator handle
-#: -> ``(argument checks or None, prefix, commutative)``, one entry per operator the
+#: A pattern's compiled top: ``None`` accepts anything; otherwise operator handle ->
+#: ``(argument checks or None, prefix, commutative)``, one entry per operator the
 #: expression may call.  Alternatives calling one operator share its entry (their
 #: argument checks are merged position by position), so a check costs one dictionary
 #: look-up per level however many alternatives a rule spells.
 Trie = dict[int, tuple[tuple[Any, ...] | None, bool, bool]] | None
 
+#: The trie key of an operator name that is no registered operator: no trie has it.
+NO_OPERATOR = -1
 
-def table_filter(pattern: DFPattern, call_ops: dict[int, int], call_args: dict[int, list[Any]]
-                 ) -> Callable[[dict[int, Any], int], bool] | None:
-    """``accepts(table, key)``: may the binding of the Var ``key``, looked up in its
-    block's ``table`` (handle -> pure value, the matcher's own), be the root of a match
-    of ``pattern``?  ``None`` when the pattern's top constrains nothing.
-
-    The index's ``call_ops`` (handle of a bound call -> handle of its operator) and
-    ``call_args`` (-> its argument list) are what the matcher itself reads; an impure
-    root (not in ``table``) is accepted untested.  The check is a relaxation of the
-    pattern's top (alternatives merged per operator, a conjunction checked on one side),
-    so it is a necessary condition, like the snapshot's.
-    """
-    trie = _trie_of(pattern)
-    if trie is None:
-        return None
-    return _TableCheck(call_ops, call_args).root(trie)
+#: Operator name -> its trie key, read once per process (operators are never freed).
+_OPERATOR_KEYS: dict[str, int] = {}
 
 
 def _trie_of(pattern: DFPattern) -> Trie:
-    """The :data:`Trie` of ``pattern`` to :data:`TABLE_DEPTH` levels; built once and kept
-    on the pattern.
+    """The :data:`Trie` of ``pattern`` to :data:`DEPTH` levels; built once and kept on
+    the pattern, for both evaluators.
     """
     cache = pattern.__dict__
-    if _TABLE_ATTRIBUTE not in cache:
-        cache[_TABLE_ATTRIBUTE] = _TrieBuilder().trie(pattern, TABLE_DEPTH)
-    trie: Trie = cache[_TABLE_ATTRIBUTE]
+    if _TRIE_ATTRIBUTE not in cache:
+        cache[_TRIE_ATTRIBUTE] = _TrieBuilder().trie(pattern, DEPTH)
+    trie: Trie = cache[_TRIE_ATTRIBUTE]
     return trie
 
 
@@ -294,8 +164,123 @@ class _TrieBuilder:
         return (tuple(self.union(x, y) for x, y in zip(args_a, args_b)), prefix_a, swap)
 
 
+# -- over a snapshot's integers ---------------------------------------------------------
+
+def operator_keys(names: list[str]) -> list[int]:
+    """The trie key of each operator of a snapshot's table (``snap.ops``), in order.
+
+    A snapshot names its operators; a :data:`Trie` is keyed by their handles, as the
+    field-by-field index's ``call_ops`` are.  The snapshot's readers only name registered
+    operators, but a name that is not one gets :data:`NO_OPERATOR`, which no trie holds:
+    the matcher, comparing operators by identity, would fail such a call too.
+    """
+    return [_operator_key(name) for name in names]
+
+
+def _operator_key(name: str) -> int:
+    key = _OPERATOR_KEYS.get(name)
+    if key is None:
+        try:
+            key = handle(Op.get(name))
+        except (*TVM_ERRORS, AttributeError):  # 0.27: "Operator ... is not registered"
+            key = NO_OPERATOR
+        _OPERATOR_KEYS[name] = key
+    return key
+
+
+def root_filter(pattern: DFPattern, snap: FunctionSnapshot, pure_ops: list[bool],
+                op_keys: list[int]) -> Callable[[int], bool] | None:
+    """``accepts(i)``: may binding ``i`` of ``snap`` be the root of a match of
+    ``pattern``?  ``None`` when the pattern's top constrains nothing the snapshot holds.
+
+    ``pure_ops[k]``: is operator ``k`` of ``snap.ops`` pure (only pure bindings are seen
+    through by the matcher); ``op_keys``: :func:`operator_keys` of ``snap.ops``, which
+    the caller keeps for every rule it checks over the same snapshot.
+    """
+    trie = _trie_of(pattern)
+    if trie is None:
+        return None
+    return partial(_RootCheck(snap, pure_ops, op_keys).accepts, trie)
+
+
+class _RootCheck:
+    """A pattern's :data:`Trie` evaluated over one snapshot's arrays.
+
+    Follows the matcher where it fails, as :class:`_TableCheck` does over handles: an
+    argument that is no binding of the root's block (a parameter, a constant, an outer
+    binding) is no call to the matcher, a Var binding is looked through by the matcher
+    (so not tested here), an impure call is not looked through, and a commutative
+    operator's two operands are also tried swapped.  Methods rather than nested closures:
+    two closures calling each other would form a reference cycle per rule and function,
+    left for the collector after every pass.
+    """
+
+    __slots__ = ("kind", "op", "op_keys", "arg_start", "args", "block", "pure_ops")
+
+    def __init__(self, snap: FunctionSnapshot, pure_ops: list[bool], op_keys: list[int]):
+        self.kind, self.op, self.op_keys = snap.kind, snap.op, op_keys
+        self.arg_start, self.args, self.block = snap.arg_start, snap.args, snap.block
+        self.pure_ops = pure_ops
+
+    def accepts(self, trie: dict[int, Any], i: int) -> bool:
+        """May binding ``i``'s value pass ``trie``?  The hot loop: loops, no generators."""
+        if self.kind[i] is not _OP_CALL:
+            return False
+        entry = trie.get(self.op_keys[self.op[i]])
+        if entry is None:
+            return False
+        checks, prefix, swap = entry
+        if checks is None:
+            return True
+        start = self.arg_start[i]
+        n, count = len(checks), self.arg_start[i + 1] - start
+        if count != n and not (prefix and count > n):
+            return False
+        args, here, argument = self.args, self.block[i], self.argument
+        for k in range(n):
+            check = checks[k]
+            if check is not None and not argument(check, args[start + k], here):
+                break
+        else:
+            return True
+        if not swap or n != 2:
+            return False
+        first, second = checks
+        return ((first is None or argument(first, args[start + 1], here))
+                and (second is None or argument(second, args[start], here)))
+
+    def argument(self, trie: dict[int, Any], code: int, here: int) -> bool:
+        """May the argument ``code`` of a binding in block ``here`` pass ``trie``?"""
+        if code < 0 or self.block[code] != here:  # not a binding the matcher looks into
+            return False
+        k = self.kind[code]
+        if k is _VAR:  # a Var copied: the matcher follows it; no test
+            return True
+        if k is _OP_CALL and not self.pure_ops[self.op[code]]:
+            return False  # impure: not looked through, so never a call to the matcher
+        return self.accepts(trie, code)
+
+
+# -- over the field-by-field index's tables ---------------------------------------------
+
+def table_filter(pattern: DFPattern, call_ops: dict[int, int], call_args: dict[int, list[Any]]
+                 ) -> Callable[[dict[int, Any], int], bool] | None:
+    """``accepts(table, key)``: may the binding of the Var ``key``, looked up in its
+    block's ``table`` (handle -> pure value, the matcher's own), be the root of a match
+    of ``pattern``?  ``None`` when the pattern's top constrains nothing.
+
+    The index's ``call_ops`` (handle of a bound call -> handle of its operator) and
+    ``call_args`` (-> its argument list) are what the matcher itself reads; an impure
+    root (not in ``table``) is accepted untested.
+    """
+    trie = _trie_of(pattern)
+    if trie is None:
+        return None
+    return _TableCheck(call_ops, call_args).root(trie)
+
+
 class _TableCheck:
-    """The compiled checks evaluated over one index's call tables.
+    """A pattern's :data:`Trie` evaluated over one index's call tables.
 
     Follows the matcher where it fails: a Var is looked through in the block's table (a
     Var not there, a parameter or an impure or outer binding, is no call to the

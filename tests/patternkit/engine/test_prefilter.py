@@ -1,10 +1,11 @@
 """The integer prefilter drops only candidate roots the matcher would fail, and a rewrite
 reads the same with the native snapshot, the pure-Python one, and no snapshot at all.
 
-``FunctionIndex.candidates_for`` (on an index read from a snapshot, opt-in with
-``PATTERNKIT_SNAPSHOT_INDEX=1``) checks a pattern's top (root operator, arity, the
-operators its arguments' bindings call) over the snapshot's integers before the matcher
-reads a TVM object; a wrong rejection would silently lose a rewrite.  So the check is
+``FunctionIndex.candidates_for`` checks a pattern's top (root operator, arity, the
+operators its arguments' bindings call, four levels deep) before the matcher reads a TVM
+object: over the snapshot's integers on an index read from a snapshot (opt-in with
+``PATTERNKIT_SNAPSHOT_INDEX=1``), over the call tables on one read field by field.  A
+wrong rejection would silently lose a rewrite.  So the check is
 held to the matcher on every library pattern over zoo models and random programs, and
 whole library rewrites (results and logs) are compared across the three index paths.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tvm.ir import Op
 from tvm.script import ir as I, relax as R
 
 import patternkit as pk
@@ -20,6 +22,7 @@ from patternkit.dpl import is_op, wildcard
 from patternkit.dpl.matcher import Matcher
 from patternkit.dpl.pattern import DFPattern, root_op_names
 from patternkit.engine.index import SNAPSHOT_INDEX_VARIABLE, FunctionIndex, forget_indexes
+from patternkit.engine.prefilter import NO_OPERATOR, operator_keys
 from patternkit.ir import compat as C
 from patternkit.ir.snapshot import native
 from patternkit.patterns import LIBRARY
@@ -47,6 +50,11 @@ class Adds:
         return (a1, a2, a3, a4, a5)
 
 
+#: Two alternatives rooted on one operator (their argument checks merge).
+_EITHER = is_op("relax.add")(is_op("relax.exp")(wildcard()), wildcard()) | is_op(
+    "relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
+
+
 def test_candidates_the_pattern_top_cannot_match_are_dropped():
     pattern = is_op("relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
     index = FunctionIndex.build_from_snapshot(Adds["main"])
@@ -60,6 +68,16 @@ def test_candidates_the_pattern_top_cannot_match_are_dropped():
     mul = is_op("relax.multiply")(is_op("relax.exp")(wildcard()), wildcard())
     assert index.candidates_for(mul) == [(0, 0)]
     assert index.candidates_for(is_op("relax.exp")(is_op("relax.exp")(wildcard()))) == []
+    # a third level: a3's exp reads a parameter, not another exp
+    deep = is_op("relax.add")(is_op("relax.exp")(is_op("relax.exp")(wildcard())), wildcard())
+    assert index.candidates_for(deep) == []
+    # alternatives calling one operator are merged, never lost
+    assert index.candidates_for(_EITHER) == [(0, 1), (0, 2), (0, 4)]
+
+
+def test_an_operator_name_that_is_not_registered_is_no_trie_key():
+    keys = operator_keys(["relax.add", "patternkit.no_such_op", "relax.add"])
+    assert keys == [C.handle(Op.get("relax.add")), NO_OPERATOR, keys[0]]
 
 
 def _patterns() -> list[DFPattern]:
@@ -120,10 +138,10 @@ def test_the_table_check_follows_the_matcher_on_a_hand_built_function():
     assert index.candidates_for(pattern) == [(0, 1), (0, 2)]
     assert len(index.candidates_for(is_op("relax.add")(wildcard(), wildcard()))) == 5
     assert index.candidates_for(is_op("relax.exp")(is_op("relax.exp")(wildcard()))) == []
+    deep = is_op("relax.add")(is_op("relax.exp")(is_op("relax.exp")(wildcard())), wildcard())
+    assert index.candidates_for(deep) == []
     # alternatives calling one operator are merged, never lost
-    either = is_op("relax.add")(is_op("relax.exp")(wildcard()), wildcard()) | is_op(
-        "relax.add")(is_op("relax.multiply")(wildcard(), wildcard()), wildcard())
-    assert index.candidates_for(either) == [(0, 1), (0, 2), (0, 4)]
+    assert index.candidates_for(_EITHER) == [(0, 1), (0, 2), (0, 4)]
 
 
 def _rewrite(mod, path: str, monkeypatch) -> tuple:
