@@ -730,7 +730,7 @@ def _requirements(p: DFPattern, visit: Callable[[DFPattern], tuple[frozenset[str
         return found
     if isinstance(p, AltPattern):  # one side matches: a set of each side, joined
         left, right = visit(p.left), visit(p.right)
-        return [a | b for a in left for b in right][:_MAX_REQUIREMENTS]
+        return [a | b for a in left for b in right]  # cut by _minimal, smallest first
     if isinstance(p, AndPattern):
         return [*visit(p.left), *visit(p.right)]
     if isinstance(p, _Constraint):
@@ -752,8 +752,13 @@ def _widened(names: frozenset[str]) -> frozenset[str]:
 
 
 def _minimal(sets: list[frozenset[str]]) -> tuple[frozenset[str], ...]:
-    """``sets`` without repeats and without supersets of another (they say nothing more)."""
-    unique = sorted(set(sets), key=len)
+    """``sets`` without repeats and without supersets of another (they say nothing more),
+    at most :data:`_MAX_REQUIREMENTS` of them: the smallest, which tell most functions
+    apart, in an order that does not depend on string hashing (an order that did made a
+    rule's requirements, and whether a model's run tried it at all, differ from process
+    to process).
+    """
+    unique = sorted(set(sets), key=lambda s: (len(s), sorted(s)))
     kept: list[frozenset[str]] = []
     for s in unique:
         if not any(k <= s for k in kept):

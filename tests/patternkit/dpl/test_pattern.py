@@ -258,3 +258,47 @@ def test_an_alternative_requires_one_operator_of_each_side():
     either = pk.is_op("sqrt")(pk.is_op("exp")(x)) | pk.is_op("rsqrt")(pk.is_op("exp")(x))
     assert set(required_op_names(either)) == {frozenset({"relax.sqrt", "relax.rsqrt"}),
                                               frozenset({"relax.exp"})}
+
+
+def test_a_requirement_both_alternatives_share_survives_their_product():
+    # Each side requires eight operators one by one: joined pairwise, 64 sets, of which
+    # at most 32 are kept.  The one both sides share (sum) is the most telling and must
+    # be among them, whatever order strings hash in.
+    from patternkit.dpl.pattern import required_op_names
+
+    def chain(ops):
+        pattern = pk.is_op("sum")(pk.wildcard())
+        for op in ops:
+            pattern = pk.is_op(op)(pattern)
+        return pattern
+
+    either = (chain(("exp", "log", "sqrt", "tanh", "sin", "cos", "abs"))
+              | chain(("floor", "ceil", "round", "sign", "negative", "sigmoid", "erf")))
+    required = required_op_names(either)
+    assert frozenset({"relax.sum"}) in required
+    assert all(len(s) <= 2 for s in required)
+
+
+_REQUIREMENTS_OF_THE_LIBRARY = """
+from patternkit.dpl import DFPattern
+from patternkit.dpl.pattern import required_op_names
+from patternkit.patterns import LIBRARY
+print(sorted((rule.name, sorted(sorted(s) for s in required_op_names(rule.pattern)))
+             for rule in LIBRARY if isinstance(getattr(rule, "pattern", None), DFPattern)))
+"""
+
+
+def test_the_library_requires_the_same_operators_in_every_process():
+    # Which rules a model's run tries follows from these sets: they once depended on the
+    # order strings hash in, so a run tried attention.cosine on GPT-2 in one process in
+    # six (5-7 ms spent on a rule that cannot fire there).
+    import os
+    import subprocess
+    import sys
+
+    outputs = {subprocess.run([sys.executable, "-c", _REQUIREMENTS_OF_THE_LIBRARY],
+                              env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
+                              capture_output=True, text=True, timeout=300).stdout
+               for seed in ("1", "8")}
+    assert len(outputs) == 1
+    assert "relax.sum" in outputs.pop()
