@@ -38,3 +38,8 @@ def bench_from_rewriter():
 @pytest.fixture(scope="module")
 def bench_library():
     return _load("bench_library.py")
+
+
+@pytest.fixture(scope="module")
+def bench_outline():
+    return _load("bench_outline.py")
