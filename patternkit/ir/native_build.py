@@ -43,8 +43,9 @@ class NativeFunction:
     With ``background``, the first :meth:`get` starts the build in a thread and returns
     ``None`` until it is done, so a run never waits for a compiler (seconds, once per
     machine) to save milliseconds: the Python path serves meanwhile, with the same
-    results.  A process that exits first leaves the build to finish for the next one
-    (the compiler runs as a child process; tvm-ffi's cache is locked while it builds).
+    results.  A process that exits before the build is done abandons it, and the next
+    run starts it again (tvm-ffi locks its cache folder while a build runs, so two
+    processes never build into one folder at once).
     """
 
     def __init__(self, module: str, source: Path, function: str, what: str, *,
