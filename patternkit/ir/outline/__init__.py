@@ -42,8 +42,7 @@ def outline(inputs: list[Any], input_types: list[Any], members: list[Any], prefi
     if build is None:
         return None
     try:
-        out = build(inputs, input_types, members, prefix, attrs_of, set_type, kind_table())
+        return build(inputs, input_types, members, prefix, attrs_of, set_type, kind_table())
     except Exception as exc:  # noqa: BLE001 - a native failure must not end the run
         OUTLINE.fail("failed", exc)
         return None
-    return out[0] if len(out) else None

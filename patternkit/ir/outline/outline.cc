@@ -19,9 +19,12 @@
 #include <tvm/ffi/string.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace {
 using tvm::ffi::Any;
@@ -89,29 +92,59 @@ void Names(const Api& a, const Any& expr, const std::unordered_map<const Object*
   names->append(a.op_name(a.call_op(obj).as<Object>()).cast<String>().c_str());
   names->push_back(' ');
 }
+
+// The caches below are shared by every call; tvm-ffi releases the GIL during a call, so
+// two Python threads may be here at once.  The lock is never held while Python runs.
+std::mutex cache_mutex;
+
+// The leaf types of ``kind_table``, kept while Python passes the same table.
+std::shared_ptr<const std::unordered_set<int32_t>> LeavesOf(const Shape& kind_table) {
+  static Shape table;
+  static std::shared_ptr<const std::unordered_set<int32_t>> leaves;
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (leaves == nullptr || !table.same_as(kind_table)) {
+    auto made = std::make_shared<std::unordered_set<int32_t>>();
+    for (size_t i = 0; i + 1 < kind_table.size(); i += 2) {
+      if (IsLeafKind(kind_table[i + 1])) made->insert(static_cast<int32_t>(kind_table[i]));
+    }
+    leaves = made;
+    table = kind_table;
+  }
+  return leaves;
+}
+
+// ``attrs_of(names)``, asked once per (callback, names): the callback is kept alive with
+// its entry, so its address is not reused while the entry stands.
+Any AttrsOf(const Function& attrs_of, const std::string& names) {
+  static std::unordered_map<std::string, std::pair<Function, Any>> kept;
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(attrs_of.get())) + ":" + names;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = kept.find(key);
+    if (it != kept.end()) return it->second.second;
+  }
+  Any attrs = attrs_of(String(names));  // Python, without the lock
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (kept.size() >= 4096) kept.clear();
+  kept.emplace(key, std::make_pair(attrs_of, attrs));
+  return attrs;
+}
 }  // namespace
 
-// ``[function]``, or ``[]`` when the match is not one this builder takes.
+// The function, or None when the match is not one this builder takes.
 //
 // ``inputs`` and ``input_types``: the lifted inputs and their types; ``members``: the
 // match's VarBindings in program order, the root last; ``prefix``: the parameters' name
 // prefix (``FunctionVar_<group>_``); ``attrs_of``: called with the match's operator names
-// in post-order (Relax names, each followed by a space), returns the function's DictAttrs; ``set_type``: give the body the root's type (the
-// caller does not normalise); ``kind_table``: ``(type index, ExprKind)`` pairs
+// in post-order (Relax names, each followed by a space), returns the function's
+// DictAttrs, which are kept per (attrs_of, names): the composites of one table entry
+// mostly share them; ``set_type``: give the body the root's type (the caller does not
+// normalise); ``kind_table``: ``(type index, ExprKind)`` pairs
 // (patternkit.ir.native_build.kind_table), an argument of another type is not taken.
-Array<Any> outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> members,
+Any outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> members,
                          String prefix, Function attrs_of, bool set_type, Shape kind_table) {
   const Api& a = A();
-  // The leaf types of the table, kept while Python passes the same table.
-  static Shape table;
-  static std::unordered_set<int32_t> leaves;
-  if (!table.same_as(kind_table)) {
-    leaves.clear();
-    for (size_t i = 0; i + 1 < kind_table.size(); i += 2) {
-      if (IsLeafKind(kind_table[i + 1])) leaves.insert(static_cast<int32_t>(kind_table[i]));
-    }
-    table = kind_table;
-  }
+  std::shared_ptr<const std::unordered_set<int32_t>> leaves = LeavesOf(kind_table);
   std::unordered_map<const Object*, Any> mapping;
   std::unordered_map<const Object*, Any> values;  // member Var -> its value (for names)
   Array<Any> params;
@@ -134,7 +167,7 @@ Array<Any> outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> m
     if (op == nullptr || op->type_index() != a.op) return {};
     for (const Any& arg : a.call_args(call).cast<Array<Any>>()) {
       const Object* leaf = arg.as<Object>();
-      if (leaf == nullptr || !leaves.count(leaf->type_index())) return {};
+      if (leaf == nullptr || !leaves->count(leaf->type_index())) return {};
     }
     Any var = a.binding_var(b);
     values[var.as<Object>()] = value;
@@ -143,7 +176,7 @@ Array<Any> outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> m
   std::string names;
   std::unordered_set<const Object*> seen;
   Names(a, var_value.back().second, values, &seen, &names);
-  Any attrs = attrs_of(String(names));
+  Any attrs = AttrsOf(attrs_of, names);
   Array<Any> bindings;
   Any root_var, root_ty;
   for (size_t i = 0; i < var_value.size(); ++i) {
@@ -170,5 +203,5 @@ Array<Any> outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> m
   Any body = a.new_seq_expr(blocks, root_var, Any(nullptr));
   if (set_type) a.update_type(body, root_ty);
   Any func = a.new_function(params, body, root_ty, true, attrs, Any(nullptr));
-  return Array<Any>{func};
+  return func;
 }

@@ -123,3 +123,19 @@ def test_PATTERNKIT_NATIVE_0_never_calls_the_native_outliner(monkeypatch):
     monkeypatch.setenv(NATIVE_VARIABLE, "0")
     mod = pk.rewrite(LIBRARY.rewrite_rules(), zoo_model("gpt2?layers=1").mod)
     assert "Composite" in _composites(mod).script()
+
+
+def test_threads_outlining_at_once_get_what_one_thread_gets(monkeypatch):
+    # tvm-ffi lets go of the GIL during a native call: the outliner's caches are shared
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.delenv(NATIVE_VARIABLE, raising=False)
+    assert native.OUTLINE.get(wait=True) is not None
+    models = [pk.rewrite(LIBRARY.rewrite_rules(), zoo_model(spec).mod)
+              for spec in ("gpt2?layers=1", "resnet18?width=8&image=16")]
+    table = LIBRARY.composites().for_compiler("ccompiler")
+    alone = [merge_composite(mod, table) for mod in models]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda i: merge_composite(models[i % 2], table), range(8)))
+    for i, merged in enumerate(together):
+        assert tvm_ffi.structural_equal(merged, alone[i % 2])
