@@ -8,8 +8,8 @@ one crossing per composite.  It takes the common case only, a match whose bindin
 operator calls over leaves, and :func:`outline` returns ``None`` for anything else, when
 native code is off (``PATTERNKIT_NATIVE=0``), while it is being built (in the background,
 on a machine's first run) or when it cannot be built: the caller then builds the function
-in Python.  Both give structurally equal functions, with the same
-names, types and attributes (held to each other in the tests).
+in Python.  Both give structurally equal functions, with the same names, types and
+attributes (held to each other in the tests).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = ["OUTLINE", "outline"]
 OUTLINE = NativeFunction("patternkit_outline", Path(__file__).with_name("outline.cc"),
                          "outline_group", "native composite outliner", background=True)
 
+
 def outline(inputs: list[Any], input_types: list[Any], members: list[Any], prefix: str,
             attrs_of: Callable[[str], Any], set_type: bool) -> Any:
     """The local function built natively, or ``None``.
@@ -33,8 +34,8 @@ def outline(inputs: list[Any], input_types: list[Any], members: list[Any], prefi
     named ``prefix + i``; ``members``: the match's ``VarBinding`` s in program order, the
     root last; ``attrs_of(names)``: the function's ``DictAttrs``, given the operator names
     of the match in post-order, each followed by a space (``"relax.matmul relax.add "``);
-    ``set_type``: give the
-    body the root's type (for a caller that does not normalise the function).
+    ``set_type``: give the body the root's type (for a caller that does not normalise the
+    function).
     """
     if not enabled():
         return None

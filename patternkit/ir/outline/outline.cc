@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 namespace {
 using tvm::ffi::Any;
@@ -142,18 +143,10 @@ Any AttrsOf(const Function& attrs_of, const std::string& names) {
 // normalise); ``kind_table``: ``(type index, ExprKind)`` pairs
 // (patternkit.ir.native_build.kind_table), an argument of another type is not taken.
 Any outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> members,
-                         String prefix, Function attrs_of, bool set_type, Shape kind_table) {
+                  String prefix, Function attrs_of, bool set_type, Shape kind_table) {
   const Api& a = A();
   std::shared_ptr<const std::unordered_set<int32_t>> leaves = LeavesOf(kind_table);
-  std::unordered_map<const Object*, Any> mapping;
   std::unordered_map<const Object*, Any> values;  // member Var -> its value (for names)
-  Array<Any> params;
-  std::string name(prefix.c_str());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Any param = a.new_var(String(name + std::to_string(i)), input_types[i], Any(nullptr));
-    params.push_back(param);
-    mapping[inputs[i].as<Object>()] = param;
-  }
   // Check every binding first: a match this builder does not take builds nothing.
   std::vector<std::pair<Any, Any>> var_value;
   var_value.reserve(members.size());
@@ -172,6 +165,15 @@ Any outline_group(Array<Any> inputs, Array<Any> input_types, Array<Any> members,
     Any var = a.binding_var(b);
     values[var.as<Object>()] = value;
     var_value.emplace_back(var, value);
+  }
+  if (var_value.empty()) return {};
+  std::unordered_map<const Object*, Any> mapping;  // input or member -> its copy's Var
+  Array<Any> params;
+  std::string name(prefix.c_str());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Any param = a.new_var(String(name + std::to_string(i)), input_types[i], Any(nullptr));
+    params.push_back(param);
+    mapping[inputs[i].as<Object>()] = param;
   }
   std::string names;
   std::unordered_set<const Object*> seen;
