@@ -68,9 +68,12 @@ struct Api {
   Function update_type = Function::GetGlobalRequired("relax.UpdateType");
 };
 
+// The constructors, the type indices and the caches below live as long as the process and
+// are never destroyed: destroying tvm-ffi objects (a Python callback among them) after the
+// interpreter has shut down corrupts the heap at exit.
 const Api& A() {
-  static Api api;
-  return api;
+  static const Api* api = new Api();
+  return *api;
 }
 
 // ExprKind values of patternkit.ir.walk an argument may have for the call to be copied
@@ -96,38 +99,38 @@ void Names(const Api& a, const Any& expr, const std::unordered_map<const Object*
 
 // The caches below are shared by every call; tvm-ffi releases the GIL during a call, so
 // two Python threads may be here at once.  The lock is never held while Python runs.
-std::mutex cache_mutex;
+std::mutex& cache_mutex = *new std::mutex();
 
 // The leaf types of ``kind_table``, kept while Python passes the same table.
 std::shared_ptr<const std::unordered_set<int32_t>> LeavesOf(const Shape& kind_table) {
-  static Shape table;
-  static std::shared_ptr<const std::unordered_set<int32_t>> leaves;
+  static Shape* table = new Shape();
+  static auto* leaves = new std::shared_ptr<const std::unordered_set<int32_t>>();
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (leaves == nullptr || !table.same_as(kind_table)) {
+  if (*leaves == nullptr || !table->same_as(kind_table)) {
     auto made = std::make_shared<std::unordered_set<int32_t>>();
     for (size_t i = 0; i + 1 < kind_table.size(); i += 2) {
       if (IsLeafKind(kind_table[i + 1])) made->insert(static_cast<int32_t>(kind_table[i]));
     }
-    leaves = made;
-    table = kind_table;
+    *leaves = made;
+    *table = kind_table;
   }
-  return leaves;
+  return *leaves;
 }
 
 // ``attrs_of(names)``, asked once per (callback, names): the callback is kept alive with
 // its entry, so its address is not reused while the entry stands.
 Any AttrsOf(const Function& attrs_of, const std::string& names) {
-  static std::unordered_map<std::string, std::pair<Function, Any>> kept;
+  static auto* kept = new std::unordered_map<std::string, std::pair<Function, Any>>();
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(attrs_of.get())) + ":" + names;
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = kept.find(key);
-    if (it != kept.end()) return it->second.second;
+    auto it = kept->find(key);
+    if (it != kept->end()) return it->second.second;
   }
   Any attrs = attrs_of(String(names));  // Python, without the lock
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (kept.size() >= 4096) kept.clear();
-  kept.emplace(key, std::make_pair(attrs_of, attrs));
+  if (kept->size() >= 4096) kept->clear();
+  kept->emplace(key, std::make_pair(attrs_of, attrs));
   return attrs;
 }
 }  // namespace

@@ -169,12 +169,21 @@ def test_onnx_qdq_quantised_conv_and_matmul_become_the_qdq_composites(zoo):
     after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod)
     merged = composite_counts(merge_composite(after, LIBRARY.for_compiler("byoc")))
     assert merged.get("byoc.qdq_conv2d") == merged.get("byoc.qdq_matmul") == 1
-    vm = relax.VirtualMachine(relax.build(after, target="llvm"), tvm.cpu())
-    got = vm[model.entry](*(to_tensor(a) for a in model.arguments())).numpy()
+
+    def run(mod):
+        vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+        return vm[model.entry](*(to_tensor(a) for a in model.arguments())).numpy()
+
+    got = run(after)
+    # the rewrite changes nothing TVM computes: the same bits as the imported QDQ graph
+    np.testing.assert_array_equal(got, run(model.mod))
     reference = model.reference()[0]  # onnxruntime
-    # TVM's integer arithmetic may round one output step apart from onnxruntime's
-    np.testing.assert_allclose(got, reference, rtol=0, atol=1.01 * _output_step(model.source))
-    assert np.abs(reference).max() > 10 * _output_step(model.source)
+    # TVM's dequantize -> float op -> quantize rounds apart from onnxruntime's integer
+    # kernels: one output step with onnxruntime 1.31, three on some outputs with 1.32
+    # (the imported graph, before any rewrite, alike)
+    step = _output_step(model.source)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=3.01 * step)
+    assert np.abs(reference).max() > 10 * step
 
 
 def test_onnx_qdq_refuses_another_batch_than_its_fixed_one(zoo):
