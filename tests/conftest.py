@@ -35,12 +35,28 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests marked ``slow`` first, the rest in their order.
+
+    pytest-xdist hands tests out in collection order; a minute-long test collected last
+    (``tests/test_engine_paths.py``) kept one worker busy while the other sat idle.
+    Longest first, the workers finish together.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _import_cache_in_a_temporary_folder(tmp_path_factory):
-    """The job and CLI tests load zoo models through the import cache (subprocesses
-    inherit the variable): keep their entries out of the user's ``~/.cache``."""
+    """The zoo fixture, the job and the CLI tests load zoo models through the import
+    cache (subprocesses inherit the variable): keep their entries out of the user's
+    ``~/.cache``, in one folder the session's workers share (pytest-xdist gives each
+    worker its own temporary folder, under one of the session's).
+    """
     if "PATTERNKIT_IMPORT_CACHE_DIR" not in os.environ:
-        os.environ["PATTERNKIT_IMPORT_CACHE_DIR"] = str(tmp_path_factory.mktemp("imports"))
+        base = tmp_path_factory.getbasetemp()
+        shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "imports"
+        shared.mkdir(exist_ok=True)
+        os.environ["PATTERNKIT_IMPORT_CACHE_DIR"] = str(shared)
 
 
 def tensor_var(name: str, shape, dtype: str = "float32") -> relax.Var:
@@ -51,6 +67,19 @@ def elementwise_batchnorm(x, gamma, beta, mean, var, eps=None):
     """Relay's spelling: gamma * (x - mean) / sqrt(var + eps) + beta."""
     eps = relax.const(1e-5, "float32") if eps is None else eps
     return gamma * (x - mean) / relax.op.sqrt(var + eps) + beta
+
+
+def llvm():
+    """The llvm target the tests build for: LLVM at the numeric checks' ``opt-level``.
+
+    :data:`patternkit.verification.numeric.CHECK_OPT_LEVEL` (1): the same kernels to the
+    last bit as TVM's default ``-O3``, compiled several times faster (a float16 model's
+    many times faster, ``docs/tvm-bugs.md``), which is most of a test's time when it
+    builds a model.  The pipeline stays TVM's default.
+    """
+    from patternkit.verification.numeric import check_target
+
+    return check_target("llvm")
 
 
 def op_names(mod, func_name: str = "main") -> list[str]:
@@ -140,12 +169,18 @@ def zoo():
 
     Options default to :data:`TINY_ZOO`; the test skips when the entry's extras (torch,
     transformers, onnx) are not installed.  Mark such tests ``@pytest.mark.models``.
+
+    A torch model is exported and imported once per session, not once per worker: the
+    import cache (:mod:`patternkit.models.import_cache`, in the workers' shared folder)
+    hands the other workers the same module, held to its structural hash (most of a zoo
+    test's time was the exporter's).  Tests of a fresh import call ``zoo_model`` itself.
     """
-    from patternkit.models import zoo_model
+    from patternkit.models import import_cache, zoo_model
 
     def get(name: str, **options):
         _require_extras(name)
-        return zoo_model(name, **{**TINY_ZOO.get(name, {}), **options})
+        with import_cache.using():
+            return zoo_model(name, **{**TINY_ZOO.get(name, {}), **options})
 
     return get
 
@@ -163,7 +198,7 @@ def zoo_vm():
 
     @functools.cache
     def build(model):
-        vm = relax.VirtualMachine(relax.build(model.mod, target="llvm"), tvm.cpu())
+        vm = relax.VirtualMachine(relax.build(model.mod, target=llvm()), tvm.cpu())
 
         def run(inputs=None):
             out = vm[model.entry](*(tvm.runtime.tensor(np.array(a))

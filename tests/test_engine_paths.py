@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITES = ["tests/patternkit/engine", "tests/patternkit/dpl"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("switches", [
     pytest.param({"PATTERNKIT_SNAPSHOT_INDEX": "1"}, id="snapshot-native"),
     pytest.param({"PATTERNKIT_SNAPSHOT_INDEX": "1", "PATTERNKIT_NATIVE": "0"},

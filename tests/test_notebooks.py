@@ -16,6 +16,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path, tmp_path):
     nb = nbformat.read(path, as_version=4)

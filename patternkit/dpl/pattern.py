@@ -660,8 +660,20 @@ def root_op_names(pattern: DFPattern) -> frozenset[str] | None:
     """Names of the operators a match's root can call, or ``None`` if it can be anything.
 
     The rewrite driver indexes bindings by operator, so only bindings that can possibly
-    match are handed to the matcher.
+    match are handed to the matcher.  Kept on the pattern (patterns are not changed once
+    built): the driver, the index and the tables ask it of every rule on every call.
     """
+    cached = pattern.__dict__.get("_root_op_names", _NOT_CACHED)
+    if cached is _NOT_CACHED:
+        cached = pattern.__dict__["_root_op_names"] = _root_op_names(pattern)
+    names: frozenset[str] | None = cached
+    return names
+
+
+_NOT_CACHED = object()
+
+
+def _root_op_names(pattern: DFPattern) -> frozenset[str] | None:
     if isinstance(pattern, CallPattern):
         return op_names_of(pattern.op)
     if isinstance(pattern, AltPattern):

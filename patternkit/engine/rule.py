@@ -195,6 +195,10 @@ def role_pattern(roles: Mapping[str, DFPattern], key: str | DFPattern) -> DFPatt
                        f"{', '.join(roles) or 'none'})") from None
 
 
+#: What a role missing from a match's captures reads as: one dict look-up, not two.
+_ABSENT = object()
+
+
 class RoleMatch:
     """A match read by role: what every rule's ``check`` and ``rewrite`` receive.
 
@@ -308,11 +312,14 @@ class RuleMatch(RoleMatch):
         return pattern in self._match.captures or pattern in self._match.repeated
 
     def __getitem__(self, key: str | DFPattern) -> Any:
-        if type(key) is str:  # the common case, a role that matched one node: two look-ups
-            pattern = self._roles.get(key)
-            match = self._match
-            if pattern is not None and not match.repeated and pattern in match.captures:
-                return match.captures[pattern]
+        # the common case, a role (by name or by pattern) that matched one node: two
+        # look-ups; checks read a match a dozen times or more
+        pattern = self._roles.get(key) if isinstance(key, str) else key
+        match = self._match
+        if pattern is not None and not match.repeated:
+            found = match.captures.get(pattern, _ABSENT)
+            if found is not _ABSENT:
+                return found
         return super().__getitem__(key)
 
     def __getattr__(self, role: str) -> Any:

@@ -23,6 +23,8 @@ def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench_layernorm):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
+    from patternkit.verification.numeric import check_target
+
     proto = bench_layernorm.onnx_layernorm_chain(3)
     assert [node.op_type for node in proto.graph.node][:bench_layernorm.BINDINGS_PER_NORM] == [
         "ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"]
@@ -30,7 +32,7 @@ def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench_layernorm):
     x = np.random.default_rng(1).standard_normal(bench_layernorm.X_SHAPE).astype("float32")
 
     def run(mod):
-        vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+        vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
         return vm["main"](tvm.runtime.tensor(x)).numpy()
 
     expected = run(bench_layernorm.layernorm_chain(3))

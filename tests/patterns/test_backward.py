@@ -399,6 +399,7 @@ def test_every_layer_norm_backward_of_a_two_layer_bert_is_a_layer_norm_grad(zoo)
                             inputs=inputs, rtol=0.0, atol=0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.models
 def test_every_batch_norm_backward_of_resnet18_in_eval_mode_is_a_frozen_batch_norm_grad(zoo):
     model = zoo("resnet18", keep_params=True)

@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from patternkit.models.importing import from_torch
+from patternkit.verification.numeric import check_target
 
 
 def import_torch_export(model: Any, x: Any, *, dynamic_batch: bool = False,
@@ -36,5 +37,5 @@ def import_torch_export(model: Any, x: Any, *, dynamic_batch: bool = False,
 
 def run_on_llvm(mod: tvm.IRModule, *inputs: np.ndarray) -> np.ndarray:
     """``mod["main"](*inputs)`` built by ``relax.build`` for llvm, as a numpy array."""
-    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
     return vm["main"](*(tvm.runtime.tensor(value) for value in inputs)).numpy()

@@ -97,6 +97,7 @@ def test_records_are_one_json_line_per_unit_and_the_report_is_verifys(whole):
     assert _numbers(merged) == _numbers(classic)
 
 
+@pytest.mark.slow
 def test_two_shards_merged_equal_one_run_record_for_record(whole, tmp_path, capsys):
     shards = [tmp_path / "s1", tmp_path / "s2"]
     assert _verify(shards[0], "--shard", "1/2") == 0

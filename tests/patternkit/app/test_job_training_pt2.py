@@ -123,6 +123,7 @@ def test_keep_params_on_a_model_without_an_import_is_a_clear_error(capsys):
 
 
 # -- a transformers Gemma3 through torch.export.save ---------------------------------------
+@pytest.mark.slow
 @pytest.mark.models
 def test_a_gemma3_pt2_passes_its_round_trips(tmp_path):
     # its mask code computes arange(seq) twice (once per mask axis) and leaves both chains

@@ -8,6 +8,7 @@ import tvm
 from patternkit.app.cli import main
 from patternkit.app.loading import JobError, entry_function
 from patternkit.models import seed_batchnorm
+from patternkit.verification.numeric import check_target
 
 
 def _renamed(*names: str) -> tvm.IRModule:
@@ -120,7 +121,7 @@ def test_an_onnx_file_exported_with_a_dynamic_batch_keeps_its_static_shapes(tmp_
     assert loaded.import_fixups == ("1 Gather of static Shape dimensions folded to Constant",)
     batch, length = mod["main"].ret_ty.shape
     assert tvm.ir.is_prim_var(batch) and int(length) == 8
-    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
     x = np.random.default_rng(0).standard_normal((3, 8)).astype("float32")
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                   x + np.arange(8, dtype="float32"))
@@ -146,7 +147,7 @@ def test_a_saved_exported_program_loads_with_its_negative_indices_read_as_torch_
     loaded = load(str(path))
     assert loaded.import_fixups == (
         "wrapped the negative indices of 1 take(mode='fast') (TVM's torch importer keeps them)",)
-    vm = relax.VirtualMachine(relax.build(loaded.mod, target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(relax.build(loaded.mod, target=check_target()), tvm.cpu())
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(),
                                   SecondToLastRow()(x).numpy())
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0

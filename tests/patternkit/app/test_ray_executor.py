@@ -46,6 +46,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_units_resumed_on_a_ray_cluster_give_the_local_records(tmp_path, monkeypatch, capsys):
     ray = pytest.importorskip("ray")
     local, mixed = tmp_path / "local", tmp_path / "mixed"

@@ -181,6 +181,10 @@ def test_a_rule_match_reads_roles_by_name_and_says_which_matched():
         m["bias"]
     with pytest.raises(KeyError, match="no role 'gamma' in this rule"):
         m["gamma"]
+    # a check may read a role by its pattern too (the attention rule's guards do)
+    assert m[rule.x].same_as(x) and m[rule.conv].same_as(m.conv)
+    with pytest.raises(KeyError, match="is not part of this match"):
+        m[rule.add]
     assert m.node_map[rule.x][0].same_as(x) and m.node_map.var(rule.conv).same_as(c)
 
 

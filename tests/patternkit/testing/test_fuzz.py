@@ -148,6 +148,7 @@ def test_fuzz_pass_takes_a_sequential_a_rule_set_and_a_plain_function():
         assert report.ok and report.tried == 3, str(report)
 
 
+@pytest.mark.slow
 def test_fuzz_pass_finds_the_nhwc_miscompilation_of_fold_batchnorm_to_conv2d():
     """From the generic strategy, within the documented budget (docs/tvm-bugs.md)."""
     report = fuzz_pass(relax.transform.FoldBatchnormToConv2D(), budget=300, seed=0)

@@ -135,6 +135,7 @@ def test_a_symbolic_program_runs_at_a_concrete_size():
         numeric.run(mod, inputs, vm=numeric.build(mod))
 
 
+@pytest.mark.slow
 def test_hypothesis_shrinks_a_program_to_the_operator_it_needs():
     def has_a_strided_slice(mod):
         return any(c.op.name == "relax.strided_slice" for c in calls(mod))
