@@ -17,11 +17,14 @@ import os
 
 import numpy as np
 import pytest
+import tvmscript_stack
 from tvm import relax
 
 import patternkit as pk
 from patternkit import ir as pk_ir
 from patternkit.patterns.conv import ConvAddReluComposite
+
+tvmscript_stack.install()  # before any test module's TVMScript is parsed
 
 try:
     from hypothesis import HealthCheck, settings
