@@ -38,16 +38,6 @@ else:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(config, items):
-    """The tests marked ``slow`` first, the rest in their order.
-
-    pytest-xdist hands tests out in collection order; a minute-long test collected last
-    (``tests/test_engine_paths.py``) kept one worker busy while the other sat idle.
-    Longest first, the workers finish together.
-    """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _import_cache_in_a_temporary_folder(tmp_path_factory):
     """The zoo fixture, the job and the CLI tests load zoo models through the import
