@@ -62,19 +62,6 @@ def elementwise_batchnorm(x, gamma, beta, mean, var, eps=None):
     return gamma * (x - mean) / relax.op.sqrt(var + eps) + beta
 
 
-def llvm():
-    """The llvm target the tests build for: LLVM at the numeric checks' ``opt-level``.
-
-    :data:`patternkit.verification.numeric.CHECK_OPT_LEVEL` (1): the same kernels to the
-    last bit as TVM's default ``-O3``, compiled several times faster (a float16 model's
-    many times faster, ``docs/tvm-bugs.md``), which is most of a test's time when it
-    builds a model.  The pipeline stays TVM's default.
-    """
-    from patternkit.verification.numeric import check_target
-
-    return check_target("llvm")
-
-
 def op_names(mod, func_name: str = "main") -> list[str]:
     """Operator names of the calls bound in ``mod[func_name]``, in program order."""
     return [pk_ir.op_name(b.value) for block in mod[func_name].body.blocks
@@ -189,9 +176,12 @@ def zoo_vm():
 
     import tvm
 
+    from patternkit.verification.numeric import check_target
+
     @functools.cache
     def build(model):
-        vm = relax.VirtualMachine(relax.build(model.mod, target=llvm()), tvm.cpu())
+        # built as the numeric checks build (LLVM opt-level 1: the same bits as -O3)
+        vm = relax.VirtualMachine(relax.build(model.mod, target=check_target()), tvm.cpu())
 
         def run(inputs=None):
             out = vm[model.entry](*(tvm.runtime.tensor(np.array(a))
