@@ -18,9 +18,13 @@ written to a temporary folder, the model loaded by the job) in one process once 
   and the checks' builds compiled at LLVM's ``opt-level`` 1
   (:data:`patternkit.verification.numeric.CHECK_OPT_LEVEL`; the modes above: TVM's
   default, 3);
-* ``kept``: as ``patternkit run`` does now: ``cached``, with the torch module built only
-  if something reads it (nothing does in a run) and each distinct operator call of a
-  check build legalised once (:mod:`patternkit.verification.legalize_once`).
+* ``kept``: ``cached``, with the torch module built only if something reads it
+  (nothing does in a run) and each distinct operator call of a check build legalised
+  once (:mod:`patternkit.verification.legalize_once`);
+* ``linked``: as ``patternkit run`` does now: ``kept``, with the check builds linked into
+  a shared library at LLVM's ``opt-level`` 0 by the system's compiler instead of
+  JIT-compiled on load (:mod:`patternkit.verification.linked`; the compiler's CPU time is
+  in the line's children's time).
 
 A first, untimed-in-the-modes load imports torch and transformers (no mode pays for
 that) and writes the cache entry ``kept`` reads, in a temporary cache folder; its line
@@ -32,7 +36,7 @@ phase they overlap), the number of builds and the load average.  The last line s
 whether the reports (timings aside) and the written scripts are the same in every mode.
 
     python benchmarks/bench_run.py                               # zoo:gpt2, 12 layers
-    python benchmarks/bench_run.py --model "zoo:gpt2?layers=2" --modes kept,cached,shared,apart
+    python benchmarks/bench_run.py --model "zoo:gpt2?layers=2" --modes linked,kept,cached,shared
 """
 
 from __future__ import annotations
@@ -97,12 +101,14 @@ def run_mode(spec: str, mode: str) -> tuple[dict, dict]:
     if mode in ("apart", "shared"):
         scripts.start_writing = _written_in_line  # type: ignore[assignment]
     # the user's switch: the job's loader asks for the cache
-    os.environ[import_cache.SWITCH] = "1" if mode in ("kept", "cached") else "0"
-    opt_level, once, described = (numeric.CHECK_OPT_LEVEL, numeric.LEGALIZE_ONCE,
-                                  zoo._from_import_cache)
-    if mode not in ("kept", "cached"):
+    os.environ[import_cache.SWITCH] = "1" if mode in ("linked", "kept", "cached") else "0"
+    opt_level, once, link, described = (numeric.CHECK_OPT_LEVEL, numeric.LEGALIZE_ONCE,
+                                        numeric.LINK_CHECKS, zoo._from_import_cache)
+    if mode not in ("linked", "kept", "cached"):
         numeric.CHECK_OPT_LEVEL = None  # TVM's default
-    if mode != "kept":
+    if mode != "linked":
+        numeric.LINK_CHECKS = False  # JIT-compiled on load, as TVM does
+    if mode not in ("linked", "kept"):
         numeric.LEGALIZE_ONCE = False  # TVM's default pipeline
         zoo._from_import_cache = lambda spec, entry: None  # type: ignore[assignment]
     try:
@@ -123,6 +129,7 @@ def run_mode(spec: str, mode: str) -> tuple[dict, dict]:
         job.time = time  # type: ignore[assignment]
         os.environ.pop(import_cache.SWITCH)
         numeric.CHECK_OPT_LEVEL, numeric.LEGALIZE_ONCE = opt_level, once
+        numeric.LINK_CHECKS = link
         zoo._from_import_cache = described  # type: ignore[assignment]
     found = report.to_dict()
     found.pop("seconds", None)
@@ -139,9 +146,9 @@ def run_mode(spec: str, mode: str) -> tuple[dict, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="zoo:gpt2?layers=12")
-    parser.add_argument("--modes", default="cached,kept",
-                        help="of apart, shared, cached, kept (default: the run before and "
-                             "after the lazy torch module and the legalisation once)")
+    parser.add_argument("--modes", default="kept,linked",
+                        help="of apart, shared, cached, kept, linked (default: the run "
+                             "before and after linking the check builds)")
     args = parser.parse_args()
     os.environ[import_cache.FOLDER] = tempfile.mkdtemp(prefix="bench-run-imports-")
     os.environ.pop(import_cache.SWITCH, None)

@@ -176,12 +176,12 @@ def zoo_vm():
 
     import tvm
 
-    from patternkit.verification.numeric import check_target
+    from patternkit.verification.numeric import build as build_for_checks
 
     @functools.cache
     def build(model):
         # built as the numeric checks build (LLVM opt-level 1: the same bits as -O3)
-        vm = relax.VirtualMachine(relax.build(model.mod, target=check_target()), tvm.cpu())
+        vm = build_for_checks(model.mod)
 
         def run(inputs=None):
             out = vm[model.entry](*(tvm.runtime.tensor(np.array(a))

@@ -47,6 +47,7 @@ from ..ir.dtypes import is_float_dtype, machine_epsilon
 from .builds import BuildCache
 from .indices import index_ranges, out_of_bounds
 from .legalize_once import pipeline as legalize_once_pipeline
+from .linked import LINKED_OPT_LEVEL, available as linked_builds_available, load_linked, pays_for
 
 #: Integers for inputs that index nothing known: small, so valid in small tensors.
 DEFAULT_INT_RANGE = (0, 8)
@@ -156,35 +157,50 @@ def _needs_lambda_lift(mod: tvm.IRModule) -> bool:
 #: ``None``: TVM's default.
 CHECK_OPT_LEVEL: int | None = 1
 
+#: Whether ``llvm`` check builds are linked into a shared library by the system's C
+#: compiler and loaded, at LLVM's ``opt-level`` 0, instead of JIT-compiled on load
+#: (:mod:`patternkit.verification.linked`: 2.5x faster to a running VM, the same
+#: outputs) when the module's run is small.  Without a compiler, or with
+#: ``PATTERNKIT_LINK_CHECKS=0``, builds go through the JIT at :data:`CHECK_OPT_LEVEL`
+#: whatever this says.
+LINK_CHECKS = True
+
 #: Whether ``llvm`` check builds legalise each distinct call once
 #: (:mod:`patternkit.verification.legalize_once`); ``False``: TVM's default pipeline.
 LEGALIZE_ONCE = True
 
 
-def check_target(target: str = "llvm") -> str | tvm.target.Target:
-    """The target the checks build for: ``llvm`` at :data:`CHECK_OPT_LEVEL`; any other
-    target as given.
+def check_target(target: str = "llvm", linked: bool = False) -> str | tvm.target.Target:
+    """The target the checks build for: ``llvm`` at :data:`CHECK_OPT_LEVEL` (``linked``:
+    at :data:`~patternkit.verification.linked.LINKED_OPT_LEVEL`); any other target as
+    given.
     """
-    if target != "llvm" or CHECK_OPT_LEVEL is None:
+    level = LINKED_OPT_LEVEL if linked else CHECK_OPT_LEVEL
+    if target != "llvm" or level is None:
         return target
-    return tvm.target.Target({"kind": "llvm", "opt-level": CHECK_OPT_LEVEL})
+    return tvm.target.Target({"kind": "llvm", "opt-level": level})
 
 
 def build(mod: tvm.IRModule, target: str = "llvm") -> relax.VirtualMachine:
     """Build for ``target`` and return a VM on the CPU.
 
-    ``llvm`` is built at LLVM's :data:`CHECK_OPT_LEVEL` (:func:`check_target`), with
-    each distinct operator call legalised once (:mod:`.legalize_once`; the same module
-    as TVM's default pipeline).  Local functions (as produced by
+    ``llvm`` is built with each distinct operator call legalised once
+    (:mod:`.legalize_once`; the same module as TVM's default pipeline), and linked into a
+    shared library at LLVM's ``opt-level`` 0 where a C compiler is found and the module's
+    run is small (:data:`LINK_CHECKS`, :mod:`.linked`), else JIT-compiled at
+    :data:`CHECK_OPT_LEVEL` (:func:`check_target`).  Local functions (as produced by
     :func:`patternkit.partition`) are lifted first with ``LambdaLift``, since the VM
     lowering rejects them.
     """
     if _needs_lambda_lift(mod):
         mod = relax.transform.LambdaLift()(mod)
-    checked = check_target(target)
+    linking = (target == "llvm" and LINK_CHECKS and linked_builds_available()
+               and pays_for(mod))
+    checked = check_target(target, linked=linking)
     pipeline = legalize_once_pipeline() if target == "llvm" and LEGALIZE_ONCE else "default"
-    return relax.VirtualMachine(relax.build(mod, target=checked, relax_pipeline=pipeline),
-                                tvm.cpu())
+    executable = relax.build(mod, target=checked, relax_pipeline=pipeline)
+    loaded = load_linked(executable) if linking else None
+    return relax.VirtualMachine(executable if loaded is None else loaded, tvm.cpu())
 
 
 def _concrete_shape(ty, shape_vars: dict[str, int], default_dim: int) -> tuple[int, ...]:

@@ -20,10 +20,9 @@ def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench_layernorm):
     pytest.importorskip("onnx")
     import numpy as np
     import tvm
-    from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from patternkit.verification.numeric import check_target
+    from patternkit.verification.numeric import build as build_for_checks
 
     proto = bench_layernorm.onnx_layernorm_chain(3)
     assert [node.op_type for node in proto.graph.node][:bench_layernorm.BINDINGS_PER_NORM] == [
@@ -32,7 +31,7 @@ def test_the_onnx_chain_computes_what_the_relax_chain_computes(bench_layernorm):
     x = np.random.default_rng(1).standard_normal(bench_layernorm.X_SHAPE).astype("float32")
 
     def run(mod):
-        vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+        vm = build_for_checks(mod)
         return vm["main"](tvm.runtime.tensor(x)).numpy()
 
     expected = run(bench_layernorm.layernorm_chain(3))

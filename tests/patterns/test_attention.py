@@ -294,7 +294,7 @@ def test_an_attention_whose_result_stays_head_first_collapses_with_one_permute()
 
 
 def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:
-    vm = relax.VirtualMachine(relax.build(mod, target=numeric.check_target()), tvm.cpu())
+    vm = numeric.build(mod)
     return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
 
 
@@ -542,7 +542,7 @@ def test_every_attention_of_a_zoo_model_collapses_with_the_output_kept(name, opt
     assert count and log.count(RULE) == count
     assert len(attentions(after, model.entry)) == count
     # float32 model output within 1e-4 of the unrewritten module (issue 11's bound).
-    vm = relax.VirtualMachine(relax.build(after, target=numeric.check_target()), tvm.cpu())
+    vm = numeric.build(after)
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     np.testing.assert_allclose(got, zoo_vm(model)(), rtol=0, atol=1e-4)
@@ -611,7 +611,7 @@ def test_an_sdpa_bert_keeps_a_fully_padded_sequence_as_torch_computes_it(zoo, zo
     inputs["attention_mask"][0] = 0
     after = pk.rewrite(LIBRARY.rewrite_rules(), model.mod)
     assert len(attentions(after, model.entry)) == model.families["attention"]
-    vm = relax.VirtualMachine(relax.build(after, target=numeric.check_target()), tvm.cpu())
+    vm = numeric.build(after)
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments(inputs)))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     assert not np.isnan(got).any()

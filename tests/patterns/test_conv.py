@@ -25,7 +25,7 @@ from patternkit.patterns.conv import (
 )
 from patternkit.patterns.conv.examples import conv_batch_norm
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 #: The fold computes W * s and (b - mean) * s + beta in float64 and rounds once to
 #: float32, where the batch norm it replaces rounds after every step; conv sums of 27
@@ -660,7 +660,7 @@ def test_a_torch_conv1d_and_conv_transpose_with_batch_norms_lose_their_batch_nor
     assert mod.script().count("R.nn.batch_norm(") == 2
     assert log.counts() == {"conv.fold_batchnorm": 2}
     assert after.script().count("R.nn.batch_norm(") == 0
-    vm = relax.VirtualMachine(relax.build(after, target=check_target()), tvm.cpu())
+    vm = build_for_checks(after)
     got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
     for ours, theirs in zip(got, model(x, y)):
         np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-5,

@@ -15,7 +15,7 @@ from patternkit.patterns import EXPANSIONS, LIBRARY
 from patternkit.patterns.layernorm import LayerNormCollapse, LayerNormComposite, LayerNormExpand
 from patternkit.patterns.layernorm.examples import layer_norm_graph
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
-from patternkit.verification.numeric import check_target, random_inputs, run
+from patternkit.verification.numeric import build as build_for_checks, random_inputs, run
 
 EPS = float(np.float32(1e-5))  # the float32 constant's value, as the fused op's attribute
 
@@ -657,7 +657,7 @@ def test_a_float16_onnx_export_with_wider_statistics_collapses_to_one_layer_norm
 
 def _run(mod, model):
     """``mod``'s entry function on the zoo model's inputs (and kept weights), as numpy."""
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     return (out if hasattr(out, "numpy") else out[0]).numpy()
 
@@ -734,7 +734,7 @@ def test_a_hand_written_norm_exported_by_either_onnx_exporter_collapses(form, ex
     assert log.count("layernorm.collapse") == 1
     assert len(layer_norms(after)) == 1
     pk.assert_same_numerics(before, after, rtol=F32.rtol, atol=F32.atol)
-    vm = relax.VirtualMachine(relax.build(after, target=check_target()), tvm.cpu())
+    vm = build_for_checks(after)
     got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
     (expected,) = ReferenceEvaluator(model).run(None, {"x": x.numpy()})
     np.testing.assert_allclose(got, expected, rtol=F32.rtol, atol=F32.atol)

@@ -27,7 +27,7 @@ from patternkit.patterns.matmul import (
 )
 from patternkit.patterns.matmul.examples import parallel_projections
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 #: TVMScript spelling of each activation call on ``a``.
 _ACT_CALLS = {"relu": "R.nn.relu(a)", "gelu": "R.nn.gelu(a)",
@@ -759,7 +759,7 @@ def test_a_torch_imported_berts_projections_are_combined_without_cse(zoo):
     assert log.count("matmul.combine_parallel_reshaped") == layers
     assert [len(r.replaced) for r in log.records
             if r.rule == "matmul.combine_parallel_reshaped"] == [3] * layers
-    vm = relax.VirtualMachine(relax.build(after, target=check_target()), tvm.cpu())
+    vm = build_for_checks(after)
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     got = (out if hasattr(out, "numpy") else out[0]).numpy()
     # float32 through the whole model: within 1e-4 of the torch module's own output

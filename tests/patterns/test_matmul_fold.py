@@ -15,7 +15,7 @@ from patternkit.patterns import LIBRARY
 from patternkit.patterns.matmul import BatchnormFoldIntoMatmul, matmul_table
 from patternkit.patterns.matmul.examples import linear_batch_norm
 from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 #: float32: the fold rounds W * s and (b - mean) * s + beta once from float64, batch_norm
 #: rounds after each of its steps; outputs are below 10 in magnitude.
@@ -329,7 +329,7 @@ def test_a_levit_like_torch_model_keeps_only_the_batch_norm_that_follows_no_line
     assert _count(mod, "R.nn.batch_norm(") == 5
     assert log.counts().get("matmul.fold_batchnorm") == 4
     assert _count(after, "R.nn.batch_norm(") == 1
-    vm = relax.VirtualMachine(relax.build(after, target=check_target()), tvm.cpu())
+    vm = build_for_checks(after)
     got = vm["main"](tvm.runtime.tensor(x.numpy()))
     got = got[0] if isinstance(got, (list, tuple)) or not hasattr(got, "numpy") else got
     expected = model(x).detach().numpy()

@@ -19,7 +19,7 @@ from patternkit.patterns.rmsnorm import (
     written_out,
 )
 from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, apply_rule, check_rule
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 EPS = float(np.float32(1e-6))  # the float32 constant's value, as the fused op's attribute
 
@@ -357,7 +357,7 @@ def test_transformers_rms_norms_as_torch_export_delivers_them_collapse(module, d
 
 def _run(mod, model):
     """``mod``'s entry function on the zoo model's inputs (and kept weights), as numpy."""
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     out = vm[model.entry](*(tvm.runtime.tensor(np.array(a)) for a in model.arguments()))
     return (out if hasattr(out, "numpy") else out[0]).numpy()
 

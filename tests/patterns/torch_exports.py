@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from patternkit.models.importing import from_torch
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 
 def import_torch_export(model: Any, x: Any, *, dynamic_batch: bool = False,
@@ -37,5 +36,5 @@ def import_torch_export(model: Any, x: Any, *, dynamic_batch: bool = False,
 
 def run_on_llvm(mod: tvm.IRModule, *inputs: np.ndarray) -> np.ndarray:
     """``mod["main"](*inputs)`` built by ``relax.build`` for llvm, as a numpy array."""
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     return vm["main"](*(tvm.runtime.tensor(value) for value in inputs)).numpy()

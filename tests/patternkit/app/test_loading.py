@@ -8,7 +8,7 @@ import tvm
 from patternkit.app.cli import main
 from patternkit.app.loading import JobError, entry_function
 from patternkit.models import seed_batchnorm
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 
 def _renamed(*names: str) -> tvm.IRModule:
@@ -96,7 +96,6 @@ def test_an_onnx_file_exported_with_a_dynamic_batch_keeps_its_static_shapes(tmp_
 
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
-    from tvm import relax
 
     from patternkit.app.loading import load
 
@@ -121,7 +120,7 @@ def test_an_onnx_file_exported_with_a_dynamic_batch_keeps_its_static_shapes(tmp_
     assert loaded.import_fixups == ("1 Gather of static Shape dimensions folded to Constant",)
     batch, length = mod["main"].ret_ty.shape
     assert tvm.ir.is_prim_var(batch) and int(length) == 8
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     x = np.random.default_rng(0).standard_normal((3, 8)).astype("float32")
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                   x + np.arange(8, dtype="float32"))
@@ -133,7 +132,6 @@ def test_a_saved_exported_program_loads_with_its_negative_indices_read_as_torch_
     # bounds (docs/tvm-bugs.md); the job imports it with the fix and its numbers hold
     torch = pytest.importorskip("torch")
     import numpy as np
-    from tvm import relax
 
     from patternkit.app.loading import load
 
@@ -147,7 +145,7 @@ def test_a_saved_exported_program_loads_with_its_negative_indices_read_as_torch_
     loaded = load(str(path))
     assert loaded.import_fixups == (
         "wrapped the negative indices of 1 take(mode='fast') (TVM's torch importer keeps them)",)
-    vm = relax.VirtualMachine(relax.build(loaded.mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(loaded.mod)
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(),
                                   SecondToLastRow()(x).numpy())
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0

@@ -23,7 +23,7 @@ from patternkit.models.onnx_fixups import (  # noqa: E402
     rewrite_dimension_ranges,
     symbolic_expand_shapes,
 )
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 
 def _scalar(name: str, value: int) -> onnx.NodeProto:
@@ -95,7 +95,7 @@ def test_a_range_over_a_dynamic_dimension_imports_with_that_length(cast):
     mod = from_onnx(rewritten)
     batch, seq = (str(d) for d in mod["main"].params[0].ty.shape)
     assert [str(d) for d in mod["main"].ret_ty.shape] == [batch, seq]  # not lost
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), expected)
 
 
@@ -146,7 +146,7 @@ def test_pads_computed_from_constants_become_a_constant_and_the_model_imports(ba
     assert pad.input[1].endswith("/patternkit_pads")
     np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0], original)
     mod = from_onnx(model)
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -189,7 +189,7 @@ def test_an_expand_shape_read_from_an_initializer_becomes_a_constant_and_imports
         np.testing.assert_array_equal(got, want)
     mod = from_onnx(model, keep_params_in_input=True)
     assert relax.analysis.check_well_formed(mod)
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array([2, 3, 4], np.int64)))
     np.testing.assert_array_equal(out[0].numpy(), np.broadcast_to(x, (2, 3, 4)))
 
@@ -243,7 +243,7 @@ def _imports_and_matches(model: onnx.ModelProto, original: onnx.ModelProto,
     assert relax.analysis.check_well_formed(mod)
     assert [str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d)
             for d in mod["main"].ret_ty.shape] == output_dims
-    vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+    vm = build_for_checks(mod)
     for x in inputs:
         expected = ReferenceEvaluator(original).run(None, {"x": x})[0]
         np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0],

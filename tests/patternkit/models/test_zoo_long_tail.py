@@ -14,14 +14,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import tvm
 from tvm import relax
 
 import patternkit as pk
 from patternkit.byoc import composite_counts, merge_composite
 from patternkit.ir import op_name
 from patternkit.ir.compat import to_tensor
-from patternkit.verification.numeric import check_target
+from patternkit.verification.numeric import build as build_for_checks
 
 pytestmark = pytest.mark.models
 pytest.importorskip("torch")
@@ -62,7 +61,7 @@ class Rewritten:
 
     def assert_matches_torch(self) -> None:
         """The rewritten module, built for llvm, computes what the torch module does."""
-        vm = relax.VirtualMachine(relax.build(self.mod, target=check_target()), tvm.cpu())
+        vm = build_for_checks(self.mod)
         got = vm[self.model.entry](*(to_tensor(a) for a in self.model.arguments()))
         reference = self.model.reference()[0]
         np.testing.assert_allclose(got.numpy(), reference, **FLOAT32)
@@ -172,7 +171,7 @@ def test_onnx_qdq_quantised_conv_and_matmul_become_the_qdq_composites(zoo):
     assert merged.get("byoc.qdq_conv2d") == merged.get("byoc.qdq_matmul") == 1
 
     def run(mod):
-        vm = relax.VirtualMachine(relax.build(mod, target=check_target()), tvm.cpu())
+        vm = build_for_checks(mod)
         return vm[model.entry](*(to_tensor(a) for a in model.arguments())).numpy()
 
     got = run(after)

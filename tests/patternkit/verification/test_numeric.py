@@ -273,19 +273,27 @@ class Block:
         return out
 
 
-def test_the_checks_build_llvm_at_their_opt_level_and_compute_the_same_bits(monkeypatch):
-    # LLVM's -O3 is most of a check's build time; level 1 must not change a result
+@pytest.mark.parametrize("linking", ["1", "0"], ids=["linked", "jit"])
+def test_the_checks_build_llvm_at_their_opt_level_and_compute_the_same_bits(monkeypatch,
+                                                                             linking):
+    # LLVM's -O3 is most of a check's build time; the checks' own levels (0 linked into
+    # a shared library, 1 through TVM's JIT) must not change a result
     from tvm import runtime
 
-    from patternkit.verification import numeric
+    from patternkit.verification import linked, numeric
 
+    monkeypatch.setenv(linked.LINK_VARIABLE, linking)
+    if linking == "1" and not linked.available():
+        pytest.skip("no C compiler on this machine: the checks build through the JIT")
     targets = []
     real = relax.build
     monkeypatch.setattr(relax, "build", lambda mod, target, **kw: targets.append(target)
                         or real(mod, target=target, **kw))
     inputs = [runtime.tensor(a) for a in random_inputs(Block["main"], seed=3)]
     checked = numeric.build(Block)["main"](*inputs).numpy()
-    assert [dict(t.attrs).get("opt-level") for t in targets] == [numeric.CHECK_OPT_LEVEL] == [1]
+    level = linked.LINKED_OPT_LEVEL if linking == "1" else numeric.CHECK_OPT_LEVEL
+    assert [dict(t.attrs).get("opt-level") for t in targets] == [level] == [
+        0 if linking == "1" else 1]
     default = relax.VirtualMachine(real(Block, target="llvm"), runtime.cpu())
     np.testing.assert_array_equal(checked, default["main"](*inputs).numpy())
     monkeypatch.setattr(numeric, "CHECK_OPT_LEVEL", None)  # TVM's own default, as asked
