@@ -100,23 +100,27 @@ def pays_for(mod: tvm.IRModule) -> bool:
 
 
 def estimated_work(mod: tvm.IRModule) -> int:
-    """Roughly the multiply-adds of one run of ``mod``'s Relax functions.
+    """Roughly the multiply-adds of one run of ``mod``'s largest Relax function.
 
-    Every operator call counts its result's elements, times the length of the reduction
-    for a ``matmul`` (its first operand's last dimension) or a convolution (the weight's
-    elements per output channel); an unknown dimension counts :data:`UNKNOWN_DIM`.  A
-    guide for choosing how to build, not a measure.
+    The largest, not the sum: a check runs each function of its module on its own (the
+    job's one build holds before, after and every site), and what the slower code costs
+    is each run's.  Every operator call counts its result's elements, times the length
+    of the reduction for a ``matmul`` (its first operand's last dimension) or a
+    convolution (the weight's elements per output channel); an unknown dimension counts
+    :data:`UNKNOWN_DIM`.  A guide for choosing how to build, not a measure.
     """
-    total = 0
+    largest = 0
     for _, func in mod.functions.items():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
+        work = 0
         for block in C.array_items(func.body.blocks):
             for binding in C.array_items(block.bindings):
                 value = binding.value
                 if isinstance(value, relax.Call):
-                    total += _elements(C.type_of(binding.var)) * _reduction(value)
-    return total
+                    work += _elements(C.type_of(binding.var)) * _reduction(value)
+        largest = max(largest, work)
+    return largest
 
 
 def _elements(ty: Any) -> int:

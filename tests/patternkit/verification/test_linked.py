@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import tvm
 from tvm import relax, runtime
 from tvm.script import ir as I, relax as R
 
@@ -103,9 +104,15 @@ def _matmul_chain(width: int, layers: int):
     return bb.get()
 
 
-def test_the_work_estimate_counts_each_matmuls_reduction():
+def test_the_work_estimate_counts_each_matmuls_reduction_in_the_largest_function():
     # 8 x 64 results, each a reduction of 64, then a tanh of each: twice
-    assert linked.estimated_work(_matmul_chain(64, 2)) == 2 * (8 * 64 * 64 + 8 * 64)
+    two_layers = _matmul_chain(64, 2)
+    assert linked.estimated_work(two_layers) == 2 * (8 * 64 * 64 + 8 * 64)
+    # a check runs each function on its own: a smaller one beside it adds nothing
+    beside = tvm.IRModule({"main": two_layers["main"],
+                           "smaller": _matmul_chain(64, 1)["main"].with_attr("global_symbol",
+                                                                             "smaller")})
+    assert linked.estimated_work(beside) == linked.estimated_work(two_layers)
 
 
 def test_a_module_whose_run_is_large_is_built_through_the_jit(fresh_state, monkeypatch):
