@@ -79,8 +79,9 @@ def load_linked(executable: Any) -> tvm.runtime.Module | None:
     """
     if not available():
         return None
-    folder = tempfile.mkdtemp(prefix="patternkit-check-")
+    folder = None
     try:
+        folder = tempfile.mkdtemp(prefix="patternkit-check-")  # no writable temp: the JIT
         path = os.path.join(folder, "check.so")
         executable.export_library(path, workspace_dir=folder)
         return tvm.runtime.load_module(path)
@@ -91,7 +92,8 @@ def load_linked(executable: Any) -> tvm.runtime.Module | None:
                       f"building through TVM's JIT for the rest of the run", stacklevel=2)
         return None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def pays_for(mod: tvm.IRModule) -> bool:

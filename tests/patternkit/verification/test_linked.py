@@ -71,6 +71,16 @@ def test_a_failed_link_warns_once_and_the_checks_go_through_the_jit(fresh_state,
         np.testing.assert_array_equal(_outputs(numeric.build(Block)), _tvm_default())
 
 
+def test_without_a_writable_temporary_folder_the_check_still_builds(fresh_state,
+                                                                     monkeypatch, tmp_path):
+    if not linked.available():
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))  # mkdtemp fails
+    with pytest.warns(UserWarning, match="linking a check build failed"):
+        vm = numeric.build(Block)
+    np.testing.assert_array_equal(_outputs(vm), _tvm_default())
+
+
 @pytest.mark.parametrize("why", ["no compiler", "turned off"])
 def test_without_a_compiler_or_turned_off_the_checks_use_the_jit_at_their_level(
         fresh_state, monkeypatch, why):
