@@ -98,11 +98,14 @@ def load_linked(executable: Any) -> tvm.runtime.Module | None:
 
 def pays_for(mod: tvm.IRModule) -> bool:
     """Is ``mod``'s run small enough for its check build to be linked at level 0?"""
-    return estimated_work(mod) <= LINK_WORK_LIMIT
+    return estimated_work(mod, stop_above=LINK_WORK_LIMIT) <= LINK_WORK_LIMIT
 
 
-def estimated_work(mod: tvm.IRModule) -> int:
+def estimated_work(mod: tvm.IRModule, stop_above: int | None = None) -> int:
     """Roughly the multiply-adds of one run of ``mod``'s largest Relax function.
+
+    ``stop_above``: stop counting once a function's count passes it (the answer is then
+    only known to be larger), so a large model is not walked to the end to learn that.
 
     The largest, not the sum: a check runs each function of its module on its own (the
     job's one build holds before, after and every site), and what the slower code costs
@@ -121,6 +124,8 @@ def estimated_work(mod: tvm.IRModule) -> int:
                 value = binding.value
                 if isinstance(value, relax.Call):
                     work += _elements(C.type_of(binding.var)) * _reduction(value)
+                    if stop_above is not None and work > stop_above:
+                        return work
         largest = max(largest, work)
     return largest
 

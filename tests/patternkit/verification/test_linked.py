@@ -123,6 +123,10 @@ def test_the_work_estimate_counts_each_matmuls_reduction_in_the_largest_function
                            "smaller": _matmul_chain(64, 1)["main"].with_attr("global_symbol",
                                                                              "smaller")})
     assert linked.estimated_work(beside) == linked.estimated_work(two_layers)
+    # asked only whether it passes a bound, the count may stop early, but never below it
+    bound = 8 * 64 * 64
+    assert bound < linked.estimated_work(two_layers, stop_above=bound) <= 2 * (
+        8 * 64 * 64 + 8 * 64)
 
 
 def test_a_module_whose_run_is_large_is_built_through_the_jit(fresh_state, monkeypatch):
