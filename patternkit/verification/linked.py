@@ -87,7 +87,7 @@ def load_linked(executable: Any) -> tvm.runtime.Module | None:
         return tvm.runtime.load_module(path)
     except Exception as err:  # noqa: BLE001 - a failed link must not fail the check
         _state["failed"] = True
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         warnings.warn(f"patternkit: linking a check build failed ({first[:200]}); "
                       f"building through TVM's JIT for the rest of the run", stacklevel=2)
         return None
@@ -134,7 +134,7 @@ def _elements(ty: Any) -> int:
     shape = C.static_shape(ty) if isinstance(ty, relax.TensorType) else None
     count = 1
     for dim in shape or ():
-        count *= dim if isinstance(dim, int) else UNKNOWN_DIM
+        count *= _dim(dim)
     return count
 
 
