@@ -71,7 +71,7 @@ from ..byoc.tables import PatternTable
 from ..engine.driver import RewriteLog, rewrite
 from ..engine.ruleset import RuleSet
 from ..engine.wellformed import assert_well_formed
-from ..errors import BuildError
+from ..errors import BuildError, tvm_error_line
 from ..verification import numeric
 from ..verification.joint import build_joint
 from ..verification.roundtrip import check_roundtrip
@@ -341,7 +341,7 @@ def _validate_sites(before: tvm.IRModule, rewritten: tvm.IRModule, log: RewriteL
                                             widen=lambda func: as_float64(func, "site"),
                                             plan=plan if vm is not None else None, vm=vm)
     except Exception as err:  # noqa: BLE001 - a check that cannot run says so
-        return SiteValidation(not_run=f"{type(err).__name__}: {numeric._first_line(err)}")
+        return SiteValidation(not_run=f"{type(err).__name__}: {tvm_error_line(err)}")
     return SiteValidation(report)
 
 

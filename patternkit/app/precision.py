@@ -33,6 +33,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..errors import tvm_error_line
 from ..ir import dtype_of, type_of
 from ..verification import numeric
 
@@ -98,7 +99,7 @@ def float64_check(before: tvm.IRModule, func_name: str, inputs: list[np.ndarray]
         truth = _float64_outputs(before, func_name, inputs)
     except Exception as err:  # noqa: BLE001 - whatever stops the reference, it is reported
         return _not_run(f"the float64 reference could not be computed: "
-                        f"{type(err).__name__}: {numeric._first_line(err)}",
+                        f"{type(err).__name__}: {tvm_error_line(err)}",
                         imported, rewritten, rtol, atol)
     result: dict[str, Any] = {"slack": SLACK}
     result["imported"], result["imported_rel"] = _distance(imported, truth)

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 
 from ..engine.rule import Rule, as_rule, is_rule
 from ..engine.ruleset import RuleSet
-from ..errors import PatternError
+from ..errors import PatternError, first_line
 from .loading import JobError
 
 #: The name that stands for the whole library among ``patterns``.
@@ -116,7 +116,7 @@ def _built(cls: type) -> Rule:
         rule = as_rule(cls(), "patterns")
     except Exception as err:
         raise JobError(f"patterns: building {cls.__name__}() failed: "
-                       f"{type(err).__name__}: {_first_line(err)}") from err
+                       f"{type(err).__name__}: {first_line(err)}") from err
     try:
         rule.validate()
     except PatternError as err:
@@ -140,7 +140,7 @@ def _rules_named(text: str, library: RuleSet) -> Sequence[Rule]:
         namespace = runpy.run_path(str(path), run_name=_RUN_PATH_MODULE)
     except Exception as err:
         raise JobError(f"{path}: running the rule file failed: "
-                       f"{type(err).__name__}: {_first_line(err)}") from err
+                       f"{type(err).__name__}: {first_line(err)}") from err
     if name:
         if name not in namespace:
             raise JobError(f"{path} defines no {name!r}")
@@ -177,8 +177,3 @@ def _rules_defined(path: Path, namespace: dict[str, Any]) -> list[Rule]:
         raise JobError(f"{path} defines no rules (define rule objects or rule classes at "
                        f"the top level, or name one with {path}:NAME){why}")
     return found
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    return lines[0] if lines else type(err).__name__

@@ -14,7 +14,6 @@ escape nor keep a value alive once a rewrite stops reading it (:func:`dead_after
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -23,6 +22,7 @@ import tvm
 from tvm import relax
 
 from ..dpl.pattern import DFPattern, may_occur, root_op_names
+from ..errors import env_switch
 from ..ir import compat as C
 from ..ir.compat import handle, is_pure_value
 from ..ir.rebuild import describe_binding as describe_binding  # the engine's name for it
@@ -175,7 +175,7 @@ class FunctionIndex:
         and arguments the field-by-field index read for it, so the snapshot's saving in
         the index is spent again in matching (``docs/history.md``, issue 38).
         """
-        if os.environ.get(SNAPSHOT_INDEX_VARIABLE, "").strip() in ("1", "true", "yes", "on"):
+        if env_switch(SNAPSHOT_INDEX_VARIABLE, default=False):
             return cls.build_from_snapshot(func)
         return cls.build_by_fields(func)
 

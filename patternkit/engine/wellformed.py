@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 import tvm
 from tvm import relax
 
-from ..errors import MalformedIRError
+from ..errors import MalformedIRError, env_switch
 from ..ir import compat as C
 from ..ir.rebuild import describe_binding
 from ..ir.walk import KIND_OF, VAR
@@ -52,8 +52,8 @@ def debug_mode(debug: bool | None = None) -> bool:
     """``debug`` if given, else whether :data:`DEBUG_VARIABLE` is set to a true value."""
     if debug is not None:
         return bool(debug)
-    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no",
-                                                                       "off")
+    # Set to anything but an off word (``PATTERNKIT_DEBUG=verbose`` too), it is on.
+    return env_switch(DEBUG_VARIABLE, default=bool(os.environ.get(DEBUG_VARIABLE, "").strip()))
 
 
 def check_shape(func: relax.Function, pass_name: str, func_name: str) -> None:

@@ -10,7 +10,6 @@ rest of the run.  Both paths give the same results; the native one is only faste
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from pathlib import Path
@@ -20,6 +19,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ..errors import env_switch, first_line
 from .walk import KIND_OF, expr_kind
 
 #: Environment variable that turns the native paths off (``0``, ``false``, ``no``, ``off``).
@@ -32,8 +32,7 @@ _seeded = False
 
 def enabled() -> bool:
     """Are native paths allowed (:data:`NATIVE_VARIABLE` not set to false)?"""
-    return os.environ.get(NATIVE_VARIABLE, "").strip().lower() not in ("0", "false", "no",
-                                                                          "off")
+    return env_switch(NATIVE_VARIABLE, default=True)
 
 
 class NativeFunction:
@@ -84,9 +83,9 @@ class NativeFunction:
     def fail(self, what_happened: str, exc: BaseException) -> None:
         """Turn this function off for the run, saying once why (one line)."""
         self.built, self.failed = None, True
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        warnings.warn(f"patternkit: the {self.what} {what_happened} ({first[:200]}); using "
-                      f"the pure-Python path", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"patternkit: the {self.what} {what_happened} "
+                      f"({first_line(exc, limit=200)}); using the pure-Python path",
+                      RuntimeWarning, stacklevel=4)
 
 
 def _seed_kinds() -> None:

@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from ..errors import first_line
 from .families import count_module_families, count_softmax_in_onnx
 from .importing import from_onnx_model, symbolic_dims, timed
 from .onnx_fixups import prepare_for_tvm
@@ -165,7 +166,7 @@ def export_to_onnx(module, example: tuple, names: list[str], *, opset: int | Non
                 torch.onnx.export(module, example, buffer, dynamo=False, **kwargs)
     except Exception as err:
         raise ZooImportError(f"{text}: {EXPORTERS[exporter]} failed: "
-                             f"{type(err).__name__}: {_first_line(err)}") from err
+                             f"{type(err).__name__}: {first_line(err, limit=300)}") from err
     data = buffer.getvalue()
     if opset is not None and exporter == "dynamo":
         model = onnx.load_from_string(data)
@@ -237,11 +238,6 @@ def _quiet_exporter():
 
 def _default_opset(model: onnx.ModelProto) -> int:
     return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
 
 
 def onnx_op_counts(model: onnx.ModelProto) -> dict[str, int]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from tvm import relax
 
-from ..errors import PatternError
+from ..errors import PatternError, first_line
 from ..ir import compat as C
 from .importing import from_torch
 
@@ -91,21 +91,16 @@ def trace_torch_function(rule: str, side: str, fn: Callable[..., Any],
             program = torch.export.export(module, tuple(inputs))
         except Exception as err:  # noqa: BLE001 - the user's function: say why torch refused
             raise PatternError(f"{rule}: torch.export cannot trace {side}: "
-                               f"{type(err).__name__}: {_first_line(err)}") from None
+                               f"{type(err).__name__}: {first_line(err, limit=200)}") from None
         try:
             mod, _, _ = from_torch(program, keep_params=False, entry="main", text=rule,
                                    seconds={})
         except Exception as err:  # noqa: BLE001 - the importer's refusal, in one line
             raise PatternError(f"{rule}: the importer cannot import {side}: "
-                               f"{_first_line(err)}") from None
+                               f"{first_line(err, limit=200)}") from None
     func = mod["main"]
     assert isinstance(func, relax.Function)
     if not isinstance(func.ret_ty, relax.TensorType):
         raise PatternError(f"{rule}: {side} must return one tensor; the import returns "
                            f"{func.ret_ty}")
     return func
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(err).__name__)[:200]

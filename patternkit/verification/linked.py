@@ -34,6 +34,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from ..errors import env_switch, first_line
 from ..ir import compat as C
 
 __all__ = ["LINK_VARIABLE", "LINKED_OPT_LEVEL", "LINK_WORK_LIMIT", "available",
@@ -62,7 +63,7 @@ def available() -> bool:
     """Can check builds be linked here: a C compiler found, linking not turned off and
     not failed in this process?
     """
-    if os.environ.get(LINK_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+    if not env_switch(LINK_VARIABLE, default=True):
         return False
     if _state["failed"]:
         return False
@@ -87,9 +88,9 @@ def load_linked(executable: Any) -> tvm.runtime.Module | None:
         return tvm.runtime.load_module(path)
     except Exception as err:  # noqa: BLE001 - a failed link must not fail the check
         _state["failed"] = True
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        warnings.warn(f"patternkit: linking a check build failed ({first[:200]}); "
-                      f"building through TVM's JIT for the rest of the run", stacklevel=2)
+        warnings.warn(f"patternkit: linking a check build failed "
+                      f"({first_line(err, limit=200)}); building through TVM's JIT for the "
+                      f"rest of the run", stacklevel=2)
         return None
     finally:
         if folder is not None:

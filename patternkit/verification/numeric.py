@@ -41,7 +41,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..engine.tolerance import ROUNDINGS
-from ..errors import BuildError
+from ..errors import BuildError, tvm_error_line
 from ..ir import compat as C
 from ..ir.dtypes import is_float_dtype, machine_epsilon
 from .builds import BuildCache
@@ -361,23 +361,7 @@ def _built(cache: BuildCache, mod: tvm.IRModule, side: str) -> relax.VirtualMach
         return cache.vm(mod)
     except Exception as err:  # relax.build raises TVM errors as RuntimeError, ValueError, ...
         raise BuildError(f"the {side} module does not build for llvm: "
-                         f"{_first_line(err)}", side=side) from err
-
-
-def _first_line(err: Exception) -> str:
-    """The message of a TVM error without its C++ backtrace: the check that failed, and
-    where (TVM's checks often say only ``Check failed: (...) is false``).
-    """
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    checks = [line for line in lines if "Check failed" in line or "Error" in line]
-    message = (checks or lines or [type(err).__name__])[-1].rstrip(": ")
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is not None and tb.tb_frame.f_code.co_filename.endswith((".cc", ".h")):
-        where = tb.tb_frame.f_code.co_name.split("(")[0].split(" ")[-1]
-        message += f" (in {where}, {tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]})"
-    return message
+                         f"{tvm_error_line(err)}", side=side) from err
 
 
 def compare_outputs(ref: list[np.ndarray], got: list[np.ndarray], rtol: float = 1e-5,

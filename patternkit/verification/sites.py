@@ -56,6 +56,7 @@ from tvm import relax
 
 from ..engine.driver import RewriteLog, RewriteRecord
 from ..engine.tolerance import Tolerance, default_tolerance
+from ..errors import tvm_error_line
 from ..ir import compat as C
 from ..ir.walk import substitute, vars_read
 from . import numeric
@@ -302,7 +303,7 @@ def _region(record: RewriteRecord, bindings: _Bindings, outputs: list, before_bi
         before = _site_function(before_bindings, inputs, outputs, sizes)
         after = _site_function(after_bindings, inputs, outputs, sizes)
     except Exception as err:  # e.g. a symbolic size no parameter defines
-        return f"the region does not stand alone as a function: {numeric._first_line(err)}"
+        return f"the region does not stand alone as a function: {tvm_error_line(err)}"
     key = hash((C.structural_hash(before), C.structural_hash(after)))
     return _Region(record, inputs, before, after, key, sizes)
 
@@ -588,7 +589,7 @@ def _probe(mod: tvm.IRModule, func_name: str, wanted: list) -> _Probe:
         probe = relax.BlockBuilder().normalize(probe).with_attr("global_symbol", PROBE)
     except Exception as err:  # noqa: BLE001 - the sites still get their adversarial draws
         return _Probe(None, [], params, "the model's own values could not be read: "
-                                        f"{numeric._first_line(err)}")
+                                        f"{tvm_error_line(err)}")
     return _Probe(probe, captured, params)
 
 
@@ -601,7 +602,7 @@ def _read_values(probe: _Probe, vm: Any, inputs: list[np.ndarray]
     try:
         outputs = numeric.flatten(vm[PROBE](*[C.to_tensor(a) for a in inputs]))
     except Exception as err:  # noqa: BLE001
-        return values, f"the model's own values could not be read: {numeric._first_line(err)}"
+        return values, f"the model's own values could not be read: {tvm_error_line(err)}"
     values.update(zip(probe.captured, outputs))
     return values, ""
 
@@ -955,7 +956,7 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
         except Exception as err:  # noqa: BLE001
             probe.function = None
             probe.note = ("the model's own values could not be read: "
-                          f"{numeric._first_line(err)}")
+                          f"{tvm_error_line(err)}")
     for number, regions in enumerate(groups):
         built.builds += 1
         pair = _pair(number, regions[0])
@@ -963,13 +964,13 @@ def _build_all(groups: list[list[_Region]], before: tvm.IRModule,
             numeric.build(_module({k: v for k, v in pair.items() if k.endswith("before")}))
         except Exception as err:  # noqa: BLE001
             built.single[number] = (None, "the matched region does not build for llvm on "
-                                          f"its own: {numeric._first_line(err)}")
+                                          f"its own: {tvm_error_line(err)}")
             continue
         try:
             built.single[number] = (numeric.build(_module(pair)), "")
         except Exception as err:  # noqa: BLE001
             built.single[number] = (None, "the replacement does not build for llvm: "
-                                          f"{numeric._first_line(err)}")
+                                          f"{tvm_error_line(err)}")
     return built
 
 
@@ -984,7 +985,7 @@ def _run_site(site: Site, vm: Any, number: int, draws: list, tol: Tolerance,
             ref = numeric.flatten(vm[f"site{number}_before"](*tensors))
             got = numeric.flatten(vm[f"site{number}_after"](*tensors))
         except Exception as err:  # noqa: BLE001 - a draw the region cannot take
-            site.inputs.append(f"{label}: not run ({numeric._first_line(err)})")
+            site.inputs.append(f"{label}: not run ({tvm_error_line(err)})")
             continue
         verdict = judge(ref, got, tol.rtol, tol.atol)
         if verdict.verdict == "fail" and widen is not None:

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...errors import PatternError
+from ...errors import PatternError, tvm_error_line
 
 __all__ = ["trace", "is_torch_function", "constant_of"]
 
@@ -71,7 +71,7 @@ def trace(rule: str, side: str, fn: Callable[..., Any], types: Mapping[str, Any]
         raise
     except Exception as err:  # noqa: BLE001 - the user's function: say what it raised
         raise PatternError(f"{rule}: calling {side} on Relax Vars raised "
-                           f"{type(err).__name__}: {_first_line(err)}") from None
+                           f"{type(err).__name__}: {_error_line(err)}") from None
     if not isinstance(out, relax.Expr) or isinstance(out, tvm.ir.Op):
         raise PatternError(f"{rule}: {side} returned {type(out).__name__}, not a Relax "
                            f"expression (write it with relax.op.*, or with torch)")
@@ -83,7 +83,7 @@ def trace(rule: str, side: str, fn: Callable[..., Any], types: Mapping[str, Any]
             bb.emit_func_output(result)
     except Exception as err:  # noqa: BLE001 - a type error in the user's expression
         raise PatternError(f"{rule}: {side} does not type-check at "
-                           f"{_types_text(types)}: {_first_line(err)}") from None
+                           f"{_types_text(types)}: {_error_line(err)}") from None
     func = bb.get()[side]
     assert isinstance(func, relax.Function)
     return func
@@ -93,7 +93,8 @@ def _types_text(types: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in types.items())
 
 
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    checks = [ln for ln in lines if "Check failed" in ln or "Error" in ln]
-    return (checks[-1] if checks else (lines[-1] if lines else type(err).__name__))[:200]
+def _error_line(err: BaseException) -> str:
+    """What failed in the rule's own expression; where in TVM's C++ would not help its
+    author.
+    """
+    return tvm_error_line(err, limit=200, where=False)
