@@ -67,6 +67,7 @@ from tvm import relax
 import patternkit as pk
 from patternkit.byoc.merge.composites import CompositeLog, merge_composite
 from patternkit.engine import NearMissDetector
+from patternkit.errors import first_line
 from patternkit.ir.compat import to_tensor
 from patternkit.models import spelling_sources
 from patternkit.models.op_counting import op_counts
@@ -164,8 +165,7 @@ class Cell:
 
 
 def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return f"{type(err).__name__}: {lines[0][:240] if lines else ''}"
+    return f"{type(err).__name__}: {first_line(err, 240) if str(err).strip() else ''}"
 
 
 # -- importing ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import PatternkitError
+from ..errors import PatternkitError, first_line
 from .campaign import add_merge_command, add_record_options, record_options
 from .campaign.executor_options import add_executor_options, executor_options
 from .console import Console
@@ -444,8 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         except (PatternkitError, OSError) as err:
             if args.debug:
                 raise
-            message = str(err).splitlines()[0] if str(err) else type(err).__name__
-            print(f"patternkit: error: {message}", file=console.stream)
+            print(f"patternkit: error: {first_line(err)}", file=console.stream)
             return 2
 
 

@@ -17,6 +17,7 @@ import tvm
 from ..engine.driver import RewriteLog
 from ..engine.near_misses import NearMiss, find_near_misses
 from ..engine.ruleset import RuleSet
+from ..errors import first_line
 
 __all__ = ["NearMissSection", "near_misses_of"]
 
@@ -54,8 +55,8 @@ def near_misses_of(log: RewriteLog, rules: RuleSet, rewritten: tvm.IRModule) -> 
         misses = (log.near_misses(chosen) if log.result is not None
                   else find_near_misses(rewritten, chosen, log.skipped))
     except Exception as err:  # noqa: BLE001 - a report that cannot be made says why
-        first_line = (str(err).splitlines() or [""])[0]
-        return NearMissSection(not_run=f"{type(err).__name__}: {first_line}")
+        line = first_line(err) if str(err).strip() else ""
+        return NearMissSection(not_run=f"{type(err).__name__}: {line}")
     for miss in misses:
         logger.info("near miss: %s", miss)
     return NearMissSection(misses, families=[d.family for d in chosen])

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..errors import first_line
+
 __all__ = ["OutputFolder", "STAGING_PREFIX"]
 
 #: The hidden folder a run stages its files in, inside the output folder.
@@ -127,6 +129,6 @@ def _previous_outputs(out: Path) -> list[str] | None:
 
 def _one_line(error: BaseException) -> str:
     """The error as the command line prints it: its type if it has no text."""
-    text = str(error).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    if not str(error).strip():
+        return type(error).__name__
+    return f"{type(error).__name__}: {first_line(error)}"

@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend import detach_params
 
+from ..errors import first_line
 from ..ir import var_name
 from .zoomodel import ZooImportError
 
@@ -32,7 +33,7 @@ def timed(seconds: dict[str, float], step: str, fn: Callable, *args, **kwargs) -
 
 def failure(what: str, text: str, err: BaseException) -> ZooImportError:
     """A one-line :class:`ZooImportError` naming the step and the frontend's error."""
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    first = first_line(err) if str(err).strip() else ""
     return ZooImportError(f"{text}: {what} failed in TVM {tvm.__version__}: "
                           f"{type(err).__name__}: {first}")
 
@@ -118,7 +119,7 @@ def exporter_fault(model) -> str | None:
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        first = first_line(err) if str(err).strip() else ""
         return f"onnx.checker: {type(err).__name__}: {first}"
     except Exception:  # noqa: BLE001 - a checker that cannot run decides nothing
         return None

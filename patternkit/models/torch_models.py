@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import transformers
 
+from ..errors import first_line
 from . import import_cache
 from .families import activation_modules, count_module_families, count_softmax_in_program
 from .importing import from_torch, symbolic_dims, timed
@@ -316,7 +317,7 @@ def export(source: TorchSource, roles: tuple[str, ...], sizes: dict[str, int], t
                          dynamic_shapes=dynamic_shapes if roles else None)
     except Exception as err:
         raise ZooImportError(f"{text}: torch.export failed: {type(err).__name__}: "
-                             f"{str(err).strip().splitlines()[0]}") from err
+                             f"{first_line(err)}") from err
 
 
 def build(spec, source: TorchSource) -> ZooModel:

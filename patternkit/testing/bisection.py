@@ -39,6 +39,7 @@ from ..engine import (
     rewrite,
 )
 from ..engine.rule import Reject, check_of, is_rule
+from ..errors import first_line
 from ..ir import compat as C
 from ..ir.rebuild import binding_text
 from ..ir.walk import vars_read
@@ -133,7 +134,7 @@ def bisect(mod: tvm.IRModule, steps: Any, *, seed: int = 0,
             got = numeric.run(after, inputs)
         except Exception as err:  # a step whose output no longer builds breaks it too
             error = f"the output does not build or run ({type(err).__name__}: " \
-                    f"{str(err).strip().splitlines()[0] if str(err).strip() else ''})"
+                    f"{first_line(err) if str(err).strip() else ''})"
         else:
             comparison = numeric.compare_outputs(reference, got, rtol=tol.rtol, atol=tol.atol)
             if comparison.ok:

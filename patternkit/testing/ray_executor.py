@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from ..errors import PatternkitError
+from ..errors import PatternkitError, first_line
 
 if TYPE_CHECKING:
     from .campaign import Unit
@@ -190,7 +190,7 @@ class RayExecutor:
             with _short_connect(self.connect_timeout):
                 ray.init(address=self.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            first = first_line(err)
             hint = ("" if os.environ.get("RAY_AUTH_MODE") else
                     " (a cluster with token authentication also needs RAY_AUTH_MODE=token "
                     "and its token, `ray get-auth-token`)")

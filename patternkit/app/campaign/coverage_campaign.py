@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...byoc.tables.table import PatternTable
-from ...errors import PatternkitError
+from ...errors import PatternkitError, first_line
 from ...testing.campaign import (
     HEADER,
     Campaign,
@@ -55,9 +55,8 @@ class CoverageCheck:
         try:
             _, rows = model_rows(unit.subject, tables, rules)
         except Exception as err:  # a model that does not load or convert: its record says
-            message = str(err).splitlines()[0] if str(err) else type(err).__name__
             report.failures.append(Failure(unit.subject, "raised",
-                                           f"{type(err).__name__}: {message}", None))
+                                           f"{type(err).__name__}: {first_line(err)}", None))
         return record_of(unit.subject, unit.instance, 0, report,
                          "failed" if report.failures else "measured", start, rows=rows)
 
@@ -98,7 +97,7 @@ def coverage_recorded(models: list[str], tables: list[str], out: str | Path, *,
         try:
             PatternTable.from_tvm(prefix)
         except Exception as err:
-            raise PatternkitError(f"--table {prefix}: {str(err).splitlines()[0]}") from None
+            raise PatternkitError(f"--table {prefix}: {first_line(err)}") from None
     folder = Path(out)
     campaign = Campaign("coverage", tuple(models), 1, 0, (("tables", ",".join(tables)),))
     if not resume:
