@@ -21,9 +21,18 @@ calling one operator merged).  It is evaluated over whichever facts the index ho
 
 The check is a necessary condition only: it never rejects what the matcher would
 accept.  It follows the matcher's own freedoms: a commutative operator's operands in
-either order, the divide/multiply re-association (no test below such a node), an
-argument seen through a Var binding, ``varg_default_wildcard``'s prefix, alternatives
-(``|``, merged per operator) and conjunctions (``&``, checked on one side).  A dropped
+either order, the divide/multiply re-association, an argument seen through a Var
+binding, ``varg_default_wildcard``'s prefix, alternatives (``|``, merged per operator)
+and conjunctions (``&``, checked on one side).
+
+Re-association moves the operands of a nest of ``divide`` and ``multiply`` calls
+between its levels (``(a * b) / c`` is matched as ``a * (b / c)``) but never changes
+which operands the nest has.  So below such a node the check takes the nest as a
+:class:`_Cluster`: each operand pattern of the pattern's nest must pass on some operand
+of the expression's nest, at any level.  That is what drops the additions a norm's
+``gamma * normalised + beta`` pattern tries on a model without that norm: their
+multiply's operands call other operators (GPT-2: 24 of 112 additions reached the
+matcher before, none now).  A dropped
 candidate is one the matcher would have failed silently, so no refusal is lost from a
 rewrite's log.  :meth:`~patternkit.engine.index.FunctionIndex.root_check` picks the
 evaluator of the index's path; :func:`~patternkit.engine.proposal.find_groups` applies it.
@@ -63,6 +72,9 @@ _REASSOCIATED = frozenset({"relax.divide", "relax.multiply"})
 _OP_CALL = ValueKind.OP_CALL
 _VAR = ValueKind.VAR
 
+#: Trie keys of the operators of a re-associated nest (operators live as long as TVM).
+_NEST_KEYS = frozenset(handle(Op.get(name)) for name in _REASSOCIATED)
+
 _TRIE_ATTRIBUTE = "_patternkit_trie"
 
 #: A pattern's compiled top: ``None`` accepts anything; otherwise operator handle ->
@@ -70,10 +82,40 @@ _TRIE_ATTRIBUTE = "_patternkit_trie"
 #: expression may call.  Alternatives calling one operator share its entry (their
 #: argument checks are merged position by position), so a check costs one dictionary
 #: look-up per level however many alternatives a rule spells.
-Trie = dict[int, tuple[tuple[Any, ...] | None, bool, bool]] | None
+Trie = dict[int, tuple["tuple[Any, ...] | _Cluster | None", bool, bool]] | None
 
 #: The trie key of an operator name that is no registered operator: no trie has it.
 NO_OPERATOR = -1
+
+#: How many operands of an expression's divide/multiply nest a check gathers before it
+#: gives up and accepts (a long product is no candidate worth a long walk).
+NEST_LIMIT = 32
+
+
+class _Cluster:
+    """The argument check of a ``divide``/``multiply`` entry: the nest's operands.
+
+    ``options`` holds, per alternative merged into the entry, the checks of its nest's
+    operands (:meth:`_TrieBuilder._nest_operands`); the expression passes when, for one
+    option, each check passes on some operand of the expression's nest.
+    """
+
+    __slots__ = ("options",)
+
+    def __init__(self, options: tuple[tuple[Any, ...], ...]):
+        self.options = options
+
+    def passes(self, operands: list[Any], passes: Callable[[Any, Any], bool]) -> bool:
+        """Does one option find each of its checks passed on an operand in
+        ``operands`` (``passes(check, operand)``)?
+        """
+        for checks in self.options:
+            for check in checks:
+                if not any(passes(check, operand) for operand in operands):
+                    break
+            else:
+                return True
+        return False
 
 #: Operator name -> its trie key, read once per process (operators are never freed).
 _OPERATOR_KEYS: dict[str, int] = {}
@@ -120,9 +162,11 @@ class _TrieBuilder:
             names = op_names_of(pattern.op)
             if names is None:
                 return None
-            args = None
-            if not names.isdisjoint(_REASSOCIATED):  # no operand test below (see above)
+            args: Any = None
+            if not names.isdisjoint(_REASSOCIATED):  # the nest's operands, in any place
                 names = names | _REASSOCIATED
+                operands = self._nest_operands(pattern, depth)
+                args = _Cluster((operands,)) if operands else None
             elif pattern.args is not None:
                 args = tuple(self.trie(a, depth - 1) for a in pattern.args)
             entry = (args, bool(pattern.varg_default_wildcard),
@@ -155,10 +199,36 @@ class _TrieBuilder:
         self._unions[key] = merged
         return merged
 
+    def _nest_operands(self, pattern: CallPattern, depth: int) -> tuple[Any, ...]:
+        """The checks of the operands of the divide/multiply nest ``pattern`` tops, each
+        at its own depth: a ``divide``/``multiply`` call pattern among the arguments (as
+        written, which is what the matcher re-associates) is looked into, any other
+        argument is an operand.  Operands that constrain nothing are left out.
+        """
+        found: list[Any] = []
+        pending = [(pattern, depth)]
+        while pending:
+            node, level = pending.pop()
+            for arg in node.args or ():
+                if type(arg) is CallPattern:
+                    names = op_names_of(arg.op)
+                    if names is not None and names <= _REASSOCIATED:
+                        if level > 2:  # below that, its operands would check nothing
+                            pending.append((arg, level - 1))
+                        continue
+                check = self.trie(arg, level - 1)
+                if check is not None and all(check is not seen for seen in found):
+                    found.append(check)
+        return tuple(found)
+
     def _union_entry(self, a: tuple[Any, bool, bool], b: tuple[Any, bool, bool]
                      ) -> tuple[Any, bool, bool]:
         (args_a, prefix_a, swap_a), (args_b, prefix_b, swap_b) = a, b
         swap = swap_a or swap_b
+        if type(args_a) is _Cluster and type(args_b) is _Cluster:  # either nest may be there
+            return (_Cluster(args_a.options + args_b.options), prefix_a or prefix_b, swap)
+        if type(args_a) is _Cluster or type(args_b) is _Cluster:
+            return (None, prefix_a or prefix_b, swap)  # the operator alone
         if args_a is None or args_b is None or prefix_a != prefix_b or len(args_a) != len(args_b):
             return (None, prefix_a or prefix_b, swap)  # the operator alone
         return (tuple(self.union(x, y) for x, y in zip(args_a, args_b)), prefix_a, swap)
@@ -232,6 +302,8 @@ class _RootCheck:
         checks, prefix, swap = entry
         if checks is None:
             return True
+        if type(checks) is _Cluster:
+            return self.nest(checks, i)
         start = self.arg_start[i]
         n, count = len(checks), self.arg_start[i + 1] - start
         if count != n and not (prefix and count > n):
@@ -248,6 +320,33 @@ class _RootCheck:
         first, second = checks
         return ((first is None or argument(first, args[start + 1], here))
                 and (second is None or argument(second, args[start], here)))
+
+    def nest(self, cluster: _Cluster, i: int) -> bool:
+        """May the divide/multiply nest topped by binding ``i`` pass ``cluster``?  Its
+        operands are the arguments of its calls, looked into through the divide and
+        multiply calls of its block; a Var copy among them, which the matcher would
+        follow, ends the test (accepted), as does a nest of more than
+        :data:`NEST_LIMIT` operands.
+        """
+        here, kind, op, op_keys = self.block[i], self.kind, self.op, self.op_keys
+        arg_start, args, pure_ops = self.arg_start, self.args, self.pure_ops
+        operands: list[int] = []
+        pending = [i]
+        while pending:
+            j = pending.pop()
+            for code in args[arg_start[j]:arg_start[j + 1]]:
+                operands.append(code)
+                if len(operands) > NEST_LIMIT:
+                    return True
+                if code < 0 or self.block[code] != here:
+                    continue
+                k = kind[code]
+                if k is _VAR:
+                    return True
+                if k is _OP_CALL and pure_ops[op[code]] and op_keys[op[code]] in _NEST_KEYS:
+                    pending.append(code)
+        argument = self.argument
+        return cluster.passes(operands, lambda check, code: argument(check, code, here))
 
     def argument(self, trie: dict[int, Any], code: int, here: int) -> bool:
         """May the argument ``code`` of a binding in block ``here`` pass ``trie``?"""
@@ -321,6 +420,8 @@ class _TableCheck:
         checks, prefix, swap = entry
         if checks is None:
             return True
+        if isinstance(checks, _Cluster):
+            return self.nest(checks, key, table)
         args = self.call_args[key]
         n = len(checks)
         if len(args) != n and not (prefix and len(args) > n):
@@ -337,3 +438,27 @@ class _TableCheck:
         first, second = checks
         return ((first is None or value_matches(first, args[1], table))
                 and (second is None or value_matches(second, args[0], table)))
+
+    def nest(self, cluster: _Cluster, key: int, table: dict[int, Any]) -> bool:
+        """May the divide/multiply nest topped by the call ``key`` pass ``cluster``?  Its
+        operands are the arguments of its calls, looked into (through the block's
+        ``table``) where they are divide and multiply calls; a nest of more than
+        :data:`NEST_LIMIT` operands is accepted untested.
+        """
+        call_ops, call_args = self.call_ops, self.call_args
+        operands: list[Any] = []
+        pending = [key]
+        while pending:
+            for arg in call_args[pending.pop()]:
+                operands.append(arg)
+                if len(operands) > NEST_LIMIT:
+                    return True
+                value = arg
+                while type(value) in VAR_TYPES:
+                    value = table.get(handle(value))
+                if value is not None:
+                    inner = handle(value)
+                    if call_ops.get(inner) in _NEST_KEYS:
+                        pending.append(inner)
+        value_matches = self.value_matches
+        return cluster.passes(operands, lambda check, arg: value_matches(check, arg, table))

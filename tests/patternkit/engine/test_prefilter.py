@@ -64,15 +64,83 @@ def test_candidates_the_pattern_top_cannot_match_are_dropped():
     assert index.candidates_for(pattern) == [(0, 1), (0, 2)]
     # a pattern whose top constrains nothing keeps every candidate
     assert len(index.candidates_for(is_op("relax.add")(wildcard(), wildcard()))) == 5
-    # divide and multiply re-associate: no operand test below them
+    # m multiplies two parameters: no operand of its nest calls exp
     mul = is_op("relax.multiply")(is_op("relax.exp")(wildcard()), wildcard())
-    assert index.candidates_for(mul) == [(0, 0)]
+    assert index.candidates_for(mul) == []
     assert index.candidates_for(is_op("relax.exp")(is_op("relax.exp")(wildcard()))) == []
     # a third level: a3's exp reads a parameter, not another exp
     deep = is_op("relax.add")(is_op("relax.exp")(is_op("relax.exp")(wildcard())), wildcard())
     assert index.candidates_for(deep) == []
     # alternatives calling one operator are merged, never lost
     assert index.candidates_for(_EITHER) == [(0, 1), (0, 2), (0, 4)]
+
+
+@I.ir_module
+class Nests:
+    """Divide/multiply nests, written the ways re-association relates."""
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            e = R.exp(x)
+            s = R.sqrt(y)
+            quotient = R.divide(e, s)
+            spread = R.multiply(y, quotient)  # y * (exp(x) / sqrt(y))
+            grouped = R.divide(R.multiply(y, e), s)  # (y * exp(x)) / sqrt(y)
+            plain = R.multiply(x, y)
+            deep = R.multiply(plain, R.multiply(x, R.divide(e, y)))
+            top_spread = R.add(spread, x)
+            top_grouped = R.add(grouped, x)
+            top_plain = R.add(plain, x)
+            top_deep = R.add(deep, x)
+            R.output(top_spread, top_grouped, top_plain, top_deep)
+        return (top_spread, top_grouped, top_plain, top_deep)
+
+
+#: ``(y * exp(x)) / sqrt(y)`` as a pattern: the matcher also finds it re-associated.
+_NEST = is_op("relax.divide")(is_op("relax.multiply")(wildcard(), is_op("relax.exp")(wildcard())),
+                              is_op("relax.sqrt")(wildcard()))
+_NEST_PATTERNS = [
+    _NEST,
+    is_op("relax.multiply")(wildcard(), is_op("relax.divide")(is_op("relax.exp")(wildcard()),
+                                                             is_op("relax.sqrt")(wildcard()))),
+    is_op("relax.multiply")(is_op("relax.exp")(wildcard()), wildcard()),
+    is_op("relax.multiply")(is_op("relax.sqrt")(wildcard()), wildcard()),
+    is_op("relax.divide")(wildcard(), is_op("relax.sqrt")(wildcard())),
+    is_op("relax.multiply")(wildcard(), is_op("relax.exp")(wildcard()))
+    | is_op("relax.divide")(is_op("relax.sqrt")(wildcard()), wildcard()),
+]
+_NEST_PATTERNS += [is_op("relax.add")(p, wildcard()) for p in _NEST_PATTERNS]
+
+
+@pytest.mark.parametrize("from_snapshot", [True, False], ids=["snapshot", "tables"])
+def test_a_nest_of_divides_and_multiplies_is_checked_by_its_operands(from_snapshot):
+    """Re-association moves a nest's operands between its levels, so the check asks only
+    that each operand pattern finds an operand somewhere in the expression's nest: the
+    re-associated form is kept, a nest without an exp or a sqrt is dropped, and nothing
+    dropped is a match."""
+    func = Nests["main"]
+    index = (FunctionIndex.build_from_snapshot(func) if from_snapshot
+             else FunctionIndex.build_by_fields(func))
+    on_top = is_op("relax.add")(_NEST, wildcard())  # the nest below the root
+    names = [C.var_name(index.binding_at(at).var) for at in index.candidates_for(on_top)]
+    # kept: the nest as written, and re-associated (the matcher finds both); dropped:
+    # x * y, whose nest has no exp and no sqrt, and a deeper nest with no sqrt
+    assert names == ["top_spread", "top_grouped"]
+    matchers = {at: Matcher(call_args={}, table=index.values[at[0]], call_ops={})
+                for at in index.candidates(None)}
+    matched = [C.var_name(index.binding_at(at).var) for at in index.candidates_for(on_top)
+               if matchers[at].match(on_top, index.binding_at(at).value) is not None]
+    assert matched == ["top_spread", "top_grouped"]
+    dropped = 0
+    for pattern in _NEST_PATTERNS:
+        kept = set(index.candidates_for(pattern))
+        for at in index.candidates(root_op_names(pattern)):
+            if at not in kept:
+                dropped += 1
+                assert matchers[at].match(pattern, index.binding_at(at).value) is None, (
+                    pattern, index.binding_at(at))
+    assert dropped > 0
 
 
 def test_an_operator_name_that_is_not_registered_is_no_trie_key():
