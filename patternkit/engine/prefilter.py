@@ -105,17 +105,26 @@ class _Cluster:
     def __init__(self, options: tuple[tuple[Any, ...], ...]):
         self.options = options
 
-    def passes(self, operands: list[Any], passes: Callable[[Any, Any], bool]) -> bool:
-        """Does one option find each of its checks passed on an operand in
-        ``operands`` (``passes(check, operand)``)?
+    def passes(self, operands: list[tuple[Any, int]], passes: Callable[[Any, Any], bool]
+               ) -> bool:
+        """Does one option find each of its checks passed on an operand?
+
+        ``operands`` holds ``(operand, operator key)`` of the nest's operands that are
+        operator calls the matcher may look into (no other operand passes a check); a
+        check is a trie keyed by operator, so only an operand whose operator it holds is
+        tested in full (``passes(check, operand)``).
         """
         for checks in self.options:
             for check in checks:
-                if not any(passes(check, operand) for operand in operands):
+                for operand, op_key in operands:
+                    if op_key in check and passes(check, operand):
+                        break
+                else:
                     break
             else:
                 return True
         return False
+
 
 #: Operator name -> its trie key, read once per process (operators are never freed).
 _OPERATOR_KEYS: dict[str, int] = {}
@@ -329,24 +338,28 @@ class _RootCheck:
         :data:`NEST_LIMIT` operands.
         """
         here, kind, op, op_keys = self.block[i], self.kind, self.op, self.op_keys
-        arg_start, args, pure_ops = self.arg_start, self.args, self.pure_ops
-        operands: list[int] = []
+        arg_start, args, pure_ops, block = self.arg_start, self.args, self.pure_ops, self.block
+        operands: list[tuple[int, int]] = []  # (binding, operator key) of the calls
+        count = 0
         pending = [i]
         while pending:
             j = pending.pop()
             for code in args[arg_start[j]:arg_start[j + 1]]:
-                operands.append(code)
-                if len(operands) > NEST_LIMIT:
+                count += 1
+                if count > NEST_LIMIT:
                     return True
-                if code < 0 or self.block[code] != here:
-                    continue
+                if code < 0 or block[code] != here:
+                    continue  # no binding the matcher looks into: passes no check
                 k = kind[code]
                 if k is _VAR:
                     return True
-                if k is _OP_CALL and pure_ops[op[code]] and op_keys[op[code]] in _NEST_KEYS:
-                    pending.append(code)
-        argument = self.argument
-        return cluster.passes(operands, lambda check, code: argument(check, code, here))
+                if k is _OP_CALL and pure_ops[op[code]]:
+                    op_key = op_keys[op[code]]
+                    operands.append((code, op_key))
+                    if op_key in _NEST_KEYS:
+                        pending.append(code)
+        accepts = self.accepts
+        return cluster.passes(operands, accepts)
 
     def argument(self, trie: dict[int, Any], code: int, here: int) -> bool:
         """May the argument ``code`` of a binding in block ``here`` pass ``trie``?"""
@@ -446,19 +459,25 @@ class _TableCheck:
         :data:`NEST_LIMIT` operands is accepted untested.
         """
         call_ops, call_args = self.call_ops, self.call_args
-        operands: list[Any] = []
+        operands: list[tuple[Any, int]] = []  # (value, operator key) of the calls
+        count = 0
         pending = [key]
         while pending:
             for arg in call_args[pending.pop()]:
-                operands.append(arg)
-                if len(operands) > NEST_LIMIT:
+                count += 1
+                if count > NEST_LIMIT:
                     return True
                 value = arg
                 while type(value) in VAR_TYPES:
                     value = table.get(handle(value))
-                if value is not None:
-                    inner = handle(value)
-                    if call_ops.get(inner) in _NEST_KEYS:
-                        pending.append(inner)
+                if value is None:
+                    continue  # not looked into by the matcher: passes no check
+                inner = handle(value)
+                op_key = call_ops.get(inner)
+                if op_key is None:
+                    continue  # no operator call: passes no check
+                operands.append((value, op_key))
+                if op_key in _NEST_KEYS:
+                    pending.append(inner)
         value_matches = self.value_matches
-        return cluster.passes(operands, lambda check, arg: value_matches(check, arg, table))
+        return cluster.passes(operands, lambda check, value: value_matches(check, value, table))
