@@ -18,7 +18,9 @@ turns it off).
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ from urllib.parse import parse_qsl
 import tvm
 from tvm import relax
 
-from ..errors import PatternkitError
+from ..errors import PatternkitError, first_line
 from ..models import BUILTIN_MODELS, ZooError, import_cache, zoo_model
 from ..models.zoo import PREFIX as ZOO_PREFIX, Option
 
@@ -241,6 +243,86 @@ def _load_onnx(path: Path) -> tuple[tvm.IRModule, tuple[str, ...]]:
         raise JobError(f"{path}: not a loadable ONNX model: {type(err).__name__}: {err}") from err
 
 
+#: What torch logs when a saved program's outputs (or inputs) are a class its pytree
+#: registry does not know, e.g. ``transformers.modeling_outputs.BaseModelOutput``.
+_UNREGISTERED = re.compile(r"Deserializing ([\w.]+) in pytree is not registered")
+
+#: Modules a ``.pt2`` file may name for its pytree classes that are imported to register
+#: them (importing a module runs its code: only these packages' modules, never the file's).
+_PYTREE_PACKAGES = ("transformers.",)
+
+
+def _read_exported_program(torch: Any, path: Path) -> Any:
+    """``torch.export.load(path)``, registering the pytree classes the file names.
+
+    A Hugging Face model returns a ``ModelOutput``, which ``torch.export.save`` records by
+    its class name; loading the file in a process that has not imported that class fails
+    with an error that only says to look at torch's log.  The class's module is imported
+    (from :data:`_PYTREE_PACKAGES` only) and the load tried again; any other failure is
+    reported with the line of torch's log that says what went wrong.
+    """
+    tried: set[str] = set()
+    while True:
+        records: list[logging.LogRecord] = []
+        handler = _Collect(records)
+        torch_export_log = logging.getLogger("torch.export")
+        torch_export_log.addHandler(handler)
+        try:
+            return torch.export.load(str(path))
+        except Exception as err:
+            logged = "\n".join(_record_text(record) for record in records)
+            found = _UNREGISTERED.search(f"{logged}\n{err}")
+            module = found.group(1).rsplit(".", 1)[0] if found else ""
+            if (found and module not in tried
+                    and module.startswith(_PYTREE_PACKAGES) and _imported(module)):
+                tried.add(module)
+                logger.info("%s: imported %s for its pytree class %s", path, module,
+                            found.group(1))
+                continue
+            if found:
+                raise JobError(
+                    f"{path}: torch.export.load cannot read it here: {found.group(0)} (the "
+                    f"program returns or takes a class this process has not imported: "
+                    f"import the module that defines it first, or export a function that "
+                    f"returns plain tensors)") from err
+            raise JobError(f"{path}: not a program saved by torch.export.save: "
+                           f"{first_line(err)}") from err
+        finally:
+            torch_export_log.removeHandler(handler)
+
+
+class _Collect(logging.Handler):
+    """Keeps the records it is handed (torch logs why a load failed, then raises a
+    generic error).
+    """
+
+    def __init__(self, records: list[logging.LogRecord]):
+        super().__init__(logging.WARNING)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _record_text(record: logging.LogRecord) -> str:
+    """A log record's message and the traceback it carries (torch logs the error that
+    stopped a load as the record's exception, with a message that does not say it).
+    """
+    text = record.getMessage()
+    if record.exc_info:
+        text += "\n" + logging.Formatter().formatException(record.exc_info)
+    return text
+
+
+def _imported(module: str) -> bool:
+    """Import ``module``; ``False`` when it cannot be."""
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - not installed, or broken: the load's error stands
+        return False
+    return True
+
+
 def _load_exported_program(path: Path, keep_params: bool = False
                            ) -> tuple[tvm.IRModule, dict, tuple[str, ...]]:
     """``(module, kept weights, the fix-ups applied after from_exported_program)`` of a
@@ -254,11 +336,7 @@ def _load_exported_program(path: Path, keep_params: bool = False
     from ..models.importing import from_torch
     from ..models.zoomodel import ZooImportError
 
-    try:
-        program = torch.export.load(str(path))
-    except Exception as err:
-        raise JobError(f"{path}: not a program saved by torch.export.save: "
-                       f"{type(err).__name__}: {err}") from err
+    program = _read_exported_program(torch, path)
     try:
         mod, params, fixups = from_torch(program, keep_params, "main", str(path), {})
     except ZooImportError as err:

@@ -162,6 +162,78 @@ def test_a_pt2_file_that_is_not_an_exported_program_is_a_clear_error(tmp_path):
         load(str(path))
 
 
+_LOAD_IN_A_FRESH_PROCESS = """
+import sys
+from patternkit.app.loading import JobError, load
+try:
+    loaded = load(sys.argv[1])
+except JobError as err:
+    print("JobError:", err)
+else:
+    print("loaded", [gv.name_hint for gv in loaded.mod.functions],
+          "transformers.modeling_outputs" in sys.modules)
+"""
+
+
+def _load_in_a_fresh_process(path) -> str:
+    """What loading ``path`` prints in a process that has imported nothing of the model's."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LOAD_IN_A_FRESH_PROCESS, str(path)],
+                          capture_output=True, text=True, timeout=300, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_hugging_face_model_output_is_registered_before_the_pt2_loads(tmp_path):
+    # A transformers model returns a ModelOutput, which torch.export.save records by class
+    # name; a process that has not imported it could not load the file (torch only says
+    # "check the warnings above")
+    torch = pytest.importorskip("torch")
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    class Encoder(torch.nn.Module):
+        def forward(self, x):
+            return outputs.BaseModelOutput(last_hidden_state=torch.relu(x) * 2.0)
+
+    path = tmp_path / "encoder.pt2"
+    torch.export.save(torch.export.export(Encoder(), (torch.randn(2, 3),)), str(path))
+    assert _load_in_a_fresh_process(path) == "loaded ['main'] True"
+
+
+def test_a_pytree_class_from_elsewhere_is_named_in_one_line(tmp_path):
+    torch = pytest.importorskip("torch")
+    (tmp_path / "my_outputs.py").write_text(
+        "from dataclasses import dataclass\n"
+        "import torch\n"
+        "@dataclass\n"
+        "class Out:\n"
+        "    y: torch.Tensor\n"
+        "torch.utils._pytree.register_dataclass(Out, serialized_type_name='my_outputs.Out')\n")
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("my_outputs", tmp_path / "my_outputs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["my_outputs"] = module
+    try:
+        spec.loader.exec_module(module)
+
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                return module.Out(torch.relu(x))
+
+        path = tmp_path / "model.pt2"
+        torch.export.save(torch.export.export(Model(), (torch.randn(2, 3),)), str(path))
+    finally:
+        del sys.modules["my_outputs"]
+    message = _load_in_a_fresh_process(path)  # my_outputs is not importable there
+    assert message.startswith(f"JobError: {path}: torch.export.load cannot read it here: "
+                              f"Deserializing my_outputs.Out in pytree is not registered")
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize("name", ["model.onnx", "model.pt2", "model.py"])
 def test_an_empty_model_file_is_named_empty_in_one_line(tmp_path, capsys, name):
     path = tmp_path / name
