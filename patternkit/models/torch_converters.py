@@ -34,6 +34,12 @@ unchanged, so a model TVM imports imports exactly as without them.
   ``R.power``, which does not build.  It imports as torch computes it, in float32 between
   casts: ``astype(sqrt(sum(x32 * x32)), bfloat16)`` with ``x32 = astype(x, float32)``.
 
+- ``cumsum`` of a bool or integer tensor with no ``dtype``: torch sums it in int64, TVM
+  in the input's dtype.  A bool sum does not build for llvm (every transformers decoder
+  exported without an ``attention_mask`` sums bools to find packed sequences), and the ops
+  after it are typed from it (``c * 2`` multiplied by a bool ``True``).  It imports as
+  torch computes it, ``cumsum(x, dim, "int64")``.
+
 Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
 of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
 was converted.
@@ -250,6 +256,22 @@ def _power(node: Any, importer: Any) -> relax.Var | None:
     return importer.block_builder.emit(EXACT_POWERS[float(exponent)](x))
 
 
+#: Integer dtypes torch sums in int64 when a ``cumsum`` names no dtype.
+_SUMMED_IN_INT64 = frozenset({"bool", "int8", "int16", "int32", "uint8", "uint16", "uint32"})
+
+
+def _cumsum(node: Any, importer: Any) -> relax.Var | None:
+    """``cumsum``: (x, dim, dtype=None) of a bool or integer ``x`` with no dtype, summed
+    in int64 as torch sums it (None otherwise: TVM's converter runs).
+    """
+    x = importer.env[node.args[0]]
+    if "dtype" in node.kwargs or "out" in node.kwargs \
+            or dtype_of(type_of(x)) not in _SUMMED_IN_INT64:
+        return None
+    dim = _argument(node, 1, "dim")
+    return importer.block_builder.emit(relax.op.cumsum(x, dim, "int64"))
+
+
 _CAST = f"computed in {NORM_DTYPE} between casts ({CAST_NORM_DTYPE}: no TVM kernel)"
 #: Torch op -> (converter, what the notes say of a converted call).
 _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
@@ -266,6 +288,9 @@ _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
     "_native_batch_norm_legit.no_stats": (_instance_norm, "(instance norm) on a symbolic "
                                           "channel count or in bfloat16 imported by hand"),
     "linalg_vector_norm.default": (_vector_norm, f"({POWER_DTYPE}, order 2) {_CAST}"),
+    "cumsum.default": (_cumsum, "of a bool or integer tensor summed in int64, as torch does "
+                                "(TVM's importer sums it in the input's dtype; bool does not "
+                                "build)"),
     "pow.Tensor_Scalar": (_power, f"({POWER_DTYPE}, exponent 2 or 0.5) imported as x * x or "
                                   f"sqrt(x), as torch computes it (no TVM kernel for "
                                   f"{POWER_DTYPE} power)"),

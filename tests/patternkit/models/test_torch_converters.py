@@ -90,6 +90,31 @@ def test_amax_and_amin_import_as_max_and_min():
     assert comparison.ok, comparison
 
 
+class Counts(torch.nn.Module):
+    """``(ids != 1).cumsum(-1)`` (transformers' packed-sequence check on position ids when
+    no attention mask is given) and arithmetic on it, an int32 cumsum, and cumsums that
+    name their dtype or sum floats (TVM's converter imports those)."""
+
+    def forward(self, ids):
+        counts = (ids != 1).cumsum(-1)
+        return (counts, counts * 2 + 1, ids.int().cumsum(0),
+                ids.cumsum(-1, dtype=torch.float32), (ids.float() * 0.5).cumsum(-1))
+
+
+def test_a_cumsum_of_bools_or_integers_is_summed_in_int64_as_torch_does():
+    # TVM 0.27 sums in the input's dtype: a bool sum does not build for llvm, and the
+    # ops after it take its dtype (counts * 2 would multiply by a bool True)
+    ids = torch.tensor([[1, 5, 1, 7, 9, 1], [3, 1, 1, 2, 1, 8]])
+    mod, _, notes = from_torch(torch.export.export(Counts(), (ids,)), False, "main",
+                               "counts", {})
+    assert notes == ["2 cumsum.default of a bool or integer tensor summed in int64, as torch "
+                     "does (TVM's importer sums it in the input's dtype; bool does not build)"]
+    got = numeric.run(mod, [ids.numpy()])
+    for value, expected in zip(got, Counts()(ids)):
+        assert value.dtype == expected.numpy().dtype
+        np.testing.assert_array_equal(value, expected.numpy())
+
+
 def test_an_instance_norm_of_a_dynamic_batch_imports_and_matches_torch():
     model = _weights(InstanceNorms())
     x = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype("float32")
