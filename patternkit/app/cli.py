@@ -70,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         composites = sum(report.offload.composites.values())
         numeric_ = report.numeric
         wide = numeric_.float64
-        print(f"{'PASS' if report.ok else 'FAIL'}: {report.model}: "
+        print(f"{report.verdict}: {report.model}: "
               f"rewrites {report.rewrites or '{}'}, {composites} composite(s), "
               f"{len(report.offload.host_ops)} op(s) on the host; numeric max abs error "
               f"{_figure(numeric_.max_abs_error):.3g}"
@@ -92,7 +92,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       f"{site.reason}")
     if args.explore:
         explore_run(args, report)
-    return 0 if report.ok else 1
+    from .report import EXIT_CODES
+
+    return EXIT_CODES[report.verdict]
 
 
 def _training_summary(training: dict) -> str:
@@ -314,7 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(held back otherwise)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="rewrite, partition and verify a model")
+    run = sub.add_parser("run", help="rewrite, partition and verify a model",
+                         epilog="exit status: 0 PASS, 1 FAIL, 2 bad input, 3 NOT RUN (the "
+                                "model as imported does not build for llvm, so no output "
+                                "could be compared)")
     run.add_argument("model", nargs="?", default=None,
                      help="built-in model name (default resnet18), a zoo spec "
                           "(zoo:gpt2?batch=dynamic; see list --models), a .py file defining "

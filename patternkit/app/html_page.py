@@ -92,6 +92,7 @@ th { background: #f6f8fa; font-weight: 600; }
 .pass { color: var(--pass); } .fail { color: var(--fail); } .muted { color: var(--muted); }
 .badge.pass { background: var(--pass); color: #fff; }
 .badge.fail { background: var(--fail); color: #fff; }
+.badge.muted { background: #888; color: #fff; }
 .bar { display: inline-block; height: 10px; background: #4e79a7; vertical-align: middle; }
 details { margin: 6px 0; border: 1px solid #d0d7de; border-radius: 6px; padding: 4px 10px; }
 summary { cursor: pointer; font-weight: 600; }

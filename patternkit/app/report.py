@@ -53,6 +53,12 @@ class _ReadsLikeTheOldDict:
         return key in self._old_dict()
 
 
+
+#: The job's verdicts (:attr:`JobReport.verdict`).
+PASS_VERDICT, FAIL_VERDICT, NOT_RUN_VERDICT = "PASS", "FAIL", "NOT RUN"
+#: ``patternkit run``'s exit code per verdict (2 is bad input: argparse's, and ours).
+EXIT_CODES = {PASS_VERDICT: 0, FAIL_VERDICT: 1, NOT_RUN_VERDICT: 3}
+
 @dataclass
 class OffloadSection:
     """What the external compiler got: composites per entry, op calls offloaded, and each
@@ -208,6 +214,24 @@ class JobReport:
                 and self.training.get("ok", True))
 
     @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``NOT RUN``.
+
+        ``NOT RUN`` when the model as imported does not build for llvm and nothing else
+        failed: no output was compared, so the run can neither pass nor fail the rewrites
+        (a TVM importer bug is no rewrite's fault, and rewrite sites validated on
+        adversarial draws alone are no evidence for the model's own values).  Anything
+        that failed still makes it ``FAIL``.
+        """
+        if self.ok:
+            return PASS_VERDICT
+        failed_elsewhere = not (self.sites.ok and all(r.ok for r in self.roundtrip.values())
+                                and self.training.get("ok", True))
+        if self.numeric.not_built == "before" and not failed_elsewhere:
+            return NOT_RUN_VERDICT
+        return FAIL_VERDICT
+
+    @property
     def numeric_ok(self) -> bool:
         """The whole-model comparison passed, or it was no evidence (outputs all zero,
         constant or tiny) and every rewrite site was validated instead.
@@ -275,7 +299,7 @@ class JobReport:
                 # after the keys report.json has always written, in their order
                 **({"near_misses": self.near_misses.to_dict()}
                    if self.near_misses is not None else {}),
-                "ok": self.ok}
+                "ok": self.ok, "verdict": self.verdict}
 
 
 # -- report.md -----------------------------------------------------------------------------------
@@ -420,8 +444,7 @@ def report_markdown(report: JobReport) -> str:
     """``report.md``: the verdict and what it rests on, the per-op table, then each
     section.
     """
-    verdict = "PASS" if report.ok else "FAIL"
-    lines = [f"# patternkit run: {verdict}", "",
+    lines = [f"# patternkit run: {report.verdict}", "",
              f"* evidence: {report.evidence}",
              f"* model: `{report.model}` (entry function `{report.func}`)",
              *([f"* rewritten before TVM imported it (TVM importer bugs, docs/tvm-bugs.md): "

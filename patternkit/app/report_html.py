@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 from .html_page import Html, facts, page, section, table, tag
 from .near_misses import NearMissSection
-from .report import JobReport, NumericResult, SiteValidation
+from .report import NOT_RUN_VERDICT, JobReport, NumericResult, SiteValidation
 from .svg_inline import SvgError, inline_svg
 
 __all__ = ["SECTIONS", "report_html", "write_report_html"]
@@ -45,12 +45,13 @@ def write_report_html(folder: Path, report: JobReport) -> Path:
 
 def report_html(report: JobReport, folder: Path | None = None) -> str:
     """The page for ``report``; the drawings come from ``folder`` (``None``: none inlined)."""
-    verdict = "PASS" if report.ok else "FAIL"
+    verdict = report.verdict
     shown = [s for s in SECTIONS if (s != "training" or report.training)
              and (s != "near-misses" or report.near_misses is not None)]
     nav = Html("<nav>" + "".join(tag("a", name, href=f"#{name}") for name in shown)
                + "</nav>")
-    parts = [tag("h1", "patternkit run: ", _badge(report.ok, verdict), " ", report.model),
+    parts = [tag("h1", "patternkit run: ", _badge(_verdict_ok(report), verdict), " ",
+                 report.model),
              nav, _verdict(report), _ops(report), _rewrites(report)]
     if report.near_misses is not None:
         parts.append(_near_misses(report.near_misses))
@@ -62,8 +63,14 @@ def report_html(report: JobReport, folder: Path | None = None) -> str:
 
 
 # -- sections ------------------------------------------------------------------------------------
-def _badge(ok: bool, text: str) -> Html:
-    return tag("span", text, class_="badge " + ("pass" if ok else "fail"))
+def _badge(ok: bool | None, text: str) -> Html:
+    kind = "muted" if ok is None else "pass" if ok else "fail"
+    return tag("span", text, class_="badge " + kind)
+
+
+def _verdict_ok(report: JobReport) -> bool | None:
+    """The verdict as a badge reads it: passed, failed, or ``None`` for NOT RUN."""
+    return None if report.verdict == NOT_RUN_VERDICT else report.ok
 
 
 def _mark(ok: bool | None, text: str | None = None) -> Html:
@@ -90,8 +97,8 @@ def _verdict(report: JobReport) -> Html:
                       "; ".join(report.import_fixups)))
     patterns = tag("details", tag("summary", f"{len(report.patterns)} pattern(s)"),
                    tag("p", ", ".join(report.patterns) or "none", class_="mono"))
-    return section("verdict", "Verdict", tag("p", _badge(report.ok, "PASS" if report.ok
-                                                         else "FAIL"), " ", report.evidence),
+    return section("verdict", "Verdict", tag("p", _badge(_verdict_ok(report), report.verdict),
+                                             " ", report.evidence),
                    table(["check", "result"], checks), facts(about), patterns)
 
 

@@ -578,13 +578,18 @@ rule = CountNegatives()
 """
 
 
-def test_a_model_that_does_not_build_as_imported_is_a_fail_report_not_a_traceback(tmp_path):
+def test_a_model_that_does_not_build_as_imported_is_a_not_run_report_not_a_traceback(
+        tmp_path, capsys):
     (tmp_path / "model.py").write_text(_UNBUILDABLE)
     out = tmp_path / "out"
-    code = main(["run", str(tmp_path / "model.py"), "--out", str(out), "--quiet", "--no-draw",
+    code = main(["run", str(tmp_path / "model.py"), "--out", str(out), "--no-draw",
                  "--train"])
     report = json.loads((out / "report.json").read_text())
-    assert code == 1 and not report["ok"]
+    # nothing was compared: neither PASS nor FAIL, and an exit status of its own
+    assert code == 3 and not report["ok"] and report["verdict"] == "NOT RUN"
+    printed = capsys.readouterr().out
+    assert f"NOT RUN: {tmp_path / 'model.py'}: " in printed
+    assert "whole-model comparison NOT RUN (the imported model does not build)" in printed
     assert "does not build" in report["training"]["reason"]
     assert report["rewrites"] == {"silu.collapse": 1}  # the rewrites still ran and are kept
     numeric = report["numeric"]
@@ -592,7 +597,7 @@ def test_a_model_that_does_not_build_as_imported_is_a_fail_report_not_a_tracebac
     assert "the before module does not build for llvm: Check failed" in numeric["build_error"]
     assert "CodeGenLLVM" in numeric["build_error"]  # where TVM's check failed
     markdown = (out / "report.md").read_text()
-    assert "# patternkit run: FAIL" in markdown
+    assert markdown.startswith("# patternkit run: NOT RUN\n")
     assert "NOT RUN: the model as imported does not build for llvm" in markdown
     assert (out / "after.py").is_file()
 
@@ -610,3 +615,4 @@ def test_a_rewrite_that_breaks_the_build_is_named_as_the_cause(tmp_path):
     assert "the after module does not build for llvm" in numeric["build_error"]
     assert "FAILED TO BUILD: the imported model builds, the rewritten one does not" in (
         out / "report.md").read_text()
+

@@ -24,6 +24,23 @@ def test_a_model_that_does_not_build_writes_only_what_happened():
     assert not report.ok
     assert report.evidence.startswith("whole-model comparison NOT RUN")
     assert "NOT RUN: the model as imported does not build" in report_markdown(report)
+    # nothing was compared: the run neither passes nor fails
+    assert report.verdict == "NOT RUN"
+    assert report_markdown(report).startswith("# patternkit run: NOT RUN\n")
+    assert report.to_dict()["verdict"] == "NOT RUN"
+
+
+def test_a_failure_elsewhere_fails_a_run_whose_model_does_not_build():
+    numeric = NumericResult.not_built_by("before", "the before module does not build", 7)
+    site = Site("demo.rule", "main", "lv1", "fail", "max abs error 1 > 0.1", tolerance="1e-4")
+    report = JobReport("m", "ccompiler", numeric=numeric,
+                       sites=SiteValidation(SiteReport([site], builds=2)))
+    assert report.verdict == "FAIL"
+    broken = JobReport("m", "ccompiler", numeric=NumericResult.not_built_by(
+        "after", "the after module does not build", 7))
+    assert broken.verdict == "FAIL"  # the rewrite broke the build: a failure
+    assert JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass")
+                     ).verdict == "PASS"
 
 
 def test_report_json_keeps_the_flat_offload_keys_and_the_verdict():
