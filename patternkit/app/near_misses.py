@@ -59,4 +59,4 @@ def near_misses_of(log: RewriteLog, rules: RuleSet, rewritten: tvm.IRModule) -> 
         return NearMissSection(not_run=f"{type(err).__name__}: {line}")
     for miss in misses:
         logger.info("near miss: %s", miss)
-    return NearMissSection(misses, families=[d.family for d in chosen])
+    return NearMissSection(misses, families=list(dict.fromkeys(d.family for d in chosen)))

@@ -71,9 +71,11 @@ def test_run_on_a_model_without_near_misses_says_there_are_none(tmp_path):
     markdown, saved = run(tmp_path, SCALAR_EPS_MODEL, "--quiet")
     assert saved["rewrites"] == {"layernorm.collapse": 1}
     assert saved["near_misses"]["misses"] == []
-    assert "norm" in saved["near_misses"]["families"]
+    families = saved["near_misses"]["families"]
+    assert "norm" in families and len(families) == len(set(families))  # each family once
     section = markdown.split("## Near misses", 1)[1].split("\n## ", 1)[0]
     assert section.strip().splitlines()[-1].startswith("none: no skeleton of attention, ")
+    assert "attention, attention" not in section
 
 
 def miss(binding: str, reason: str = "eps has shape (16,)") -> NearMiss:
