@@ -99,8 +99,8 @@ def test_report_md_lists_forty_near_misses_and_points_at_report_json_for_the_res
     saved = report.to_dict()
     assert len(saved["near_misses"]["misses"]) == 45
     # a new key, after those report.json has always written (their order is kept)
-    assert list(saved)[-2:] == ["near_misses", "ok"]
-    assert list(saved)[:-2] == list(JobReport("m", "ccompiler").to_dict())[:-1]
+    assert list(saved)[-3:] == ["near_misses", "ok", "verdict"]
+    assert list(saved)[:-3] == list(JobReport("m", "ccompiler").to_dict())[:-2]
 
 
 def test_near_misses_not_looked_for_or_not_run_say_so():
