@@ -29,6 +29,9 @@ The skeletons, most specific first (a site two detectors see is reported by the 
 * rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
 * gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
 
+A spelling a family's rules deliberately leave is named with its reason where it is found
+(``_KNOWN``): attention with Gemma 2's logit softcap.
+
 Each detector names its family's rules (rewrite rules and composites): their refusals
 explain a site, and a composite that takes a site makes it no miss.  Deliberately loose:
 a site that is no instance of the family (``x - mean(x)`` centring data for a cosine
@@ -76,6 +79,23 @@ def _attention_einsum() -> DFPattern:
     # an R.einsum (lifted by einsum.from_call_tir) that einsum.to_matmul left as it is
     softmax = _op("nn.softmax")(wildcard())
     return _op("einsum")(is_tuple([up_to_cast(through(up_to_cast(softmax))), wildcard()]))
+
+
+def _softcap() -> DFPattern:
+    # tanh(scores / c) * c (Gemma 2's attn_logit_softcapping), the scale either way
+    scaled = _op("divide")(wildcard(), is_constant()) | _op("multiply")(wildcard(),
+                                                                          is_constant())
+    return _op("multiply")(_op("tanh")(scaled), is_constant())
+
+
+#: Spellings a family's rules deliberately leave, per family: ``(pattern, rule, reason)``
+#: (:attr:`~patternkit.engine.NearMissDetector.known`).
+_KNOWN: dict[str, tuple[tuple[DFPattern, str, str], ...]] = {
+    "attention": ((_softcap(), "attention.collapse",
+                   "a logit softcap, tanh(scores / c) * c (Gemma 2), between the scores and "
+                   "the softmax: R.nn.attention has no softcap, so the attention is left as "
+                   "written"),),
+}
 
 
 def _softmax() -> DFPattern:
@@ -191,7 +211,9 @@ def detectors(rules: RuleSet = LIBRARY) -> tuple[NearMissDetector, ...]:
         own: list[Rule] = [rule for rule in rules if _library_family(rule) in families
                            and (not prefixes or rule.name.startswith(prefixes))]
         if own:
-            found.append(NearMissDetector(family, shape, pattern, tuple(own)))
+            names = {rule.name for rule in own}
+            known = tuple(k for k in _KNOWN.get(family, ()) if k[1] in names)
+            found.append(NearMissDetector(family, shape, pattern, tuple(own), known))
     return tuple(found)
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import tvm
 
-from ..dpl.matcher import function_lookup
+from ..dpl.matcher import find_match, function_lookup
 from ..dpl.near_miss import deepest_miss
 from ..dpl.pattern import DFPattern, required_op_names, root_op_names
 from ..errors import PatternError
@@ -45,6 +45,10 @@ __all__ = ["NearMiss", "NearMissDetector", "find_near_misses"]
 #: How many levels of readers below a site the family's patterns are tried at: a rule's
 #: root is often a step or two past the skeleton (the permute after attention's matmul).
 READERS_DEPTH = 2
+
+#: How many levels of operands above a site a detector's known spellings are looked for
+#: at: a softcap or a mask is a step or two above the softmax that makes the skeleton.
+KNOWN_DEPTH = 3
 
 #: What a near miss says when none of the family's patterns got past its root.
 NO_RULE_MATCHED = "none of the family's rules matched here"
@@ -64,12 +68,18 @@ class NearMissDetector:
         The loose pattern: the family's skeleton ops, everything else a wildcard.
     rules : tuple of Rule
         The family's rules (rewrite rules and composites) whose refusals explain a site.
+    known : tuple of (DFPattern, str, str)
+        Spellings of the family its rules deliberately leave, each ``(pattern, rule,
+        reason)``: found at a site or a few bindings above it (:data:`KNOWN_DEPTH`), the
+        reason is reported instead of the deepest point where the rule's pattern failed,
+        which quotes the pattern and tells a reader little (Gemma 2's logit softcap).
     """
 
     family: str
     shape: str
     pattern: DFPattern
     rules: tuple[Rule, ...]
+    known: tuple[tuple[DFPattern, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.pattern, DFPattern):
@@ -85,7 +95,7 @@ class NearMissDetector:
         kept = tuple(rule for rule in self.rules if rule.name in wanted)
         if not kept:
             return None
-        return NearMissDetector(self.family, self.shape, self.pattern, kept)
+        return NearMissDetector(self.family, self.shape, self.pattern, kept, self.known)
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,9 @@ class NearMiss:
         ``"check"``, ``"declined"``, ``"overlap"``, ``"escape"``, ``"cycle"`` (a
         :class:`~patternkit.engine.skip.SkipKind`), ``"no match"`` (the rule's pattern
         did not match; ``reason`` names the deepest point where it failed), or
-        ``"not applied"`` (the rule would take the site, but the rewrite was not given it).
+        ``"not applied"`` (the rule would take the site, but the rewrite was not given it),
+        or ``"unsupported"`` (a spelling the family's rules deliberately leave, one of the
+        detector's ``known``).
     """
 
     family: str
@@ -223,7 +235,36 @@ class _FunctionSites:
         if refused:
             best = min(refused, key=lambda s: _PREFERENCE.get(s.kind, 1))
             return miss(best.rule, best.reason, SkipKind(best.kind).value)
+        known = self._known_spelling(detector, site)
+        if known is not None:
+            return miss(*known, "unsupported")
         return self._closest_pattern(detector, site, miss)
+
+    def _known_spelling(self, detector: NearMissDetector, site: Group
+                        ) -> tuple[str, str] | None:
+        """``(rule, reason)`` of the first of the detector's known spellings found at
+        the site or up to :data:`KNOWN_DEPTH` levels of operands above it.
+        """
+        if not detector.known:
+            return None
+        if self._lookup is None:
+            self._lookup = function_lookup(self.func)
+        index = self.index
+        keys = [*site.match.internal_keys, C.handle(site.root_var)]
+        seen = set(keys)
+        frontier = list(keys)
+        for _ in range(KNOWN_DEPTH):
+            above = [read for key in frontier for read in index.reads.get(key, ())
+                     if read not in seen and read in index.position]
+            seen.update(above)
+            keys += above
+            frontier = above
+        for pattern, rule, reason in detector.known:
+            for key in keys:
+                binding = index.binding_at(index.position[key])
+                if find_match(pattern, binding.value, self.func) is not None:
+                    return rule, f"{reason} (at '{C.var_name(binding.var)}')"
+        return None
 
     def _verdict(self, rule: Rule) -> tuple[list[Group], list[Skip]]:
         """``rule``'s accepted matches and refusals in this function, once per rule."""

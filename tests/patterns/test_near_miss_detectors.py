@@ -196,6 +196,31 @@ def test_an_attention_with_a_scale_the_rule_refuses_is_a_near_miss_with_the_reas
     assert "not split back into the query's heads" in miss.reason
 
 
+class SoftcappedAttention(torch.nn.Module):
+    """Gemma 2's attention: the scaled scores soft-capped, tanh(scores / 50) * 50."""
+
+    def forward(self, q, k, v):
+        scores = (q @ k.transpose(-1, -2)) * 0.25
+        return torch.softmax(torch.tanh(scores / 50.0) * 50.0, -1) @ v
+
+
+class PlainAttention(torch.nn.Module):
+    """The same attention without the softcap: collapsed."""
+
+    def forward(self, q, k, v):
+        return torch.softmax((q @ k.transpose(-1, -2)) * 0.25, -1) @ v
+
+
+def test_a_softcapped_attention_is_a_near_miss_named_for_its_softcap():
+    args = (torch.randn(2, 4, 5, 8),) * 3
+    (miss,) = near_misses(imported(SoftcappedAttention(), *args))
+    assert (miss.family, miss.rule, miss.kind) == ("attention", "attention.collapse",
+                                                   "unsupported")
+    assert miss.reason.startswith("a logit softcap, tanh(scores / c) * c (Gemma 2), between "
+                                  "the scores and the softmax")
+    assert near_misses(imported(PlainAttention(), *args)) == []  # the rule takes it
+
+
 def test_a_layer_norm_whose_epsilon_is_a_tensor_is_a_near_miss_with_the_reason():
     (miss,) = near_misses(imported(TensorEpsLayerNorm(), torch.randn(2, 5, 16)))
     assert (miss.family, miss.rule, miss.kind) == ("norm", "layernorm.collapse", "check")
