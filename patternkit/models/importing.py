@@ -38,6 +38,18 @@ def failure(what: str, text: str, err: BaseException) -> ZooImportError:
                           f"{type(err).__name__}: {first}")
 
 
+def constant_inputs(program: Any) -> list[str]:
+    """``name=value`` of each user input ``program`` takes as a constant, not a tensor
+    (``model(x, return_dict=False)`` exported with the flag as a keyword argument).
+    """
+    found = []
+    for spec in getattr(getattr(program, "graph_signature", None), "input_specs", ()):
+        arg = spec.arg
+        if type(arg).__name__ == "ConstantArgument" and str(spec.kind).endswith("USER_INPUT"):
+            found.append(f"{arg.name}={arg.value!r}")
+    return found
+
+
 def rename_entry(mod: tvm.IRModule, entry: str) -> tvm.IRModule:
     """A copy of ``mod`` whose ``main`` is called ``entry`` (global symbol included)."""
     if entry == MAIN:
@@ -85,6 +97,13 @@ def from_torch(program, keep_params: bool, entry: str, text: str, seconds: dict[
                     keep_params_as_input=keep_params, unwrap_unit_return_tuple=True,
                     custom_convert_map={**converters.convert_map(), **others.convert_map()})
     except Exception as err:
+        constants = constant_inputs(program)
+        if constants:
+            raise ZooImportError(
+                f"{text}: the program takes {', '.join(constants)} as input(s), which "
+                f"from_exported_program (TVM {tvm.__version__}) cannot import: it takes "
+                f"tensors only; export a function that fixes them (a wrapper module), or "
+                f"leave them out ({type(err).__name__}: {first_line(err)})") from err
         raise failure("from_exported_program", text, err) from err
     mod, fixups = prepare_torch_import(mod)
     return (*finish(mod, keep_params, entry, text),

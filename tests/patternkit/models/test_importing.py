@@ -47,3 +47,23 @@ def test_a_valid_graph_tvm_cannot_import_is_blamed_on_tvm():
     with pytest.raises(ZooImportError) as caught:
         from_onnx_model(model, keep_params=False, entry="main", text="ok.onnx", seconds={})
     assert str(caught.value).startswith("ok.onnx: from_onnx failed in TVM ")
+
+
+def test_a_program_taking_a_constant_input_names_it_in_one_line():
+    # model(x, return_dict=False) exported with the flag as a keyword argument: the bool
+    # becomes an input of the program, and TVM's importer fails on it with
+    # "'bool' object has no attribute 'shape'"
+    torch = pytest.importorskip("torch")
+    from patternkit.models.importing import from_torch
+
+    class Flagged(torch.nn.Module):
+        def forward(self, x, return_dict=True):
+            return x * 2.0 if return_dict else x - 1.0
+
+    program = torch.export.export(Flagged(), (torch.randn(2, 3),), {"return_dict": False})
+    with pytest.raises(ZooImportError) as caught:
+        from_torch(program, False, "main", "flagged.pt2", {})
+    message = str(caught.value)
+    assert message.startswith("flagged.pt2: the program takes return_dict=False as input(s), "
+                              "which from_exported_program")
+    assert "export a function that fixes them" in message and "\n" not in message
