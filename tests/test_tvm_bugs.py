@@ -215,6 +215,25 @@ def test_torch_cumsum_of_a_bool_tensor_imports_as_int64_and_builds():
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.xfail(strict=True, reason="TVM 0.27's torch importer keeps an integer tensor's "
+                                       "dtype where torch's result is a float: ids * 0.5 "
+                                       "imports as ids * 0")
+def test_torch_integer_times_a_float_imports_as_a_float_product():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Halves(torch.nn.Module):
+        """``ids * 0.5`` and ``ids / 2`` of an int64 tensor: float32 in torch."""
+
+        def forward(self, ids):
+            return ids * 0.5, ids / 2
+
+    ids = torch.tensor([[1, 5, 3]])
+    mod = from_exported_program(torch.export.export(Halves(), (ids,)))
+    for got, expected in zip(numeric.run(mod, [ids.numpy()]), Halves()(ids)):
+        np.testing.assert_array_equal(got, expected.numpy())  # TVM: [[0, 0, 0]], [[0, 2, 1]]
+
+
 @pytest.mark.xfail(strict=True, reason="TVM 0.27's torch importer keeps a negative index in "
                                        "R.take(mode='fast'): it reads outside the tensor")
 def test_torch_negative_indices_read_the_numbers_torch_reads():

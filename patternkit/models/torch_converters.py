@@ -40,6 +40,13 @@ unchanged, so a model TVM imports imports exactly as without them.
   after it are typed from it (``c * 2`` multiplied by a bool ``True``).  It imports as
   torch computes it, ``cumsum(x, dim, "int64")``.
 
+- ``add``, ``sub``, ``mul``, ``div`` of an integer tensor whose torch result is a float
+  (``ids * 0.5``, ``ids / 2``): TVM keeps the tensor's integer dtype and makes the
+  scalar an integer constant, so ``ids * 0.5`` is all zeros and ``ids / 2`` rounds, with
+  no error (``docs/tvm-bugs.md``).  They import as torch computes them: the operands cast
+  to the result's dtype (read from the node's ``val``, torch's own type promotion), then
+  the op.
+
 Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
 of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
 was converted.
@@ -272,6 +279,34 @@ def _cumsum(node: Any, importer: Any) -> relax.Var | None:
     return importer.block_builder.emit(relax.op.cumsum(x, dim, "int64"))
 
 
+def _promoted(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var | None]:
+    """``add``/``sub``/``mul``/``div``: (a, b) with an integer or bool tensor and a float
+    result in torch, computed in that float dtype (None otherwise: TVM's converter runs).
+    """
+
+    def convert(node: Any, importer: Any) -> relax.Var | None:
+        result = node.meta.get("val")
+        dtype = str(getattr(result, "dtype", "")).replace("torch.", "")
+        if (len(node.args) != 2 or set(node.kwargs) - {"alpha"} or node.kwargs.get("alpha", 1) != 1
+                or dtype not in _FLOATS):
+            return None
+        operands = [importer.env[a] if a in importer.env else a for a in node.args]
+        tensors = [o for o in operands if isinstance(o, relax.Expr)]
+        if not tensors or all(dtype_of(type_of(t)) == dtype for t in tensors):
+            return None  # the float operands TVM keeps: nothing to promote
+        cast = [relax.op.astype(o, dtype) if isinstance(o, relax.Expr)
+                and dtype_of(type_of(o)) != dtype else
+                o if isinstance(o, relax.Expr) else relax.const(o, dtype) for o in operands]
+        return importer.block_builder.emit(op(*cast))
+
+    return convert
+
+
+#: The float dtypes torch may promote an integer operand to.
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+_PROMOTED = ("of an integer tensor with a float result computed in that float dtype, as "
+             "torch does (TVM's importer keeps the integer dtype: ids * 0.5 is 0)")
+
 _CAST = f"computed in {NORM_DTYPE} between casts ({CAST_NORM_DTYPE}: no TVM kernel)"
 #: Torch op -> (converter, what the notes say of a converted call).
 _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
@@ -288,6 +323,10 @@ _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
     "_native_batch_norm_legit.no_stats": (_instance_norm, "(instance norm) on a symbolic "
                                           "channel count or in bfloat16 imported by hand"),
     "linalg_vector_norm.default": (_vector_norm, f"({POWER_DTYPE}, order 2) {_CAST}"),
+    "add.Tensor": (_promoted(relax.op.add), _PROMOTED),
+    "sub.Tensor": (_promoted(relax.op.subtract), _PROMOTED),
+    "mul.Tensor": (_promoted(relax.op.multiply), _PROMOTED),
+    "div.Tensor": (_promoted(relax.op.divide), _PROMOTED),
     "cumsum.default": (_cumsum, "of a bool or integer tensor summed in int64, as torch does "
                                 "(TVM's importer sums it in the input's dtype; bool does not "
                                 "build)"),

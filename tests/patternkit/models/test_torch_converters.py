@@ -115,6 +115,30 @@ def test_a_cumsum_of_bools_or_integers_is_summed_in_int64_as_torch_does():
         np.testing.assert_array_equal(value, expected.numpy())
 
 
+class IntegerArithmetic(torch.nn.Module):
+    """Integer tensors in arithmetic whose torch result is a float (a scalar float, true
+    division, a float tensor), beside integer arithmetic that stays integer."""
+
+    def forward(self, ids, x):
+        return (ids * 0.5, ids + 0.5, ids / 2, 1.5 - ids, x + ids, (ids > 2) * 0.25,
+                ids.half() * 0.5, ids * 2, x * 3)
+
+
+def test_integer_tensors_with_a_float_result_are_computed_in_that_float_as_torch_does():
+    # TVM 0.27 keeps the integer dtype and makes the scalar an integer: ids * 0.5 is all
+    # zeros and ids / 2 rounds, silently (docs/tvm-bugs.md)
+    ids = torch.tensor([[1, 5, 3, -7]])
+    x = torch.randn(1, 4)
+    mod, _, notes = from_torch(torch.export.export(IntegerArithmetic(), (ids, x)), False,
+                               "main", "integers", {})
+    assert [n.split(" ")[:2] for n in notes] == [["2", "add.Tensor"], ["1", "div.Tensor"],
+                                                 ["2", "mul.Tensor"], ["1", "sub.Tensor"]]
+    got = numeric.run(mod, [ids.numpy(), x.numpy()])
+    for value, expected in zip(got, IntegerArithmetic()(ids, x)):
+        assert value.dtype == expected.numpy().dtype
+        np.testing.assert_allclose(value, expected.numpy(), **FLOAT32)
+
+
 def test_an_instance_norm_of_a_dynamic_batch_imports_and_matches_torch():
     model = _weights(InstanceNorms())
     x = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype("float32")
