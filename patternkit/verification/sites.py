@@ -36,8 +36,10 @@ with ``scale`` the reference's root mean square: a 1 % error fails wherever it h
 and a value near zero is judged against its tensor's own scale, not against an absolute
 ``atol``.  Reference elements that are not finite are no evidence (a rewrite may avoid an
 overflow the written-out form had), a result that is not finite where the reference is
-fails, and a draw whose reference is all zero or constant cannot pass a site (it can still
-fail it).  A site none of whose draws gave evidence is ``not_run``, with the reason: never
+fails, and a draw whose reference is all zero, constant or subnormal (its scale below the
+dtype's smallest normal number, where rounding is all there is) cannot pass a site (it can
+still fail it: such a reference is judged against ``atol`` alone).  A site none of whose
+draws gave evidence is ``not_run``, with the reason: never
 ``pass``.  Where a draw misses and the caller can widen a function to float64
 (``widen=``), both sides are measured against the widened region: the rewrite may round
 differently than the code it replaced, not worse.
@@ -113,8 +115,12 @@ def judge(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float,
         worst_abs = max(worst_abs, float(diff.max()))
         worst_rel = max(worst_rel, float(diff.max()) / scale if scale else
                         (0.0 if not diff.any() else math.inf))
-        if scale == 0.0 or float(np.ptp(values)) == 0.0:
-            degenerate.append("all zero" if scale == 0.0 else f"constant ({values.flat[0]:.3g})")
+        smallest = _smallest_normal(r.dtype)
+        if scale == 0.0 or float(np.ptp(values)) == 0.0 or scale < smallest:
+            degenerate.append("all zero" if scale == 0.0 else
+                              f"constant ({values.flat[0]:.3g})" if float(np.ptp(values)) == 0.0
+                              else f"subnormal (scale {scale:.3g}, below {r.dtype}'s smallest "
+                                   f"normal number {smallest:.3g}: rounding there is noise)")
             bound = atol + rtol * np.abs(values)  # judged absolutely: there is no scale
         else:
             bound = rtol * np.abs(values) + atol * scale
@@ -130,6 +136,22 @@ def judge(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float,
         return Judgement("inconclusive", worst_abs, worst_rel,
                          "the region's output is " + ", ".join(degenerate))
     return Judgement("pass", worst_abs, worst_rel)
+
+
+def _smallest_normal(dtype: Any) -> float:
+    """The smallest normal number of a float dtype (``ml_dtypes``' bfloat16 too); 0 for
+    any other: below it a tensor's scale is made of subnormals, where every operation
+    rounds to a few bits and a correct rewrite differs from the code it replaced.
+    """
+    try:
+        return float(np.finfo(dtype).tiny)
+    except (TypeError, ValueError):
+        try:
+            import ml_dtypes
+
+            return float(ml_dtypes.finfo(dtype).tiny)
+        except (ImportError, TypeError, ValueError):
+            return 0.0
 
 
 # -- the report ---------------------------------------------------------------------------

@@ -168,6 +168,22 @@ def test_judge_takes_no_weak_evidence():
     assert judge(small, [small[0] * 1.01], 1e-5, 1e-5).verdict == "fail"
 
 
+def test_a_subnormal_reference_is_no_evidence_but_can_still_fail():
+    # a random-weight MobileViT's batch-norm sites carry values near 1e-43: below float32's
+    # smallest normal number every operation keeps a few bits, and a correct fold differed
+    # by 4e-45, which the tensor's own scale called a failure
+    ref = (np.random.default_rng(0).standard_normal(64) * 1e-42).astype("float32")
+    rounded = ref.copy()
+    rounded[3] += np.float32(4e-45)
+    found = judge([ref], [rounded], 1e-5, 1e-5)
+    assert found.verdict == "inconclusive"
+    assert "subnormal" in found.reason and "smallest normal number" in found.reason
+    assert judge([ref], [ref + np.float32(1.0)], 1e-5, 1e-5).verdict == "fail"
+    # float16's smallest normal number is 6.1e-5: a tensor of scale 1e-6 is subnormal there
+    half = (np.linspace(-1, 1, 16) * 1e-6).astype("float16")
+    assert judge([half], [half], 1e-3, 1e-3).verdict == "inconclusive"
+
+
 @pytest.mark.models
 @pytest.mark.parametrize("name, options", [("gpt2", {"batch": "dynamic"}), ("llama", {}),
                                            ("resnet18", {}),
