@@ -292,8 +292,9 @@ def _promoted(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var |
             return None
         operands = [importer.env[a] if a in importer.env else a for a in node.args]
         tensors = [o for o in operands if isinstance(o, relax.Expr)]
-        if not tensors or all(dtype_of(type_of(t)) == dtype for t in tensors):
-            return None  # the float operands TVM keeps: nothing to promote
+        if not any(dtype_of(type_of(t)) in _SUMMED_IN_INT64 | {"int64", "uint64"}
+                   for t in tensors):
+            return None  # float operands: TVM's converter types them (not this bug)
         cast = [relax.op.astype(o, dtype) if isinstance(o, relax.Expr)
                 and dtype_of(type_of(o)) != dtype else
                 o if isinstance(o, relax.Expr) else relax.const(o, dtype) for o in operands]
