@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import tvm
 
-from ..dpl.matcher import find_match, function_lookup
+from ..dpl.dominator import uses_of_function
+from ..dpl.matcher import Matcher, function_lookup
 from ..dpl.near_miss import deepest_miss
 from ..dpl.pattern import DFPattern, required_op_names, root_op_names
 from ..errors import PatternError
@@ -259,10 +260,11 @@ class _FunctionSites:
             seen.update(above)
             keys += above
             frontier = above
+        matcher = Matcher(self._lookup, uses=lambda: uses_of_function(self.func))
         for pattern, rule, reason in detector.known:
             for key in keys:
                 binding = index.binding_at(index.position[key])
-                if find_match(pattern, binding.value, self.func) is not None:
+                if matcher.match(pattern, binding.value) is not None:
                     return rule, f"{reason} (at '{C.var_name(binding.var)}')"
         return None
 
