@@ -317,9 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="rewrite, partition and verify a model",
-                         epilog="exit status: 0 PASS, 1 FAIL, 2 bad input, 3 NOT RUN (the "
-                                "model as imported does not build for llvm, so no output "
-                                "could be compared).  patternkit --debug run ... shows "
+                         epilog="exit status: 0 PASS, 1 FAIL, 2 bad input, 3 NOT RUN "
+                                "(nothing failed and nothing could be judged: the model as "
+                                "imported does not build for llvm, or its outputs are no "
+                                "evidence and no rewrite site stood in).  patternkit --debug "
+                                "run ... shows "
                                 "tracebacks and the TVM/torch log a run holds back")
     run.add_argument("model", nargs="?", default=None,
                      help="built-in model name (default resnet18), a zoo spec "

@@ -217,17 +217,20 @@ class JobReport:
     def verdict(self) -> str:
         """``PASS``, ``FAIL`` or ``NOT RUN``.
 
-        ``NOT RUN`` when the model as imported does not build for llvm and nothing else
-        failed: no output was compared, so the run can neither pass nor fail the rewrites
-        (a TVM importer bug is no rewrite's fault, and rewrite sites validated on
-        adversarial draws alone are no evidence for the model's own values).  Anything
-        that failed still makes it ``FAIL``.
+        ``NOT RUN`` when nothing failed but nothing could be judged either: the model as
+        imported does not build for llvm (no output was compared: a TVM importer bug is
+        no rewrite's fault, and sites validated on adversarial draws alone are no
+        evidence for the model's own values), or its outputs are no evidence (all zero,
+        constant or tiny) and not every rewrite site could be validated in their place.
+        Anything that failed still makes it ``FAIL``.
         """
         if self.ok:
             return PASS_VERDICT
         failed_elsewhere = not (self.sites.ok and all(r.ok for r in self.roundtrip.values())
                                 and self.training.get("ok", True))
-        if self.numeric.not_built == "before" and not failed_elsewhere:
+        no_evidence = (self.numeric.not_built == "before"
+                       or self.numeric.status == numeric.INCONCLUSIVE)
+        if no_evidence and not failed_elsewhere:
             return NOT_RUN_VERDICT
         return FAIL_VERDICT
 

@@ -43,6 +43,21 @@ def test_a_failure_elsewhere_fails_a_run_whose_model_does_not_build():
                      ).verdict == "PASS"
 
 
+def test_outputs_that_are_no_evidence_with_no_site_in_their_place_are_not_run():
+    # all-zero outputs and no rewrite site to validate instead: nothing failed, nothing
+    # was judged
+    numeric = NumericResult(ok=False, status="inconclusive", reason="all zero")
+    assert JobReport("m", "ccompiler", numeric=numeric).verdict == "NOT RUN"
+    site = Site("demo.rule", "main", "lv1", "fail", "max abs error 1 > 0.1", tolerance="1e-4")
+    assert JobReport("m", "ccompiler", numeric=numeric, sites=SiteValidation(
+        SiteReport([site], builds=2))).verdict == "FAIL"
+    passed = Site("demo.rule", "main", "lv1", "pass", "", tolerance="1e-4")
+    assert JobReport("m", "ccompiler", numeric=numeric, sites=SiteValidation(
+        SiteReport([passed], builds=2))).verdict == "PASS"  # the sites decide
+    wrong = NumericResult(ok=False, status="fail", reason="max abs error 1")
+    assert JobReport("m", "ccompiler", numeric=wrong).verdict == "FAIL"
+
+
 def test_report_json_keeps_the_flat_offload_keys_and_the_verdict():
     report = JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass"),
                        roundtrip={"FuseOps": RoundTripEntry(True)})
