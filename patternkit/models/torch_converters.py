@@ -263,8 +263,12 @@ def _power(node: Any, importer: Any) -> relax.Var | None:
     return importer.block_builder.emit(EXACT_POWERS[float(exponent)](x))
 
 
-#: Integer dtypes torch sums in int64 when a ``cumsum`` names no dtype.
-_SUMMED_IN_INT64 = frozenset({"bool", "int8", "int16", "int32", "uint8", "uint16", "uint32"})
+#: Bool and integer dtypes: torch sums them in int64 and promotes them to a float operand's
+#: dtype, where TVM's importer keeps them.
+_INTEGERS = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64"})
+#: Those a ``cumsum`` that names no dtype changes (int64 is summed in int64 already).
+_SUMMED_IN_INT64 = _INTEGERS - {"int64"}
 
 
 def _cumsum(node: Any, importer: Any) -> relax.Var | None:
@@ -291,16 +295,19 @@ def _promoted(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var |
                 or dtype not in _FLOATS):
             return None
         operands = [importer.env[a] if a in importer.env else a for a in node.args]
-        tensors = [o for o in operands if isinstance(o, relax.Expr)]
-        if not any(dtype_of(type_of(t)) in _SUMMED_IN_INT64 | {"int64", "uint64"}
-                   for t in tensors):
+        if not any(isinstance(o, relax.Expr) and dtype_of(type_of(o)) in _INTEGERS
+                   for o in operands):
             return None  # float operands: TVM's converter types them (not this bug)
-        cast = [relax.op.astype(o, dtype) if isinstance(o, relax.Expr)
-                and dtype_of(type_of(o)) != dtype else
-                o if isinstance(o, relax.Expr) else relax.const(o, dtype) for o in operands]
-        return importer.block_builder.emit(op(*cast))
+        return importer.block_builder.emit(op(*(_in_dtype(o, dtype) for o in operands)))
 
     return convert
+
+
+def _in_dtype(operand: Any, dtype: str) -> relax.Expr:
+    """``operand`` (a Relax tensor or a Python scalar) as a value of ``dtype``."""
+    if not isinstance(operand, relax.Expr):
+        return relax.const(operand, dtype)
+    return operand if dtype_of(type_of(operand)) == dtype else relax.op.astype(operand, dtype)
 
 
 #: The float dtypes torch may promote an integer operand to.
