@@ -1,4 +1,4 @@
-"""An instance norm written out, collapsed to ``R.nn.instance_norm``.
+"""An instance norm written out, collapsed to ``R.nn.instance_norm``; its composite.
 
 A hand-written instance norm (``x.mean((2, 3))``, ``x.var((2, 3))``, normalise, then a
 per-channel scale and shift) has its mean / variance steps collapsed to
@@ -23,6 +23,9 @@ only those (of a rank >= 3 input), with gamma all ones and beta all zeros; scale
 shift must vary along the channel axis 1 only.  Not covered: channels-last instance
 norms, an instance norm without the affine step (it is a layer norm already), and
 ``nn.InstanceNorm2d`` itself (the torch importer emits ``R.nn.instance_norm``).
+
+Composite (:data:`COMPOSITES`, for external compilers): ``instance_norm``, the op alone
+(:class:`InstanceNormComposite`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import tvm
 from tvm import relax
 
 from patternkit.dpl import alt, is_op, wildcard
-from patternkit.engine import NoSuchExample, RewriteRule, RoleMatch, reject
+from patternkit.engine import CompositeRule, NoSuchExample, RewriteRule, RoleMatch, reject
 from patternkit.ir import dtype_of, static_shape, type_of
 
 from .groupnorm.affine import (
@@ -190,5 +193,55 @@ def written_out_instance_norm(spatial: int = 2, inner: str = "ones", axes: str =
     return bb.get()
 
 
+class InstanceNormComposite(CompositeRule):
+    """``<compiler>.instance_norm``: one ``R.nn.instance_norm`` as a pattern-table entry.
+
+    What ``nn.InstanceNorm*`` imports as, what :class:`InstanceNormCollapse` makes of a
+    written-out one, and what a group norm with one channel per group is (Wav2Vec2's
+    feature encoder): without an entry it stayed on the host beside offloaded group and
+    layer norms.  Its attributes (axes, epsilon) travel inside the composite.
+    """
+
+    def __init__(self, compiler: str = "byoc"):
+        super().__init__(compiler)
+        self.x, self.gamma, self.beta = wildcard(), wildcard(), wildcard()
+        self.pattern = is_op("nn.instance_norm")(self.x, self.gamma, self.beta)
+        self.pattern_name = "instance_norm"
+
+    def check(self, match: RoleMatch) -> Any:
+        """Accept every ``instance_norm``."""
+        return True
+
+    def example(self, **knobs: Any) -> tvm.IRModule:
+        """:func:`instance_norm_call` with ``knobs``."""
+        return instance_norm_call(**knobs)
+
+    def example_space(self) -> dict[str, Sequence[Any]]:
+        """Two dtypes, a static or a symbolic batch, one or two spatial axes."""
+        return {"dtype": ("float32", "float16"), "batch": (2, "n"), "spatial": (1, 2)}
+
+
+def instance_norm_call(dtype: str = "float32", batch: int | str = 2, spatial: int = 2,
+                       seed: int = 0) -> tvm.IRModule:
+    """``R.nn.instance_norm`` of ``x: (N, 8, 4[, 4])`` with seeded gamma and beta, its
+    result read twice.
+    """
+    rng = np.random.default_rng(seed)
+    n = tvm.tirx.Var(batch, "int64") if isinstance(batch, str) else batch
+    x = relax.Var("x", relax.TensorType((n, 8, *(4,) * spatial), dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.instance_norm(
+                x, relax.const(rng.uniform(0.5, 1.5, 8).astype(dtype)),
+                relax.const(rng.standard_normal(8).astype(dtype)), channel_axis=1,
+                axes=list(range(2, 2 + spatial))))
+            out = bb.emit_output(relax.op.add(y, y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 #: The rewrite rules of this family.
 RULES = (InstanceNormCollapse,)
+#: Its pattern-table entry.
+COMPOSITES = (InstanceNormComposite,)

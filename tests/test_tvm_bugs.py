@@ -234,6 +234,39 @@ def test_torch_integer_times_a_float_imports_as_a_float_product():
         np.testing.assert_array_equal(got, expected.numpy())  # TVM: [[0, 0, 0]], [[0, 2, 1]]
 
 
+@pytest.mark.xfail(strict=True, raises=Exception,
+                   reason="TVM 0.27's torch importer makes the 2 of int64 ids // 2 an int32 "
+                          "constant: the import fails with a type error")
+def test_torch_floor_division_of_int64_ids_by_a_scalar_imports():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Halved(torch.nn.Module):
+        def forward(self, ids):
+            return torch.div(ids, 2, rounding_mode="floor")
+
+    ids = torch.tensor([[1, 5, -3]])
+    mod = from_exported_program(torch.export.export(Halved(), (ids,)))
+    np.testing.assert_array_equal(numeric.run(mod, [ids.numpy()]), Halved()(ids).numpy())
+
+
+@pytest.mark.xfail(strict=True, raises=Exception,
+                   reason="TVM 0.27's torch importer clips an integer tensor at infinity where "
+                          "torch's clamp leaves a bound out: the build fails")
+def test_torch_integer_clamp_with_one_bound_builds():
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class AtLeastOne(torch.nn.Module):
+        def forward(self, lengths):
+            return lengths.clamp(min=1)
+
+    lengths = torch.tensor([[0, 5, -3]])
+    mod = from_exported_program(torch.export.export(AtLeastOne(), (lengths,)))
+    np.testing.assert_array_equal(numeric.run(mod, [lengths.numpy()]),
+                                  AtLeastOne()(lengths).numpy())
+
+
 @pytest.mark.xfail(strict=True, reason="TVM 0.27's torch importer keeps a negative index in "
                                        "R.take(mode='fast'): it reads outside the tensor")
 def test_torch_negative_indices_read_the_numbers_torch_reads():

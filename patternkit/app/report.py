@@ -361,6 +361,30 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+#: How many op calls of one group of host ops ``report.md`` names before "and N more".
+HOST_CALLS_NAMED = 3
+
+
+def _host_markdown(host_ops: list[str]) -> list[str]:
+    """One line per operator and reason left on the host, its calls counted, the most
+    frequent first: a model's 200 reshapes left for one reason are one line, not 200
+    (``report.json`` and ``report.html`` keep every call).  Each text is
+    ``function:var = op: kind [entry]: reason``.
+    """
+    groups: dict[str, list[str]] = {}
+    for text in host_ops:
+        where, _, rest = text.partition(" = ")
+        groups.setdefault(rest, []).append(where)
+    lines = []
+    for rest, calls in sorted(groups.items(), key=lambda item: -len(item[1])):
+        op, _, why = rest.partition(": ")
+        named = ", ".join(f"`{c}`" for c in calls[:HOST_CALLS_NAMED])
+        more = f" and {len(calls) - HOST_CALLS_NAMED} more" if len(calls) > HOST_CALLS_NAMED else ""
+        count = f" x{len(calls)}" if len(calls) > 1 else ""
+        lines.append(f"* `{op}`{count} ({named}{more}): {why}")
+    return lines
+
+
 def _near_misses_markdown(section: NearMissSection | None) -> list[str]:
     """The families' skeletons left in the rewritten model: family, function, binding,
     the rule that looked at it and why it declined; or that there were none.
@@ -466,7 +490,7 @@ def report_markdown(report: JobReport) -> str:
     lines += [f"* `{k}`: {v}" for k, v in sorted(offload.composites.items())]
     if offload.host_ops:
         lines += ["", "Left on the host, and why:", ""]
-        lines += [f"* {h}" for h in offload.host_ops]
+        lines += _host_markdown(offload.host_ops)
     lines += _numeric_markdown(report.numeric)
     lines += _sites_markdown(report.sites)
     lines += ["", "## Round trips", ""]

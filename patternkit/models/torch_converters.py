@@ -47,6 +47,13 @@ unchanged, so a model TVM imports imports exactly as without them.
   to the result's dtype (read from the node's ``val``, torch's own type promotion), then
   the op.
 
+- ``div`` with a rounding mode (``ids // 2``, ``torch.div(ids, 2, rounding_mode="floor")``)
+  of a tensor by a Python scalar or by a tensor of another dtype: TVM makes ``2`` an
+  int32 constant beside int64 ids and the import fails on the mixed dtypes.  It imports
+  in torch's result dtype.
+- ``clamp`` of an integer tensor with one bound left out (``lengths.clamp(min=1)``): TVM
+  clips at infinity, which does not build for integers.  It clips at the dtype's limit.
+
 Pass :meth:`TorchConverters.convert_map` as ``custom_convert_map`` (with the converters
 of :mod:`.low_precision`, which own other ops); :meth:`TorchConverters.notes` says what
 was converted.
@@ -310,6 +317,77 @@ def _in_dtype(operand: Any, dtype: str) -> relax.Expr:
     return operand if dtype_of(type_of(operand)) == dtype else relax.op.astype(operand, dtype)
 
 
+def _rounded_divide(mode_at: int | None) -> Callable[[Any, Any], relax.Var | None]:
+    """``div.Tensor_mode`` (a, b, rounding_mode) and ``floor_divide`` (a, b), with a
+    Python scalar or a tensor of another dtype than torch's result, computed in that
+    dtype (None otherwise: TVM's converter runs).
+
+    TVM's converter makes a scalar a constant of its own dtype (``2`` int32, ``2.0``
+    float32), so ``ids // 2`` of int64 ids (position ids, packed sequences) and
+    ``x // 2.0`` of a float16 ``x`` fail to import ("Binary operators must have the same
+    datatype").  ``mode_at``: the rounding mode's argument position (``None``: floor).
+    """
+
+    def convert(node: Any, importer: Any) -> relax.Var | None:
+        result = node.meta.get("val")
+        dtype = str(getattr(result, "dtype", "")).replace("torch.", "")
+        mode = "floor" if mode_at is None else _argument(node, mode_at, "rounding_mode")
+        if len(node.args) < 2 or dtype not in _INTEGERS | _FLOATS or mode not in _ROUNDINGS:
+            return None
+        operands = [importer.env[a] if a in importer.env else a for a in node.args[:2]]
+        if all(isinstance(o, relax.Expr) and dtype_of(type_of(o)) == dtype for o in operands):
+            return None  # one dtype already: TVM's converter imports it
+        a, b = (_in_dtype(o, dtype) for o in operands)
+        return importer.block_builder.emit(_ROUNDINGS[mode](a, b, dtype in _INTEGERS))
+
+    return convert
+
+
+def _truncated(a: relax.Expr, b: relax.Expr, integer: bool) -> relax.Expr:
+    """``a / b`` rounded toward zero: an integer ``divide`` truncates already (TIR's
+    division of integers is C's), a float one is truncated after it.
+    """
+    quotient = relax.op.divide(a, b)
+    return quotient if integer else relax.op.trunc(quotient)
+
+
+def _integer_clamp(min_at: int | None, max_at: int | None
+                   ) -> Callable[[Any, Any], relax.Var | None]:
+    """``clamp`` (x, min, max), ``clamp_min`` (x, min), ``clamp_max`` (x, max) of an
+    integer tensor by integer bounds, one of them absent (None otherwise: TVM's
+    converter runs).
+
+    TVM's converter stands an absent bound in as an infinity, and a ``clip`` of an
+    integer tensor by an infinity does not build ("Cannot convert infinity to BigInt"):
+    ``lengths.clamp(min=1)``.  The absent bound is the dtype's own limit.
+    """
+
+    def convert(node: Any, importer: Any) -> relax.Var | None:
+        x = importer.env[node.args[0]]
+        dtype = dtype_of(type_of(x))
+        if dtype not in _INTEGERS - {"bool"}:
+            return None
+        bounds = [None if at is None else _argument(node, at, name)
+                  for at, name in ((min_at, "min"), (max_at, "max"))]
+        if None not in bounds or not all(b is None or type(b) is int for b in bounds):
+            return None
+        limits = np.iinfo(dtype)
+        low = int(limits.min) if bounds[0] is None else bounds[0]
+        high = int(limits.max) if bounds[1] is None else bounds[1]
+        return importer.block_builder.emit(relax.op.clip(x, low, high))
+
+    return convert
+
+
+#: Torch's rounding modes of a division that rounds, as Relax computes them.
+_ROUNDINGS: dict[str, Callable[[relax.Expr, relax.Expr, bool], relax.Expr]] = {
+    "floor": lambda a, b, integer: relax.op.floor_divide(a, b), "trunc": _truncated}
+_ROUNDED = ("with a scalar or an operand of another dtype computed in torch's result dtype "
+            "(TVM's importer makes 2 an int32 constant: int64 ids // 2 does not import)")
+
+_CLAMPED = ("of an integer tensor with one bound clipped at its dtype's limit (TVM's "
+            "importer clips at infinity, which does not build for integers)")
+
 #: The float dtypes torch may promote an integer operand to.
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _PROMOTED = ("of an integer tensor with a float result computed in that float dtype, as "
@@ -335,6 +413,11 @@ _CONVERTERS: dict[str, tuple[Callable[[Any, Any], relax.Var | None], str]] = {
     "sub.Tensor": (_promoted(relax.op.subtract), _PROMOTED),
     "mul.Tensor": (_promoted(relax.op.multiply), _PROMOTED),
     "div.Tensor": (_promoted(relax.op.divide), _PROMOTED),
+    "div.Tensor_mode": (_rounded_divide(2), _ROUNDED),
+    "clamp.default": (_integer_clamp(1, 2), _CLAMPED),
+    "clamp_min.default": (_integer_clamp(1, None), _CLAMPED),
+    "clamp_max.default": (_integer_clamp(None, 1), _CLAMPED),
+    "floor_divide.default": (_rounded_divide(None), _ROUNDED),
     "cumsum.default": (_cumsum, "of a bool or integer tensor summed in int64, as torch does "
                                 "(TVM's importer sums it in the input's dtype; bool does not "
                                 "build)"),

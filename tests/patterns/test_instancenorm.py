@@ -11,8 +11,14 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit.patterns import LIBRARY
-from patternkit.patterns.instancenorm import InstanceNormCollapse, written_out_instance_norm
-from patternkit.testing import Negative, RuleCase, Tolerance, check_rule
+from patternkit.byoc import composite_functions, merge_composite
+from patternkit.patterns.instancenorm import (
+    InstanceNormCollapse,
+    InstanceNormComposite,
+    instance_norm_call,
+    written_out_instance_norm,
+)
+from patternkit.testing import EXACT, Negative, RuleCase, Tolerance, check_rule
 
 #: float32: instance_norm applies the affine step inside the kernel, the written-out form
 #: after the layer norm: float32 reordering.
@@ -219,3 +225,71 @@ def test_a_torch_instance_norm_written_by_hand_becomes_one_instance_norm(dynamic
     assert text.count("R.nn.instance_norm(") == 1 and "layer_norm" not in text
     np.testing.assert_allclose(run_on_llvm(after, x.numpy()), model(x).detach().numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+# -- the composite ----------------------------------------------------------------------------
+_COMPOSITE_BEFORE = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "float32"), w: R.Tensor((8,), "float32"),
+             b: R.Tensor((8,), "float32")) -> R.Tensor(("n", 8, 4, 4), "float32"):
+        with R.dataflow():
+            y = R.nn.instance_norm(x, w, b, channel_axis=1, axes=[2, 3])
+            out = R.add(y, y)
+            R.output(out)
+        return out
+"""
+
+_COMPOSITE_EXPECTED = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 8, 4, 4), "float32"), w: R.Tensor((8,), "float32"),
+             b: R.Tensor((8,), "float32")) -> R.Tensor(("n", 8, 4, 4), "float32"):
+        n = T.int64()
+        with R.dataflow():
+            @R.function
+            def composite(x1: R.Tensor((n, 8, 4, 4), "float32"), w1: R.Tensor((8,), "float32"),
+                          b1: R.Tensor((8,), "float32")) -> R.Tensor((n, 8, 4, 4), "float32"):
+                R.func_attr({"Composite": "byoc.instance_norm",
+                             "PartitionedFromPattern": "nn.instance_norm_"})
+                with R.dataflow():
+                    y1 = R.nn.instance_norm(x1, w1, b1, channel_axis=1, axes=[2, 3])
+                    R.output(y1)
+                return y1
+
+            y = composite(x, w, b)
+            out = R.add(y, y)
+            R.output(out)
+        return out
+"""
+
+
+def _group_norm_only() -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((2, 8, 4, 4), "float32"))
+    g = relax.Var("g", relax.TensorType((8,), "float32"))
+    return pk.from_expr(relax.op.nn.group_norm(x, g, g, num_groups=4, channel_axis=1,
+                                               axes=[2, 3]))
+
+
+INSTANCE_NORM_COMPOSITE_CASE = RuleCase(
+    InstanceNormComposite(), tvm.script.from_source(_COMPOSITE_BEFORE),
+    tvm.script.from_source(_COMPOSITE_EXPECTED),
+    negatives=[Negative("group_norm", _group_norm_only(),
+                        "no match: nn.instance_norm(*, *, *) (depth 1) vs")],
+    tolerance=EXACT)
+
+
+def test_instance_norm_composite_meets_the_rule_contract():
+    check_rule(INSTANCE_NORM_COMPOSITE_CASE)
+
+
+def test_an_imported_instance_norm_becomes_a_composite_and_is_in_the_library():
+    assert InstanceNormComposite("tensorrt").rule_name == "tensorrt.instance_norm"
+    assert [r.rule_name for r in LIBRARY.by_prefix("byoc.instance_norm")] == [
+        "byoc.instance_norm"]
+    merged = merge_composite(instance_norm_call(spatial=1),
+                             LIBRARY.composites().for_compiler("ccompiler"))
+    assert [str(f.attrs["Composite"]) for _, f in composite_functions(merged)] == [
+        "ccompiler.instance_norm"]

@@ -94,3 +94,19 @@ def test_reading_a_section_by_its_old_keys_still_works_with_a_warning():
         assert numeric.get("not_built") is None and numeric.get("max_abs_error") == 1e-6
     with pytest.warns(DeprecationWarning):
         assert "sizes" not in numeric
+
+
+def test_ops_left_on_the_host_for_one_reason_are_one_counted_line_in_the_markdown():
+    report = JobReport("m", "ccompiler", numeric=NumericResult(ok=True, status="pass"))
+    uncovered = "relax.reshape: uncovered: no pattern table entry matches it"
+    report.offload.host_ops = [
+        *(f"main:lv{i} = {uncovered}" for i in range(5)),
+        "main:lv9 = relax.nn.relu: vetoed [ccompiler.conv2d_add_relu]: the bias is not per channel",
+        "main:lv12 = relax.reshape: uncovered: no pattern table entry matches it"]
+    text = report_markdown(report)
+    assert ("* `relax.reshape` x6 (`main:lv0`, `main:lv1`, `main:lv2` and 3 more): uncovered: "
+            "no pattern table entry matches it") in text
+    assert ("* `relax.nn.relu` (`main:lv9`): vetoed [ccompiler.conv2d_add_relu]: the bias is not "
+            "per channel") in text
+    assert text.index("relax.reshape` x6") < text.index("relax.nn.relu")
+    assert len(report.to_dict()["host_ops"]) == 7  # report.json keeps every call

@@ -84,7 +84,8 @@ def test_a_rule_set_is_a_table_of_its_composites():
     assert table.names == [
         "ccompiler.hardswish", "ccompiler.hardsigmoid", "ccompiler.mish", "ccompiler.quick_gelu",
         "ccompiler.add_layer_norm", "ccompiler.layer_norm",
-        "ccompiler.group_norm_silu", "ccompiler.group_norm", "ccompiler.rms_norm",
+        "ccompiler.group_norm_silu", "ccompiler.group_norm", "ccompiler.instance_norm",
+        "ccompiler.rms_norm",
         "ccompiler.attention_bias", "ccompiler.attention",
         *(f"ccompiler.{kind}{packed}" for kind in ("swiglu", "geglu", "geglu_tanh")
           for packed in ("", "_packed")),

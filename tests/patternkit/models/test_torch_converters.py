@@ -139,6 +139,36 @@ def test_integer_tensors_with_a_float_result_are_computed_in_that_float_as_torch
         np.testing.assert_allclose(value, expected.numpy(), **FLOAT32)
 
 
+class RoundedDivisions(torch.nn.Module):
+    """Divisions that round, of int64 ids (position ids, packed sequences) and of float16
+    and float32 tensors by Python scalars, and an integer clamp with one bound, as models
+    write them; beside a clamp with both bounds and a float clamp (TVM imports those)."""
+
+    def forward(self, ids, x, h):
+        lengths = ids.clamp(min=1)
+        return (torch.div(ids, 2, rounding_mode="floor"), -ids // 4,
+                torch.div(-ids, 3, rounding_mode="trunc"), ids // 2.5,
+                torch.div(x, 2.0, rounding_mode="trunc"), h // 0.7, x // lengths,
+                ids.clamp(max=2), ids.int().clamp(min=-1), ids.clamp(0, 2), x.clamp(min=0.5))
+
+
+def test_rounding_divisions_and_one_sided_integer_clamps_import_and_match_torch():
+    # TVM 0.27 makes the scalar of ids // 2 an int32 constant beside int64 ids ("Binary
+    # operators must have the same datatype"), and clips an integer tensor at infinity
+    # where torch leaves a bound out ("Cannot convert infinity to BigInt" at the build)
+    ids = torch.arange(-3, 5).reshape(2, 4)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0)) * 5
+    h = (torch.randn(2, 4, generator=torch.Generator().manual_seed(1)) * 4).half()
+    program = torch.export.export(RoundedDivisions(), (ids, x, h))
+    mod, _, notes = from_torch(program, False, "main", "divisions", {})
+    assert [n.split(" ")[:2] for n in notes] == [["3", "clamp.default"],
+                                                 ["7", "div.Tensor_mode"]]
+    got = numeric.run(mod, [ids.numpy(), x.numpy(), h.numpy()])
+    for value, expected in zip(got, RoundedDivisions()(ids, x, h)):
+        assert value.dtype == expected.numpy().dtype
+        np.testing.assert_array_equal(value, expected.numpy())
+
+
 def test_an_instance_norm_of_a_dynamic_batch_imports_and_matches_torch():
     model = _weights(InstanceNorms())
     x = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype("float32")
