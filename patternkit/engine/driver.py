@@ -71,9 +71,10 @@ import tvm
 from tvm import relax
 
 from ..dpl.dominator import AmbiguousDominator
-from ..dpl.pattern import DFPattern, required_op_names, root_op_names
+from ..dpl.pattern import COMMUTATIVE_OPS, DFPattern, required_op_names, root_op_names
 from ..errors import CallbackError, PatternError, RewriteDidNotConverge
 from ..ir import compat as C
+from ..ir.compat import VAR_TYPES
 from ..ir.targets import apply_to_target, rewritable_functions
 from .declines import DeclineTally, warn_silent_declines
 from .emit import Emitted, emit_rewrites
@@ -513,7 +514,9 @@ def _run_round(active: list[_Prepared], mod: tvm.IRModule, round_index: int,
             last = None
             declines = 0
             for group in groups:
-                new_value, declined = _call_rule(rule, fn.name, group)
+                new_value, declined = _call_rule(rule, fn.name, group, fn.index)
+                if declined is _RECOMPUTES_THE_MATCH:
+                    continue  # the rule's own result, seen again: nothing to say of it
                 tally.offered += 1
                 if new_value is None:
                     declines += 1
@@ -632,7 +635,8 @@ def _check_growth(fn: _FunctionRound, emitted: Emitted, input_size: int, max_gro
         f"pattern, or pass a larger max_growth= (None: no bound) if the growth is intended")
 
 
-def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]:
+def _call_rule(rule: _Prepared, func_name: str, group: Group,
+               index: FunctionIndex) -> tuple[Any, str]:
     """``(replacement, "")``, or ``(None, why)`` to leave this binding as it is."""
     pre = group.match.root  # the binding's value, as the matcher saw it
     try:
@@ -652,8 +656,64 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group) -> tuple[Any, str]
         return None, "the rewrite returned the matched binding itself: binding left as it is"
     if type(result) is type(pre) and C.structural_equal(result, pre):
         return None, "the rewrite returned an equal expression: binding left as it is"
+    if _recomputes_the_match(result, pre, group, index):
+        return None, _RECOMPUTES_THE_MATCH
     return result, ""
 
+
+def _recomputes_the_match(result: Any, pre: Any, group: Group, index: FunctionIndex) -> bool:
+    """Does ``result`` compute the match's own expression (its interior bindings nested)?
+
+    The matcher re-associates ``divide`` and ``multiply``, so a rule rewriting one
+    association into the other (``hardswish.canonicalize``: ``x * (c / 6)`` to ``x * c /
+    6``) also matches its own result, rooted at the other operator; its replacement is
+    then the match again, and the rewrite would never settle.  Asked only of a result
+    calling the root's own ``divide`` or ``multiply``; the interior is nested once,
+    untyped as ``relax.op`` builds it.
+    """
+    if type(result) is not relax.Call or type(pre) is not relax.Call:
+        return False
+    name = C.op_name(result)
+    if name not in _REASSOCIATED or name != C.op_name(pre):
+        return False
+    position = index.position
+    values = {key: index.binding_at(position[key]).value for key in group.match.internal_keys}
+    return _term(result, {}, {}) == _term(pre, values, {})
+
+
+def _term(expr: Any, values: dict[int, Any], memo: dict[int, Any]) -> Any:
+    """``expr`` as a comparable term: operator calls nested through ``values`` (handle
+    of an interior Var -> its value), the operands of ``add`` and ``multiply`` in a fixed
+    order (the matcher swaps them, so a rule may return them swapped), any other node by
+    its handle (a leaf of the match) or structure (a constant, an attribute).
+    """
+    key = C.handle(expr)
+    if key in memo:
+        return memo[key]
+    if type(expr) in VAR_TYPES and key in values:
+        term = _term(values[key], values, memo)
+    elif type(expr) is relax.Call and type(expr.op) is tvm.ir.Op:
+        name = expr.op.name
+        args = [_term(a, values, memo) for a in C.array_items(expr.args)]
+        if name in COMMUTATIVE_OPS and len(args) == 2:
+            args.sort(key=repr)
+        attrs = None if expr.attrs is None else C.structural_hash(expr.attrs)
+        term = (name, attrs, tuple(args))
+    elif C.is_constant(expr):
+        term = ("const", C.structural_hash(expr))
+    else:
+        term = ("leaf", key)
+    memo[key] = term
+    return term
+
+
+#: The operators the matcher re-associates (:mod:`patternkit.dpl.association`).
+_REASSOCIATED = frozenset({"relax.divide", "relax.multiply"})
+
+
+#: A rewrite that returned what its match computes, associated as it is: the rule's own
+#: result matched again (:func:`_recomputes_the_match`), neither a rewrite nor a decline.
+_RECOMPUTES_THE_MATCH = "the rewrite returned what the match computes, associated as it is"
 
 #: Why a rewrite that returned ``None`` left its match (the one decline with no reason).
 _RETURNED_NONE = "the rewrite returned None: binding left as it is"

@@ -6,7 +6,7 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit.dpl.association import reassociations
-from patternkit.dpl.pattern import pattern_to_text
+from patternkit.dpl.pattern import pattern_to_text, root_op_names
 
 
 def tensor(name):
@@ -55,3 +55,74 @@ def test_the_nested_operator_is_found_through_a_binding():
     call = relax.op.multiply(g, bound)
     assert len(reassociations(pattern, call, args_of, lambda e: values.get(e, e))) == 2
     assert reassociations(pattern, call, args_of, no_bindings) == []
+
+
+def _two_step(first, second):
+    """``main(a, b, c)``: ``t = first(b, c)`` then the result ``second(a, t)``, in ANF."""
+    a, b, c = (relax.Var(n, relax.TensorType((4,), "float32")) for n in "abc")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [a, b, c]):
+        with bb.dataflow():
+            inner = bb.emit(first(b, c))
+            out = bb.emit_output(second(a, inner))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _ops(mod):
+    return [b.value.op.name for b in mod["main"].body.blocks[0].bindings]
+
+
+def _callback(pattern, build):
+    class Rewrite(pk.DFPatternCallback):
+        def __init__(self):
+            super().__init__()
+            self.pattern = pattern
+
+        def callback(self, pre, post, node_map):
+            return build(node_map)
+
+    return Rewrite()
+
+
+def test_a_rewrite_tries_the_root_the_matcher_reassociates_to():
+    """``match`` accepts ``a * (b / c)`` for ``(x * y) / z``: the rewrite must try the
+    multiply binding too, not only bindings calling the pattern's own root operator.
+    """
+    mod = _two_step(relax.op.divide, relax.op.multiply)
+    x, y, z = pk.wildcard(), pk.wildcard(), pk.wildcard()
+    pattern = (x * y) / z
+    assert pk.match(pattern, mod["main"].body.blocks[0].bindings[-1].var, mod["main"])
+    out = pk.rewrite(_callback(pattern, lambda m: relax.op.subtract(
+        relax.op.multiply(m[x][0], m[y][0]), m[z][0])), mod)
+    assert _ops(out) == ["relax.multiply", "relax.subtract"]
+    assert _ops(mod) == ["relax.divide", "relax.multiply"]  # the input is not changed
+
+
+def test_a_multiply_pattern_over_a_divide_is_tried_at_a_divide_root():
+    mod = _two_step(relax.op.multiply, lambda a, t: relax.op.divide(t, a))
+    x, y, z = pk.wildcard(), pk.wildcard(), pk.wildcard()
+    pattern = x * (y / z)
+    assert pk.match(pattern, mod["main"].body.blocks[0].bindings[-1].var, mod["main"])
+    assert root_op_names(pattern) == {"relax.multiply", "relax.divide"}
+    assert root_op_names(pk.wildcard() * pk.wildcard()) == {"relax.multiply"}
+    out = pk.rewrite(_callback(pattern, lambda m: relax.op.add(m[x][0], m[z][0])), mod)
+    assert _ops(out) == ["relax.add"]
+
+
+def test_a_rule_rewriting_one_association_into_the_other_settles():
+    """``x * (y / z)`` -> ``(x * y) / z`` matches its own result at the divide root (the
+    matcher re-associates it): that replacement recomputes the match and is declined, so
+    the rewrite settles instead of running to its round limit.
+    """
+    mod = _two_step(relax.op.divide, relax.op.multiply)
+    x, y, z = pk.wildcard(), pk.wildcard(), pk.wildcard()
+    log = pk.RewriteLog()
+    out = pk.rewrite(_callback(x * (y / z), lambda m: relax.op.divide(
+        relax.op.multiply(m[x][0], m[y][0]), m[z][0])), mod, log=log)
+    assert _ops(out) == ["relax.multiply", "relax.divide"]
+    assert len(log.records) == 1
+    again = pk.RewriteLog()
+    assert _ops(pk.rewrite(_callback(x * (y / z), lambda m: relax.op.divide(
+        relax.op.multiply(m[x][0], m[y][0]), m[z][0])), out, log=again)) == _ops(out)
+    assert not again.records and not again.skipped  # its own result: nothing to report
