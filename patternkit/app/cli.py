@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import PatternkitError, first_line
+from ..errors import PatternkitError, first_line, tvm_error_line
 from .campaign import add_merge_command, add_record_options, record_options
 from .campaign.executor_options import add_executor_options, executor_options
 from .console import Console
@@ -115,7 +115,10 @@ def _roundtrip_summary(roundtrip: Mapping[str, RoundTripEntry]) -> str:
     failed = [name + (" (the fusion's own output is not well formed)"
                       if entry.fusion_ill_formed else "")
               for name, entry in roundtrip.items() if not entry.ok]
-    return f"FAILED: {', '.join(failed)}" if failed else "ok"
+    not_run = [name for name, entry in roundtrip.items() if entry.not_run is not None]
+    if failed:
+        return f"FAILED: {', '.join(failed)}"
+    return f"NOT RUN: {', '.join(not_run)}" if not_run else "ok"
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
@@ -320,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog="exit status: 0 PASS, 1 FAIL, 2 bad input, 3 NOT RUN "
                                 "(nothing failed and nothing could be judged: the model as "
                                 "imported does not build for llvm, or its outputs are no "
-                                "evidence and no rewrite site stood in).  patternkit --debug "
+                                "evidence and no rewrite site stood in), 4 internal error "
+                                "(a bug to report).  patternkit --debug "
                                 "run ... shows "
                                 "tracebacks and the TVM/torch log a run holds back")
     run.add_argument("model", nargs="?", default=None,
@@ -454,6 +458,18 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print(f"patternkit: error: {first_line(err)}", file=console.stream)
             return 2
+        except Exception as err:  # noqa: BLE001 - a fault of patternkit's or TVM's, not input
+            if args.debug:
+                raise
+            print(f"patternkit: internal error: {type(err).__name__}: {tvm_error_line(err, 300)} "
+                  f"(patternkit --debug {args.command} ... shows the traceback; a bug to "
+                  f"report)", file=console.stream)
+            return INTERNAL_ERROR
+
+
+#: The exit status of a command that stopped on an error neither of the input nor a check's
+#: verdict: a bug in patternkit, or a TVM error no step expected (1 is a FAIL).
+INTERNAL_ERROR = 4
 
 
 if __name__ == "__main__":

@@ -169,12 +169,21 @@ class RoundTripEntry(_ReadsLikeTheOldDict):
     #: Why the fusion's own output is not well formed, when it is not.
     fusion_ill_formed: str | None = None
     dropped_dead: list[str] = field(default_factory=list)
+    #: Why the round trip could not run (TVM could not legalise or fuse the model): NOT
+    #: RUN, neither a pass nor a failure.
+    not_run: str | None = None
 
     @classmethod
     def of(cls, result: Any) -> RoundTripEntry:
         """From a :class:`patternkit.RoundTripResult`."""
         return cls(result.ok, result.difference, result.fusion_ill_formed,
                    [str(d) for d in result.dropped_dead])
+
+    @classmethod
+    def could_not_run(cls, reason: str) -> RoundTripEntry:
+        """A round trip TVM could not run (``ok``: a check that did not run failed
+        nothing)."""
+        return cls(True, not_run=reason)
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as ``report.json`` writes it."""
@@ -495,6 +504,9 @@ def report_markdown(report: JobReport) -> str:
     lines += _sites_markdown(report.sites)
     lines += ["", "## Round trips", ""]
     for name, r in report.roundtrip.items():
+        if r.not_run is not None:
+            lines.append(f"* {name}: NOT RUN: {r.not_run}")
+            continue
         lines.append(f"* {name}: {'ok' if r.ok else 'FAILED: ' + str(r.difference)}")
         if r.dropped_dead:
             lines.append(f"  (not compared: {len(r.dropped_dead)} dead binding(s) the "

@@ -85,7 +85,8 @@ def _verdict(report: JobReport) -> Html:
         ("whole-model comparison", _mark(report.numeric_ok, report.numeric.verdict)),
         ("rewrite sites", _sites_mark(report.sites)),
         ("round trips", _mark(all(r.ok for r in report.roundtrip.values())
-                              if report.roundtrip else None)),
+                              if report.roundtrip and not any(
+                                  r.not_run for r in report.roundtrip.values()) else None)),
     ]
     if training:
         checks.append(("gradients", _mark(training.get("ok") if "reason" not in training
@@ -237,7 +238,8 @@ def _figure_text(value: object) -> str:
 
 
 def _roundtrips(report: JobReport) -> Html:
-    rows = [(name, _mark(r.ok), r.difference or "", r.fusion_ill_formed or "",
+    rows = [(name, _mark(None if r.not_run else r.ok), r.not_run or r.difference or "",
+             r.fusion_ill_formed or "",
              f"{len(r.dropped_dead)}: {', '.join(r.dropped_dead)}" if r.dropped_dead else "")
             for name, r in report.roundtrip.items()]
     return section("roundtrips", "Round trips", table(

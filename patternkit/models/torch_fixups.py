@@ -8,7 +8,13 @@
   ``idx + n`` with ``n`` the axis' static extent.  An index computed at run time, or an
   axis of symbolic extent, is left as it is: the rewrite cannot know what it reads.
 
-:func:`prepare_torch_import` applies it; the zoo's torch entries call it on every import.
+- :func:`positive_strided_slice_axes`: ``torch.diff`` (transformers' mask code calls it
+  on the position ids) imports as ``R.strided_slice(x, axes=(-1,), ...)``, and on an input
+  of symbolic shape TVM's legalisation refuses the negative axis ("Check failed: axis <
+  src_tensor_dim (-1 vs. 2)"): a dynamic-batch Phi-3 did not build.  Each negative axis of
+  a strided slice of a symbolic shape is made the axis it counts from the end.
+
+:func:`prepare_torch_import` applies them; the zoo's torch entries call it on every import.
 """
 
 from __future__ import annotations
@@ -26,15 +32,71 @@ def prepare_torch_import(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     left as it is), and what they did (an empty list: nothing to do, ``mod`` itself).
     """
     mod, wrapped = wrap_negative_take_indices(mod)
-    return mod, ([f"wrapped the negative indices of {wrapped} take(mode='fast') "
-                  f"(TVM's torch importer keeps them)"] if wrapped else [])
+    mod, sliced = positive_strided_slice_axes(mod)
+    notes = []
+    if wrapped:
+        notes.append(f"wrapped the negative indices of {wrapped} take(mode='fast') "
+                     f"(TVM's torch importer keeps them)")
+    if sliced:
+        notes.append(f"counted the negative axes of {sliced} strided_slice of a symbolic "
+                     f"shape from the front (TVM's legalisation refuses them)")
+    return mod, notes
+
+
+def positive_strided_slice_axes(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """``mod`` with the negative axes of every ``strided_slice`` of an input of symbolic
+    shape and known rank counted from the front, and how many calls changed.
+    """
+    if all(_positive_axes(call) is None for call in _calls(mod, "relax.strided_slice")):
+        return mod, 0
+    rewriter = _PositiveStridedSliceAxes(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get(), rewriter.changed
+
+
+def _positive_axes(call: relax.Call) -> list[int] | None:
+    """The axes ``call`` slices, counted from the front, when one is negative and its
+    input's shape is symbolic (a static one legalises as it is); ``None`` otherwise.
+    """
+    axes = call.args[1]
+    fields = getattr(axes, "fields", None)
+    if fields is None or not all(isinstance(a, tvm.tirx.IntImm) for a in fields):
+        return None
+    values = [int(a) for a in fields]
+    shape = static_shape(call.args[0].ty)
+    if not any(v < 0 for v in values) or shape is None:
+        return None
+    if all(isinstance(d, int) for d in shape):
+        return None
+    return [v + len(shape) if v < 0 else v for v in values]
+
+
+@mutator
+class _PositiveStridedSliceAxes(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.changed = 0
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if op_name(call) == "relax.strided_slice":
+            axes = _positive_axes(call)
+            if axes is not None:
+                self.changed += 1
+                x, _, begin, end, *strides = call.args
+                return relax.op.strided_slice(x, axes, begin, end,
+                                              strides[0] if strides else None,
+                                              bool(call.attrs.assume_inbound))
+        return call
 
 
 def wrap_negative_take_indices(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` with every constant negative ``take`` index on a static axis made the
     non-negative one torch reads, and how many ``take`` calls changed.
     """
-    if all(_wrapped_indices(call) is None for call in _takes(mod)):
+    if all(_wrapped_indices(call) is None for call in _calls(mod, "relax.take")):
         return mod, 0
     rewriter = _WrapNegativeTakeIndices(mod)
     for gv, func in mod.functions.items():
@@ -43,11 +105,12 @@ def wrap_negative_take_indices(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     return rewriter.builder_.get(), rewriter.wrapped
 
 
-def _takes(mod: tvm.IRModule):
+def _calls(mod: tvm.IRModule, name: str) -> list[relax.Call]:
+    """Every call of the operator ``name`` in ``mod``'s Relax functions."""
     found = []
 
     def visit(expr):
-        if op_name(expr) == "relax.take":
+        if op_name(expr) == name:
             found.append(expr)
 
     for func in mod.functions.values():

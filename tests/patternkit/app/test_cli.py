@@ -115,6 +115,28 @@ def test_bad_input_is_a_one_line_error_with_exit_code_2(tmp_path, capsys, setup,
     assert "Traceback" not in err
 
 
+def test_an_unexpected_error_is_one_line_with_exit_code_4_not_a_fail(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A TVM error no step expected (a pass's InternalError) is neither bad input (2) nor a
+    FAIL (1): one line naming it, exit status 4; ``--debug`` raises it.
+    """
+    from patternkit.app import job
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Traceback (most recent call last):\n  0: tvm::Foo\n"
+                           "InternalError: Check failed: (x) is false: boom")
+
+    monkeypatch.setattr(job, "explain_offload", broken)
+    argv = ["run", "seed-batchnorm", "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(argv) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("patternkit: internal error: RuntimeError: ")
+    assert "Check failed: (x) is false: boom" in err
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["--debug", *argv])
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def test_unwritable_output_folder(tmp_path, capsys):
     locked = tmp_path / "locked"

@@ -145,3 +145,26 @@ def test_the_round_trips_run_after_the_build_in_the_jobs_own_thread(monkeypatch)
     assert events == [("build", main), ("built", main), ("round trip", main),
                       ("round trip", main)]
     assert list(report.roundtrip) == ["FuseOps", "MergeComposite+PartitionGraph"]
+
+
+def test_a_round_trip_tvm_cannot_run_is_not_run_with_its_reason_not_a_traceback(monkeypatch,
+                                                                                 tmp_path):
+    """A dynamic-shape ``strided_slice`` TVM's legalisation refuses stopped the whole job
+    with a traceback at the round trips; it is NOT RUN, with TVM's line, and the rest of the
+    report (the numeric verdict) stands.
+    """
+    from patternkit.app import job
+    from patternkit.app.report import report_markdown
+
+    def refused(*args, **options):
+        raise tvm.error.InternalError("Traceback ...\n  Check failed: axis < src_tensor_dim "
+                                      "(-1 vs. 2) :")
+
+    monkeypatch.setattr(job, "check_roundtrip", refused)
+    report = run(_model(), out_dir=tmp_path / "out", draw=False)
+    trip = report.roundtrip["FuseOps"]
+    assert trip.ok and trip.not_run.endswith("Check failed: axis < src_tensor_dim (-1 vs. 2)")
+    assert report.verdict == "PASS"  # the rewrite's own evidence is not weakened
+    assert "* FuseOps: NOT RUN: TVM could not prepare or fuse the model: Check failed" in \
+        report_markdown(report)
+    assert (tmp_path / "out" / "report.html").exists()

@@ -65,7 +65,8 @@ def test_report_json_keeps_the_flat_offload_keys_and_the_verdict():
     assert list(saved)[5:9] == ["rewrites", "composites", "offloaded_ops", "host_ops"]
     assert saved["ok"] is True and saved["sites"] == {}
     assert saved["roundtrip"] == {"FuseOps": {"ok": True, "difference": None,
-                                              "fusion_ill_formed": None, "dropped_dead": []}}
+                                              "fusion_ill_formed": None, "dropped_dead": [],
+                                              "not_run": None}}
 
 
 def test_a_failed_site_fails_the_report_and_is_named_in_the_markdown():

@@ -94,3 +94,29 @@ def test_a_zoo_import_reads_no_negative_constant_index(zoo):
     assert fixups == [] or fixups == [
         f"wrapped the negative indices of {len(takes)} take(mode='fast') "
         f"(TVM's torch importer keeps them)"]
+
+
+class Differences(torch.nn.Module):
+    """``torch.diff`` of position ids along the last axis (transformers' mask code calls it),
+    which TVM imports as ``strided_slice`` with the axis ``-1``."""
+
+    def forward(self, pos):
+        return torch.diff(pos, dim=-1)
+
+
+def test_a_negative_strided_slice_axis_of_a_symbolic_shape_builds_and_reads_what_torch_does():
+    # TVM 0.27's legalisation of a strided slice of symbolic shape refuses a negative axis
+    # ("Check failed: axis < src_tensor_dim (-1 vs. 2)"): a dynamic-batch Phi-3 did not build
+    from tvm.relax.frontend.torch import from_exported_program
+
+    pos = torch.arange(8).repeat(3, 1) * torch.tensor([[1], [2], [3]])
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(Differences(), (pos,), dynamic_shapes=({0: batch},))
+    mod = from_exported_program(program)
+    fixed, notes = prepare_torch_import(mod)
+    assert notes == ["counted the negative axes of 2 strided_slice of a symbolic shape from "
+                     "the front (TVM's legalisation refuses them)"]
+    got = numeric.run(fixed, [pos.numpy()])
+    np.testing.assert_array_equal(got[0], Differences()(pos).numpy())
+    static = from_exported_program(torch.export.export(Differences(), (pos,)))
+    assert prepare_torch_import(static) == (static, [])  # a static shape legalises as it is
