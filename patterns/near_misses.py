@@ -12,22 +12,24 @@ with the rule that looked at it and why it declined
 
 The skeletons, most specific first (a site two detectors see is reported by the first):
 
-* attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast
-  or a reshape), and ``softmax -> call_tir`` (an ONNX ``Einsum``, which ``from_onnx``
-  lowers to a TIR function, left when ``einsum.from_call_tir`` refuses it), and
+* attention: ``softmax -> matmul`` (the scores' softmax read by a matmul, through a cast,
+  a reshape or the NaN guard of torch's ONNX export), and ``softmax -> call_tir`` (an ONNX
+  ``Einsum``, which ``from_onnx`` lowers to a TIR function, left when
+  ``einsum.from_call_tir`` refuses it), and
   ``softmax -> einsum`` (an ``R.einsum`` that ``einsum.to_matmul`` refuses);
 * softmax: ``exp(...) / sum(...)`` written out (shifted by a max or not);
 * norm (layer, group and instance norms): ``x - mean(x)``, the centring every one of
   them starts with;
 * RMS norm: ``rsqrt|sqrt(mean(x * x) [+ eps])`` of an uncentred ``x``;
 * batch norm: ``(x - mean) / sqrt(var + eps)`` (or ``* rsqrt``) with the statistics given;
-* activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + ...))``, SiLU's
+* activations: GELU's ``erf``, GELU-tanh's ``tanh(c * (x + c' * ...))``, SiLU's
   ``x * sigmoid(x)`` (or of a cast or a multiple of ``x``) or ``x / (1 + exp(-x))``,
   hard-swish/hard-sigmoid's ``x * clip(x + 3, ...)`` or ``clip(x + 3, ...) / 6``;
 * quantisation: ``(q.astype(f) - zero_point) * scale`` of an 8-bit ``q``, and
   ``clip(round(x / scale) + zero_point, ...)``;
 * rotary embeddings: ``x * cos + concat(...) * sin`` (the half rotation);
-* gated MLPs: ``act(a) * b`` with ``act`` a SiLU or a GELU.
+* gated MLPs: ``act(gate) * b`` with ``act`` a SiLU or a GELU of a projection (a
+  matmul, biased or not, or a part of a packed one).
 
 A spelling a family's rules deliberately leave is named with its reason where it is found
 (``_KNOWN``): attention with Gemma 2's logit softcap.
@@ -47,6 +49,7 @@ from patternkit.dpl import (
     is_constant,
     is_op,
     is_tuple,
+    is_tuple_get_item,
     square,
     through,
     up_to_cast,
@@ -63,9 +66,16 @@ def _op(name: str) -> DFPattern:
     return is_op(f"relax.{name}")
 
 
+def _nan_guarded(probabilities: DFPattern) -> DFPattern:
+    """``probabilities`` or ``where(isnan(p), 0, p)`` of them: torch's ONNX export of
+    ``scaled_dot_product_attention`` with a bool mask zeroes the rows the mask empties.
+    """
+    return probabilities | _op("where")(_op("isnan")(probabilities), wildcard(), probabilities)
+
+
 def _attention() -> DFPattern:
     softmax = _op("nn.softmax")(wildcard())
-    return _op("matmul")(up_to_cast(through(up_to_cast(softmax))), wildcard())
+    return _op("matmul")(up_to_cast(through(up_to_cast(_nan_guarded(softmax)))), wildcard())
 
 
 def _attention_call_tir() -> DFPattern:
@@ -125,7 +135,9 @@ def _gelu() -> DFPattern:
 
 
 def _gelu_tanh() -> DFPattern:
-    inner = _op("add")(wildcard(), wildcard())
+    # x + 0.044715 x^3: an add with a product in it (the cube, however it is spelled); the
+    # tanh of a biased matmul (BERT's pooler, tanh(x @ W + b)) is none
+    inner = _op("add")(wildcard(), _op("multiply")(wildcard(), wildcard()))
     return _op("tanh")(_op("multiply")(wildcard(), inner) | inner)
 
 
@@ -166,8 +178,13 @@ def _rope() -> DFPattern:
 
 
 def _gated_mlp() -> DFPattern:
-    act = _op("nn.silu")(wildcard()) | _op("nn.gelu")(wildcard()) | _op("nn.gelu_tanh")(
-        wildcard())
+    # the gate a projection: a matmul (biased or not), or a part of one packed gate/up
+    # matmul (a split's item, a slice); a squeeze-and-excitation's silu(conv(x)) * s is none
+    projection = _op("matmul")(wildcard(), wildcard())
+    gate = up_to_cast(through(projection | _op("add")(projection, wildcard())
+                              | is_tuple_get_item(wildcard())
+                              | _op("strided_slice")(wildcard(), varg_default_wildcard=True)))
+    act = _op("nn.silu")(gate) | _op("nn.gelu")(gate) | _op("nn.gelu_tanh")(gate)
     return _op("multiply")(act, wildcard())
 
 

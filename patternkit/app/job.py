@@ -226,8 +226,11 @@ def _run(model: str | Path | tvm.IRModule | None, staging: Path | None, out: Pat
         host_ops = offload.host_ops
         report.offload = OffloadSection(offload.composites, offload.offloaded_ops,
                                         [str(h) for h in host_ops])
-        after = _well_formed(step("partition", partition_graph, merged, table_compiler),
-                             "PartitionGraph")
+        # nothing to offload is a finding of the report ("0 composite(s)"), not a mistake
+        # of the user's: PartitionGraph's warning for a module without composites (run
+        # MergeComposite first) would only tell them to do what the job did
+        after = merged if not offload.composites else _well_formed(
+            step("partition", partition_graph, merged, table_compiler), "PartitionGraph")
     report.ops = op_summary(before[entry], log.records, merged, host_ops, target)
 
     scripts = None

@@ -12,7 +12,8 @@ Semantics follow Relay's ``DFPatternMatcher``:
 * the same pattern object must match the same expression (diamonds);
 * ``relax.add`` and ``relax.multiply`` match with their arguments swapped;
 * ``divide(multiply(a, b), c)`` also matches ``multiply(a, divide(b, c))`` and the other
-  associated forms, and ``multiply(a, divide(b, c))`` matches ``divide(multiply(a, b), c)``;
+  associated forms, and ``multiply(a, divide(b, c))`` matches ``divide(multiply(a, b), c)``,
+  on floats only (an integer division truncates, so an integer nest matches as written);
 * a failed alternative leaves no trace (the memo is rolled back);
 * ``dominates(parent, path, child)`` walks the diamond back from the root
   (:mod:`patternkit.dpl.dominator`: the rules, and what a root costs);
@@ -653,15 +654,22 @@ class Matcher(_MatchRecord):
 
     def _may_reassociate(self, pattern: CallPattern, call: relax.Call) -> bool:
         """Can :func:`reassociations` propose a form of ``pattern`` for ``call``: is one a
-        divide and the other a multiply?  Asked on every failed call pattern, so it
-        compares handles only.
+        divide and the other a multiply, on floats?  Asked on every failed call pattern,
+        so it compares handles first.
+
+        Only floats: ``(a * b) / c`` is ``a * (b / c)`` up to rounding, but an integer
+        division truncates (``(3 * 4) / 2`` is 6, ``3 * (4 / 2)`` too, ``(3 * 5) / 2`` is
+        7 and ``3 * (5 / 2)`` 6), so an integer nest is matched as written.
         """
         op = pattern.op
         if (pattern.args is None or not isinstance(op, ExprPattern) or not op.is_operator
                 or op.handle not in _REASSOCIATED_OPS):
             return False
         call_op_key = handle(call.op)
-        return call_op_key in _REASSOCIATED_OPS and call_op_key != op.handle
+        if call_op_key not in _REASSOCIATED_OPS or call_op_key == op.handle:
+            return False
+        dtype = C.dtype_of(C.type_of(call))
+        return dtype is not None and "float" in dtype
 
     def _match_call_exact(self, pattern: CallPattern, call: relax.Call) -> bool:
         """The call's operator and arguments match as written (or with swapped operands)."""

@@ -821,6 +821,17 @@ def op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:
     return None
 
 
+def _type_text(ty: Any) -> str:
+    """A type as a reader says it: ``rank-4 tensor`` for a tensor type that fixes only its
+    rank (TVM prints ``R.Tensor(dtype="void", ndim=4)``), else TVM's text.
+    """
+    if isinstance(ty, relax.TensorType) and ty.shape is None:
+        dtype = str(ty.dtype)
+        rank = f"rank-{ty.ndim} " if ty.ndim >= 0 else ""
+        return f"{rank}{dtype + ' ' if dtype and dtype != 'void' else ''}tensor"
+    return expr_text(ty, 80)
+
+
 def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
     """A compact, readable rendering: ``add(divide(multiply(*, subtract(*, *)), ...), *)``.
 
@@ -877,7 +888,7 @@ def pattern_to_text(pattern: DFPattern, max_depth: int | None = None) -> str:
     if isinstance(pattern, AttrPattern):
         return f"{text(pattern.pattern)}.has_attr({pattern.attrs})"
     if isinstance(pattern, TypePattern):
-        return f"{text(pattern.pattern)}.has_type({expr_text(pattern.ty, 80)})"
+        return f"{text(pattern.pattern)}.has_type({_type_text(pattern.ty)})"
     if isinstance(pattern, DataTypePattern):
         return f"{text(pattern.pattern)}.has_dtype({pattern.dtype!r})"
     if isinstance(pattern, ShapePattern):

@@ -180,7 +180,7 @@ class RewriteLog:
         return find_near_misses(self.result, detectors, self.skipped)
 
 
-def rewrite(rules: Any = None, target: Any = None, *,
+def rewrite(rules: Any = None, target: Any = None, mod: tvm.IRModule | None = None, *,
             max_passes: int = DEFAULT_MAX_PASSES, allow_escaping_intermediates: bool = False,
             log: RewriteLog | None = None, max_growth: float | None = DEFAULT_MAX_GROWTH,
             debug: bool | None = None, callbacks: Any = None) -> Any:
@@ -197,6 +197,10 @@ def rewrite(rules: Any = None, target: Any = None, *,
         Returned as the same kind; never modified.  In a module, every Relax function
         is rewritten except those created by fusion or partitioning (``Primitive``,
         ``Composite``, ``Codegen``, ``PartitionedFromPattern``).
+    mod : tvm.IRModule, optional
+        Relay's third argument (``rewrite(callbacks, expr, mod)``), which Relay's matcher
+        needed to type ``expr``: accepted so that ported code runs, and not needed, since
+        Relax expressions carry their types.  It must be an ``IRModule``.
     max_passes : int
         Maximum number of rounds before :class:`RewriteDidNotConverge` (Relay used 100).
     allow_escaping_intermediates : bool
@@ -239,6 +243,9 @@ def rewrite(rules: Any = None, target: Any = None, *,
     rules = _as_rule_list(_rules_argument(rules, callbacks, "rewrite"))
     if target is None:
         raise TypeError("rewrite() needs a target: rewrite(rules, mod)")
+    if mod is not None and not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"rewrite(rules, expr, mod): mod must be a tvm.IRModule (Relay's "
+                        f"third argument), got {type(mod).__name__}")
     if max_passes < 1:
         raise ValueError(f"max_passes must be at least 1, got {max_passes}")
     if max_growth is not None and not max_growth >= 1:

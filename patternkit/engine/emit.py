@@ -20,7 +20,7 @@ from tvm import relax
 from ..dpl.constraints import type_matches
 from ..errors import CallbackError
 from ..ir import compat as C
-from ..ir.rebuild import describe_binding, make_block, rebuild_function
+from ..ir.rebuild import describe_binding, expr_text, make_block, rebuild_function
 from .index import FunctionIndex, binding_key, dead_after, reads_of_value
 from .known_types import KnownTypes
 from .wellformed import check_replacement_scope
@@ -170,9 +170,9 @@ def _normalize_replacements(replaced: list[tuple[Any, Any, str]], is_dataflow: b
             if not C.structural_equal(actual, expected) and not type_matches(actual, expected):
                 where = describe_binding(func_name, binding)
                 raise CallbackError(
-                    f"rule {rule_name}: the replacement has type {actual} but binding "
-                    f"'{where}' has type {expected}; a rewrite must keep the binding's type "
-                    f"(did the rewrite forget a reshape or a [0] on a tuple?)", rule_name, where)
+                    f"rule {rule_name}: the replacement has type {_type_line(actual)} but "
+                    f"binding '{where}' has type {_type_line(expected)}; a rewrite must keep "
+                    f"the binding's type ({_type_hint(actual, expected)})", rule_name, where)
             bb.emit_normalized(relax.VarBinding(var, normalized))
     if len(out) == len(targets):  # no nested calls: one binding per replacement, in order
         return {key: [new_binding] for key, new_binding in zip(targets, out)}
@@ -185,3 +185,22 @@ def _normalize_replacements(replaced: list[tuple[Any, Any, str]], is_dataflow: b
             segments[key] = out[start:i + 1]
             start = i + 1
     return segments
+
+
+def _type_line(ty: Any) -> str:
+    """A type on one line (a tuple's type prints over several), cut at 120 characters."""
+    return expr_text(ty, 120)
+
+
+def _type_hint(actual: Any, expected: Any) -> str:
+    """What a rewrite usually forgot, from how the two types differ."""
+    tensor = relax.TensorType
+    if isinstance(actual, tensor) and isinstance(expected, tensor):
+        if str(actual.dtype) != str(expected.dtype):
+            if actual.ndim == expected.ndim:
+                return f"did the rewrite forget an astype to {expected.dtype}?"
+            return "the dtype and the rank differ"
+        return "did the rewrite forget a reshape?"
+    if isinstance(actual, relax.TupleType) and isinstance(expected, tensor):
+        return "did the rewrite forget a [0] on a tuple?"
+    return "did the rewrite forget a reshape or a [0] on a tuple?"

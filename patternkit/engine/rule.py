@@ -120,9 +120,11 @@ def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
     """Run ``check(match)``: ``(None, plan)`` if it accepts, ``(refusal, None)`` if not.
 
     A raised :class:`Reject` counts as returned; any other exception propagates, for the
-    caller to name the rule and the binding.  A true bool (or number) accepts with no
-    plan; ``None`` or a false bool (Relay's ``False``, numpy's too) refuses; any other
-    object is the plan, and is never tested for truth (a numpy array is a fine plan).
+    caller to name the rule and the binding.  A true bool accepts with no plan; ``None``
+    or a false bool (Relay's ``False``, numpy's too) refuses; any other object is the
+    plan, and is never tested for truth: a numpy array is a fine plan, and so is a number
+    (an axis of 0, a folded scale ``c1 * c2`` that is a numpy scalar), which once
+    accepted as a bare yes and reached ``rewrite`` as ``None``, or refused when it was 0.
     """
     try:
         result = check(match)
@@ -132,7 +134,7 @@ def judge(check: Callable[[Any], Any], match: Any) -> tuple[Reject | None, Any]:
         return None, None
     if isinstance(result, Reject):
         return result, None
-    if result is None or isinstance(result, (bool, int, float, np.bool_, np.number)):
+    if result is None or isinstance(result, (bool, np.bool_)):
         if result:
             return None, None
         declined = Reject(f"check returned {result!r}")

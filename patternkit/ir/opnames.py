@@ -21,16 +21,21 @@ RELAY_TO_RELAX = {
     "concatenate": "relax.concat",
     "cast": "relax.astype",
     "transpose": "relax.permute_dims",
-    "nn.batch_matmul": "relax.matmul",
 }
 RELAX_TO_RELAY = {relax_name: relay for relay, relax_name in RELAY_TO_RELAX.items()
-                  if relay not in ("transpose", "nn.batch_matmul")}
+                  if relay != "transpose"}
 
 #: Relay operators with no one-to-one Relax operator, and what to write instead.
 NO_RELAX_EQUIVALENT = {
     "nn.bias_add": "relax.add with a bias reshaped to broadcast, e.g. is_op('add')(x, wildcard())",
     "nn.dense": "relax.matmul(x, relax.permute_dims(w)), "
                 "e.g. is_op('matmul')(x, is_op('permute_dims')(w))",
+    # Relay's batch_matmul transposed its second operand unless told not to
+    # (transpose_b=True); relax.matmul never does, so the same name would read the other
+    # layout in a ported rule
+    "nn.batch_matmul": "relax.matmul, which batches over the leading axes and never "
+                       "transposes (Relay's batch_matmul took y transposed by default), e.g. "
+                       "is_op('matmul')(x, is_op('permute_dims')(y)) for transpose_b=True",
 }
 
 

@@ -9,6 +9,8 @@ binding they are about in one shape, on one line, cut to a readable length.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -48,6 +50,13 @@ def rebuild_function(func: relax.Function, body: Any, *, params: Sequence[Any] |
     return relax.BlockBuilder().normalize(new_func)
 
 
+#: TVM's printer writes a constant as ``metadata["ir.GenericConst"][0]`` and ends the text
+#: with a note on ``show_meta`` (which crashes on constants in 0.27): in one line of an
+#: explanation the constant is ``const`` and the note goes.
+_METADATA_REFERENCE = re.compile(r'metadata\["[^"\]]+"\]\[\d+\]')
+_METADATA_NOTE = re.compile(r"# Metadata omitted\..*$", re.DOTALL)
+
+
 def expr_text(expr: Any, limit: int | None = 160) -> str:
     """``expr`` printed on one line, cut after ``limit`` characters (``None``: never).
 
@@ -58,7 +67,8 @@ def expr_text(expr: Any, limit: int | None = 160) -> str:
         text = str(expr)
     except Exception:  # printing must never hide the real error
         text = type(expr).__name__
-    text = " ".join(text.split())
+    text = " ".join(_METADATA_NOTE.sub("", text).split())
+    text = _METADATA_REFERENCE.sub("const", text)
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
     return text

@@ -89,6 +89,10 @@ padded sequence) probabilities 0, ``where(not max(scores != -inf), 0, softmax)``
 bias is, so the rewrite zeroes the result's rows whose bias row is all ``-inf``:
 ``where(max(bias != -inf, axis=-1), attention(...), 0)`` (nothing when there is no bias,
 or a constant bias masks no row whole).  The reduction must run over the key axis.
+torch's ONNX export of SDPA with a bool mask writes the same zeroing as a NaN guard on the
+probabilities, ``where(isnan(p), 0, p)`` (with q and k finite a probability is NaN exactly
+on such a row): collapsed the same way; a guard that fills another value than 0 is
+refused with the value.
 
 A softmax computed in float32 between two casts of float16 or bfloat16 scores (Hugging
 Face's ``softmax(scores, dtype=torch.float32).to(query.dtype)``: Llama, Qwen3, ViT in half

@@ -38,6 +38,10 @@ from .plan import AttentionPlan, BiasTerm, Operand, tolerance_of
 
 _LOG = logging.getLogger(__name__)
 
+#: The probabilities' forms that give a fully masked row 0 where R.nn.attention gives NaN:
+#: torch's safe softmax, and the NaN guard of its ONNX export.
+ZEROED_ROWS = frozenset({"safe", "nan_guarded"})
+
 
 class AttentionCollapse(RewriteRule):
     """Collapse ``softmax(q @ k^T * scale [+ mask]) @ v`` into ``R.nn.attention``.
@@ -105,7 +109,7 @@ class AttentionCollapse(RewriteRule):
             biases=biases, scale=scale,
             out_axes=(HEADS_FIRST if out_call is None
                       else compose(HEADS_FIRST, axes_of(out_call, 4))),
-            zero_masked_rows=match.tag("probabilities") == "safe", softmax_dtype=widened,
+            zero_masked_rows=match.tag("probabilities") in ZEROED_ROWS, softmax_dtype=widened,
             scores_dtype=narrowed)
 
     def _biases(self, match: RoleMatch, scores: tuple) -> tuple[BiasTerm, ...]:

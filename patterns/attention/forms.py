@@ -23,7 +23,8 @@ tag                alternatives (tried in this order)
                    or back to the query's, of scores computed in float32)
 ``q_cast``         ``widened`` (the score matmul's operand cast to float32), ``as_is``; also
                    ``k_cast``
-``probabilities``  ``safe`` (torch's SDPA), ``recast``, ``cast`` (ONNX's no-op casts), ``plain``
+``probabilities``  ``safe`` (torch's SDPA), ``nan_guarded`` (its ONNX export with a bool
+                   mask), ``recast``, ``cast`` (ONNX's no-op casts), ``plain``
 ``output``         ``permuted`` (back to BSNH), ``heads_first``
 =================  ==========================================================================
 """
@@ -141,6 +142,8 @@ class AttentionForms:
     q_cast: DFPattern
     k_cast: DFPattern
     merged_cast: DFPattern
+    #: the constant torch's ONNX exporter writes where the probabilities are NaN
+    nan_fill: DFPattern
 
     def roles(self) -> dict[str, DFPattern]:
         """Role name -> pattern: the operands' sources by their names, and the rest."""
@@ -205,7 +208,12 @@ def attention_forms() -> AttentionForms:
     row_test = is_op("max")(is_op("astype")(live))
     row_masked = is_op("logical_not")(is_op("astype")(row_test))
     safe = is_op("where")(row_masked, is_op("full_like")(softmax, 0.0), softmax)
-    probabilities = alt(tag="probabilities", safe=safe, recast=recast, cast=cast, plain=softmax)
+    # the same rows zeroed as torch's ONNX exporter writes SDPA with a bool mask: with q
+    # and k finite a probability is NaN exactly on a row whose scores are all -inf
+    nan_fill = is_constant()
+    nan_guarded = is_op("where")(is_op("isnan")(softmax), nan_fill, softmax)
+    probabilities = alt(tag="probabilities", safe=safe, nan_guarded=nan_guarded, recast=recast,
+                        cast=cast, plain=softmax)
     pv = is_op("matmul")(through(probabilities, OPERAND_PLUMBING), v.plumbed)
     heads_out = through(is_op("astype")(pv) | pv, ("reshape",), depth=1)
     out = is_op("permute_dims")(heads_out)
@@ -215,4 +223,4 @@ def attention_forms() -> AttentionForms:
     return AttentionForms(q, k, v, qk, prescale_bias, scale, scaled, merged_bias, pre_biased,
                           regrouped, mask, second_mask, condition, fill, scores_masked,
                           widened, softmax, cast, recast, row_test, pv, out, root, scale_site,
-                          q_cast, k_cast, merged_cast)
+                          q_cast, k_cast, merged_cast, nan_fill)

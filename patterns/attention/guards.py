@@ -345,6 +345,12 @@ def softmax_over_keys(match: RoleMatch, forms: AttentionForms, scores: tuple) ->
     if axis not in (-1, last):
         raise reject(f"the softmax normalises axis {axis}, attention the key axis (-1)",
                      at=softmax)
+    if match.tag("probabilities") == "nan_guarded":
+        fill = const_value(match[forms.nan_fill])
+        if fill is None or fill.size == 0 or not (fill == 0).all():
+            raise reject(f"the probabilities' NaN guard fills {_values_text(fill)}, not 0: "
+                         f"attention's fully masked rows are zeroed, not filled",
+                         at=match[forms.nan_fill])
     if match.tag("probabilities") == "safe":
         test = match[forms.row_test]
         axes, keepdims = int_list(test.attrs.axis), bool(test.attrs.keepdims)
@@ -392,3 +398,12 @@ def mask_fill(match: RoleMatch, forms: AttentionForms) -> MaskFill:
                      f"{'a tensor' if value is None else value}, not -inf: as a bias it "
                      f"would change fully masked rows", at=fill)
     return MaskFill(value, match.tag("mask_form") == "fill")
+
+
+def _values_text(values: Any) -> str:
+    """A constant's values for a reason: the first few."""
+    if values is None:
+        return "a value that cannot be read"
+    flat = values.reshape(-1)
+    shown = ", ".join(f"{float(v):g}" for v in flat[:4])
+    return shown + (", ..." if flat.size > 4 else "")

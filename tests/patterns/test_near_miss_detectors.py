@@ -123,8 +123,10 @@ class WrongAxisSoftmax(torch.nn.Module):
 @pytest.mark.parametrize("module, shapes, family, rule, kind, reason", [
     (StatisticsAsInputsBatchNorm(), [(2, 4, 8), (8,), (8,)], "batchnorm", "batchnorm.collapse",
      "no match", "sqrt(add((… | …), const))) (depth 2) vs var"),
-    (PlusTwoHardswish(), [(2, 8)], "hardswish", "hardsigmoid.canonicalize", "no match",
-     "no match: const(3) (depth 5) vs const float32 2"),
+    # the hard-swish rule's x * (clip / 6) is tried at the divide root too (re-associated),
+    # and gets deepest: the site is named by the family it nearly is
+    (PlusTwoHardswish(), [(2, 8)], "hardswish", "hardswish.canonicalize", "no match",
+     "no match: const(3) (depth 6) vs const float32 2"),
     (CrossGatedMlp(), [(2, 8), (2, 8)], "gated_mlp", "byoc.swiglu", "no match",
      "(depth 7 in up_accumulation=direct in up_bias=plain) vs y"),
     (TensorEpsRmsNorm(), [(2, 8)], "rmsnorm", "rmsnorm.collapse", "check",
@@ -273,6 +275,39 @@ def test_a_relu6_after_a_biased_conv_is_no_hard_swish_near_miss():
     convs = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU6(),
                                 torch.nn.Conv2d(4, 4, 1))
     assert near_misses(imported(convs, torch.randn(1, 3, 8, 8))) == []
+
+
+class Pooler(torch.nn.Module):
+    """BERT's pooler: tanh of a biased linear layer (no GELU-tanh)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.dense(x))
+
+
+class SqueezeExcitation(torch.nn.Module):
+    """EfficientNet's block: silu(depthwise conv) scaled by a sigmoid gate (no gated MLP)."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.reduce, self.expand = torch.nn.Conv2d(c, 2, 1), torch.nn.Conv2d(2, c, 1)
+
+    def forward(self, x):
+        x = torch.nn.functional.silu(self.dw(x))
+        s = torch.nn.functional.silu(self.reduce(x.mean((2, 3), keepdim=True)))
+        return x * torch.sigmoid(self.expand(s))
+
+
+@pytest.mark.parametrize("module, shape", [(Pooler(), (2, 8)),
+                                           (SqueezeExcitation(), (1, 8, 6, 6))],
+                         ids=["tanh_pooler", "squeeze_excitation"])
+def test_a_tanh_pooler_and_a_squeeze_excitation_are_no_near_misses(module, shape):
+    # every tanh was a GELU-tanh near miss, every silu(conv) * gate a gated-MLP one
+    assert near_misses(imported(module, torch.randn(*shape))) == []
 
 
 def test_the_detectors_follow_the_rules_chosen():

@@ -176,13 +176,18 @@ def partition_graph(mod: tvm.IRModule, compiler: str | Iterable[str] | None = No
 
 def _nothing_to_partition(mod: tvm.IRModule, compilers: set[str] | None, strict: bool) -> None:
     """Report a partitioning that found no composite of ``compilers``."""
-    present = sorted({str(attr(f, COMPOSITE)).split(".", 1)[0]
-                      for _, f in composite_functions(mod)
-                      if "." in str(attr(f, COMPOSITE))})
+    names = [str(attr(f, COMPOSITE)) for _, f in composite_functions(mod)]
+    present = sorted({name.split(".", 1)[0] for name in names if "." in name})
+    undotted = sorted({name for name in names if "." not in name})
     asked = "any compiler" if compilers is None else ", ".join(repr(c) for c in sorted(compilers))
-    found = (f"the composites in the module are for {', '.join(repr(c) for c in present)}"
-             if present else "the module has no composite functions (run MergeComposite "
-                             "or AnnotateTarget first)")
+    if present:
+        found = f"the composites in the module are for {', '.join(repr(c) for c in present)}"
+    elif undotted:
+        shown = ", ".join(repr(n) for n in undotted[:3]) + (", ..." if len(undotted) > 3 else "")
+        found = f"the module's composites ({shown}) name no compiler"
+    else:
+        found = ("the module has no composite functions (run MergeComposite or AnnotateTarget "
+                 "first)")
     message = (f"PartitionGraph: no composite carries {asked}; {found}. Composite names "
                f"must start with '<compiler>.'; the module is returned unchanged")
     if strict:

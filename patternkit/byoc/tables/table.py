@@ -181,7 +181,8 @@ class PatternTable(Sequence):
             if compiler is not None and not entry.name.startswith(compiler + "."):
                 raise PatternTableError(
                     f"pattern table entry {i} ('{entry.name}') must be named "
-                    f"'{compiler}.<pattern>' for compiler '{compiler}'")
+                    f"'{compiler}.<pattern>' for compiler '{compiler}'"
+                    f"{_renaming_hint(raw, compiler)}")
             seen.setdefault(entry.name, i)
             self._entries.append(entry)
 
@@ -314,6 +315,16 @@ def _fusion_check(entry: CompositeEntry) -> Callable[[Any], bool] | None:
         return refusal is None
 
     return C.ffi_callback(check)
+
+
+def _renaming_hint(raw: Any, compiler: str) -> str:
+    """How to name a composite rule's entries for ``compiler``, when ``raw`` is one: its
+    name comes from the rule (``byoc.hardswish``), and ``compiler=`` only checks it.
+    """
+    if callable(getattr(raw, "for_compiler", None)):
+        return (f"; a composite rule names its entry '<compiler>.<pattern>' itself: pass "
+                f"rule.for_compiler({compiler!r}) (or RuleSet.for_compiler({compiler!r}))")
+    return ""
 
 
 def _as_entry(raw: Any, i: int) -> CompositeEntry:

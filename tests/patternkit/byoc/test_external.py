@@ -136,6 +136,17 @@ def test_partition_graph_into_a_compiler_no_composite_carries_warns_naming_the_o
     assert "the composites in the module are for 'ccompiler'" in record.message
 
 
+def test_composites_whose_names_carry_no_compiler_are_named_as_such(resnet_block, caplog):
+    # a Relay-style table entry named "conv_add_relu" forms composites; the warning said
+    # the module had none, and to run MergeComposite
+    merged = MergeComposite([("conv_add_relu", conv2d_add_relu())])(resnet_block)
+    with caplog.at_level(logging.WARNING, logger="patternkit.byoc.partition.external"):
+        PartitionGraph("ccompiler")(merged)
+    [record] = caplog.records
+    assert "the module's composites ('conv_add_relu') name no compiler" in record.message
+    assert "run MergeComposite" not in record.message
+
+
 def test_partition_graph_strict_raises_when_there_is_nothing_to_partition(resnet_block):
     merged = MergeComposite(TABLE)(resnet_block)
     text = merged.script()

@@ -126,3 +126,27 @@ def test_a_rule_rewriting_one_association_into_the_other_settles():
     assert _ops(pk.rewrite(_callback(x * (y / z), lambda m: relax.op.divide(
         relax.op.multiply(m[x][0], m[y][0]), m[z][0])), out, log=again)) == _ops(out)
     assert not again.records and not again.skipped  # its own result: nothing to report
+
+
+def test_an_integer_nest_is_matched_as_written_since_integer_division_truncates():
+    """``(a * c) / b`` of int32 is not ``(a / b) * c``: 3 * 5 / 2 is 7, 3 / 2 * 5 is 5."""
+    def nest(dtype):
+        a, b, c = (relax.Var(n, relax.TensorType((4,), dtype)) for n in "abc")
+        bb = relax.BlockBuilder()
+        with bb.function("main", [a, b, c]):
+            with bb.dataflow():
+                product = bb.emit(relax.op.multiply(a, c))
+                out = bb.emit_output(relax.op.divide(product, b))
+            bb.emit_func_output(out)
+        return bb.get()
+
+    x, y, z = pk.wildcard(), pk.wildcard(), pk.wildcard()
+    pattern = (x / y) * z
+    for dtype, matches in (("int32", False), ("int64", False), ("float32", True),
+                           ("float16", True)):
+        mod = nest(dtype)
+        root = mod["main"].body.blocks[0].bindings[-1].var
+        assert pk.match(pattern, root, mod["main"]) is matches, dtype
+        out = pk.rewrite(_callback(pattern, lambda m: relax.op.multiply(
+            relax.op.divide(m[x][0], m[y][0]), m[z][0])), mod)
+        assert (_ops(out) != _ops(mod)) is matches, dtype

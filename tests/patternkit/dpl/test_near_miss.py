@@ -52,7 +52,7 @@ def test_a_type_mismatch_names_the_wanted_type(conv_relu):
     expr, _ = conv_relu
     wanted = relax.TensorType(ndim=3, dtype="float32")
     why = pk.explain(pk.is_op("nn.relu")(pk.dpl.has_type(wanted)), expr)
-    assert why.startswith("no match: *.has_type(") and "ndim=3" in why
+    assert why.startswith("no match: *.has_type(rank-3 float32 tensor)")
 
 
 def test_a_type_mismatch_points_at_the_expression_of_the_wrong_type(conv_relu):

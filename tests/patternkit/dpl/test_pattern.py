@@ -25,6 +25,13 @@ def test_is_op_rejects_unknown_names_with_a_suggestion():
         pk.is_op("nn.bias_add")
 
 
+def test_relay_batch_matmul_is_refused_since_it_transposed_its_second_operand():
+    # Relay's nn.batch_matmul defaulted to transpose_b=True; relax.matmul never transposes,
+    # so the same name in a ported rule would read the other layout, silently
+    with pytest.raises(pk.PatternError, match=r"no Relax equivalent.*transpose_b=True"):
+        pk.is_op("nn.batch_matmul")
+
+
 def test_arithmetic_operators_build_calls(make_var):
     a, b = pk.wildcard(), pk.wildcard()
     assert pattern_to_text(a * b + a / b - a) == "subtract(add(multiply(*, *), divide(*, *)), *)"

@@ -246,6 +246,18 @@ def test_callback_that_raises_names_the_rule_and_the_binding():
     assert isinstance(info.value.__cause__, ValueError)
 
 
+def test_relays_three_argument_form_runs_as_ported():
+    """Relay's ``rewrite(callbacks, expr, mod)``: the module typed ``expr`` there; Relax
+    expressions carry their types, so it is accepted and checked, not needed."""
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    expr = relax.op.exp(relax.op.exp(x))
+    mod = exp_chain(1)
+    out = pk.rewrite(ExpToSigmoid(), expr, mod)
+    assert out.op.name == "relax.sigmoid"
+    with pytest.raises(TypeError, match="mod must be a tvm.IRModule"):
+        pk.rewrite(ExpToSigmoid(), expr, "main")
+
+
 def test_callback_returning_a_non_expression_is_an_error():
     class ReturnsNumber(ExpToSigmoid):
         def callback(self, pre, post, node_map):
@@ -261,8 +273,22 @@ def test_callback_returning_the_wrong_type_is_an_error():
             return relax.op.sum(node_map[self.w][0], axis=[1])
 
     mod = exp_chain(2)
-    with pytest.raises(pk.errors.CallbackError, match=r"keep the binding's type"):
+    with pytest.raises(pk.errors.CallbackError,
+                       match=r"keep the binding's type \(the dtype and the rank differ|"
+                             r"keep the binding's type \(did the rewrite forget a reshape\?\)"):
         pk.rewrite(WrongShape(), mod)
+
+
+def test_a_replacement_of_another_dtype_is_named_as_a_missing_astype():
+    class WrongDtype(ExpToSigmoid):
+        def callback(self, pre, post, node_map):
+            return relax.op.astype(node_map[self.w][0], "float16")
+
+    with pytest.raises(pk.errors.CallbackError) as info:
+        pk.rewrite(WrongDtype(), exp_chain(2))
+    message = str(info.value)
+    assert "did the rewrite forget an astype to float32?" in message
+    assert "reshape" not in message and "\n" not in message
 
 
 def test_rules_without_a_patternkit_pattern_are_rejected():

@@ -166,7 +166,7 @@ def test_a_vetoed_match_claims_nothing_so_a_smaller_root_can_match():
 
 
 @pytest.mark.parametrize("result, reason", [(False, "check returned False"),
-                                            (0, "check returned 0"),
+                                            (None, "check returned None"),
                                             (pk.reject("too big"), "too big")])
 def test_a_falsy_check_result_or_a_reject_vetoes_with_its_reason(result, reason):
     groups, skipped = _groups(ExpChain, EXP_EXP, lambda group: result)
@@ -197,6 +197,7 @@ def test_judge_tells_an_acceptance_a_plan_and_a_refusal_apart():
     assert judge(lambda match: True, None) == (None, None)
     refusal, plan = judge(lambda match: [1], None)
     assert refusal is None and plan == [1]  # any other object is the check's plan
+    assert judge(lambda match: 0, None) == (None, 0)  # a number too (an axis of 0)
     assert judge(lambda match: None, None)[0].reason == "check returned None"
     assert judge(lambda match: pk.reject("why"), None)[0].reason == "why"
 

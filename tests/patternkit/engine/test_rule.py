@@ -122,6 +122,27 @@ def test_a_falsy_check_result_refuses_and_says_what_it_was(result, reason):
     assert log.reasons() == [reason] and log.skipped[0].rejection.site is None
 
 
+@pytest.mark.parametrize("plan", [0, 1, 2.5, np.float32(0.0), np.int64(-1)])
+def test_a_number_is_a_plan_not_a_yes_or_no(plan):
+    """An axis of 0 or a folded scale that is a numpy scalar reaches ``rewrite``: it was
+    taken as a bare yes (``match.plan`` None) or, when 0, as a refusal."""
+    seen = []
+
+    class NumberPlan(CollapseDoubleRelu):
+        name = "test.number_plan"
+
+        def check(self, match):
+            return plan
+
+        def rewrite(self, match):
+            seen.append(match.plan)
+            return match.inner
+
+    log = pk.RewriteLog()
+    pk.rewrite(NumberPlan(), DoubleRelu, log=log)
+    assert seen == [plan] and type(seen[0]) is type(plan) and not log.skipped
+
+
 def test_any_object_is_a_plan_even_one_without_a_truth_value():
     class ArrayPlan(CollapseDoubleRelu):
         name = "test.array_plan"
