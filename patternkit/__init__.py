@@ -54,6 +54,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     # the main job and the rule library's verification
     "app.job": ("run",),
     "app.verify": ("verify",),
+    "app.loading": ("load",),
     "errors": ("PatternkitError", "PatternError", "PatternkitWarning", "RuleDeclinedEveryMatch"),
 }
 

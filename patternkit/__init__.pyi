@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .app.job import run as run
+from .app.loading import load as load
 from .app.verify import verify as verify
 from .byoc import (
     AnnotateTarget as AnnotateTarget,

@@ -54,9 +54,10 @@ class RuleSet:
             if other is rule:
                 continue
             if other is not None:
-                raise PatternError(f"two different rules are named '{rule.name}' "
-                                   f"({other!r} and {rule!r}); rule names must be unique "
-                                   f"in a RuleSet")
+                what = (f"two instances of {type(rule).__name__}; give each its own `name`"
+                        if type(other) is type(rule) else f"{other!r} and {rule!r}")
+                raise PatternError(f"two different rules are named '{rule.name}' ({what}); "
+                                   f"rule names must be unique in a RuleSet")
             by_name[rule.name] = rule
             kept.append(rule)
         self._rules: tuple[Rule, ...] = tuple(kept)

@@ -37,7 +37,8 @@ def test_rule_sets_compose_with_or_the_left_side_first(rules):
 
 def test_two_different_rules_with_one_name_do_not_share_a_set():
     with pytest.raises(pk.PatternError, match="two different rules are named "
-                                              "'batchnorm.collapse'"):
+                                              r"'batchnorm.collapse' \(two instances of "
+                                              r"BatchnormCollapse; give each its own `name`\)"):
         pk.RuleSet([BatchnormCollapse()]) | pk.RuleSet([BatchnormCollapse()])
 
 
