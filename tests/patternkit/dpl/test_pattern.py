@@ -32,7 +32,7 @@ def test_relay_batch_matmul_is_refused_since_it_transposed_its_second_operand():
         pk.is_op("nn.batch_matmul")
 
 
-@pytest.mark.parametrize("relay, hint", [("nn.global_avg_pool2d", "adaptive_avg_pool2d"),
+@pytest.mark.parametrize("relay, hint", [("nn.global_avg_pool2d", "nn.adaptive_avg_pool2d"),
                                          ("nn.upsampling", "image.resize2d")])
 def test_relay_operators_relax_spells_otherwise_name_what_to_write(relay, hint):
     with pytest.raises(pk.PatternError, match=f"no Relax equivalent; use relax.{hint}"):
