@@ -182,7 +182,8 @@ class RoundTripEntry(_ReadsLikeTheOldDict):
     @classmethod
     def could_not_run(cls, reason: str) -> RoundTripEntry:
         """A round trip TVM could not run (``ok``: a check that did not run failed
-        nothing)."""
+        nothing).
+        """
         return cls(True, not_run=reason)
 
     def to_dict(self) -> dict[str, Any]:

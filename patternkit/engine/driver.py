@@ -685,7 +685,8 @@ def _recomputes_the_match(result: Any, pre: Any, group: Group, index: FunctionIn
         return False
     position = index.position
     values = {key: index.binding_at(position[key]).value for key in group.match.internal_keys}
-    return _term(result, {}, {}) == _term(pre, values, {})
+    same: bool = _term(result, {}, {}) == _term(pre, values, {})
+    return same
 
 
 def _term(expr: Any, values: dict[int, Any], memo: dict[int, Any]) -> Any:

@@ -10,7 +10,6 @@ binding they are about in one shape, on one line, cut to a readable length.
 from __future__ import annotations
 
 import re
-
 from typing import Any, Sequence
 
 import numpy as np

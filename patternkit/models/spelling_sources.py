@@ -369,6 +369,18 @@ class SdpaAttention(Attention):
         return F.scaled_dot_product_attention(q, k, v)
 
 
+class MaskedSdpaAttention(Attention):
+    """``F.scaled_dot_product_attention`` with a bool causal mask: torch.export writes the
+    safe softmax, torch's ONNX exporter a NaN guard on the probabilities.
+    """
+
+    def core(self, q, k, v):
+        """The SDPA core, masked."""
+        s = q.shape[-2]
+        allowed = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
 class EinsumAttention(Attention):
     """``einsum("bhqd,bhkd->bhqk")``, softmax, ``einsum("bhqk,bhkd->bhqd")``."""
 
@@ -646,6 +658,8 @@ SPELLINGS: tuple[Spelling, ...] = (
     Spelling("attention", "eager matmul-softmax-matmul", EagerAttention, _TOKENS,
              _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),
     Spelling("attention", "SDPA", SdpaAttention, _TOKENS,
+             _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),
+    Spelling("attention", "SDPA, bool mask", MaskedSdpaAttention, _TOKENS,
              _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),
     Spelling("attention", "einsum", EinsumAttention, _TOKENS,
              _op("relax.nn.attention", "relax.nn.attention_bias"), ("attention.",)),

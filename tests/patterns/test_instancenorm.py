@@ -10,8 +10,8 @@ from torch_exports import import_torch_export, run_on_llvm
 from tvm import relax
 
 import patternkit as pk
-from patternkit.patterns import LIBRARY
 from patternkit.byoc import composite_functions, merge_composite
+from patternkit.patterns import LIBRARY
 from patternkit.patterns.instancenorm import (
     InstanceNormCollapse,
     InstanceNormComposite,

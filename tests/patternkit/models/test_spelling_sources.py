@@ -116,12 +116,23 @@ def test_the_written_out_activations_and_softmaxes_compute_torchs():
 
 def test_every_attention_spelling_computes_the_same_attention_on_the_same_weights():
     x = torch.randn(3, 5, S.WIDTH)
-    keys = [s.key for s in S.SPELLINGS if s.family == "attention" and "cosine" not in s.key]
+    keys = [s.key for s in S.SPELLINGS if s.family == "attention" and "cosine" not in s.key
+            and "mask" not in s.key]  # the masked one attends to fewer keys
     eager = _block(keys[0])
     for key in keys[1:]:
         other = _block(key)
         other.load_state_dict(eager.state_dict())
         torch.testing.assert_close(other(x), eager(x), **CLOSE, msg=key)
+
+
+def test_the_masked_sdpa_spelling_is_causal():
+    """Its first token sees only itself: changing the others leaves its output alone."""
+    block = _block("attention/SDPA, bool mask")
+    x = torch.randn(3, 5, S.WIDTH)
+    y = x.clone()
+    y[:, 1:] = torch.randn(3, 4, S.WIDTH)
+    torch.testing.assert_close(block(x)[:, 0], block(y)[:, 0], **CLOSE)
+    assert not torch.allclose(block(x)[:, 4], block(y)[:, 4])
 
 
 def test_the_cosine_attention_scores_unit_vectors_by_the_clamped_per_head_scale():
