@@ -165,7 +165,9 @@ class NodeMap(Mapping[DFPattern, list[Any]]):
             return [self._match.captures[pattern]]
         except KeyError:
             raise KeyError(f"pattern {pattern_to_text(pattern)} is not part of this match "
-                           f"(an unmatched alternative, or a pattern from another rule)") from None
+                           f"(an unmatched alternative; a divide or multiply the matcher "
+                           f"re-associated, so the expression has no such node; or a pattern "
+                           f"from another rule)") from None
 
     def __iter__(self) -> Iterator[DFPattern]:
         return iter(self._match.captures)
