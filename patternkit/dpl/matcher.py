@@ -13,7 +13,11 @@ Semantics follow Relay's ``DFPatternMatcher``:
 * ``relax.add`` and ``relax.multiply`` match with their arguments swapped;
 * ``divide(multiply(a, b), c)`` also matches ``multiply(a, divide(b, c))`` and the other
   associated forms, and ``multiply(a, divide(b, c))`` matches ``divide(multiply(a, b), c)``,
-  on floats only (an integer division truncates, so an integer nest matches as written);
+  on floats only (an integer division truncates, so an integer nest matches as written).
+  A rewrite and a pattern table try a pattern only at bindings that call its root
+  operator, so there the root is as written: ``match`` of ``(x * y) / z`` accepts the
+  binding ``a * (b / c)``, a rewrite never tries it (a batch norm's input gradient
+  ``dy * gamma / std`` must not take a forward ``(x - m) / std * gamma``);
 * a failed alternative leaves no trace (the memo is rolled back);
 * ``dominates(parent, path, child)`` walks the diamond back from the root
   (:mod:`patternkit.dpl.dominator`: the rules, and what a root costs);

@@ -675,8 +675,7 @@ _NOT_CACHED = object()
 
 def _root_op_names(pattern: DFPattern) -> frozenset[str] | None:
     if isinstance(pattern, CallPattern):
-        names = op_names_of(pattern.op)
-        return None if names is None else names | _reassociated_roots(pattern, names)
+        return op_names_of(pattern.op)
     if isinstance(pattern, AltPattern):
         left, right = root_op_names(pattern.left), root_op_names(pattern.right)
         if left is None or right is None:
@@ -782,31 +781,6 @@ def _minimal(sets: list[frozenset[str]]) -> tuple[frozenset[str], ...]:
 def may_occur(requirements: tuple[frozenset[str], ...], present: Any) -> bool:
     """Can a pattern with these :func:`required_op_names` match where ``present`` ops occur?"""
     return all(any(name in present for name in names) for names in requirements)
-
-
-_DIVIDE, _MULTIPLY = "relax.divide", "relax.multiply"
-
-
-def _reassociated_roots(pattern: CallPattern, names: frozenset[str]) -> frozenset[str]:
-    """The operator a root the matcher re-associates calls instead
-    (:mod:`patternkit.dpl.association`): ``divide(multiply(a, b), c)`` also matches
-    ``multiply(a, divide(b, c))``, and ``multiply(a, divide(b, c))`` matches
-    ``divide(multiply(a, b), c)``.  Without it a rewrite never tried a binding that
-    :func:`match` accepts, as Relay's rewriter (which tried every node) did.
-    """
-    args = pattern.args
-    if args is None or len(args) != 2 or len(names) != 1:
-        return frozenset()
-
-    def calls(arg: Any, name: str) -> bool:
-        return (isinstance(arg, CallPattern) and arg.args is not None and len(arg.args) == 2
-                and op_names_of(arg.op) == frozenset({name}))
-
-    if _DIVIDE in names and calls(args[0], _MULTIPLY):
-        return frozenset({_MULTIPLY})
-    if _MULTIPLY in names and (calls(args[0], _DIVIDE) or calls(args[1], _DIVIDE)):
-        return frozenset({_DIVIDE})
-    return frozenset()
 
 
 def op_names_of(op_pattern: DFPattern) -> frozenset[str] | None:

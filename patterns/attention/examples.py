@@ -256,6 +256,8 @@ REFUSALS: dict[str, Callable[[], tvm.IRModule]] = {
                                                   mask="masked_fill_finite"),
     "safe_softmax_over_the_query_axis": _departure("the safe softmax's test over the queries",
                                                    safe_softmax="queries"),
+    "nan_guard_filling_one": _departure("the ONNX export's NaN guard filling 1",
+                                        safe_softmax="nan_guard_one"),
     "scores_regrouped_into_sequence_first": _departure("scaled scores reshaped (B, S, N, T)",
                                                        regroup="scrambled"),
     "second_term_of_one_key": _departure("T5's second term of shape (B, 1, S, 1)",

@@ -58,7 +58,8 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
     ``value_heads=4`` and ``split="scores"`` / ``"output"`` mis-split a matmul.
     ``accumulate``: ``"float32"`` (the score matmul's ``out_dtype``) or ``"cast_back"``
     (both matmuls accumulated in float32 and cast back).  ``safe_softmax``: torch's SDPA
-    over ``"keys"`` (or ``"queries"``).  ``regroup``: the scaled scores reshaped to
+    over ``"keys"`` (or ``"queries"``), or its ONNX export's NaN guard ``"nan_guard"``
+    (``"nan_guard_one"``: filling 1, an edge).  ``regroup``: the scaled scores reshaped to
     (B*N, S, T) and back (``"round_trip"``, Falcon) or to (B, S, N, T) (``"scrambled"``).
     ``recast``: a second no-op cast of the probabilities (CLIP's ONNX export).
     ``position_bias``: T5's constant (1, N, S, T) term before the mask.
@@ -230,7 +231,10 @@ def attention_block(dtype: str = "float32", frontend: str = "torch", shape: str 
             p = bb.emit(relax.op.nn.softmax(scores, axis=softmax_axis))
             if softmax_dtype is not None:
                 p = bb.emit(relax.op.astype(p, scores_dtype))
-            if safe_softmax is not None:
+            if safe_softmax in ("nan_guard", "nan_guard_one"):  # torch's ONNX export of SDPA
+                fill = relax.const(0.0 if safe_softmax == "nan_guard" else 1.0, scores_dtype)
+                p = bb.emit(relax.op.where(relax.op.isnan(p), fill, p))
+            elif safe_softmax is not None:
                 p = _safe_softmax(bb, scores, p, -1 if safe_softmax == "keys" else 2)
             if not torch_form and not wide_scores:
                 p = bb.emit(relax.op.astype(p, dtype))  # the ONNX importer's no-op cast

@@ -140,6 +140,7 @@ REFUSED = {
     "safe_softmax_over_the_query_axis": "the safe softmax zeroes the probabilities where "
                                         "max(axis=[2], keepdims=True) finds no score above "
                                         "-inf, not on the fully masked rows",
+    "nan_guard_filling_one": "the probabilities' NaN guard fills 1, not 0",
     "scores_regrouped_into_sequence_first": "the scaled scores are reshaped to (2, 8, 2, 8), "
                                             "not a view of the scores (2, 2, 8, 8)",
     "second_term_of_one_key": "the second additive term (2, 1, 8, 1) does not broadcast as "
