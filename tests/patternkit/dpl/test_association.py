@@ -6,7 +6,7 @@ from tvm import relax
 
 import patternkit as pk
 from patternkit.dpl.association import reassociations
-from patternkit.dpl.pattern import pattern_to_text, root_op_names
+from patternkit.dpl.pattern import pattern_to_text
 
 
 def tensor(name):
