@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -47,13 +49,7 @@ def positive_strided_slice_axes(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` with the negative axes of every ``strided_slice`` of an input of symbolic
     shape and known rank counted from the front, and how many calls changed.
     """
-    if all(_positive_axes(call) is None for call in _calls(mod, "relax.strided_slice")):
-        return mod, 0
-    rewriter = _PositiveStridedSliceAxes(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), rewriter.changed
+    return _rewrite_calls(mod, "relax.strided_slice", _positive_axes, _sliced_from_the_front)
 
 
 def _positive_axes(call: relax.Call) -> list[int] | None:
@@ -73,36 +69,18 @@ def _positive_axes(call: relax.Call) -> list[int] | None:
     return [v + len(shape) if v < 0 else v for v in values]
 
 
-@mutator
-class _PositiveStridedSliceAxes(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.changed = 0
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if op_name(call) == "relax.strided_slice":
-            axes = _positive_axes(call)
-            if axes is not None:
-                self.changed += 1
-                x, _, begin, end, *strides = call.args
-                return relax.op.strided_slice(x, axes, begin, end,
-                                              strides[0] if strides else None,
-                                              bool(call.attrs.assume_inbound))
-        return call
+def _sliced_from_the_front(call: relax.Call, axes: list[int]) -> relax.Expr:
+    """``call``, a ``strided_slice``, over ``axes`` (:func:`_positive_axes`)."""
+    x, _, begin, end, *strides = call.args
+    return relax.op.strided_slice(x, axes, begin, end, strides[0] if strides else None,
+                                  bool(call.attrs.assume_inbound))
 
 
 def wrap_negative_take_indices(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """``mod`` with every constant negative ``take`` index on a static axis made the
     non-negative one torch reads, and how many ``take`` calls changed.
     """
-    if all(_wrapped_indices(call) is None for call in _calls(mod, "relax.take")):
-        return mod, 0
-    rewriter = _WrapNegativeTakeIndices(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), rewriter.wrapped
+    return _rewrite_calls(mod, "relax.take", _wrapped_indices, _taken_at)
 
 
 def _calls(mod: tvm.IRModule, name: str) -> list[relax.Call]:
@@ -138,18 +116,43 @@ def _wrapped_indices(call: relax.Call) -> np.ndarray | None:
     return np.where(values < 0, values + extent, values).astype(values.dtype)
 
 
+def _taken_at(call: relax.Call, indices: np.ndarray) -> relax.Expr:
+    """``call``, a ``take``, of ``indices`` (:func:`_wrapped_indices`)."""
+    return relax.op.take(call.args[0], relax.const(indices), int(call.attrs.axis),
+                         call.attrs.mode)
+
+
+def _rewrite_calls(mod: tvm.IRModule, name: str, fix: Callable[[relax.Call], Any],
+                   rebuild: Callable[[relax.Call, Any], relax.Expr]
+                   ) -> tuple[tvm.IRModule, int]:
+    """``mod`` with each call of operator ``name`` for which ``fix(call)`` is not ``None``
+    rebuilt as ``rebuild(call, fix(call))``, and how many were; ``mod`` itself when none
+    is (one look at the calls, no rebuild of the module).
+    """
+    if all(fix(call) is None for call in _calls(mod, name)):
+        return mod, 0
+    rewriter = _CallRewriter(mod, name, fix, rebuild)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get(), rewriter.changed
+
+
 @mutator
-class _WrapNegativeTakeIndices(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
+class _CallRewriter(PyExprMutator):
+    """:func:`_rewrite_calls`' walk of a module."""
+
+    def __init__(self, mod: tvm.IRModule, name: str, fix: Callable[[relax.Call], Any],
+                 rebuild: Callable[[relax.Call, Any], relax.Expr]):
         super().__init__(mod)
-        self.wrapped = 0
+        self.name, self.fix, self.rebuild = name, fix, rebuild
+        self.changed = 0
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if op_name(call) == "relax.take":
-            indices = _wrapped_indices(call)
-            if indices is not None:
-                self.wrapped += 1
-                return relax.op.take(call.args[0], relax.const(indices),
-                                     int(call.attrs.axis), call.attrs.mode)
+        if op_name(call) == self.name:
+            found = self.fix(call)
+            if found is not None:
+                self.changed += 1
+                return self.rebuild(call, found)
         return call
