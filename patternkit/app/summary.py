@@ -28,10 +28,14 @@ class OpSummary:
     op: str
     count: int
     went: dict[str, int] = field(default_factory=dict)
+    #: Calls of the op that rewrites added (an attention rewrite's mask test): counted
+    #: where they went, not in ``count``, which is the model's own.
+    made: int = 0
 
     def where(self) -> str:
         """Where the op's calls went, as the table's last column."""
-        return "; ".join(f"{dest} ({n})" for dest, n in self.went.items()) or "unchanged"
+        went = "; ".join(f"{dest} ({n})" for dest, n in self.went.items()) or "unchanged"
+        return f"{went}; {self.made} of these made by a rewrite" if self.made else went
 
 
 def _ops(func: relax.Function) -> dict[Any, str]:
@@ -100,7 +104,13 @@ def op_summary(before: relax.Function, records: Iterable[Any], composites_mod: t
     for op, dests in destinations.items():
         if op not in rows:  # only in the rewritten model: a rewrite made it
             rows[op] = OpSummary(f"{op} (made by a rewrite)", 0)
-        rows[op].went.update(dests)
+            rows[op].went.update(dests)
+            continue
+        row = rows[op]
+        replaced = sum(n for dest, n in row.went.items() if dest.startswith("rewritten by "))
+        row.went.update(dests)
+        # more calls after the rewrites than the model's own left: the rest are new
+        row.made = max(0, sum(dests.values()) - (row.count - replaced))
     return list(rows.values())
 
 

@@ -111,3 +111,29 @@ def test_ops_left_on_the_host_for_one_reason_are_one_counted_line_in_the_markdow
             "per channel") in text
     assert text.index("relax.reshape` x6") < text.index("relax.nn.relu")
     assert len(report.to_dict()["host_ops"]) == 7  # report.json keeps every call
+
+
+def test_ops_a_rewrite_added_are_counted_apart_from_the_models_own():
+    """An attention rewrite adds a mask test (``not_equal``): the model's one call was
+    reported as three on the host, with nothing to say where two came from."""
+    from types import SimpleNamespace
+
+    from tvm import relax
+
+    from patternkit.app.summary import op_summary
+
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            test = bb.emit(relax.op.not_equal(x, relax.const(0.0, "float32")))
+            out = bb.emit_output(relax.op.exp(x))
+        bb.emit_func_output([out, test])
+    before = bb.get()["main"]
+    host = [SimpleNamespace(op="relax.not_equal", kind="uncovered", reason="no entry")] * 3
+    rows = {row.op: row for row in op_summary(before, [], None, host, "ccompiler")}
+    assert rows["not_equal"].count == 1 and rows["not_equal"].made == 2
+    assert rows["not_equal"].where() == ("host (uncovered: no entry) (3); 2 of these made by "
+                                         "a rewrite")
+    assert rows["exp"].made == 0 and rows["exp"].where() == "unchanged"
+
