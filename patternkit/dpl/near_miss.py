@@ -61,6 +61,10 @@ class _TracingMatcher(Matcher):
         return ok
 
 
+#: How many of the alternatives being tried an explanation names, innermost first.
+TAGS_SHOWN = 4
+
+
 def _describe(expr: Any, lookup: Lookup | None) -> str:
     value = lookup(expr) if isinstance(expr, relax.Var) and lookup else None
     if value is not None:
@@ -97,8 +101,11 @@ def deepest_miss(pattern: DFPattern, expr: Any, lookup: Lookup | None = None
         return None
     assert matcher.deepest is not None  # a failed match failed somewhere
     depth, failed, where = matcher.deepest
-    # the alternatives of alt(...) it was trying, by name (``key_form=transposed``)
-    tags = "".join(f" in {t.tag}={t.name}" for t in matcher.deepest_tags
-                   if t is not failed)
+    # the alternatives of alt(...) it was trying, by name (``key_form=transposed``): the
+    # innermost few, which are where it failed (a large pattern nests a dozen)
+    trail = [f" in {t.tag}={t.name}" for t in matcher.deepest_tags if t is not failed]
+    if len(trail) > TAGS_SHOWN:
+        trail = [" in ...", *trail[-TAGS_SHOWN:]]
+    tags = "".join(trail)
     return depth, (f"no match: {pattern_to_text(failed, NEAR_MISS_DEPTH)} (depth {depth}{tags}) "
                    f"vs {_describe(where, lookup)}")
