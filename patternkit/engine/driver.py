@@ -669,19 +669,19 @@ def _call_rule(rule: _Prepared, func_name: str, group: Group,
 
 
 def _recomputes_the_match(result: Any, pre: Any, group: Group, index: FunctionIndex) -> bool:
-    """Does ``result`` compute the match's own expression (its interior bindings nested)?
+    """Does ``result`` compute the match's own expression (its interior bindings nested),
+    up to the order of the operands of ``add`` and ``multiply``?
 
-    The matcher re-associates ``divide`` and ``multiply``, so a rule rewriting one
-    association into the other (``hardswish.canonicalize``: ``x * (c / 6)`` to ``x * c /
-    6``) also matches its own result, rooted at the other operator; its replacement is
-    then the match again, and the rewrite would never settle.  Asked only of a result
-    calling the root's own ``divide`` or ``multiply``; the interior is nested once,
-    untyped as ``relax.op`` builds it.
+    The matcher swaps those operands, so a rule whose replacement only reorders them (a
+    canonicalisation into the order it also matches, or ``x * y`` to ``y * x``) matches
+    its own result every round and would never settle; the structural test above sees
+    the swap as a change.  Asked only of a result that calls the root's own ``add``,
+    ``multiply`` or ``divide``; the interior is nested once.
     """
     if type(result) is not relax.Call or type(pre) is not relax.Call:
         return False
     name = C.op_name(result)
-    if name not in _REASSOCIATED or name != C.op_name(pre):
+    if name not in _REORDERABLE or name != C.op_name(pre):
         return False
     position = index.position
     values = {key: index.binding_at(position[key]).value for key in group.match.internal_keys}
@@ -715,13 +715,13 @@ def _term(expr: Any, values: dict[int, Any], memo: dict[int, Any]) -> Any:
     return term
 
 
-#: The operators the matcher re-associates (:mod:`patternkit.dpl.association`).
-_REASSOCIATED = frozenset({"relax.divide", "relax.multiply"})
+#: The root operators of a replacement that may recompute its match in another order.
+_REORDERABLE = COMMUTATIVE_OPS | {"relax.divide"}
 
 
-#: A rewrite that returned what its match computes, associated as it is: the rule's own
+#: A rewrite that returned what its match computes, its operands reordered: the rule's own
 #: result matched again (:func:`_recomputes_the_match`), neither a rewrite nor a decline.
-_RECOMPUTES_THE_MATCH = "the rewrite returned what the match computes, associated as it is"
+_RECOMPUTES_THE_MATCH = "the rewrite returned what the match computes, reordered"
 
 #: Why a rewrite that returned ``None`` left its match (the one decline with no reason).
 _RETURNED_NONE = "the rewrite returned None: binding left as it is"

@@ -113,6 +113,10 @@ def test_a_rule_that_only_swaps_commutative_operands_settles():
     out = pk.rewrite(_callback(x * y, lambda m: relax.op.multiply(m[y][0], m[x][0])), mod,
                      log=log)
     assert _ops(out) == _ops(mod) and not log.records and not log.skipped
+    x, y = pk.wildcard(), pk.wildcard()  # an add, the other commutative operator
+    swapped = pk.rewrite(_callback(x + y, lambda m: relax.op.add(m[y][0], m[x][0])),
+                         _two_step(relax.op.add, relax.op.multiply))
+    assert _ops(swapped) == ["relax.add", "relax.multiply"]
 
 
 def test_an_integer_nest_is_matched_as_written_since_integer_division_truncates():
