@@ -30,12 +30,12 @@ NO_RELAX_EQUIVALENT = {
     "nn.bias_add": "relax.add with a bias reshaped to broadcast, e.g. is_op('add')(x, wildcard())",
     "nn.dense": "relax.matmul(x, relax.permute_dims(w)), "
                 "e.g. is_op('matmul')(x, is_op('permute_dims')(w))",
-    # Relay's batch_matmul transposed its second operand unless told not to
-    # (transpose_b=True); relax.matmul never does, so the same name would read the other
-    # layout in a ported rule
     "nn.global_avg_pool2d": "relax.nn.adaptive_avg_pool2d with output_size=[1, 1], e.g. "
                             "is_op('nn.adaptive_avg_pool2d')(x)",
     "nn.upsampling": "relax.image.resize2d, e.g. is_op('image.resize2d')(x, wildcard())",
+    # Relay's batch_matmul transposed its second operand unless told not to
+    # (transpose_b=True); relax.matmul never does, so the same name would read the other
+    # layout in a ported rule
     "nn.batch_matmul": "relax.matmul, which batches over the leading axes and never "
                        "transposes (Relay's batch_matmul took y transposed by default), e.g. "
                        "is_op('matmul')(x, is_op('permute_dims')(y)) for transpose_b=True",

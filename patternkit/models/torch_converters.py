@@ -46,7 +46,6 @@ unchanged, so a model TVM imports imports exactly as without them.
   no error (``docs/tvm-bugs.md``).  They import as torch computes them: the operands cast
   to the result's dtype (read from the node's ``val``, torch's own type promotion), then
   the op.
-
 - ``div`` with a rounding mode (``ids // 2``, ``torch.div(ids, 2, rounding_mode="floor")``)
   of a tensor by a Python scalar or by a tensor of another dtype: TVM makes ``2`` an
   int32 constant beside int64 ids and the import fails on the mixed dtypes.  It imports
@@ -296,18 +295,29 @@ def _promoted(op: Callable[..., relax.Expr]) -> Callable[[Any, Any], relax.Var |
     """
 
     def convert(node: Any, importer: Any) -> relax.Var | None:
-        result = node.meta.get("val")
-        dtype = str(getattr(result, "dtype", "")).replace("torch.", "")
+        dtype = _result_dtype(node)
         if (len(node.args) != 2 or set(node.kwargs) - {"alpha"} or node.kwargs.get("alpha", 1) != 1
                 or dtype not in _FLOATS):
             return None
-        operands = [importer.env[a] if a in importer.env else a for a in node.args]
+        operands = _operands(node, importer, 2)
         if not any(isinstance(o, relax.Expr) and dtype_of(type_of(o)) in _INTEGERS
                    for o in operands):
             return None  # float operands: TVM's converter types them (not this bug)
         return importer.block_builder.emit(op(*(_in_dtype(o, dtype) for o in operands)))
 
     return convert
+
+
+def _result_dtype(node: Any) -> str:
+    """The dtype torch gives the FX node's result (its ``val``), ``""`` when unknown."""
+    return str(getattr(node.meta.get("val"), "dtype", "")).replace("torch.", "")
+
+
+def _operands(node: Any, importer: Any, count: int) -> list[Any]:
+    """The node's first ``count`` arguments: Relax values for FX nodes, Python scalars
+    as they are.
+    """
+    return [importer.env[a] if a in importer.env else a for a in node.args[:count]]
 
 
 def _in_dtype(operand: Any, dtype: str) -> relax.Expr:
@@ -329,12 +339,11 @@ def _rounded_divide(mode_at: int | None) -> Callable[[Any, Any], relax.Var | Non
     """
 
     def convert(node: Any, importer: Any) -> relax.Var | None:
-        result = node.meta.get("val")
-        dtype = str(getattr(result, "dtype", "")).replace("torch.", "")
+        dtype = _result_dtype(node)
         mode = "floor" if mode_at is None else _argument(node, mode_at, "rounding_mode")
         if len(node.args) < 2 or dtype not in _INTEGERS | _FLOATS or mode not in _ROUNDINGS:
             return None
-        operands = [importer.env[a] if a in importer.env else a for a in node.args[:2]]
+        operands = _operands(node, importer, 2)
         if all(isinstance(o, relax.Expr) and dtype_of(type_of(o)) == dtype for o in operands):
             return None  # one dtype already: TVM's converter imports it
         a, b = (_in_dtype(o, dtype) for o in operands)

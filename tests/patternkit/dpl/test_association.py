@@ -85,16 +85,21 @@ def _callback(pattern, build):
     return Rewrite()
 
 
-def test_below_the_root_a_nest_matches_either_association():
-    a, b, c, d = (relax.Var(n, relax.TensorType((4,), "float32")) for n in "abcd")
+def _nest_then_add(nest, dtype="float32"):
+    """``main(a, b, c, d)``: the divide/multiply ``nest(emit, a, b, c)``, bound step by
+    step, then ``+ d`` (so the nest sits below the root)."""
+    a, b, c, d = (relax.Var(n, relax.TensorType((4,), dtype)) for n in "abcd")
     bb = relax.BlockBuilder()
     with bb.function("main", [a, b, c, d]):
         with bb.dataflow():
-            quotient = bb.emit(relax.op.divide(b, c))
-            product = bb.emit(relax.op.multiply(a, quotient))
-            out = bb.emit_output(relax.op.add(product, d))
+            out = bb.emit_output(relax.op.add(nest(bb.emit, a, b, c), d))
         bb.emit_func_output(out)
-    mod = bb.get()
+    return bb.get()
+
+
+def test_below_the_root_a_nest_matches_either_association():
+    mod = _nest_then_add(lambda emit, a, b, c: emit(relax.op.multiply(
+        a, emit(relax.op.divide(b, c)))))
     x, y, z, w = pk.wildcard(), pk.wildcard(), pk.wildcard(), pk.wildcard()
     pattern = (x * y) / z + w
     assert pk.match(pattern, mod["main"].body.blocks[0].bindings[-1].var, mod["main"])
@@ -121,22 +126,14 @@ def test_a_rule_that_only_swaps_commutative_operands_settles():
 
 def test_an_integer_nest_is_matched_as_written_since_integer_division_truncates():
     """``(a * c) / b`` of int32 is not ``(a / b) * c``: 3 * 5 / 2 is 7, 3 / 2 * 5 is 5."""
-    def nest(dtype):
-        a, b, c, d = (relax.Var(n, relax.TensorType((4,), dtype)) for n in "abcd")
-        bb = relax.BlockBuilder()
-        with bb.function("main", [a, b, c, d]):
-            with bb.dataflow():
-                product = bb.emit(relax.op.multiply(a, c))
-                quotient = bb.emit(relax.op.divide(product, b))
-                out = bb.emit_output(relax.op.add(quotient, d))
-            bb.emit_func_output(out)
-        return bb.get()
+    def product_over_b(emit, a, b, c):
+        return emit(relax.op.divide(emit(relax.op.multiply(a, c)), b))
 
     x, y, z, w = pk.wildcard(), pk.wildcard(), pk.wildcard(), pk.wildcard()
     pattern = (x / y) * z + w
     for dtype, matches in (("int32", False), ("int64", False), ("float32", True),
                            ("float16", True)):
-        mod = nest(dtype)
+        mod = _nest_then_add(product_over_b, dtype)
         root = mod["main"].body.blocks[0].bindings[-1].var
         assert pk.match(pattern, root, mod["main"]) is matches, dtype
         out = pk.rewrite(_callback(pattern, lambda m: relax.op.subtract(m[w][0], m[y][0])),
